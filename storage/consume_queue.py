@@ -1,0 +1,230 @@
+"""ConsumeQueue: the per-topic, per-queue index of CommitLog positions.
+
+Each unit is 20 bytes, big-endian (RocketMQ's ``CQ_STORE_UNIT_SIZE``)::
+
+    | commitlog offset (int64) | message size (int32) | tag hash code (int64) |
+
+Logical offset N lives at byte N*20 of the queue's concatenated files (300,000 units a file by
+default). When a queue's first file must start past logical offset 0 (its older files were
+deleted, or a slave starts late), the units before the first real one are fillers:
+offset 0, size 0x7FFFFFFF, tags 0. Units are only ever written by dispatch (``dispatch.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from collections.abc import Callable
+from typing import NamedTuple
+
+from storage.mapped_file import MappedFileQueue
+
+log = logging.getLogger(__name__)
+
+CQ_STORE_UNIT_SIZE = 20
+CQ_UNIT = struct.Struct(">qiq")
+FILLER_UNIT = CQ_UNIT.pack(0, 0x7FFFFFFF, 0)
+
+
+class ConsumeQueueUnit(NamedTuple):
+    commit_log_offset: int
+    size: int
+    tags_code: int
+
+
+class ConsumeQueue:
+    """One topic queue's units, in a MappedFileQueue under ``consumequeue/<topic>/<queueId>``."""
+
+    def __init__(self, topic: str, queue_id: int, root_dir: str, mapped_file_size: int) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        size = mapped_file_size - mapped_file_size % CQ_STORE_UNIT_SIZE
+        self.mapped_file_size = size
+        self.store_path = os.path.join(root_dir, topic, str(queue_id))
+        self.mapped_file_queue = MappedFileQueue(self.store_path, size)
+        # End (offset + size) of the last CommitLog record indexed here: dispatch dedup key.
+        self.max_physic_offset = -1
+        self.min_logic_offset = 0  # bytes
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def load(self) -> None:
+        self.mapped_file_queue.load()
+
+    def recover(self) -> None:
+        """Find the last valid unit (offset >= 0 and size > 0), from the third-last file on."""
+        files = self.mapped_file_queue.mapped_files
+        if not files:
+            return
+        index = max(0, len(files) - 3)
+        size = self.mapped_file_size
+        process_offset = files[index].file_from_offset
+        while index < len(files):
+            mapped_file = files[index]
+            data = mapped_file.read_raw(0, size)
+            position = 0
+            for position in range(0, size, CQ_STORE_UNIT_SIZE):
+                offset, unit_size, _ = CQ_UNIT.unpack_from(data, position)
+                if offset >= 0 and unit_size > 0:
+                    if unit_size != 0x7FFFFFFF:
+                        self.max_physic_offset = offset + unit_size
+                else:
+                    break
+            else:
+                position = size
+            process_offset = mapped_file.file_from_offset + position
+            if position < size:
+                break
+            index += 1
+        self._truncate_logic_to(process_offset)
+
+    def _truncate_logic_to(self, logic_offset: int) -> None:
+        queue = self.mapped_file_queue
+        queue.truncate_dirty_files(logic_offset)
+        last = queue.get_last_mapped_file()
+        if last is not None and last.wrote_position == 0 and len(queue.mapped_files) > 1:
+            queue.delete_last_mapped_file()
+        queue.flushed_where = queue.committed_where = logic_offset
+
+    def flush(self, least_pages: int) -> bool:
+        return self.mapped_file_queue.flush(least_pages)
+
+    def shutdown(self) -> None:
+        self.mapped_file_queue.flush_all()
+        self.mapped_file_queue.shutdown()
+
+    def destroy(self) -> None:
+        self.mapped_file_queue.destroy()
+        self.max_physic_offset = -1
+        self.min_logic_offset = 0
+
+    # -- writing (dispatch only) ----------------------------------------------------------------
+    def put_message_position_info(
+        self, offset: int, size: int, tags_code: int, cq_offset: int
+    ) -> None:
+        """Append the unit for logical offset ``cq_offset`` (ignored when already present)."""
+        if offset + size <= self.max_physic_offset:
+            return  # dispatched again after recovery: already indexed
+        expect_logic = cq_offset * CQ_STORE_UNIT_SIZE
+        queue = self.mapped_file_queue
+        mapped_file = queue.get_last_mapped_file_or_create(expect_logic)
+        if mapped_file.first_create_in_queue and mapped_file.wrote_position == 0 and cq_offset:
+            self._fill_pre_blank(mapped_file, expect_logic)
+        current = mapped_file.file_from_offset + mapped_file.wrote_position
+        if expect_logic < current:
+            log.warning("%s-%d: unit %d built twice; keeping the first", self.topic,
+                        self.queue_id, cq_offset)
+            return
+        if expect_logic > current:
+            log.error("%s-%d: logic offset gap, expected unit %d, queue ends at %d",
+                      self.topic, self.queue_id, cq_offset, current // CQ_STORE_UNIT_SIZE)
+        self.max_physic_offset = offset + size
+        mapped_file.append(CQ_UNIT.pack(offset, size, tags_code))
+
+    def _fill_pre_blank(self, mapped_file, until: int) -> None:
+        position = until % self.mapped_file_size
+        mapped_file.append(FILLER_UNIT * (position // CQ_STORE_UNIT_SIZE))
+        mapped_file.flushed_position = mapped_file.committed_position = position
+        queue = self.mapped_file_queue
+        queue.flushed_where = queue.committed_where = until
+        self.min_logic_offset = until
+
+    # -- reading ---------------------------------------------------------------------------------
+    def get_max_offset_in_queue(self) -> int:
+        """The next logical offset to be written."""
+        return self.mapped_file_queue.get_max_offset() // CQ_STORE_UNIT_SIZE
+
+    def get_min_offset_in_queue(self) -> int:
+        return self.min_logic_offset // CQ_STORE_UNIT_SIZE
+
+    def get_unit(self, index: int) -> ConsumeQueueUnit | None:
+        """The unit at logical offset ``index``, or None outside the queue."""
+        if index < self.get_min_offset_in_queue() or index >= self.get_max_offset_in_queue():
+            return None
+        position = index * CQ_STORE_UNIT_SIZE
+        mapped_file = self.mapped_file_queue.find_mapped_file_by_offset(position)
+        if mapped_file is None:
+            return None
+        raw = mapped_file.read(position - mapped_file.file_from_offset, CQ_STORE_UNIT_SIZE)
+        return ConsumeQueueUnit(*CQ_UNIT.unpack(raw))
+
+    def get_units(self, start_index: int, max_count: int) -> list[ConsumeQueueUnit]:
+        """Up to ``max_count`` units from ``start_index``, not crossing a file boundary."""
+        if start_index < self.get_min_offset_in_queue():
+            return []
+        position = start_index * CQ_STORE_UNIT_SIZE
+        mapped_file = self.mapped_file_queue.find_mapped_file_by_offset(position)
+        if mapped_file is None:
+            return []
+        local = position - mapped_file.file_from_offset
+        available = mapped_file.read_position - local
+        if available <= 0:
+            return []
+        count = min(max_count, available // CQ_STORE_UNIT_SIZE)
+        raw = mapped_file.read(local, count * CQ_STORE_UNIT_SIZE)
+        return [ConsumeQueueUnit(*u) for u in CQ_UNIT.iter_unpack(raw)]
+
+    def get_last_offset(self) -> int:
+        """CommitLog end of the last unit, or -1 for an empty queue."""
+        last = self.get_max_offset_in_queue() - 1
+        unit = self.get_unit(last) if last >= self.get_min_offset_in_queue() else None
+        return unit.commit_log_offset + unit.size if unit else -1
+
+    def get_offset_in_queue_by_time(
+        self, timestamp: int, store_time_of: Callable[[int, int], int | None]
+    ) -> int:
+        """First logical offset whose message was stored at or after ``timestamp`` (ms).
+
+        Store times never decrease along a queue, so this is a binary search over units;
+        ``store_time_of(commit_log_offset, size)`` reads a record's store time (None if gone).
+        Past the newest message it answers the max offset.
+        """
+        low = self.get_min_offset_in_queue()
+        high = self.get_max_offset_in_queue()
+        while low < high:
+            middle = (low + high) // 2
+            unit = self.get_unit(middle)
+            stored = None if unit is None else store_time_of(unit.commit_log_offset, unit.size)
+            if stored is None or stored < timestamp:
+                low = middle + 1
+            else:
+                high = middle
+        return low
+
+    # -- maintenance -----------------------------------------------------------------------------
+    def truncate_dirty_logic_files(self, phy_offset: int) -> None:
+        """Drop units whose record does not end before ``phy_offset`` (a cut CommitLog tail)."""
+        max_index = self.get_max_offset_in_queue()
+        keep = max_index
+        low = self.get_min_offset_in_queue()
+        while keep > low:
+            unit = self.get_unit(keep - 1)
+            if unit is None or unit.size == 0x7FFFFFFF or unit.commit_log_offset + unit.size <= phy_offset:
+                break
+            keep -= 1
+        if keep == max_index:
+            return
+        self._truncate_logic_to(keep * CQ_STORE_UNIT_SIZE)
+        unit = self.get_unit(keep - 1) if keep > low else None
+        self.max_physic_offset = unit.commit_log_offset + unit.size if unit else -1
+
+    def correct_min_offset(self, phy_min_offset: int) -> None:
+        """Move the min logical offset past units whose record the CommitLog no longer holds."""
+        first = self.mapped_file_queue.get_first_mapped_file()
+        if first is None:
+            return
+        raw = first.read_raw(0, first.read_position)
+        start = max(self.min_logic_offset - first.file_from_offset, 0)
+        for position in range(start, len(raw) - CQ_STORE_UNIT_SIZE + 1, CQ_STORE_UNIT_SIZE):
+            offset, size, _ = CQ_UNIT.unpack_from(raw, position)
+            if size != 0x7FFFFFFF and offset >= phy_min_offset:
+                self.min_logic_offset = first.file_from_offset + position
+                return
+        self.min_logic_offset = max(self.min_logic_offset, first.file_from_offset + len(raw))
+
+    def delete_expired_file(self, phy_min_offset: int) -> int:
+        deleted = self.mapped_file_queue.delete_expired_file_by_offset(
+            phy_min_offset, CQ_STORE_UNIT_SIZE
+        )
+        self.correct_min_offset(phy_min_offset)
+        return deleted

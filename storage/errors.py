@@ -1,0 +1,107 @@
+"""Typed errors of the message store.
+
+::
+
+    StoreError
+    ├── ConfigError                      a store setting has a bad value (names the key)
+    ├── PutMessageError                  a put was refused; .status is RocketMQ's PutMessageStatus
+    │   ├── MessageIllegalError            topic too long, body too large, bad batch
+    │   ├── PropertiesSizeExceededError    properties string longer than 32,767 bytes
+    │   ├── ServiceNotAvailableError       shut down, slave role, or disk nearly full
+    │   └── CreateMappedFileError          the next CommitLog file could not be created
+    ├── RecordError                      a CommitLog record could not be decoded
+    │   ├── TornTailError                  bytes end inside a record: truncate and carry on
+    │   └── CorruptRecordError             bad magic, size or CRC: stop and report
+    ├── OffsetOutOfRangeError            a physical offset outside the CommitLog
+    └── StoreLockedError                 another process holds the store's lock file
+
+Nothing in storage returns ``None`` or ``False`` to mean "broken": "not found" and "broken" are
+different answers.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class PutMessageStatus(Enum):
+    """Outcome of a put, named as RocketMQ's ``PutMessageStatus``."""
+
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    CREATE_MAPEDFILE_FAILED = "CREATE_MAPEDFILE_FAILED"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    OS_PAGECACHE_BUSY = "OS_PAGECACHE_BUSY"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+
+class StoreError(Exception):
+    """Base of every error raised by the message store."""
+
+
+class ConfigError(StoreError):
+    """A store setting has a value that cannot be used."""
+
+    def __init__(self, key: str, value: object, reason: str) -> None:
+        super().__init__(f"store setting {key}={value!r} is not valid: {reason}")
+        self.key = key
+        self.value = value
+
+
+class PutMessageError(StoreError):
+    """A put was refused before anything was written."""
+
+    status = PutMessageStatus.UNKNOWN_ERROR
+
+
+class MessageIllegalError(PutMessageError):
+    status = PutMessageStatus.MESSAGE_ILLEGAL
+
+
+class PropertiesSizeExceededError(PutMessageError):
+    status = PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+
+
+class ServiceNotAvailableError(PutMessageError):
+    status = PutMessageStatus.SERVICE_NOT_AVAILABLE
+
+
+class CreateMappedFileError(PutMessageError):
+    status = PutMessageStatus.CREATE_MAPEDFILE_FAILED
+
+
+class OSPageCacheBusyError(PutMessageError):
+    status = PutMessageStatus.OS_PAGECACHE_BUSY
+
+
+class RecordError(StoreError):
+    """A CommitLog record could not be decoded at ``offset``."""
+
+    def __init__(self, reason: str, offset: int = -1, path: str | None = None) -> None:
+        where = f" at offset {offset}" if offset >= 0 else ""
+        if path:
+            where += f" in {path}"
+        super().__init__(f"{reason}{where}")
+        self.reason = reason
+        self.offset = offset
+        self.path = path
+
+
+class TornTailError(RecordError):
+    """The bytes end inside a record: the tail was torn by a crash and is to be truncated."""
+
+
+class CorruptRecordError(RecordError):
+    """A record whose magic, size or CRC is wrong."""
+
+
+class OffsetOutOfRangeError(StoreError):
+    """A physical offset that no CommitLog file holds."""
+
+
+class StoreLockedError(StoreError):
+    """Another process holds the store directory's lock file."""

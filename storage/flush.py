@@ -1,0 +1,200 @@
+"""Getting CommitLog bytes to disk: async flush, sync group commit, and the commit service.
+
+* ASYNC_FLUSH (``FlushRealTimeService``): every ``flushIntervalCommitLog`` (500 ms) flush when at
+  least ``flushCommitLogLeastPages`` (4) pages are dirty; every
+  ``flushCommitLogThoroughInterval`` (10 s) flush whatever is dirty.
+* SYNC_FLUSH (``GroupCommitService``): a put files a ``GroupCommitRequest`` for its end offset
+  and waits. The service swaps its request lists, flushes once for all of them and completes
+  every request the flush covered: concurrent writers share one ``fdatasync``. A request not
+  completed within ``syncFlushTimeout`` (5 s) answers FLUSH_DISK_TIMEOUT.
+* With the transient store pool, ``CommitRealTimeService`` copies appended bytes from the write
+  buffers to the files every ``commitIntervalCommitLog`` (200 ms) and wakes the flusher.
+
+Waiters may block (``GroupCommitRequest.wait``) or register a callback that runs on the
+service thread (an event loop bridges it with ``call_soon_threadsafe``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from storage.checkpoint import StoreCheckpoint
+from storage.config import MessageStoreConfig
+from storage.mapped_file import MappedFileQueue
+from storage.service_thread import ServiceThread
+
+RETRY_TIMES_OVER = 10
+
+
+class GroupCommitRequest:
+    """A writer's wait for everything before ``next_offset`` to be flushed (or replicated)."""
+
+    __slots__ = ("_callbacks", "_done", "_lock", "deadline", "flush_ok", "next_offset")
+
+    def __init__(self, next_offset: int, timeout_ms: int) -> None:
+        self.next_offset = next_offset
+        self.deadline = time.monotonic() + timeout_ms / 1000
+        self.flush_ok = False
+        self._done = threading.Event()
+        self._callbacks: list[Callable[[bool], None]] = []
+        self._lock = threading.Lock()
+
+    def complete(self, ok: bool) -> None:
+        """Resolve the request once; later calls are ignored."""
+        with self._lock:
+            if self._done.is_set():
+                return
+            self.flush_ok = ok
+            self._done.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback(ok)
+
+    def add_done_callback(self, callback: Callable[[bool], None]) -> None:
+        """Call ``callback(ok)`` when resolved (at once if it already is)."""
+        with self._lock:
+            if not self._done.is_set():
+                self._callbacks.append(callback)
+                return
+        callback(self.flush_ok)
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until resolved or the request's own deadline; True when flushed in time."""
+        remaining = self.deadline - time.monotonic() if timeout is None else timeout
+        self._done.wait(max(remaining, 0))
+        return self._done.is_set() and self.flush_ok
+
+
+class FlushRealTimeService(ServiceThread):
+    """ASYNC_FLUSH: periodic flushes of the CommitLog."""
+
+    name = "FlushRealTimeService"
+
+    def __init__(
+        self, queue: MappedFileQueue, config: MessageStoreConfig, checkpoint: StoreCheckpoint
+    ) -> None:
+        super().__init__()
+        self.queue = queue
+        self.config = config
+        self.checkpoint = checkpoint
+        self._last_thorough = time.monotonic()
+
+    def run_once(self) -> None:
+        config = self.config
+        least_pages = config.flush_commit_log_least_pages
+        now = time.monotonic()
+        if now >= self._last_thorough + config.flush_commit_log_thorough_interval / 1000:
+            self._last_thorough = now
+            least_pages = 0
+        if config.flush_commit_log_timed:
+            self._stopped.wait(config.flush_interval_commit_log / 1000)
+        else:
+            self.wait_for_running(config.flush_interval_commit_log)
+        self.queue.flush(least_pages)
+        if self.queue.store_timestamp > 0:
+            self.checkpoint.physic_msg_timestamp = self.queue.store_timestamp
+
+    def on_shutdown(self) -> None:
+        for _ in range(RETRY_TIMES_OVER):
+            if self.queue.flush(0):
+                break
+        if self.queue.store_timestamp > 0:
+            self.checkpoint.physic_msg_timestamp = self.queue.store_timestamp
+
+
+class GroupCommitService(ServiceThread):
+    """SYNC_FLUSH: flush once for every request filed since the last round."""
+
+    name = "GroupCommitService"
+
+    def __init__(self, queue: MappedFileQueue, checkpoint: StoreCheckpoint) -> None:
+        super().__init__()
+        self.queue = queue
+        self.checkpoint = checkpoint
+        self._requests_write: list[GroupCommitRequest] = []
+        self._requests_read: list[GroupCommitRequest] = []
+        self._swap_lock = threading.Lock()
+
+    def put_request(self, request: GroupCommitRequest) -> None:
+        with self._swap_lock:
+            self._requests_write.append(request)
+        self.wakeup()
+
+    def on_wait_end(self) -> None:
+        with self._swap_lock:
+            self._requests_write, self._requests_read = self._requests_read, self._requests_write
+
+    def run_once(self) -> None:
+        self.wait_for_running(10)
+        self._do_commit()
+
+    def _do_commit(self) -> None:
+        requests = self._requests_read
+        queue = self.queue
+        if requests:
+            target = max(r.next_offset for r in requests)
+            # A file boundary may sit between flushed_where and the target: at most one
+            # flush per file is needed, RocketMQ's "flush at most twice" generalised.
+            for _ in range(4):
+                if queue.flushed_where >= target:
+                    break
+                queue.flush(0)
+            flushed = queue.flushed_where
+            now = time.monotonic()
+            for request in requests:
+                if flushed >= request.next_offset:
+                    request.complete(True)
+                elif now >= request.deadline:
+                    request.complete(False)
+                else:
+                    self.put_request(request)  # not yet: try again next round
+            if queue.store_timestamp > 0:
+                self.checkpoint.physic_msg_timestamp = queue.store_timestamp
+            requests.clear()
+        else:
+            # Puts that did not ask to wait (WAIT=false) still get flushed promptly.
+            queue.flush(0)
+
+    def on_shutdown(self) -> None:
+        time.sleep(0.01)
+        self.on_wait_end()
+        self._do_commit()
+        for request in self._requests_write + self._requests_read:
+            request.complete(self.queue.flushed_where >= request.next_offset)
+
+
+class CommitRealTimeService(ServiceThread):
+    """Transient store pool: copy write buffers to the files, then wake the flusher."""
+
+    name = "CommitRealTimeService"
+
+    def __init__(
+        self, queue: MappedFileQueue, config: MessageStoreConfig, flush_service: ServiceThread
+    ) -> None:
+        super().__init__()
+        self.queue = queue
+        self.config = config
+        self.flush_service = flush_service
+        self._last_thorough = time.monotonic()
+
+    def run_once(self) -> None:
+        config = self.config
+        least_pages = config.commit_commit_log_least_pages
+        now = time.monotonic()
+        if now >= self._last_thorough + config.commit_commit_log_thorough_interval / 1000:
+            self._last_thorough = now
+            least_pages = 0
+        if not self.queue.commit(least_pages):
+            self._last_thorough = time.monotonic()
+            self.flush_service.wakeup()
+        self.wait_for_running(config.commit_interval_commit_log)
+
+    def on_shutdown(self) -> None:
+        for _ in range(RETRY_TIMES_OVER):
+            if self.queue.commit(0):
+                break

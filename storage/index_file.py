@@ -1,0 +1,329 @@
+"""IndexFile and IndexService: a hash index from ``topic#key`` to CommitLog offsets.
+
+One file (``IndexFile``), big-endian::
+
+    header, 40 bytes:
+    | beginTimestamp i64 | endTimestamp i64 | beginPhyOffset i64 | endPhyOffset i64 |
+    | hashSlotCount i32 | indexCount i32 |            indexCount starts at 1: entry 0 is unused
+    slot table: maxHashSlotNum x i32, the newest entry number of each slot (0 = empty)
+    entries: maxIndexNum x 20 bytes
+    | key hash i32 | commitlog offset i64 | time diff from beginTimestamp, seconds, i32 |
+    | previous entry in the same slot i32 |
+
+Keys indexed per message: its UNIQ_KEY and each space-separated KEYS value, as ``topic#key``.
+Files are named by their local creation time (``yyyyMMddHHmmssSSS``); a new one starts when
+the current one holds maxIndexNum entries, inheriting its end offset and time as its begin.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+import time
+from datetime import datetime
+
+from storage.mapped_file import MappedFile
+from storage.message import java_hash
+
+log = logging.getLogger(__name__)
+
+INDEX_HEADER = struct.Struct(">qqqqii")
+INDEX_HEADER_SIZE = 40
+HASH_SLOT = struct.Struct(">i")
+HASH_SLOT_SIZE = 4
+INDEX_ENTRY = struct.Struct(">iqii")
+INDEX_ENTRY_SIZE = 20
+_INT_MAX = 0x7FFFFFFF
+
+
+def index_key_hash(key: str) -> int:
+    """Non-negative key hash: abs(String.hashCode), with Integer.MIN_VALUE mapped to 0."""
+    h = java_hash(key)
+    return 0 if h == -0x80000000 else abs(h)
+
+
+def build_key(topic: str, key: str) -> str:
+    return f"{topic}#{key}"
+
+
+def index_file_size(hash_slot_num: int, index_num: int) -> int:
+    return INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + index_num * INDEX_ENTRY_SIZE
+
+
+class IndexFile:
+    """One index file, mapped."""
+
+    def __init__(self, path: str, hash_slot_num: int, index_num: int) -> None:
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        self.mapped_file = _map_index(path, index_file_size(hash_slot_num, index_num))
+        self.mm = self.mapped_file.mm
+        (
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        ) = INDEX_HEADER.unpack_from(self.mm, 0)
+        if self.index_count == 0:
+            self.index_count = 1
+        self._entries_base = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
+
+    @property
+    def path(self) -> str:
+        return self.mapped_file.path
+
+    @property
+    def file_name(self) -> str:
+        return self.mapped_file.file_name
+
+    def is_write_full(self) -> bool:
+        return self.index_count >= self.index_num
+
+    def _write_header(self) -> None:
+        INDEX_HEADER.pack_into(
+            self.mm, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
+            self.end_phy_offset, self.hash_slot_count, self.index_count,
+        )
+
+    def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
+        """Index ``key``; False when the file is full and a new one is needed."""
+        if self.index_count >= self.index_num:
+            return False
+        key_hash = index_key_hash(key)
+        slot_pos = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
+        mm = self.mm
+        (slot_value,) = HASH_SLOT.unpack_from(mm, slot_pos)
+        if slot_value <= 0 or slot_value > self.index_count:
+            slot_value = 0
+        if self.index_count <= 1:
+            self.begin_phy_offset = phy_offset
+            self.begin_timestamp = store_timestamp
+        time_diff = (store_timestamp - self.begin_timestamp) // 1000 if self.begin_timestamp > 0 else 0
+        time_diff = min(max(time_diff, 0), _INT_MAX)
+        entry_pos = self._entries_base + self.index_count * INDEX_ENTRY_SIZE
+        INDEX_ENTRY.pack_into(mm, entry_pos, key_hash, phy_offset, time_diff, slot_value)
+        HASH_SLOT.pack_into(mm, slot_pos, self.index_count)
+        if slot_value == 0:
+            self.hash_slot_count += 1
+        self.index_count += 1
+        self.end_phy_offset = phy_offset
+        self.end_timestamp = store_timestamp
+        self._write_header()
+        return True
+
+    def is_time_matched(self, begin: int, end: int) -> bool:
+        """Whether [begin, end] overlaps the times this file covers."""
+        return (
+            (begin < self.begin_timestamp and end > self.end_timestamp)
+            or self.begin_timestamp <= begin <= self.end_timestamp
+            or self.begin_timestamp <= end <= self.end_timestamp
+        )
+
+    def select_phy_offset(self, key: str, max_num: int, begin: int, end: int) -> list[int]:
+        """CommitLog offsets indexed under ``key`` with store time in [begin, end], newest first.
+
+        Hash collisions are possible: callers check the record's real keys.
+        """
+        found: list[int] = []
+        if not self.mapped_file.hold():
+            return found
+        try:
+            key_hash = index_key_hash(key)
+            slot_pos = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
+            (slot_value,) = HASH_SLOT.unpack_from(self.mm, slot_pos)
+            if slot_value <= 0 or slot_value >= self.index_count or self.index_count <= 1:
+                return found
+            next_index = slot_value
+            while len(found) < max_num:
+                entry_pos = self._entries_base + next_index * INDEX_ENTRY_SIZE
+                entry_hash, phy, time_diff, prev = INDEX_ENTRY.unpack_from(self.mm, entry_pos)
+                if time_diff < 0:
+                    break
+                stored = self.begin_timestamp + time_diff * 1000
+                if entry_hash == key_hash and begin <= stored <= end:
+                    found.append(phy)
+                if stored < begin:
+                    break  # the chain runs newest to oldest
+                if prev <= 0 or prev >= self.index_count or prev == next_index:
+                    break
+                next_index = prev
+            return found
+        finally:
+            self.mapped_file.release()
+
+    def flush(self) -> None:
+        if self.mapped_file.hold():
+            try:
+                self._write_header()
+                os.fdatasync(self.mapped_file._fd)
+            finally:
+                self.mapped_file.release()
+
+    def close(self) -> None:
+        self.mapped_file.close()
+
+    def destroy(self, interval_forcibly_ms: int = 0) -> bool:
+        return self.mapped_file.destroy(interval_forcibly_ms)
+
+
+def _map_index(path: str, size: int) -> MappedFile:
+    # An index file's name is a time stamp, not an offset; MappedFile only needs digits.
+    mapped_file = MappedFile(path, size)
+    mapped_file.set_positions(size)
+    return mapped_file
+
+
+class IndexService:
+    """The store's index files: builds entries on dispatch and answers key queries."""
+
+    def __init__(
+        self, store_path: str, hash_slot_num: int, index_num: int, max_msgs_num_batch: int = 64
+    ) -> None:
+        self.store_path = store_path
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        self.max_msgs_num_batch = max_msgs_num_batch
+        self.index_files: list[IndexFile] = []
+        self._lock = threading.Lock()
+
+    def load(self, last_exit_ok: bool, index_msg_timestamp: int) -> None:
+        """Map existing files; after a crash, drop files with entries newer than the checkpoint."""
+        if not os.path.isdir(self.store_path):
+            return
+        files = []
+        for name in sorted(os.listdir(self.store_path)):
+            path = os.path.join(self.store_path, name)
+            if not name.isdigit():
+                continue
+            if os.path.getsize(path) != index_file_size(self.hash_slot_num, self.index_num):
+                log.warning("index file %s has another layout's size; ignoring it", path)
+                continue
+            index_file = IndexFile(path, self.hash_slot_num, self.index_num)
+            if not last_exit_ok and index_file.end_timestamp > index_msg_timestamp:
+                log.info("dropping index file %s: newer than the checkpoint", name)
+                index_file.destroy(0)
+                continue
+            files.append(index_file)
+        self.index_files = files
+
+    def end_phy_offset(self) -> int:
+        """Offset past which messages still need indexing (for recovery)."""
+        files = self.index_files
+        return files[-1].end_phy_offset if files else 0
+
+    def _last_file_for_write(self) -> IndexFile:
+        files = self.index_files
+        if files and not files[-1].is_write_full():
+            return files[-1]
+        with self._lock:
+            files = self.index_files
+            if files and not files[-1].is_write_full():
+                return files[-1]
+            previous = files[-1] if files else None
+            os.makedirs(self.store_path, exist_ok=True)
+            path = _fresh_index_path(self.store_path)
+            index_file = IndexFile(path, self.hash_slot_num, self.index_num)
+            if previous is not None:
+                index_file.begin_phy_offset = index_file.end_phy_offset = previous.end_phy_offset
+                index_file.begin_timestamp = index_file.end_timestamp = previous.end_timestamp
+                index_file._write_header()
+                previous.flush()
+            self.index_files = [*files, index_file]
+            return index_file
+
+    def build_index(
+        self, topic: str, keys: str | None, uniq_key: str | None, phy_offset: int, store_ts: int
+    ) -> None:
+        """Index one message's UNIQ_KEY and KEYS (callers skip rollback records)."""
+        index_file = self._last_file_for_write()
+        if phy_offset < index_file.end_phy_offset:
+            return  # dispatched again after recovery: already indexed
+        if uniq_key:
+            index_file = self._put(index_file, f"{topic}#{uniq_key}", phy_offset, store_ts)
+        if keys:
+            for key in keys.split(" "):
+                if key:
+                    index_file = self._put(index_file, f"{topic}#{key}", phy_offset, store_ts)
+
+    def _put(self, index_file: IndexFile, key: str, phy_offset: int, store_ts: int) -> IndexFile:
+        while not index_file.put_key(key, phy_offset, store_ts):
+            index_file = self._last_file_for_write()
+        return index_file
+
+    def query_offset(
+        self, topic: str, key: str, max_num: int, begin: int, end: int
+    ) -> tuple[list[int], int, int]:
+        """Offsets for ``topic#key`` stored in [begin, end]; newest files first.
+
+        Returns the offsets, and the newest file's end time and end offset (what QUERY_MESSAGE
+        reports as indexLastUpdateTimestamp / indexLastUpdatePhyoffset).
+        """
+        max_num = min(max_num, self.max_msgs_num_batch)
+        offsets: list[int] = []
+        files = self.index_files
+        last_ts = files[-1].end_timestamp if files else 0
+        last_phy = files[-1].end_phy_offset if files else 0
+        full_key = build_key(topic, key)
+        for index_file in reversed(files):
+            if len(offsets) >= max_num:
+                break
+            if index_file.is_time_matched(begin, end):
+                offsets.extend(
+                    index_file.select_phy_offset(full_key, max_num - len(offsets), begin, end)
+                )
+            if index_file.begin_timestamp < begin:
+                break
+        return offsets, last_ts, last_phy
+
+    def flush(self) -> int:
+        """Flush every file; returns the end time of the newest (checkpoint indexMsgTimestamp)."""
+        files = self.index_files
+        for index_file in files:
+            index_file.flush()
+        return files[-1].end_timestamp if files else 0
+
+    def delete_expired_file(self, phy_min_offset: int) -> int:
+        """Delete files (never the newest) whose entries all point below the CommitLog minimum."""
+        files = self.index_files
+        gone = [f for f in files[:-1] if f.end_phy_offset < phy_min_offset]
+        kept = [f for f in files if f not in gone]
+        for index_file in gone:
+            index_file.destroy(3000)
+        self.index_files = kept
+        return len(gone)
+
+    def truncate_after(self, phy_offset: int) -> None:
+        """Forget files whose first entry is at or past a cut CommitLog tail."""
+        files = self.index_files
+        kept = []
+        for index_file in files:
+            if index_file.index_count > 1 and index_file.begin_phy_offset >= phy_offset:
+                index_file.destroy(0)
+            else:
+                kept.append(index_file)
+        self.index_files = kept
+
+    def shutdown(self) -> None:
+        for index_file in self.index_files:
+            index_file.flush()
+            index_file.close()
+
+    def destroy(self) -> None:
+        for index_file in self.index_files:
+            index_file.destroy(0)
+        self.index_files = []
+
+
+def _fresh_index_path(directory: str) -> str:
+    now = time.time()
+    while True:
+        stamp = datetime.fromtimestamp(now)
+        name = stamp.strftime("%Y%m%d%H%M%S") + f"{stamp.microsecond // 1000:03d}"
+        path = os.path.join(directory, name)
+        if not os.path.exists(path):
+            return path
+        now += 0.001

@@ -1,0 +1,548 @@
+"""MappedFile and MappedFileQueue: fixed-size mmap segments named by their start offset.
+
+A file's name is its global start offset as 20 digits (``UtilAll.offset2FileName``); the queue of
+files is one contiguous log (the CommitLog, or one ConsumeQueue). Each file keeps three cursors:
+
+* wrote position: bytes appended (into the mmap, or into the transient pool's buffer);
+* committed position: bytes that reached the file (equal to wrote without a transient pool);
+* flushed position: bytes known to be on disk (after ``fdatasync``).
+
+Readers see up to the *read position*: wrote without a pool, committed with one.
+
+Reference counting (mirrors RocketMQ's ``ReferenceResource``): a reader ``hold()``s a file while
+it copies bytes out, and deletion only unmaps once every holder has ``release()``d, or after
+``destroyMapedFileIntervalForcibly`` has passed.
+
+Durability: ``fdatasync`` on the file descriptor writes back the pages dirtied through the shared
+mapping (Linux keeps one page cache), and unlike ``mmap.flush`` it lets other threads run.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import threading
+import time
+from collections.abc import Iterator
+
+from storage.errors import OffsetOutOfRangeError, StoreError
+
+log = logging.getLogger(__name__)
+
+OS_PAGE_SIZE = 4096
+DELETE_FILES_BATCH_MAX = 10
+_ZERO_CHUNK = bytes(1 << 20)
+
+
+def offset_to_file_name(offset: int) -> str:
+    """The 20-digit, zero-padded file name of a segment that starts at ``offset``."""
+    return f"{offset:020d}"
+
+
+class TransientStorePool:
+    """Write buffers that take appends before the commit service copies them to the file.
+
+    RocketMQ's pool holds ``transientStorePoolSize`` locked off-heap buffers of one CommitLog
+    file each; here they are ``bytearray``s, allocated on first use.
+    """
+
+    def __init__(self, pool_size: int, file_size: int) -> None:
+        self.pool_size = pool_size
+        self.file_size = file_size
+        self._free: list[bytearray] = []
+        self._created = 0
+        self._lock = threading.Lock()
+
+    def borrow_buffer(self) -> bytearray | None:
+        """A buffer for a new file, or None when all are lent (the file then writes directly)."""
+        with self._lock:
+            if self._free:
+                return self._free.pop()
+            if self._created < self.pool_size:
+                self._created += 1
+                return bytearray(self.file_size)
+        log.warning("TransientStorePool has no buffer left; writing to the mapped file directly")
+        return None
+
+    def return_buffer(self, buffer: bytearray) -> None:
+        """Give a buffer back once its file is fully committed."""
+        with self._lock:
+            self._free.append(buffer)
+
+    def available_buffer_nums(self) -> int:
+        with self._lock:
+            return len(self._free) + self.pool_size - self._created
+
+
+class MappedFile:
+    """One fixed-size segment of a log, mapped into memory."""
+
+    def __init__(
+        self, path: str, file_size: int, pool: TransientStorePool | None = None
+    ) -> None:
+        self.path = path
+        self.file_size = file_size
+        self.file_name = os.path.basename(path)
+        try:
+            self.file_from_offset = int(self.file_name)
+        except ValueError as exc:
+            raise StoreError(f"{path}: a store file is named by its 20-digit offset") from exc
+        exists = os.path.exists(path)
+        if not exists:
+            _create_sized_file(path, file_size)
+        self._fd = os.open(path, os.O_RDWR)
+        actual = os.fstat(self._fd).st_size
+        if actual != file_size:
+            os.close(self._fd)
+            raise StoreError(f"{path} is {actual} bytes, but its queue's files are {file_size}")
+        self.mm = mmap.mmap(self._fd, file_size)
+        self.wrote_position = 0
+        self.committed_position = 0
+        self.flushed_position = 0
+        self.store_timestamp = 0  # store time of the last message appended
+        self._pool = pool
+        self.write_buffer = pool.borrow_buffer() if pool is not None else None
+        self._refs = 1
+        self._available = True
+        self._cleanup_over = False
+        self._first_shutdown_ts = 0.0
+        self._ref_lock = threading.Lock()
+        self.first_create_in_queue = not exists
+
+    def __repr__(self) -> str:
+        return f"MappedFile({self.path!r}, wrote={self.wrote_position})"
+
+    # -- positions -------------------------------------------------------------------------
+    @property
+    def read_position(self) -> int:
+        """Bytes a reader may see: committed data when a write buffer is in use."""
+        return self.wrote_position if self.write_buffer is None else self.committed_position
+
+    def is_full(self) -> bool:
+        return self.wrote_position == self.file_size
+
+    def remaining(self) -> int:
+        return self.file_size - self.wrote_position
+
+    def set_positions(self, position: int) -> None:
+        """Recovery's verdict: everything before ``position`` is valid and on disk."""
+        self.wrote_position = self.committed_position = self.flushed_position = position
+
+    # -- writes ------------------------------------------------------------------------------
+    def append(self, data: bytes) -> int:
+        """Append ``data`` at the wrote position; returns the position it was written at."""
+        pos = self.wrote_position
+        end = pos + len(data)
+        if end > self.file_size:
+            raise StoreError(f"{self.path}: {len(data)} bytes do not fit at position {pos}")
+        if self.write_buffer is not None:
+            self.write_buffer[pos:end] = data
+        else:
+            self.mm[pos:end] = data
+        self.wrote_position = end
+        return pos
+
+    def skip_to_end(self) -> None:
+        """Count the rest of the file as written: a blank record fills it."""
+        self.wrote_position = self.file_size
+
+    def zero_from(self, position: int) -> None:
+        """Zero the bytes from ``position`` on, so a cut-off tail can never be read again."""
+        mm = self.mm
+        pos = position
+        while pos < self.file_size:
+            end = min(pos + len(_ZERO_CHUNK), self.file_size)
+            if mm[pos:end] != _ZERO_CHUNK[: end - pos]:
+                mm[pos:end] = _ZERO_CHUNK[: end - pos]
+            pos = end
+        if self.write_buffer is not None:
+            self.write_buffer[position:] = bytes(self.file_size - position)
+
+    # -- reads -------------------------------------------------------------------------------
+    def read(self, pos: int, size: int | None = None) -> bytes:
+        """Copy ``size`` bytes (default: up to the read position) starting at ``pos``."""
+        read_pos = self.read_position
+        end = read_pos if size is None else pos + size
+        if pos < 0 or end > read_pos or pos > end:
+            raise OffsetOutOfRangeError(
+                f"{self.file_name}: bytes {pos}..{end} are beyond the readable {read_pos}"
+            )
+        if not self.hold():
+            raise OffsetOutOfRangeError(f"{self.file_name} is being deleted")
+        try:
+            return self.mm[pos:end]
+        finally:
+            self.release()
+
+    def read_raw(self, pos: int, size: int) -> bytes:
+        """Copy bytes regardless of cursors (recovery and inspection)."""
+        return self.mm[pos : min(pos + size, self.file_size)]
+
+    # -- commit and flush -------------------------------------------------------------------
+    def _able_to(self, done: int, least_pages: int) -> bool:
+        # mirrors MappedFile.isAbleToCommit: a full file always goes; else enough dirty pages
+        wrote = self.wrote_position
+        if self.is_full():
+            return done < self.file_size
+        if least_pages > 0:
+            return wrote // OS_PAGE_SIZE - done // OS_PAGE_SIZE >= least_pages
+        return wrote > done
+
+    def commit(self, least_pages: int) -> int:
+        """Copy buffered appends to the file; returns the committed position."""
+        if self.write_buffer is None:
+            self.committed_position = self.wrote_position
+            return self.committed_position
+        wrote = self.wrote_position
+        if self._able_to(self.committed_position, least_pages) and self.hold():
+            try:
+                start = self.committed_position
+                os.pwrite(self._fd, memoryview(self.write_buffer)[start:wrote], start)
+                self.committed_position = wrote
+            finally:
+                self.release()
+        if self.committed_position == self.file_size and self._pool is not None:
+            self._pool.return_buffer(self.write_buffer)
+            self.write_buffer = None
+        return self.committed_position
+
+    def flush(self, least_pages: int) -> int:
+        """fdatasync when at least ``least_pages`` pages are dirty (0: any); returns the flushed position."""
+        read_pos = self.read_position
+        if read_pos <= self.flushed_position:
+            return self.flushed_position
+        full = read_pos == self.file_size
+        if (
+            least_pages > 0
+            and not full
+            and read_pos // OS_PAGE_SIZE - self.flushed_position // OS_PAGE_SIZE < least_pages
+        ):
+            return self.flushed_position
+        if self.hold():
+            try:
+                os.fdatasync(self._fd)
+                self.flushed_position = read_pos
+            finally:
+                self.release()
+        else:
+            self.flushed_position = read_pos
+        return self.flushed_position
+
+    # -- reference counting and deletion ------------------------------------------------------
+    def hold(self) -> bool:
+        """Take a reference; False once the file is being shut down."""
+        with self._ref_lock:
+            if self._available and self._refs > 0:
+                self._refs += 1
+                return True
+            return False
+
+    def release(self) -> None:
+        """Drop a reference; the last one unmaps the file."""
+        with self._ref_lock:
+            self._refs -= 1
+            if self._refs > 0:
+                return
+            self._cleanup_locked()
+
+    @property
+    def is_available(self) -> bool:
+        return self._available
+
+    @property
+    def is_cleanup_over(self) -> bool:
+        return self._cleanup_over
+
+    def shutdown(self, interval_forcibly_ms: int) -> None:
+        """Stop new holds; unmap now if nobody reads, or forcibly after the interval."""
+        with self._ref_lock:
+            if self._available:
+                self._available = False
+                self._first_shutdown_ts = time.monotonic()
+                self._refs -= 1
+                if self._refs <= 0:
+                    self._cleanup_locked()
+            elif self._refs > 0 and (
+                time.monotonic() - self._first_shutdown_ts >= interval_forcibly_ms / 1000
+            ):
+                log.warning("%s: unmapping with %d readers after the forcible interval",
+                            self.path, self._refs)
+                self._refs = 0
+                self._cleanup_locked()
+
+    def _cleanup_locked(self) -> None:
+        if self._cleanup_over:
+            return
+        if self.write_buffer is not None and self._pool is not None:
+            self._pool.return_buffer(self.write_buffer)
+        self.write_buffer = None
+        self.mm.close()
+        os.close(self._fd)
+        self._cleanup_over = True
+
+    def destroy(self, interval_forcibly_ms: int = 0) -> bool:
+        """Unmap and delete the file; False while readers still hold it."""
+        self.shutdown(interval_forcibly_ms)
+        if not self._cleanup_over:
+            return False
+        try:
+            os.remove(self.path)
+        except FileNotFoundError:
+            pass
+        return True
+
+    def close(self) -> None:
+        """Unmap without deleting (store shutdown)."""
+        with self._ref_lock:
+            self._available = False
+            self._refs = 0
+            self._cleanup_locked()
+
+    def last_modified(self) -> float:
+        return os.path.getmtime(self.path)
+
+
+def _create_sized_file(path: str, size: int) -> None:
+    # Create under a temporary name and rename, so a crash never leaves a short file behind.
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.ftruncate(fd, size)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    _fsync_dir(os.path.dirname(path))
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class MappedFileQueue:
+    """The ordered segments of one log, with flushed and committed watermarks."""
+
+    def __init__(
+        self, store_path: str, mapped_file_size: int, pool: TransientStorePool | None = None
+    ) -> None:
+        self.store_path = store_path
+        self.mapped_file_size = mapped_file_size
+        self.pool = pool
+        # Replaced, never mutated in place, so readers can iterate without a lock.
+        self.mapped_files: list[MappedFile] = []
+        self.flushed_where = 0
+        self.committed_where = 0
+        self.store_timestamp = 0
+        self._lock = threading.Lock()
+        self.flush_count = 0  # fdatasync calls that made progress, for stats and tests
+
+    def __iter__(self) -> Iterator[MappedFile]:
+        return iter(self.mapped_files)
+
+    def load(self) -> None:
+        """Map every existing segment; recovery sets the real positions afterwards."""
+        if not os.path.isdir(self.store_path):
+            return
+        files = []
+        for name in sorted(os.listdir(self.store_path)):
+            path = os.path.join(self.store_path, name)
+            if name.endswith(".tmp"):
+                os.remove(path)  # a segment whose creation never finished
+                continue
+            if not (name.isdigit() and os.path.isfile(path)):
+                continue
+            mapped_file = MappedFile(path, self.mapped_file_size)
+            mapped_file.set_positions(self.mapped_file_size)
+            files.append(mapped_file)
+        self.mapped_files = files
+
+    # -- finding files -------------------------------------------------------------------------
+    def get_first_mapped_file(self) -> MappedFile | None:
+        files = self.mapped_files
+        return files[0] if files else None
+
+    def get_last_mapped_file(self) -> MappedFile | None:
+        files = self.mapped_files
+        return files[-1] if files else None
+
+    def get_last_mapped_file_or_create(self, start_offset: int = 0) -> MappedFile:
+        """The file to write into: the last one, or a new one when there is none or it is full."""
+        last = self.get_last_mapped_file()
+        if last is not None and not last.is_full():
+            return last
+        with self._lock:
+            last = self.get_last_mapped_file()
+            if last is None:
+                create_offset = start_offset - start_offset % self.mapped_file_size
+            elif last.is_full():
+                create_offset = last.file_from_offset + self.mapped_file_size
+            else:
+                return last
+            os.makedirs(self.store_path, exist_ok=True)
+            path = os.path.join(self.store_path, offset_to_file_name(create_offset))
+            mapped_file = MappedFile(path, self.mapped_file_size, self.pool)
+            if not self.mapped_files:
+                self.flushed_where = self.committed_where = create_offset
+            self.mapped_files = [*self.mapped_files, mapped_file]
+            return mapped_file
+
+    def find_mapped_file_by_offset(
+        self, offset: int, return_first_on_not_found: bool = False
+    ) -> MappedFile | None:
+        """The file holding ``offset``, or None when no file does."""
+        files = self.mapped_files
+        if not files:
+            return None
+        first = files[0]
+        index = offset // self.mapped_file_size - first.file_from_offset // self.mapped_file_size
+        if 0 <= index < len(files):
+            candidate = files[index]
+            if candidate.file_from_offset <= offset < candidate.file_from_offset + self.mapped_file_size:
+                return candidate
+        for mapped_file in files:
+            if mapped_file.file_from_offset <= offset < mapped_file.file_from_offset + self.mapped_file_size:
+                return mapped_file
+        return first if return_first_on_not_found else None
+
+    def get_mapped_file_by_time(self, timestamp_ms: int) -> MappedFile | None:
+        """The first file modified at or after the time (RocketMQ's rough time lookup)."""
+        files = self.mapped_files
+        for mapped_file in files:
+            if mapped_file.last_modified() * 1000 >= timestamp_ms:
+                return mapped_file
+        return files[-1] if files else None
+
+    # -- positions ------------------------------------------------------------------------------
+    def get_min_offset(self) -> int:
+        files = self.mapped_files
+        return files[0].file_from_offset if files else 0
+
+    def get_max_offset(self) -> int:
+        """End of readable data."""
+        last = self.get_last_mapped_file()
+        return last.file_from_offset + last.read_position if last else 0
+
+    def get_max_wrote_position(self) -> int:
+        last = self.get_last_mapped_file()
+        return last.file_from_offset + last.wrote_position if last else 0
+
+    def remain_how_many_data_to_flush(self) -> int:
+        return self.get_max_offset() - self.flushed_where
+
+    # -- commit and flush --------------------------------------------------------------------
+    def commit(self, least_pages: int) -> bool:
+        """Commit the file holding ``committed_where``; True when nothing moved."""
+        mapped_file = self.find_mapped_file_by_offset(
+            self.committed_where, self.committed_where == 0
+        )
+        if mapped_file is None:
+            return True
+        where = mapped_file.file_from_offset + mapped_file.commit(least_pages)
+        result = where == self.committed_where
+        self.committed_where = where
+        return result
+
+    def flush(self, least_pages: int) -> bool:
+        """Flush the file holding ``flushed_where``; True when nothing moved."""
+        mapped_file = self.find_mapped_file_by_offset(self.flushed_where, self.flushed_where == 0)
+        if mapped_file is None:
+            return True
+        timestamp = mapped_file.store_timestamp
+        where = mapped_file.file_from_offset + mapped_file.flush(least_pages)
+        result = where == self.flushed_where
+        if not result:
+            self.flush_count += 1
+        self.flushed_where = where
+        if least_pages == 0:
+            self.store_timestamp = timestamp
+        return result
+
+    def flush_all(self) -> None:
+        """Flush until every readable byte is on disk (a file boundary may need two rounds)."""
+        for _ in range(len(self.mapped_files) + 1):
+            if self.flush(0) and self.flushed_where >= self.get_max_offset():
+                return
+
+    # -- truncation and deletion ---------------------------------------------------------------
+    def truncate_dirty_files(self, offset: int) -> None:
+        """Cut the log at ``offset``: later files are deleted, the file holding it is zeroed past it."""
+        keep = []
+        for mapped_file in self.mapped_files:
+            tail = mapped_file.file_from_offset + self.mapped_file_size
+            if tail <= offset:
+                keep.append(mapped_file)
+            elif offset >= mapped_file.file_from_offset:
+                position = offset % self.mapped_file_size
+                mapped_file.set_positions(position)
+                mapped_file.zero_from(position)
+                keep.append(mapped_file)
+            else:
+                mapped_file.destroy(1000)
+        self.mapped_files = keep
+        self.flushed_where = min(self.flushed_where, offset)
+        self.committed_where = min(self.committed_where, offset)
+
+    def delete_last_mapped_file(self) -> None:
+        last = self.get_last_mapped_file()
+        if last is not None:
+            last.destroy(1000)
+            self.mapped_files = self.mapped_files[:-1]
+
+    def delete_expired_file_by_time(
+        self,
+        expired_ms: int,
+        delete_files_interval_ms: int,
+        interval_forcibly_ms: int,
+        clean_immediately: bool,
+    ) -> int:
+        """Delete files (never the last) untouched for ``expired_ms``; returns how many went."""
+        files = self.mapped_files[:-1]
+        now = time.time() * 1000
+        deleted: list[MappedFile] = []
+        for mapped_file in files:
+            if not (clean_immediately or now >= mapped_file.last_modified() * 1000 + expired_ms):
+                break
+            if not mapped_file.destroy(interval_forcibly_ms):
+                break  # a reader holds it: try again next round
+            deleted.append(mapped_file)
+            if len(deleted) >= DELETE_FILES_BATCH_MAX:
+                break
+            if delete_files_interval_ms > 0:
+                time.sleep(delete_files_interval_ms / 1000)
+        self._remove(deleted)
+        return len(deleted)
+
+    def delete_expired_file_by_offset(self, offset: int, unit_size: int) -> int:
+        """Delete ConsumeQueue files whose last unit points below CommitLog offset ``offset``."""
+        deleted = []
+        for mapped_file in self.mapped_files[:-1]:
+            last_unit = mapped_file.read_raw(self.mapped_file_size - unit_size, 8)
+            max_offset = int.from_bytes(last_unit, "big", signed=True)
+            if max_offset >= offset or not mapped_file.destroy(60_000):
+                break
+            deleted.append(mapped_file)
+        self._remove(deleted)
+        return len(deleted)
+
+    def _remove(self, gone: list[MappedFile]) -> None:
+        if gone:
+            with self._lock:
+                ids = {id(f) for f in gone}
+                self.mapped_files = [f for f in self.mapped_files if id(f) not in ids]
+
+    def shutdown(self) -> None:
+        """Unmap every file (data stays on disk)."""
+        for mapped_file in self.mapped_files:
+            mapped_file.close()
+
+    def destroy(self) -> None:
+        """Delete every file of this queue."""
+        for mapped_file in self.mapped_files:
+            mapped_file.destroy(0)
+        self.mapped_files = []
+        self.flushed_where = self.committed_where = 0

@@ -1,0 +1,218 @@
+"""What a message is to the store: properties, sysFlag bits, tag hashes and the inner message.
+
+The property keys and separators are RocketMQ's ``MessageConst`` / ``MessageDecoder`` facts; the
+flag bits are ``MessageSysFlag``. ``MessageExtBrokerInner`` is the message as the broker hands it
+to the store (RocketMQ's class of the same name).
+"""
+
+from __future__ import annotations
+
+import sys
+from array import array
+from dataclasses import dataclass, field
+from functools import lru_cache
+from operator import mul
+
+# --- property keys (MessageConst) ---------------------------------------------------------
+PROPERTY_KEYS = "KEYS"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
+PROPERTY_DELAY_TIME_LEVEL = "DELAY"
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
+PROPERTY_PRODUCER_GROUP = "PGROUP"
+PROPERTY_MIN_OFFSET = "MIN_OFFSET"
+PROPERTY_MAX_OFFSET = "MAX_OFFSET"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
+PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX = "UNIQ_KEY"
+PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+PROPERTY_CLUSTER = "CLUSTER"
+PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
+
+KEY_SEPARATOR = " "
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+
+# --- sysFlag bits (MessageSysFlag) ----------------------------------------------------------
+COMPRESSED_FLAG = 0x1
+MULTI_TAGS_FLAG = 0x2
+TRANSACTION_NOT_TYPE = 0x0
+TRANSACTION_PREPARED_TYPE = 0x4
+TRANSACTION_COMMIT_TYPE = 0x8
+TRANSACTION_ROLLBACK_TYPE = 0xC
+TRANSACTION_TYPE_MASK = 0xC
+BORNHOST_V6_FLAG = 0x10
+STOREHOSTADDRESS_V6_FLAG = 0x20
+NEED_UNWRAP_FLAG = 0x40
+INNER_BATCH_FLAG = 0x80
+COMPRESSION_TYPE_MASK = 0x700
+
+# Topics the store itself writes to (TopicValidator / ScheduleMessageService).
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+
+
+def transaction_type(sys_flag: int) -> int:
+    """The transaction bits of a sysFlag (0x0, 0x4, 0x8 or 0xC)."""
+    return sys_flag & TRANSACTION_TYPE_MASK
+
+
+def reset_transaction_type(sys_flag: int, tran_type: int) -> int:
+    """``sys_flag`` with its transaction bits replaced by ``tran_type``."""
+    return (sys_flag & ~TRANSACTION_TYPE_MASK) | tran_type
+
+
+# --- properties string ----------------------------------------------------------------------
+def properties_to_string(properties: dict[str, str]) -> str:
+    """Serialise properties as RocketMQ does: ``name\\x01value\\x02`` for every pair."""
+    return "".join(f"{k}\x01{v}\x02" for k, v in properties.items() if v is not None)
+
+
+def string_to_properties(text: str) -> dict[str, str]:
+    """Parse a properties string; malformed segments are skipped as RocketMQ skips them."""
+    result: dict[str, str] = {}
+    for item in text.split(PROPERTY_SEPARATOR):
+        name, sep, value = item.partition(NAME_VALUE_SEPARATOR)
+        if sep and name and value:
+            result[name] = value
+    return result
+
+
+def property_from_string(text: str, name: str) -> str | None:
+    """One property's value without parsing the whole string (the put and dispatch paths)."""
+    start = 0
+    needle = name + NAME_VALUE_SEPARATOR
+    while True:
+        i = text.find(needle, start)
+        if i < 0:
+            return None
+        if i == 0 or text[i - 1] == PROPERTY_SEPARATOR:
+            begin = i + len(needle)
+            end = text.find(PROPERTY_SEPARATOR, begin)
+            value = text[begin:] if end < 0 else text[begin:end]
+            return value or None
+        start = i + 1
+
+
+# --- Java String.hashCode -------------------------------------------------------------------
+_MASK32 = 0xFFFFFFFF
+_POWERS: list[tuple[int, ...]] = [()]
+
+
+def _powers(n: int) -> tuple[int, ...]:
+    # Coefficients 31^(n-1) .. 31^0 mod 2^32: the hash is then one C-level dot product.
+    while len(_POWERS) <= n:
+        m = len(_POWERS)
+        _POWERS.append(tuple(pow(31, m - 1 - i, 1 << 32) for i in range(m)))
+    return _POWERS[n]
+
+
+def _utf16_units(text: str) -> array:
+    units = array("H", text.encode("utf-16-le"))
+    if sys.byteorder == "big":
+        units.byteswap()
+    return units
+
+
+def java_hash(text: str) -> int:
+    """Java's ``String.hashCode``: over UTF-16 code units, as a signed 32-bit int."""
+    units = text.encode("ascii") if text.isascii() else _utf16_units(text)
+    n = len(units)
+    coefficients = _powers(n) if n <= 1024 else tuple(pow(31, n - 1 - i, 1 << 32) for i in range(n))
+    h = sum(map(mul, coefficients, units)) & _MASK32
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+@lru_cache(maxsize=4096)
+def tags_string_to_tags_code(tags: str | None) -> int:
+    """The ConsumeQueue tagsCode of a TAGS value (0 without tags)."""
+    if not tags:
+        return 0
+    return java_hash(tags)
+
+
+# --- the message handed to the store --------------------------------------------------------
+@dataclass(slots=True)
+class MessageExtBrokerInner:
+    """A message as the broker hands it to the store (RocketMQ's ``MessageExtBrokerInner``).
+
+    ``properties_string`` is what goes on disk; ``properties`` is its parsed view. The broker
+    usually has the string from the wire already, so either may be given.
+    """
+
+    topic: str
+    body: bytes = b""
+    queue_id: int = 0
+    flag: int = 0
+    properties: dict[str, str] = field(default_factory=dict)
+    properties_string: str | None = None
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: tuple[str, int] = ("127.0.0.1", 0)
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    # Set by the store when it writes the record.
+    store_timestamp: int = 0
+    queue_offset: int = 0
+    commit_log_offset: int = 0
+
+    def __post_init__(self) -> None:
+        if self.properties_string is None:
+            self.properties_string = properties_to_string(self.properties)
+        elif not self.properties and self.properties_string:
+            self.properties = string_to_properties(self.properties_string)
+
+    def put_property(self, name: str, value: str) -> None:
+        """Set one property and re-serialise the properties string."""
+        self.properties[name] = value
+        self.properties_string = properties_to_string(self.properties)
+
+    def clear_property(self, name: str) -> None:
+        """Remove one property and re-serialise the properties string."""
+        if self.properties.pop(name, None) is not None:
+            self.properties_string = properties_to_string(self.properties)
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> str | None:
+        return self.properties.get(PROPERTY_KEYS)
+
+    @property
+    def delay_time_level(self) -> int:
+        value = self.properties.get(PROPERTY_DELAY_TIME_LEVEL)
+        try:
+            return int(value) if value else 0
+        except ValueError:
+            return 0
+
+    @property
+    def wait_store_msg_ok(self) -> bool:
+        """RocketMQ waits for flush/replication unless WAIT is present and not "true"."""
+        value = self.properties.get(PROPERTY_WAIT_STORE_MSG_OK)
+        return value is None or value.lower() == "true"
+
+
+@dataclass(slots=True)
+class MessageExtBatch:
+    """A batch as the broker hands it to the store: the SEND_BATCH_MESSAGE body plus its header.
+
+    ``body`` holds the inner messages in RocketMQ's batch encoding (``record.encode_batch_body``).
+    """
+
+    topic: str
+    body: bytes
+    queue_id: int = 0
+    flag: int = 0
+    properties: dict[str, str] = field(default_factory=dict)
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: tuple[str, int] = ("127.0.0.1", 0)
+    reconsume_times: int = 0
+    store_timestamp: int = 0

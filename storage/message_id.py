@@ -1,0 +1,116 @@
+"""Message ids: the broker's offset msgId and the client's UNIQ_KEY id.
+
+* offset msgId = store host IP (4 or 16 bytes) + port (int32) + CommitLog offset (int64), as
+  uppercase hex: 32 characters for IPv4, 56 for IPv6 (``MessageDecoder.createMessageId``).
+* UNIQ_KEY id = client IP (4 or 16) + pid (int16) + class-loader hash (int32) + milliseconds since
+  the start of the month (int32) + counter (int16) (``MessageClientIDSetter``). It has the same
+  length as an offset msgId but cannot be decoded as one.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import struct
+import threading
+import time
+from datetime import UTC, datetime
+from functools import lru_cache
+from typing import NamedTuple
+
+_OFFSET_TAIL = struct.Struct(">iq")
+_UNIQ_TAIL = struct.Struct(">hiiH")
+
+
+@lru_cache(maxsize=256)
+def host_to_bytes(ip: str, port: int) -> bytes:
+    """The 8- or 20-byte form of an (ip, port) pair in records and msgIds."""
+    return ipaddress.ip_address(ip).packed + struct.pack(">i", port)
+
+
+def bytes_to_host(raw: bytes) -> tuple[str, int]:
+    """Inverse of :func:`host_to_bytes`."""
+    (port,) = struct.unpack(">i", raw[-4:])
+    return str(ipaddress.ip_address(raw[:-4])), port
+
+
+def is_ipv6(ip: str) -> bool:
+    """Whether an address needs the 16-byte host form."""
+    return ":" in ip
+
+
+def create_message_id(store_host: bytes, offset: int) -> str:
+    """The offset msgId of the record at ``offset`` on the broker ``store_host`` (8/20 bytes)."""
+    return (store_host + offset.to_bytes(8, "big", signed=True)).hex().upper()
+
+
+class OffsetMessageId(NamedTuple):
+    ip: str
+    port: int
+    offset: int
+
+
+def decode_message_id(msg_id: str) -> OffsetMessageId:
+    """Decode an offset msgId; raises ``ValueError`` for anything that is not one."""
+    if len(msg_id) not in (32, 56):
+        raise ValueError(f"a msgId has 32 or 56 hex digits, not {len(msg_id)}: {msg_id!r}")
+    raw = bytes.fromhex(msg_id)
+    ip_len = 4 if len(raw) == 16 else 16
+    port, offset = _OFFSET_TAIL.unpack(raw[ip_len:])
+    return OffsetMessageId(str(ipaddress.ip_address(raw[:ip_len])), port, offset)
+
+
+class UniqMessageId(NamedTuple):
+    ip: str
+    pid: int
+    class_loader_hash: int
+    millis_since_month_start: int
+    counter: int
+
+
+def decode_uniq_message_id(msg_id: str) -> UniqMessageId:
+    """Decode a client UNIQ_KEY id; raises ``ValueError`` for a malformed one."""
+    if len(msg_id) not in (32, 56):
+        raise ValueError(f"a UNIQ_KEY id has 32 or 56 hex digits, not {len(msg_id)}: {msg_id!r}")
+    raw = bytes.fromhex(msg_id)
+    ip_len = 4 if len(raw) == 16 else 16
+    pid, loader, millis, counter = _UNIQ_TAIL.unpack(raw[ip_len:])
+    return UniqMessageId(str(ipaddress.ip_address(raw[:ip_len])), pid, loader, millis, counter)
+
+
+def uniq_id_timestamp(msg_id: str, now_ms: int | None = None) -> int:
+    """Approximate born time of a UNIQ_KEY id (``MessageClientIDSetter.getNearlyTimeFromID``)."""
+    millis = decode_uniq_message_id(msg_id).millis_since_month_start
+    now = datetime.fromtimestamp((now_ms if now_ms is not None else time.time() * 1000) / 1000, UTC)
+    month_start = _month_start_ms(now.year, now.month)
+    guess = month_start + millis
+    if now_ms is not None and guess > now_ms:
+        year, month = (now.year, now.month - 1) if now.month > 1 else (now.year - 1, 12)
+        guess = _month_start_ms(year, month) + millis
+    return guess
+
+
+def _month_start_ms(year: int, month: int) -> int:
+    return int(datetime(year, month, 1, tzinfo=UTC).timestamp() * 1000)
+
+
+class UniqIdGenerator:
+    """Makes UNIQ_KEY ids for one process, as a RocketMQ producer does."""
+
+    def __init__(self, ip: str = "127.0.0.1") -> None:
+        self._prefix = ipaddress.ip_address(ip).packed + struct.pack(
+            ">hi", os.getpid() & 0x7FFF, id(self) & 0x7FFFFFFF
+        )
+        self._lock = threading.Lock()
+        self._counter = 0
+
+    def next_id(self, now_ms: int | None = None) -> str:
+        """A new id; unique within this process for 65,536 ids per millisecond."""
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        now = datetime.fromtimestamp(now_ms / 1000, UTC)
+        millis = (now_ms - _month_start_ms(now.year, now.month)) & 0x7FFFFFFF
+        with self._lock:
+            self._counter = (self._counter + 1) & 0xFFFF
+            counter = self._counter
+        tail = struct.pack(">iH", millis, counter)
+        return (self._prefix + tail).hex().upper()
