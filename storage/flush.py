@@ -198,3 +198,42 @@ class CommitRealTimeService(ServiceThread):
         for _ in range(RETRY_TIMES_OVER):
             if self.queue.commit(0):
                 break
+
+
+class FlushConsumeQueueService(ServiceThread):
+    """Flushes ConsumeQueues and the index every flushIntervalConsumeQueue, then the checkpoint."""
+
+    name = "FlushConsumeQueueService"
+
+    def __init__(self, store) -> None:
+        super().__init__()
+        self.store = store
+        self._last_thorough = time.monotonic()
+
+    def run_once(self) -> None:
+        self._stopped.wait(self.store.config.flush_interval_consume_queue / 1000)
+        self.flush_once(thorough=False)
+
+    def on_shutdown(self) -> None:
+        self.flush_once(thorough=True)
+
+    def flush_once(self, thorough: bool) -> None:
+        store = self.store
+        config = store.config
+        now = time.monotonic()
+        least = config.flush_consume_queue_least_pages
+        if thorough or now >= self._last_thorough + config.flush_consume_queue_thorough_interval / 1000:
+            self._last_thorough = now
+            least = 0
+        # Read the time before flushing: the checkpoint must never claim more than is on disk.
+        dispatched_ts = store.reput.last_store_timestamp
+        for queues in list(store.consume_queue_table.values()):
+            for queue in list(queues.values()):
+                queue.flush(least)
+        index_ts = store.index_service.flush() if config.message_index_enable else 0
+        checkpoint = store.checkpoint
+        if least == 0 and dispatched_ts:
+            checkpoint.logics_msg_timestamp = dispatched_ts
+        if index_ts:
+            checkpoint.index_msg_timestamp = index_ts
+        checkpoint.flush()

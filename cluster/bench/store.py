@@ -1,0 +1,223 @@
+"""``rocketdesk bench store``: figures for the message store on this machine.
+
+* async: ASYNC_FLUSH puts of ``--size`` byte messages (tags, two keys, a UNIQ_KEY), timed until
+  every message is dispatched to its ConsumeQueue and the index;
+* sync: SYNC_FLUSH with ``--writers`` concurrent writers on an event loop, each waiting for its
+  group commit before the next put;
+* recovery: time to load and recover the CommitLog just written, after a clean shutdown
+  (normal recovery) and after a simulated crash (abort file left behind);
+* query: query by key among all messages written (average and 99th percentile).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import shutil
+import statistics
+import tempfile
+import time
+
+from storage.config import FlushDiskType, MessageStoreConfig
+from storage.message import MessageExtBrokerInner
+from storage.message_id import UniqIdGenerator
+from storage.message_store import DefaultMessageStore
+
+TOPIC = "BenchmarkTest"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--messages", type=int, default=1_000_000,
+                        help="messages for the async, recovery and query runs (default 1,000,000)")
+    parser.add_argument("--size", type=int, default=1024, help="body size in bytes (default 1024)")
+    parser.add_argument("--writers", type=int, default=64,
+                        help="concurrent writers for the SYNC_FLUSH run (default 64)")
+    parser.add_argument("--sync-seconds", type=float, default=5.0,
+                        help="how long the SYNC_FLUSH run lasts (default 5)")
+    parser.add_argument("--queues", type=int, default=8, help="queues of the topic (default 8)")
+    parser.add_argument("--file-size", type=int, default=1024**3,
+                        help="CommitLog file size (default 1 GiB, RocketMQ's)")
+    parser.add_argument("--dir", help="scratch directory (default: a temporary folder, removed)")
+    parser.add_argument("--only", choices=["async", "sync", "recovery", "query"], action="append",
+                        help="run only these parts (repeatable)")
+    parser.set_defaults(func=run_store_bench)
+
+
+def _config(root: str, args: argparse.Namespace, flush: FlushDiskType) -> MessageStoreConfig:
+    return MessageStoreConfig(
+        store_path_root_dir=root,
+        mapped_file_size_commit_log=args.file_size,
+        flush_disk_type=flush,
+        delete_when="99",  # never an hour: the benchmark must not delete what it measures
+    )
+
+
+def _message(body: bytes, queue_id: int, key: str, uniq: str) -> MessageExtBrokerInner:
+    return MessageExtBrokerInner(
+        topic=TOPIC, body=body, queue_id=queue_id,
+        properties_string=f"TAGS\x01TagA\x02KEYS\x01{key} order-{key}\x02UNIQ_KEY\x01{uniq}\x02"
+                          "WAIT\x01true\x02",
+        born_timestamp=int(time.time() * 1000), born_host=("127.0.0.1", 50000),
+    )
+
+
+def bench_async(root: str, args: argparse.Namespace) -> dict:
+    store = DefaultMessageStore(_config(root, args, FlushDiskType.ASYNC_FLUSH))
+    store.load()
+    store.start()
+    body = os.urandom(args.size)
+    ids = UniqIdGenerator()
+    queues = args.queues
+    n = args.messages
+    started = time.perf_counter()
+    for i in range(n):
+        store.put_message_nowait(_message(body, i % queues, f"k{i}", ids.next_id()))
+    put_done = time.perf_counter()
+    store.wait_dispatched(timeout=600)
+    dispatched = time.perf_counter()
+    store.shutdown()
+    return {
+        "messages": n,
+        "put_seconds": put_done - started,
+        "seconds": dispatched - started,
+        "msg_per_s": n / (dispatched - started),
+        "commitlog_bytes": store.commit_log.get_max_offset(),
+    }
+
+
+def bench_sync(root: str, args: argparse.Namespace) -> dict:
+    store = DefaultMessageStore(_config(root, args, FlushDiskType.SYNC_FLUSH))
+    store.load()
+    store.start()
+    body = os.urandom(args.size)
+    ids = UniqIdGenerator()
+    latencies: list[float] = []
+    failures = 0
+
+    async def writer(number: int, deadline: float) -> int:
+        nonlocal failures
+        loop = asyncio.get_running_loop()
+        count = 0
+        while time.perf_counter() < deadline:
+            begin = time.perf_counter()
+            _, request = store.put_message_nowait(
+                _message(body, number % args.queues, f"s{number}-{count}", ids.next_id()))
+            future = loop.create_future()
+            request.add_done_callback(
+                lambda ok, f=future: loop.call_soon_threadsafe(_resolve, f, ok))
+            if not await future:
+                failures += 1
+            latencies.append(time.perf_counter() - begin)
+            count += 1
+        return count
+
+    async def main() -> int:
+        deadline = time.perf_counter() + args.sync_seconds
+        counts = await asyncio.gather(*(writer(i, deadline) for i in range(args.writers)))
+        return sum(counts)
+
+    started = time.perf_counter()
+    total = asyncio.run(main())
+    elapsed = time.perf_counter() - started
+    flushes = store.commit_log.mapped_file_queue.flush_count
+    store.shutdown()
+    return {
+        "messages": total,
+        "writers": args.writers,
+        "seconds": elapsed,
+        "msg_per_s": total / elapsed,
+        "avg_rt_ms": statistics.fmean(latencies) * 1000 if latencies else 0.0,
+        "max_rt_ms": max(latencies) * 1000 if latencies else 0.0,
+        "fdatasyncs": flushes,
+        "failures": failures,
+    }
+
+
+def _resolve(future: asyncio.Future, ok: bool) -> None:
+    if not future.done():
+        future.set_result(ok)
+
+
+def bench_recovery(root: str, args: argparse.Namespace) -> dict:
+    config = _config(root, args, FlushDiskType.ASYNC_FLUSH)
+    started = time.perf_counter()
+    store = DefaultMessageStore(config)
+    store.load()
+    normal = time.perf_counter() - started
+    size = store.commit_log.get_max_offset()
+    store.start()
+    store.shutdown()
+    # A crash: the abort file stays behind, so the next start takes the abnormal path.
+    with open(os.path.join(root, "abort"), "w"):
+        pass
+    started = time.perf_counter()
+    store = DefaultMessageStore(config)
+    store.load()
+    abnormal = time.perf_counter() - started
+    store.start()
+    store.shutdown()
+    return {"commitlog_bytes": size, "normal_seconds": normal, "abnormal_seconds": abnormal}
+
+
+def bench_query(root: str, args: argparse.Namespace) -> dict:
+    store = DefaultMessageStore(_config(root, args, FlushDiskType.ASYNC_FLUSH))
+    store.load()
+    rng = random.Random(7)
+    timings = []
+    misses = 0
+    for _ in range(1000):
+        i = rng.randrange(args.messages)
+        begin = time.perf_counter()
+        found = store.query_message(TOPIC, f"k{i}", 32)
+        timings.append(time.perf_counter() - begin)
+        misses += not found.messages
+    store.shutdown()
+    timings.sort()
+    return {
+        "queries": len(timings),
+        "avg_ms": statistics.fmean(timings) * 1000,
+        "p99_ms": timings[int(len(timings) * 0.99) - 1] * 1000,
+        "misses": misses,
+    }
+
+
+def run_store_bench(args: argparse.Namespace) -> int:
+    parts = args.only or ["async", "sync", "recovery", "query"]
+    scratch = args.dir or tempfile.mkdtemp(prefix="rocketdesk-bench-")
+    os.makedirs(scratch, exist_ok=True)
+    main_root = os.path.join(scratch, "async")
+    sync_root = os.path.join(scratch, "sync")
+    print(f"store benchmark: {args.size}-byte bodies, {os.cpu_count()} cores, scratch {scratch}")
+    try:
+        if "async" in parts or not os.path.isdir(main_root):
+            if any(p in parts for p in ("async", "recovery", "query")):
+                shutil.rmtree(main_root, ignore_errors=True)
+                r = bench_async(main_root, args)
+                print(f"ASYNC_FLUSH put, dispatch included: {r['messages']:,} messages in "
+                      f"{r['seconds']:.2f} s = {r['msg_per_s']:,.0f} msg/s "
+                      f"(appends alone {r['messages'] / r['put_seconds']:,.0f} msg/s; "
+                      f"{r['commitlog_bytes'] / 2**20:,.0f} MiB)", flush=True)
+        if "sync" in parts:
+            shutil.rmtree(sync_root, ignore_errors=True)
+            r = bench_sync(sync_root, args)
+            print(f"SYNC_FLUSH group commit, {r['writers']} writers: {r['messages']:,} messages in "
+                  f"{r['seconds']:.2f} s = {r['msg_per_s']:,.0f} msg/s, average RT "
+                  f"{r['avg_rt_ms']:.2f} ms, max RT {r['max_rt_ms']:.1f} ms, "
+                  f"{r['fdatasyncs']:,} fdatasyncs, {r['failures']} timeouts", flush=True)
+            shutil.rmtree(sync_root, ignore_errors=True)
+        if "recovery" in parts:
+            r = bench_recovery(main_root, args)
+            print(f"recovery of a {r['commitlog_bytes'] / 2**30:.2f} GiB CommitLog: normal "
+                  f"{r['normal_seconds']:.2f} s, after a crash {r['abnormal_seconds']:.2f} s",
+                  flush=True)
+        if "query" in parts:
+            r = bench_query(main_root, args)
+            print(f"query by key among {args.messages:,} messages: average {r['avg_ms']:.3f} ms, "
+                  f"p99 {r['p99_ms']:.3f} ms over {r['queries']} queries ({r['misses']} misses)",
+                  flush=True)
+    finally:
+        if not args.dir:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return 0

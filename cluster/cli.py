@@ -1,0 +1,153 @@
+"""The ``rocketdesk`` command line.
+
+Errors reach the user as one sentence on stderr and exit code 2 (usage) or 1 (failure);
+never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from storage.errors import StoreError
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+
+
+def _store_inspect(args: argparse.Namespace) -> int:
+    from storage.inspector import format_timestamp, inspect_store
+
+    result = inspect_store(args.dir, check_crc=not args.no_crc)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+        return EXIT_FAILURE if result.problems else EXIT_OK
+    out = sys.stdout
+    out.write(f"Store {result.root}\n")
+    out.write(f"  CommitLog: {len(result.commit_log_files)} file(s) of {result.file_size:,} bytes, "
+              f"offsets {result.min_offset:,} .. {result.max_offset:,}\n")
+    out.write(f"  records: {result.records:,} (+{result.blank_records} blank end-of-file), "
+              f"CRC {'not checked' if args.no_crc else 'verified'}\n")
+    out.write(f"  stored: {format_timestamp(result.first_store_timestamp)} .. "
+              f"{format_timestamp(result.last_store_timestamp)}\n")
+    if result.checkpoint:
+        cp = result.checkpoint
+        out.write("  checkpoint: commitlog " + format_timestamp(cp["physicMsgTimestamp"])
+                  + ", consumequeue " + format_timestamp(cp["logicsMsgTimestamp"])
+                  + ", index " + format_timestamp(cp["indexMsgTimestamp"]) + "\n")
+    out.write(f"  index files: {len(result.index_files)}, "
+              f"{sum(f['entries'] for f in result.index_files):,} entries\n")
+    out.write("\n  topic                                   queue   records   cq min   cq max\n")
+    for (topic, queue_id), summary in sorted(result.queues.items()):
+        cq_min = "-" if summary.cq_min is None else f"{summary.cq_min:,}"
+        cq_max = "-" if summary.cq_max is None else f"{summary.cq_max:,}"
+        out.write(f"  {topic:<40}{queue_id:>5}{summary.records:>10,}{cq_min:>9}{cq_max:>9}\n")
+    for note in result.notes:
+        out.write(f"\n  note: {note}")
+    if result.problems:
+        out.write("\n\n  PROBLEMS:\n")
+        for problem in result.problems:
+            out.write(f"   - {problem}\n")
+    else:
+        out.write("\n  no problems found\n")
+    return EXIT_FAILURE if result.problems else EXIT_OK
+
+
+def _store_dump(args: argparse.Namespace) -> int:
+    from storage.inspector import iter_store_records, record_to_json
+    from storage.record import MessageRecord
+
+    problems: list[str] = []
+    printed = 0
+    for record in iter_store_records(args.dir, check_crc=not args.no_crc, problems=problems,
+                                     from_offset=args.from_offset):
+        if not isinstance(record, MessageRecord):
+            continue
+        if args.topic is not None and record.topic != args.topic:
+            continue
+        if args.queue is not None and record.queue_id != args.queue:
+            continue
+        sys.stdout.write(json.dumps(record_to_json(record), ensure_ascii=False) + "\n")
+        printed += 1
+        if args.limit is not None and printed >= args.limit:
+            break
+    for problem in problems:
+        print(f"rocketdesk: {problem}", file=sys.stderr)
+    return EXIT_FAILURE if problems else EXIT_OK
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from cluster.demo import run_demo
+
+    return run_demo(args.dir)
+
+
+def _bench_store(args: argparse.Namespace) -> int:
+    from cluster.bench.store import run_store_bench
+
+    return run_store_bench(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rocketdesk",
+        description="RocketDesk: a local RocketMQ-compatible cluster and its console.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what happens")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    demo = commands.add_parser("demo", help="write a demo store and inspect it")
+    demo.add_argument("--dir", help="where to write the demo store (default: your data folder)")
+    demo.set_defaults(func=_demo)
+
+    store = commands.add_parser("store", help="read RocketMQ store directories (read-only)")
+    store_commands = store.add_subparsers(dest="store_command", metavar="ACTION", required=True)
+    inspect = store_commands.add_parser(
+        "inspect", help="summary per topic and queue, positions, CRC check, problems found")
+    inspect.add_argument("dir", help="the store root (storePathRootDir), e.g. ~/store")
+    inspect.add_argument("--json", action="store_true", help="print JSON")
+    inspect.add_argument("--no-crc", action="store_true", help="skip body CRC verification")
+    inspect.set_defaults(func=_store_inspect)
+    dump = store_commands.add_parser("dump", help="one JSON object per record")
+    dump.add_argument("dir", help="the store root (storePathRootDir)")
+    dump.add_argument("--topic", help="only this topic")
+    dump.add_argument("--queue", type=int, help="only this queue id")
+    dump.add_argument("--from-offset", type=int, default=0, help="start at this CommitLog offset")
+    dump.add_argument("--limit", type=int, help="stop after this many records")
+    dump.add_argument("--no-crc", action="store_true", help="skip body CRC verification")
+    dump.set_defaults(func=_store_dump)
+
+    bench = commands.add_parser("bench", help="benchmarks that print figures")
+    bench_commands = bench.add_subparsers(dest="bench_command", metavar="TARGET", required=True)
+    from cluster.bench.store import add_arguments
+
+    add_arguments(bench_commands.add_parser(
+        "store", help="message store: async/sync-flush puts, recovery, query by key"))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return args.func(args)
+    except StoreError as exc:
+        print(f"rocketdesk: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except BrokenPipeError:
+        return EXIT_OK  # `rocketdesk store dump DIR | head` is normal use
+    except (OSError, ValueError) as exc:
+        print(f"rocketdesk: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The two commands of RocketDesk's README:
+#   ./dev.sh run    install everything into .venv, then launch RocketDesk
+#   ./dev.sh test   install everything into .venv, then run the whole test suite
+# Extra arguments go to the launched program (run) or to pytest (test).
+set -euo pipefail
+cd "$(dirname "$0")"
+
+venv=.venv
+python=${PYTHON:-}
+if [ -z "$python" ]; then
+  for candidate in python3.11 python3 python; do
+    if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+      python=$candidate
+      break
+    fi
+  done
+fi
+[ -n "$python" ] || { echo "dev.sh: Python 3.11 or newer is needed" >&2; exit 1; }
+
+if [ ! -x "$venv/bin/python" ]; then
+  echo "dev.sh: creating $venv with $python" >&2
+  "$python" -m venv "$venv"
+fi
+# Reinstall only when the project's dependencies changed.
+stamp="$venv/.rocketdesk-installed"
+want=$(cat pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "dev.sh: installing RocketDesk and its dependencies" >&2
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[test]"
+  echo "$want" > "$stamp"
+fi
+
+command=${1:-run}
+shift || true
+case "$command" in
+  run)
+    exec "$venv/bin/rocketdesk" demo "$@"
+    ;;
+  test)
+    "$venv/bin/ruff" check .
+    "$venv/bin/lint-imports"
+    exec "$venv/bin/python" -m pytest "$@"
+    ;;
+  *)
+    echo "usage: ./dev.sh run|test [args]" >&2
+    exit 2
+    ;;
+esac

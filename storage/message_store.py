@@ -1,0 +1,658 @@
+"""DefaultMessageStore: the facade a broker uses.
+
+Owns the CommitLog, the ConsumeQueues (``consumequeue/<topic>/<queueId>``), the index, the
+checkpoint, the abort and lock files, and the services: flush (async or group commit), commit
+(transient pool), dispatch (reput), cleaning and statistics.
+
+Threads: ``put_*`` may be called from any thread (one put lock orders them); dispatch, flush and
+cleaning run in their own service threads. Callers on an event loop use ``put_message_nowait``
+and bridge the returned ``GroupCommitRequest`` with ``call_soon_threadsafe``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+import time
+
+from storage.checkpoint import StoreCheckpoint
+from storage.cleanup import CleanService
+from storage.commitlog import AppendMessageResult, CommitLog
+from storage.config import BrokerRole, FlushDiskType, MessageStoreConfig
+from storage.consume_queue import ConsumeQueue
+from storage.dispatch import DispatchRequest, ReputMessageService
+from storage.errors import (
+    MessageIllegalError,
+    OffsetOutOfRangeError,
+    OSPageCacheBusyError,
+    PropertiesSizeExceededError,
+    PutMessageStatus,
+    ServiceNotAvailableError,
+    StoreLockedError,
+)
+from storage.flush import (
+    CommitRealTimeService,
+    FlushConsumeQueueService,
+    FlushRealTimeService,
+    GroupCommitRequest,
+    GroupCommitService,
+)
+from storage.index_file import IndexService
+from storage.mapped_file import TransientStorePool
+from storage.message import (
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    MessageExtBatch,
+    MessageExtBrokerInner,
+)
+from storage.message_id import decode_message_id
+from storage.record import MessageRecord, decode_record
+from storage.recovery import recover_store
+from storage.results import (
+    GetMessageResult,
+    GetMessageStatus,
+    MessageFilter,
+    PutMessageResult,
+    QueryMessageResult,
+)
+from storage.stats import StoreStatsService
+
+log = logging.getLogger(__name__)
+
+MAX_TOPIC_LENGTH = 127
+MAX_PROPERTIES_LENGTH = 32767
+
+
+def _total_physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 8 * 1024**3
+
+
+class DefaultMessageStore:
+    """The message store of one broker."""
+
+    def __init__(
+        self, config: MessageStoreConfig, store_host: tuple[str, int] = ("127.0.0.1", 10911)
+    ) -> None:
+        config.validate()
+        self.config = config
+        self.store_host = store_host
+        self.pool = (
+            TransientStorePool(config.transient_store_pool_size, config.mapped_file_size_commit_log)
+            if config.transient_store_pool_active
+            else None
+        )
+        self.commit_log = CommitLog(config, store_host, self.pool)
+        self.consume_queue_table: dict[str, dict[int, ConsumeQueue]] = {}
+        self._cq_lock = threading.Lock()
+        self.index_service = IndexService(
+            config.index_dir, config.max_hash_slot_num, config.max_index_num,
+            config.max_msgs_num_batch,
+        )
+        self.checkpoint: StoreCheckpoint | None = None
+        self.stats = StoreStatsService()
+        self.delay_levels_ms = config.delay_levels_ms()
+        dispatchers = [self._dispatch_consume_queue]
+        if config.message_index_enable:
+            dispatchers.append(self._dispatch_index)
+        self.reput = ReputMessageService(self.commit_log, dispatchers, self.delay_levels_ms)
+        self.commit_log.on_append = self.reput.wakeup
+        self.flush_service = None
+        self.commit_service = None
+        self.clean_service = CleanService(self)
+        self._lock_fd: int | None = None
+        self.last_exit_ok = True
+        self.recovered_problem: str | None = None
+        self._started = False
+        self._shutdown = False
+        self._memory_limit = _total_physical_memory() * config.access_message_in_memory_max_ratio // 100
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def load(self) -> bool:
+        """Lock the directory, map every file and recover; returns whether the last exit was clean."""
+        config = self.config
+        os.makedirs(config.store_path_root_dir, exist_ok=True)
+        self._take_lock()
+        self.last_exit_ok = not os.path.exists(config.abort_path)
+        self.checkpoint = StoreCheckpoint(config.checkpoint_path)
+        self.commit_log.load()
+        self._load_consume_queues()
+        self.index_service.load(self.last_exit_ok, self.checkpoint.index_msg_timestamp)
+        self._recover()
+        return self.last_exit_ok
+
+    def _take_lock(self) -> None:
+        path = self.config.lock_path
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+        except OSError as exc:
+            os.close(fd)
+            raise StoreLockedError(
+                f"{self.config.store_path_root_dir} is in use by another broker (lock file held)"
+            ) from exc
+        os.pwrite(fd, b"lock", 0)
+        self._lock_fd = fd
+
+    def _load_consume_queues(self) -> None:
+        root = self.config.consume_queue_dir
+        if not os.path.isdir(root):
+            return
+        for topic in os.listdir(root):
+            topic_dir = os.path.join(root, topic)
+            if not os.path.isdir(topic_dir):
+                continue
+            for queue_name in os.listdir(topic_dir):
+                if not queue_name.isdigit():
+                    continue
+                queue = ConsumeQueue(topic, int(queue_name), root,
+                                     self.config.mapped_file_size_consume_queue)
+                queue.load()
+                self.consume_queue_table.setdefault(topic, {})[int(queue_name)] = queue
+
+    def _recover(self) -> None:
+        recover_store(self)
+
+    def _max_physic_offset_in_consume_queues(self) -> int:
+        best = -1
+        for queues in self.consume_queue_table.values():
+            for queue in queues.values():
+                best = max(best, queue.max_physic_offset)
+        return best
+
+    def rebuild_topic_queue_table(self) -> None:
+        """Number each queue's next message from what its ConsumeQueue holds."""
+        table = {}
+        for topic, queues in self.consume_queue_table.items():
+            for queue_id, queue in queues.items():
+                table[(topic, queue_id)] = queue.get_max_offset_in_queue()
+        self.commit_log.topic_queue_table = table
+
+    def start(self) -> None:
+        """Start the services and mark the store as running (the abort file)."""
+        if self.checkpoint is None:
+            self.load()
+        config = self.config
+        with open(config.abort_path, "w") as abort:
+            abort.write(str(os.getpid()))
+        queue = self.commit_log.mapped_file_queue
+        if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+            self.flush_service = GroupCommitService(queue, self.checkpoint)
+        else:
+            self.flush_service = FlushRealTimeService(queue, config, self.checkpoint)
+        if self.pool is not None:
+            self.commit_service = CommitRealTimeService(queue, config, self.flush_service)
+            self.commit_service.start()
+        self.flush_service.start()
+        self.reput.start()
+        self._cq_flusher = FlushConsumeQueueService(self)
+        self._cq_flusher.start()
+        self.stats.start()
+        self.clean_service.check_disk()
+        self.clean_service.start()
+        self._started = True
+
+    def shutdown(self) -> None:
+        """Stop services, flush everything, write the checkpoint and remove the abort file."""
+        if self._shutdown:
+            return
+        self._shutdown = True
+        for service in (self.clean_service, self.stats):
+            service.shutdown()
+        if self._started:
+            if self.commit_service is not None:
+                self.commit_service.shutdown()
+            self.reput.shutdown()
+            self.flush_service.shutdown()
+            self._cq_flusher.shutdown()
+        elif self.checkpoint is not None:
+            self.reput.do_reput()
+        self.commit_log.shutdown()
+        self._flush_consume_queues(0)
+        if self.checkpoint is not None:
+            ts = self.commit_log.mapped_file_queue.store_timestamp
+            if ts:
+                self.checkpoint.physic_msg_timestamp = ts
+            self.checkpoint.index_msg_timestamp = self.index_service.flush() or self.checkpoint.index_msg_timestamp
+            self.checkpoint.shutdown()
+        for queues in self.consume_queue_table.values():
+            for queue in queues.values():
+                queue.shutdown()
+        self.index_service.shutdown()
+        if self._started and self.reput.behind() == 0 and self.reput.stuck_reason is None:
+            try:
+                os.remove(self.config.abort_path)
+            except FileNotFoundError:
+                pass
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def destroy(self) -> None:
+        """Delete every file of this store (tests and `rm`)."""
+        self.commit_log.mapped_file_queue.destroy()
+        for queues in self.consume_queue_table.values():
+            for queue in queues.values():
+                queue.destroy()
+        self.index_service.destroy()
+
+    # -- the put path -------------------------------------------------------------------------
+    def _check_writable(self, topic: str, properties_string: str | None) -> None:
+        if self._shutdown:
+            raise ServiceNotAvailableError("the message store has shut down")
+        if self.config.broker_role is BrokerRole.SLAVE:
+            raise ServiceNotAvailableError("the message store is a slave: it takes no writes")
+        if self.clean_service.disk_full:
+            raise ServiceNotAvailableError(
+                f"the disk is {self.clean_service.last_usage:.0%} full, above "
+                f"diskSpaceWarningLevelRatio {self.config.disk_space_warning_level_ratio}%: "
+                "writes are refused until space is freed"
+            )
+        if len(topic.encode()) > MAX_TOPIC_LENGTH:
+            raise MessageIllegalError(f"topic {topic[:40]!r}… is longer than 127 bytes")
+        if properties_string and len(properties_string.encode()) > MAX_PROPERTIES_LENGTH:
+            raise PropertiesSizeExceededError(
+                f"properties are longer than {MAX_PROPERTIES_LENGTH} bytes"
+            )
+        begin = self.commit_log.begin_time_in_lock
+        if begin and (time.monotonic() - begin) * 1000 > self.config.os_page_cache_busy_time_out_mills:
+            raise OSPageCacheBusyError("the page cache is busy: a put has held the lock for over 1 s")
+
+    def put_message_nowait(
+        self, msg: MessageExtBrokerInner
+    ) -> tuple[PutMessageResult, GroupCommitRequest | None]:
+        """Append without waiting; returns the result and the flush to wait for (SYNC_FLUSH)."""
+        self._check_writable(msg.topic, msg.properties_string)
+        if len(msg.body) > self.config.max_message_size:
+            raise MessageIllegalError(
+                f"body of {len(msg.body)} bytes exceeds maxMessageSize {self.config.max_message_size}"
+            )
+        begin = time.monotonic()
+        try:
+            append = self.commit_log.put_message(msg)
+        except Exception:
+            self.stats.record_put_failure()
+            raise
+        self.stats.record_put(append.topic, 1, append.wrote_bytes, (time.monotonic() - begin) * 1000)
+        return PutMessageResult(PutMessageStatus.PUT_OK, append), self._flush_request(
+            append, msg.wait_store_msg_ok
+        )
+
+    def put_messages_nowait(
+        self, batch: MessageExtBatch
+    ) -> tuple[PutMessageResult, GroupCommitRequest | None]:
+        """Batch form of :meth:`put_message_nowait`."""
+        self._check_writable(batch.topic, None)
+        if batch.properties.get("DELAY"):
+            raise MessageIllegalError("a batch cannot carry a delay level")
+        if batch.topic.startswith("%RETRY%"):
+            raise MessageIllegalError("a batch cannot be sent to a retry topic")
+        if len(batch.body) > self.config.max_message_size:
+            raise MessageIllegalError(
+                f"batch of {len(batch.body)} bytes exceeds maxMessageSize {self.config.max_message_size}"
+            )
+        begin = time.monotonic()
+        try:
+            append = self.commit_log.put_messages(batch)
+        except Exception:
+            self.stats.record_put_failure()
+            raise
+        self.stats.record_put(append.topic, append.msg_num, append.wrote_bytes,
+                              (time.monotonic() - begin) * 1000)
+        wait = batch.properties.get("WAIT", "true").lower() == "true"
+        return PutMessageResult(PutMessageStatus.PUT_OK, append), self._flush_request(append, wait)
+
+    def _flush_request(self, append: AppendMessageResult, wait: bool) -> GroupCommitRequest | None:
+        service = self.flush_service
+        if isinstance(service, GroupCommitService):
+            if wait:
+                request = GroupCommitRequest(append.next_offset, self.config.sync_flush_timeout)
+                service.put_request(request)
+                return request
+            service.wakeup()
+            return None
+        if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH and wait:
+            # Not started (tests, tools): nobody will flush, so the wait times out as RocketMQ's would.
+            return GroupCommitRequest(append.next_offset, self.config.sync_flush_timeout)
+        if self.commit_service is not None:
+            self.commit_service.wakeup()
+        elif service is not None:
+            service.wakeup()
+        return None
+
+    def put_message(self, msg: MessageExtBrokerInner) -> PutMessageResult:
+        """Append and, under SYNC_FLUSH, wait for the flush (FLUSH_DISK_TIMEOUT when late)."""
+        result, request = self.put_message_nowait(msg)
+        return self._await_flush(result, request)
+
+    def put_messages(self, batch: MessageExtBatch) -> PutMessageResult:
+        result, request = self.put_messages_nowait(batch)
+        return self._await_flush(result, request)
+
+    @staticmethod
+    def _await_flush(result: PutMessageResult, request: GroupCommitRequest | None) -> PutMessageResult:
+        if request is not None and not request.wait():
+            log.error("group commit: flush did not finish within syncFlushTimeout")
+            result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        return result
+
+    # -- dispatchers ----------------------------------------------------------------------------
+    def find_consume_queue(self, topic: str, queue_id: int, create: bool = True) -> ConsumeQueue | None:
+        queues = self.consume_queue_table.get(topic)
+        if queues is not None:
+            queue = queues.get(queue_id)
+            if queue is not None:
+                return queue
+        if not create:
+            return None
+        with self._cq_lock:
+            queues = self.consume_queue_table.setdefault(topic, {})
+            queue = queues.get(queue_id)
+            if queue is None:
+                queue = ConsumeQueue(topic, queue_id, self.config.consume_queue_dir,
+                                     self.config.mapped_file_size_consume_queue)
+                queues[queue_id] = queue
+            return queue
+
+    def _dispatch_consume_queue(self, request: DispatchRequest) -> None:
+        tran_type = request.sys_flag & 0xC
+        if tran_type in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
+            self.find_consume_queue(request.topic, request.queue_id).put_message_position_info(
+                request.commit_log_offset, request.msg_size, request.tags_code,
+                request.consume_queue_offset,
+            )
+
+    def _dispatch_index(self, request: DispatchRequest) -> None:
+        if request.sys_flag & 0xC == TRANSACTION_ROLLBACK_TYPE:
+            return
+        if request.uniq_key or request.keys:
+            self.index_service.build_index(request.topic, request.keys, request.uniq_key,
+                                           request.commit_log_offset, request.store_timestamp)
+
+    def add_arrival_listener(self, listener) -> None:
+        """Call ``listener(DispatchRequest)`` on the dispatch thread for every new record."""
+        self.reput.arrival_listeners.append(listener)
+
+    def wait_dispatched(self, timeout: float = 10.0) -> bool:
+        """Block until everything readable is dispatched (tests, benchmarks, tools)."""
+        deadline = time.monotonic() + timeout
+        while self.reput.behind() > 0:
+            if not self.reput.is_running:
+                self.reput.do_reput()
+                if self.reput.behind() > 0:
+                    return False
+                break
+            if time.monotonic() > deadline:
+                return False
+            self.reput.wakeup()
+            time.sleep(0.001)
+        return True
+
+    # -- the read path ----------------------------------------------------------------------------
+    def get_message(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msg_nums: int,
+        message_filter: MessageFilter | None = None,
+    ) -> GetMessageResult:
+        """Read up to ``max_msg_nums`` records of one queue from logical ``offset`` (``getMessage``)."""
+        if self._shutdown:
+            raise ServiceNotAvailableError("the message store has shut down")
+        config = self.config
+        max_phy = self.commit_log.get_max_offset()
+        queue = self.find_consume_queue(topic, queue_id, create=False)
+        if queue is None:
+            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        min_offset = queue.get_min_offset_in_queue()
+        max_offset = queue.get_max_offset_in_queue()
+        if max_offset == 0:
+            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
+        if offset < min_offset:
+            return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
+        if offset == max_offset:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
+        if offset > max_offset:
+            next_offset = 0 if min_offset == 0 else max_offset
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, next_offset, min_offset,
+                                    max_offset)
+        max_filter = max(16000, max_msg_nums) if message_filter else max_msg_nums
+        units = queue.get_units(offset, max_filter)
+        if not units:
+            next_file = (offset * 20 // queue.mapped_file_size + 1) * queue.mapped_file_size // 20
+            return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, next_file, min_offset, max_offset)
+        result = GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset, min_offset, max_offset)
+        status = GetMessageStatus.NO_MATCHED_MESSAGE
+        total_bytes = 0
+        skip_below = -1
+        max_pulling = max_phy
+        consumed = 0
+        for index, (phy, size, tags_code) in enumerate(units):
+            consumed = index
+            if size == 0x7FFFFFFF:
+                continue
+            max_pulling = phy
+            if phy < skip_below:
+                continue
+            in_disk = max_phy - phy > self._memory_limit
+            if result.messages and self._batch_full(size, max_msg_nums, total_bytes,
+                                                      len(result.messages), in_disk):
+                break
+            if message_filter is not None and not message_filter.is_matched_by_consume_queue(tags_code):
+                continue
+            try:
+                data = self.commit_log.get_message(phy, size)
+            except OffsetOutOfRangeError:
+                if not result.messages:
+                    status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                skip_below = self.commit_log.roll_next_file(phy)
+                continue
+            if message_filter is not None and not message_filter.is_matched_by_commit_log(data):
+                continue
+            result.messages.append(data)
+            result.queue_offsets.append(offset + index)
+            total_bytes += size
+            status = GetMessageStatus.FOUND
+            skip_below = -1
+        else:
+            consumed = len(units)
+        result.status = status
+        result.next_begin_offset = offset + consumed
+        result.suggest_pulling_from_slave = max_phy - max_pulling > self._memory_limit
+        self.stats.record_get(len(result.messages))
+        return result
+
+    def _batch_full(self, size: int, max_nums: int, total: int, count: int, in_disk: bool) -> bool:
+        config = self.config
+        if count >= max_nums:
+            return True
+        if in_disk:
+            return (total + size > config.max_transfer_bytes_on_message_in_disk
+                    or count > config.max_transfer_count_on_message_in_disk - 1)
+        return (total + size > config.max_transfer_bytes_on_message_in_memory
+                or count > config.max_transfer_count_on_message_in_memory - 1)
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        queue = self.find_consume_queue(topic, queue_id, create=False)
+        return queue.get_max_offset_in_queue() if queue else 0
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        queue = self.find_consume_queue(topic, queue_id, create=False)
+        return queue.get_min_offset_in_queue() if queue else 0
+
+    def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, cq_offset: int) -> int:
+        queue = self.find_consume_queue(topic, queue_id, create=False)
+        unit = queue.get_unit(cq_offset) if queue else None
+        return unit.commit_log_offset if unit else 0
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        """First logical offset stored at or after ``timestamp`` (ms); max offset if none."""
+        queue = self.find_consume_queue(topic, queue_id, create=False)
+        if queue is None:
+            return 0
+        return queue.get_offset_in_queue_by_time(timestamp, self.commit_log.pickup_store_timestamp)
+
+    def get_message_store_timestamp(self, topic: str, queue_id: int, cq_offset: int) -> int:
+        """Store time of one queue entry, or -1 when it is gone."""
+        queue = self.find_consume_queue(topic, queue_id, create=False)
+        unit = queue.get_unit(cq_offset) if queue else None
+        if unit is None:
+            return -1
+        stored = self.commit_log.pickup_store_timestamp(unit.commit_log_offset, unit.size)
+        return -1 if stored is None else stored
+
+    def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
+        return self.get_message_store_timestamp(
+            topic, queue_id, self.get_min_offset_in_queue(topic, queue_id)
+        )
+
+    def look_message_by_offset(self, commit_log_offset: int, size: int | None = None) -> MessageRecord:
+        """Decode the record at a physical offset (raises OffsetOutOfRangeError / RecordError)."""
+        if size is None:
+            head = self.commit_log.get_message(commit_log_offset, 4)
+            size = int.from_bytes(head, "big", signed=True)
+        data = self.commit_log.get_message(commit_log_offset, size)
+        record = decode_record(data, 0, base_offset=commit_log_offset)
+        if not isinstance(record, MessageRecord):
+            raise OffsetOutOfRangeError(f"no message starts at offset {commit_log_offset}")
+        return record
+
+    def select_one_message_by_offset(self, commit_log_offset: int) -> bytes:
+        """The raw record at a physical offset (VIEW_MESSAGE_BY_ID's body)."""
+        head = self.commit_log.get_message(commit_log_offset, 4)
+        size = int.from_bytes(head, "big", signed=True)
+        return self.commit_log.get_message(commit_log_offset, size)
+
+    def view_message_by_id(self, msg_id: str) -> MessageRecord:
+        """Look a message up by its offset msgId."""
+        return self.look_message_by_offset(decode_message_id(msg_id).offset)
+
+    def query_message(
+        self, topic: str, key: str, max_num: int, begin: int = 0, end: int | None = None
+    ) -> QueryMessageResult:
+        """Messages whose KEYS or UNIQ_KEY is ``key``, stored in [begin, end] (ms)."""
+        end = int(time.time() * 1000) + 1000 if end is None else end
+        offsets, last_ts, last_phy = self.index_service.query_offset(topic, key, max_num, begin, end)
+        found = []
+        max_phy = self.commit_log.get_max_offset()
+        for phy in offsets:
+            if phy >= max_phy:
+                continue
+            try:
+                record = self.look_message_by_offset(phy)
+            except Exception:  # removed or cut since indexing: not a match any more
+                continue
+            keys = (record.keys or "").split(" ")
+            if record.topic == topic and (key in keys or record.uniq_key == key):
+                found.append(self.commit_log.get_message(phy, record.total_size))
+        return QueryMessageResult(found, last_ts, last_phy)
+
+    # -- raw CommitLog access (replication) ------------------------------------------------------
+    def get_commit_log_data(self, offset: int) -> bytes:
+        """Readable bytes from ``offset`` to the end of its file (what a master streams)."""
+        return self.commit_log.get_data(offset)[0]
+
+    def append_to_commit_log(self, start_offset: int, data: bytes) -> None:
+        """Append bytes a master sent; dispatch indexes them like local puts."""
+        if self._shutdown:
+            raise ServiceNotAvailableError("the message store has shut down")
+        self.commit_log.append_data(start_offset, data)
+
+    def get_max_phy_offset(self) -> int:
+        return self.commit_log.get_max_offset()
+
+    def get_min_phy_offset(self) -> int:
+        return self.commit_log.get_min_offset()
+
+    def dispatch_behind_bytes(self) -> int:
+        return self.reput.behind()
+
+    # -- maintenance ----------------------------------------------------------------------------
+    def _flush_consume_queues(self, least_pages: int) -> None:
+        for queues in list(self.consume_queue_table.values()):
+            for queue in list(queues.values()):
+                queue.flush(least_pages)
+
+    def clean_derived_files(self) -> None:
+        """Drop ConsumeQueue and index files that only point at deleted CommitLog files."""
+        minimum = self.commit_log.get_min_offset()
+        if minimum < 0:
+            return
+        for queues in list(self.consume_queue_table.values()):
+            for queue in list(queues.values()):
+                queue.delete_expired_file(minimum)
+        self.index_service.delete_expired_file(minimum)
+
+    def execute_delete_files_manually(self) -> None:
+        """Ask the clean service to delete expired files on its next rounds, whatever the hour."""
+        self.clean_service.manual_delete_rounds = 20
+        self.clean_service.wakeup()
+
+    def delete_topics(self, topics: set[str]) -> None:
+        """Forget the ConsumeQueues of deleted topics."""
+        for topic in topics:
+            queues = self.consume_queue_table.pop(topic, {})
+            for queue_id, queue in queues.items():
+                queue.destroy()
+                self.commit_log.remove_queue_from_topic_queue_table(topic, queue_id)
+
+    # -- runtime information ----------------------------------------------------------------------
+    def positions(self) -> dict[str, int]:
+        """CommitLog positions: max (written), committed, flushed, dispatched, min."""
+        queue = self.commit_log.mapped_file_queue
+        return {
+            "min": self.commit_log.get_min_offset(),
+            "max": queue.get_max_wrote_position(),
+            "committed": queue.get_max_offset(),
+            "flushed": queue.flushed_where,
+            "dispatched": self.reput.reput_from_offset,
+        }
+
+    def queue_offsets(self) -> dict[str, dict[int, tuple[int, int]]]:
+        """Per topic and queue: (min offset, max offset)."""
+        return {
+            topic: {qid: (q.get_min_offset_in_queue(), q.get_max_offset_in_queue())
+                    for qid, q in sorted(queues.items())}
+            for topic, queues in sorted(self.consume_queue_table.items())
+        }
+
+    def runtime_info(self) -> dict[str, str]:
+        """RocketMQ's store runtime keys plus RocketDesk's positions and histogram."""
+        info = self.stats.runtime_info()
+        positions = self.positions()
+        info.update({
+            "commitLogMinOffset": str(positions["min"]),
+            "commitLogMaxOffset": str(positions["max"]),
+            "commitLogCommittedOffset": str(positions["committed"]),
+            "commitLogFlushedOffset": str(positions["flushed"]),
+            "commitLogDispatchedOffset": str(positions["dispatched"]),
+            "dispatchBehindBytes": str(self.reput.behind()),
+            "commitLogDiskRatio": f"{self.clean_service.last_usage:.4f}",
+            "consumeQueueDiskRatio": f"{self.clean_service.last_usage:.4f}",
+            "pageCacheLockTimeMills": str(
+                int((time.monotonic() - self.commit_log.begin_time_in_lock) * 1000)
+                if self.commit_log.begin_time_in_lock else 0
+            ),
+            "remainTransientStoreBufferNumbs": str(
+                self.pool.available_buffer_nums() if self.pool else 0
+            ),
+            "remainHowManyDataToFlush": str(
+                self.commit_log.mapped_file_queue.remain_how_many_data_to_flush()
+            ),
+            "earliestMessageTimeStamp": str(self._earliest_commit_log_time()),
+        })
+        return info
+
+    def _earliest_commit_log_time(self) -> int:
+        first = self.commit_log.mapped_file_queue.get_first_mapped_file()
+        if first is None or first.read_position == 0:
+            return -1
+        stored = self.commit_log.pickup_store_timestamp(first.file_from_offset, 80)
+        return -1 if stored is None else stored
