@@ -189,6 +189,7 @@ class IndexService:
         self.max_msgs_num_batch = max_msgs_num_batch
         self.index_files: list[IndexFile] = []
         self._lock = threading.Lock()
+        self.last_indexed_offset = -1  # CommitLog offset of the newest message indexed
 
     def load(self, last_exit_ok: bool, index_msg_timestamp: int) -> None:
         """Map existing files; after a crash, drop files with entries newer than the checkpoint."""
@@ -209,6 +210,9 @@ class IndexService:
                 continue
             files.append(index_file)
         self.index_files = files
+        self.last_indexed_offset = max(
+            (f.end_phy_offset for f in files if f.index_count > 1), default=-1
+        )
 
     def end_phy_offset(self) -> int:
         """Offset past which messages still need indexing (for recovery)."""
@@ -239,9 +243,10 @@ class IndexService:
         self, topic: str, keys: str | None, uniq_key: str | None, phy_offset: int, store_ts: int
     ) -> None:
         """Index one message's UNIQ_KEY and KEYS (callers skip rollback records)."""
-        index_file = self._last_file_for_write()
-        if phy_offset < index_file.end_phy_offset:
+        if phy_offset <= self.last_indexed_offset:
             return  # dispatched again after recovery: already indexed
+        self.last_indexed_offset = phy_offset
+        index_file = self._last_file_for_write()
         if uniq_key:
             index_file = self._put(index_file, f"{topic}#{uniq_key}", phy_offset, store_ts)
         if keys:
@@ -306,6 +311,7 @@ class IndexService:
             else:
                 kept.append(index_file)
         self.index_files = kept
+        self.last_indexed_offset = min(self.last_indexed_offset, phy_offset - 1)
 
     def shutdown(self) -> None:
         for index_file in self.index_files:
@@ -316,6 +322,7 @@ class IndexService:
         for index_file in self.index_files:
             index_file.destroy(0)
         self.index_files = []
+        self.last_indexed_offset = -1
 
 
 def _fresh_index_path(directory: str) -> str:

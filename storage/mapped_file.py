@@ -108,7 +108,7 @@ class MappedFile:
         self._cleanup_over = False
         self._first_shutdown_ts = 0.0
         self._ref_lock = threading.Lock()
-        self.first_create_in_queue = not exists
+        self.first_create_in_queue = False  # set by the queue for its very first file
 
     def __repr__(self) -> str:
         return f"MappedFile({self.path!r}, wrote={self.wrote_position})"
@@ -387,6 +387,7 @@ class MappedFileQueue:
             path = os.path.join(self.store_path, offset_to_file_name(create_offset))
             mapped_file = MappedFile(path, self.mapped_file_size, self.pool)
             if not self.mapped_files:
+                mapped_file.first_create_in_queue = True
                 self.flushed_where = self.committed_where = create_offset
             self.mapped_files = [*self.mapped_files, mapped_file]
             return mapped_file

@@ -130,6 +130,9 @@ class DefaultMessageStore:
         path = self.config.lock_path
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
+            # flock stops a second store in this process; lockf (a POSIX record lock, what
+            # Java's FileChannel.tryLock takes) stops another process, a Java broker included.
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
         except OSError as exc:
             os.close(fd)
