@@ -1,0 +1,128 @@
+"""Recovery: torn and corrupt tails are cut and never served; derived views follow the cut."""
+
+from __future__ import annotations
+
+import os
+
+from storage.inspector import inspect_store
+from storage.message_store import DefaultMessageStore
+from storage.record import iter_records
+from storage.results import GetMessageStatus
+from tests.conftest import make_message, small_config
+
+
+def _write(root, count, **overrides):
+    config = small_config(root, mapped_file_size_commit_log=64 * 1024, **overrides)
+    store = DefaultMessageStore(config)
+    store.load()
+    store.start()
+    results = [store.put_message(make_message(body=f"body-{i}".encode() * 20, keys=f"k{i}")).append
+               for i in range(count)]
+    store.wait_dispatched()
+    return config, store, results
+
+
+def _crash(store):
+    """Stop a store the way a killed process does: no flush, no shutdown, abort file left."""
+    for service in (store.flush_service, store.reput, store._cq_flusher, store.clean_service,
+                    store.stats):
+        service.shutdown()
+    os.close(store._lock_fd)
+    store._lock_fd = None
+
+
+def _reopen(config):
+    store = DefaultMessageStore(config)
+    store.load()
+    store.start()
+    return store
+
+
+def _commitlog_path(config, name="00000000000000000000"):
+    return os.path.join(config.commit_log_dir, name)
+
+
+def test_flipped_byte_in_the_last_record_cuts_it_off_on_recovery(tmp_path):
+    config, store, results = _write(tmp_path, 20)
+    _crash(store)
+    last = results[-1]
+    with open(_commitlog_path(config), "r+b") as f:
+        f.seek(last.wrote_offset + last.wrote_bytes - 30)  # inside the body: CRC must catch it
+        byte = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    store = _reopen(config)
+    try:
+        assert store.recovered_problem == "body CRC mismatch"
+        assert store.get_max_phy_offset() == last.wrote_offset
+        assert store.get_max_offset_in_queue("TopicTest", 0) == 19
+        assert store.query_message("TopicTest", "k19", 4).messages == []
+        result = store.get_message("g", "TopicTest", 0, 19, 4)
+        assert result.status is GetMessageStatus.OFFSET_OVERFLOW_ONE
+        # The cut bytes are zeroed: the next put takes the place, and nothing old comes back.
+        put = store.put_message(make_message(body=b"after")).append
+        assert put.wrote_offset == last.wrote_offset
+        assert put.logics_offset == 19
+    finally:
+        store.shutdown()
+    store = _reopen(config)
+    try:
+        assert store.get_max_offset_in_queue("TopicTest", 0) == 20
+        [record] = iter_records(store.get_message("g", "TopicTest", 0, 19, 4).body, check_crc=True)
+        assert record.body == b"after"
+    finally:
+        store.shutdown()
+
+
+def test_torn_tail_is_truncated_and_units_pointing_past_it_are_dropped(tmp_path):
+    config, store, results = _write(tmp_path, 30)
+    _crash(store)
+    # The last two records are torn: only the first half of the second-last reached the disk.
+    tear_at = results[-2].wrote_offset + results[-2].wrote_bytes // 2
+    with open(_commitlog_path(config), "r+b") as f:
+        f.seek(tear_at)
+        f.write(bytes(64 * 1024 - tear_at))
+    store = _reopen(config)
+    try:
+        assert store.get_max_phy_offset() == results[-2].wrote_offset
+        assert store.get_max_offset_in_queue("TopicTest", 0) == 28
+        offsets = []
+        offset = 0
+        while (r := store.get_message("g", "TopicTest", 0, offset, 32)).status is GetMessageStatus.FOUND:
+            offsets.extend(rec.commit_log_offset for rec in iter_records(r.body, check_crc=True))
+            offset = r.next_begin_offset
+        assert offsets == [a.wrote_offset for a in results[:28]]
+    finally:
+        store.shutdown()
+    assert inspect_store(str(tmp_path)).problems == []
+
+
+def test_crash_rebuilds_lost_consume_queue_units_and_index_entries(tmp_path):
+    config, store, results = _write(tmp_path, 25)
+    _crash(store)
+    # Lose the derived views entirely: they must be rebuilt from the CommitLog.
+    import shutil
+
+    shutil.rmtree(config.consume_queue_dir)
+    shutil.rmtree(config.index_dir)
+    store = _reopen(config)
+    try:
+        assert store.get_max_offset_in_queue("TopicTest", 0) == 25
+        assert len(store.query_message("TopicTest", "k3", 4).messages) == 1
+    finally:
+        store.shutdown()
+
+
+def test_clean_restart_with_consume_queue_ahead_of_commitlog_drops_the_extra_units(tmp_path):
+    config, store, results = _write(tmp_path, 10)
+    store.shutdown()
+    # A CommitLog shorter than its ConsumeQueue (e.g. restored from an older copy).
+    with open(_commitlog_path(config), "r+b") as f:
+        f.seek(results[7].wrote_offset)
+        f.write(bytes(64 * 1024 - results[7].wrote_offset))
+    store = _reopen(config)
+    try:
+        assert store.get_max_offset_in_queue("TopicTest", 0) == 7
+        assert store.put_message(make_message()).append.logics_offset == 7
+    finally:
+        store.shutdown()
