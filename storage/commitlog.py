@@ -352,9 +352,7 @@ class CommitLog:
         with self.put_lock:
             queue = self.mapped_file_queue
             last = queue.get_last_mapped_file()
-            if last is None:
-                mapped_file = queue.get_last_mapped_file_or_create(start_offset)
-            elif last.is_full():
+            if last is None or last.is_full():
                 mapped_file = queue.get_last_mapped_file_or_create(start_offset)
             else:
                 mapped_file = last

@@ -221,7 +221,9 @@ class DefaultMessageStore:
             ts = self.commit_log.mapped_file_queue.store_timestamp
             if ts:
                 self.checkpoint.physic_msg_timestamp = ts
-            self.checkpoint.index_msg_timestamp = self.index_service.flush() or self.checkpoint.index_msg_timestamp
+            index_ts = self.index_service.flush()
+            if index_ts:
+                self.checkpoint.index_msg_timestamp = index_ts
             self.checkpoint.shutdown()
         for queues in self.consume_queue_table.values():
             for queue in queues.values():
@@ -409,7 +411,6 @@ class DefaultMessageStore:
         """Read up to ``max_msg_nums`` records of one queue from logical ``offset`` (``getMessage``)."""
         if self._shutdown:
             raise ServiceNotAvailableError("the message store has shut down")
-        config = self.config
         max_phy = self.commit_log.get_max_offset()
         queue = self.find_consume_queue(topic, queue_id, create=False)
         if queue is None:

@@ -57,7 +57,8 @@ def scan_file(mapped_file: MappedFile, start: int = 0, check_crc: bool = True) -
         total, magic = unpack_head(data, pos)
         if magic == BLANK_MAGIC_CODE:
             if total != size - pos:
-                return ScanResult(pos, False, f"blank record of size {total} at {pos} does not end the file", count, last_ts)
+                problem = f"blank record of size {total} does not end the file"
+                return ScanResult(pos, False, problem, count, last_ts)
             return ScanResult(pos, True, None, count, last_ts)
         if total == 0 and magic == 0:
             return ScanResult(pos, False, None, count, last_ts)

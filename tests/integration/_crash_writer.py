@@ -7,10 +7,10 @@ import time
 
 sys.path.insert(0, sys.argv[2])
 
-from storage.config import FlushDiskType, MessageStoreConfig  # noqa: E402
-from storage.errors import PutMessageStatus  # noqa: E402
-from storage.message import MessageExtBrokerInner  # noqa: E402
-from storage.message_store import DefaultMessageStore  # noqa: E402
+from storage.config import FlushDiskType, MessageStoreConfig
+from storage.errors import PutMessageStatus
+from storage.message import MessageExtBrokerInner
+from storage.message_store import DefaultMessageStore
 
 
 def body_of(number: int) -> bytes:

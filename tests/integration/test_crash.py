@@ -17,7 +17,7 @@ from storage.results import GetMessageStatus
 from tests.conftest import ROOT, small_config
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _crash_writer import body_of  # noqa: E402
+from _crash_writer import body_of
 
 pytestmark = pytest.mark.integration
 

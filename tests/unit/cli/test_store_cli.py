@@ -83,7 +83,7 @@ def test_dump_prints_one_json_object_per_record_with_the_body_in_base64(tmp_path
     for field in ("topic", "queueId", "queueOffset", "commitLogOffset", "msgId", "keys", "tags",
                   "properties", "bornTimestamp", "storeTimestamp"):
         assert field in first
-    assert first["keys"] == "k1" and first["tags"] == "T" and first["queueOffset"] == 0
+    assert (first["keys"], first["tags"], first["queueOffset"]) == ("k1", "T", 0)
 
 
 def test_bad_directory_is_a_sentence_not_a_traceback(tmp_path):

@@ -14,7 +14,7 @@ from storage.message import (
     TRANSACTION_ROLLBACK_TYPE,
     MessageExtBatch,
 )
-from storage.record import BlankRecord, BatchEntry, MessageRecord, decode_record, encode_batch_body
+from storage.record import BatchEntry, BlankRecord, MessageRecord, decode_record, encode_batch_body
 from tests.conftest import make_message
 
 
@@ -146,8 +146,7 @@ def test_prepared_and_rollback_records_do_not_advance_the_queue(store_factory):
     rollback = store.put_message(make_message(sys_flag=TRANSACTION_ROLLBACK_TYPE, uniq="R1")).append
     committed = store.put_message(make_message(sys_flag=TRANSACTION_COMMIT_TYPE, uniq="C1")).append
     store.wait_dispatched()
-    assert prepared.logics_offset == 0 and rollback.logics_offset == 0
-    assert committed.logics_offset == 0
+    assert (prepared.logics_offset, rollback.logics_offset, committed.logics_offset) == (0, 0, 0)
     assert store.get_max_offset_in_queue("TopicTest", 0) == 1
     # A prepared message is not delayed: the delay rewrite only applies to NOT/COMMIT types.
     assert store.look_message_by_offset(prepared.wrote_offset).topic == "TopicTest"

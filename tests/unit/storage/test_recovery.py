@@ -98,7 +98,7 @@ def test_torn_tail_is_truncated_and_units_pointing_past_it_are_dropped(tmp_path)
 
 
 def test_crash_rebuilds_lost_consume_queue_units_and_index_entries(tmp_path):
-    config, store, results = _write(tmp_path, 25)
+    config, store, _ = _write(tmp_path, 25)
     _crash(store)
     # Lose the derived views entirely: they must be rebuilt from the CommitLog.
     import shutil
