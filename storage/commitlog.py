@@ -42,7 +42,6 @@ from storage.message import (
     TRANSACTION_ROLLBACK_TYPE,
     MessageExtBatch,
     MessageExtBrokerInner,
-    properties_to_string,
 )
 from storage.message_id import create_message_id, host_to_bytes, is_ipv6
 from storage.record import (
@@ -103,8 +102,11 @@ class CommitLog:
         self.store_host_bytes = host_to_bytes(*store_host)
         self.store_host_v6 = is_ipv6(store_host[0])
         self.max_delay_level = len(config.delay_levels_ms())
-        # Ends of records appended since the last dispatch round, for dispatch's fast path.
-        self.appended: deque = deque()
+        # Records appended since dispatch last looked, in log order, so dispatch need not
+        # decode what the put path already knows: (offset, size, store time, queue offset,
+        # topic, queue id, sysFlag, prepared tx offset, properties); topic None marks a blank.
+        # Bounded: if dispatch falls behind, older entries go and it decodes the log instead.
+        self.appended: deque = deque(maxlen=65536)
         self.on_append = None  # set by the store: wakes dispatch
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -141,10 +143,9 @@ class CommitLog:
             return
         if level > self.max_delay_level:
             level = self.max_delay_level
-            msg.properties[PROPERTY_DELAY_TIME_LEVEL] = str(level)
-        msg.properties[PROPERTY_REAL_TOPIC] = msg.topic
-        msg.properties[PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
-        msg.properties_string = properties_to_string(msg.properties)
+            msg.put_property(PROPERTY_DELAY_TIME_LEVEL, str(level))
+        msg.put_property(PROPERTY_REAL_TOPIC, msg.topic)
+        msg.put_property(PROPERTY_REAL_QUEUE_ID, str(msg.queue_id))
         msg.topic = SCHEDULE_TOPIC
         msg.queue_id = level - 1
 
@@ -190,7 +191,9 @@ class CommitLog:
             if advances:
                 self.topic_queue_table[key] = queue_offset + 1
             mapped_file.store_timestamp = store_ts
-            self.appended.append(wrote_offset + total)
+            self.appended.append((wrote_offset, total, store_ts, queue_offset, msg.topic,
+                                  msg.queue_id, msg.sys_flag, msg.prepared_transaction_offset,
+                                  msg.properties_string))
             self.begin_time_in_lock = 0.0
             elapsed = time.monotonic() - begin
         if self.on_append is not None:
@@ -222,7 +225,7 @@ class CommitLog:
             crc = zlib.crc32(entry.body) & 0x7FFFFFFF
             fields = (crc, batch.queue_id, entry.flag, sys_flag, batch.born_timestamp, born_host,
                       batch.reconsume_times, 0, len(entry.body))
-            records.append((self._record_total(len(tail), len(born_host)), fields, tail))
+            records.append((self._record_total(len(tail), len(born_host)), fields, tail, props))
         batch_total = sum(r[0] for r in records)
         if batch_total + END_FILE_MIN_BLANK_LENGTH > self.mapped_file_size:
             raise MessageIllegalError(
@@ -239,12 +242,13 @@ class CommitLog:
             queue_offset = self.topic_queue_table.get(key, 0)
             wrote_offset = first_offset
             offsets = []
-            for index, (total, fields, tail) in enumerate(records):
+            for index, (total, fields, tail, props) in enumerate(records):
                 self._write(mapped_file, total, fields, queue_offset + index, wrote_offset,
                             store_ts, tail)
                 offsets.append(wrote_offset)
+                self.appended.append((wrote_offset, total, store_ts, queue_offset + index,
+                                      batch.topic, batch.queue_id, sys_flag, 0, props))
                 wrote_offset += total
-                self.appended.append(wrote_offset)
             self.topic_queue_table[key] = queue_offset + len(records)
             mapped_file.store_timestamp = store_ts
             self.begin_time_in_lock = 0.0
@@ -280,7 +284,7 @@ class CommitLog:
                     mapped_file.mm[mapped_file.wrote_position:
                                    mapped_file.wrote_position + 8] = encode_blank(max_blank)
                 mapped_file.skip_to_end()
-                self.appended.append(-(blank_at + max_blank))
+                self.appended.append((blank_at, max_blank, 0, 0, None, 0, 0, 0, ""))
                 mapped_file = queue.get_last_mapped_file_or_create(0)
         except OSError as exc:
             raise CreateMappedFileError(f"cannot create the next CommitLog file: {exc}") from exc

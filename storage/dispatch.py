@@ -10,6 +10,7 @@ their derived views through this one path.
 from __future__ import annotations
 
 import logging
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -50,32 +51,58 @@ class DispatchRequest:
     properties_string: str
 
 
-def dispatch_request_of(record: MessageRecord, delay_levels_ms: list[int]) -> DispatchRequest:
-    """Build the request for a decoded record (``CommitLog.checkMessageAndReturnSize``)."""
-    props = record.properties_string
-    tags = property_from_string(props, PROPERTY_TAGS)
-    tags_code = tags_string_to_tags_code(tags)
-    if record.topic == SCHEDULE_TOPIC:
+def build_dispatch_request(
+    topic: str, queue_id: int, offset: int, size: int, store_timestamp: int, queue_offset: int,
+    sys_flag: int, prepared_transaction_offset: int, props: str, delay_levels_ms: list[int],
+) -> DispatchRequest:
+    """The request for one record (``CommitLog.checkMessageAndReturnSize``'s second half)."""
+    tags_code = tags_string_to_tags_code(property_from_string(props, PROPERTY_TAGS))
+    if topic == SCHEDULE_TOPIC:
         # A parked delayed message is keyed by when it is due, not by its tag.
         level_text = property_from_string(props, PROPERTY_DELAY_TIME_LEVEL)
         level = int(level_text) if level_text and level_text.isdigit() else 0
         level = min(level, len(delay_levels_ms))
         if level > 0:
-            tags_code = record.store_timestamp + delay_levels_ms[level - 1]
+            tags_code = store_timestamp + delay_levels_ms[level - 1]
     return DispatchRequest(
-        record.topic,
-        record.queue_id,
-        record.commit_log_offset,
-        record.total_size,
-        tags_code,
-        record.store_timestamp,
-        record.queue_offset,
+        topic, queue_id, offset, size, tags_code, store_timestamp, queue_offset,
         property_from_string(props, PROPERTY_KEYS),
         property_from_string(props, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
-        record.sys_flag,
-        record.prepared_transaction_offset,
-        props,
+        sys_flag, prepared_transaction_offset, props,
     )
+
+
+def dispatch_request_of(record: MessageRecord, delay_levels_ms: list[int]) -> DispatchRequest:
+    """The request for a decoded record."""
+    return build_dispatch_request(
+        record.topic, record.queue_id, record.commit_log_offset, record.total_size,
+        record.store_timestamp, record.queue_offset, record.sys_flag,
+        record.prepared_transaction_offset, record.properties_string, delay_levels_ms,
+    )
+
+
+_I32 = struct.Struct(">i")
+_SIZE_MAGIC = struct.Struct(">iI")
+
+
+def _peek_topic_queue(data: bytes, pos: int, end: int) -> tuple[str, int, int] | None:
+    """(topic, queue id, size) of a whole v1 record at ``pos``, read without decoding it."""
+    total, magic = _SIZE_MAGIC.unpack_from(data, pos)
+    if magic != 0xDAA320A7 or total < 91 or pos + total > end:
+        return None
+    (queue_id,) = _I32.unpack_from(data, pos + 12)
+    (sys_flag,) = _I32.unpack_from(data, pos + 36)
+    body_at = pos + 48 + (20 if sys_flag & 0x10 else 8) + 8 + (20 if sys_flag & 0x20 else 8) + 12
+    (body_len,) = _I32.unpack_from(data, body_at)
+    topic_at = body_at + 4 + body_len
+    if body_len < 0 or topic_at >= pos + total:
+        return None
+    topic_len = data[topic_at]
+    try:
+        topic = data[topic_at + 1 : topic_at + 1 + topic_len].decode()
+    except UnicodeDecodeError:
+        return None
+    return topic, queue_id, total
 
 
 Dispatcher = Callable[[DispatchRequest], None]
@@ -101,6 +128,9 @@ class ReputMessageService(ServiceThread):
         self.reput_from_offset = 0
         self.stuck_reason: str | None = None
         self.last_store_timestamp = 0  # store time of the last dispatched record
+        # Optional: (topic, queue_id, offset, size) -> True when every view already holds the
+        # record. Recovery re-reads from the checkpoint; this lets it skip without decoding.
+        self.already_dispatched: Callable[[str, int, int, int], bool] | None = None
 
     def behind(self) -> int:
         """Bytes written to the CommitLog but not yet dispatched."""
@@ -121,6 +151,7 @@ class ReputMessageService(ServiceThread):
             log.warning("reput offset %d is below the CommitLog minimum; skipping ahead",
                         self.reput_from_offset)
             self.reput_from_offset = commit_log.get_min_offset()
+        count += self._dispatch_appended()
         while self.reput_from_offset < commit_log.get_max_offset():
             start = self.reput_from_offset
             try:
@@ -133,6 +164,40 @@ class ReputMessageService(ServiceThread):
                 break  # a record is still being written (replication) or the log is corrupt
         return count
 
+    def _dispatch_appended(self) -> int:
+        """Fast path: dispatch what the put path just appended, without decoding it again."""
+        appended = self.commit_log.appended
+        readable = self.commit_log.get_max_offset()
+        dispatchers = self.dispatchers
+        listeners = self.arrival_listeners
+        levels = self.delay_levels_ms
+        count = 0
+        while appended:
+            item = appended[0]
+            offset, size = item[0], item[1]
+            if offset != self.reput_from_offset:
+                if offset < self.reput_from_offset:
+                    appended.popleft()  # already dispatched by decoding the log
+                    continue
+                break  # a gap (entries were dropped): decode the log from here
+            if offset + size > readable:
+                break  # not committed yet (transient store pool)
+            appended.popleft()
+            topic = item[4]
+            if topic is None:
+                self.reput_from_offset = self.commit_log.roll_next_file(offset)
+                continue
+            request = build_dispatch_request(topic, item[5], offset, size, item[2], item[3],
+                                             item[6], item[7], item[8], levels)
+            for dispatcher in dispatchers:
+                dispatcher(request)
+            for listener in listeners:
+                listener(request)
+            self.reput_from_offset = offset + size
+            self.last_store_timestamp = item[2]
+            count += 1
+        return count
+
     def _dispatch_buffer(self, data: bytes, base: int) -> int:
         pos = 0
         count = 0
@@ -140,7 +205,14 @@ class ReputMessageService(ServiceThread):
         listeners = self.arrival_listeners
         levels = self.delay_levels_ms
         end = len(data)
+        skip = self.already_dispatched
         while pos < end:
+            if skip is not None and pos + 8 <= end:
+                peeked = _peek_topic_queue(data, pos, end)
+                if peeked is not None and skip(peeked[0], peeked[1], base + pos, peeked[2]):
+                    pos += peeked[2]
+                    self.reput_from_offset = base + pos
+                    continue
             try:
                 record = decode_record(data, pos, check_crc=False, read_body=False, base_offset=base)
             except TornTailError:

@@ -23,9 +23,10 @@ import struct
 import threading
 import time
 from datetime import datetime
+from functools import lru_cache
 
 from storage.mapped_file import MappedFile
-from storage.message import java_hash
+from storage.message import java_hash_unsigned
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +39,21 @@ INDEX_ENTRY_SIZE = 20
 _INT_MAX = 0x7FFFFFFF
 
 
-def index_key_hash(key: str) -> int:
-    """Non-negative key hash: abs(String.hashCode), with Integer.MIN_VALUE mapped to 0."""
-    h = java_hash(key)
-    return 0 if h == -0x80000000 else abs(h)
+def index_key_hash(key: str, seed: int = 0) -> int:
+    """Non-negative key hash: abs(String.hashCode), with Integer.MIN_VALUE mapped to 0.
+
+    ``seed`` is the unsigned Java hash of a prefix of the key (``topic#``).
+    """
+    h = java_hash_unsigned(key, seed)
+    if h == 0x80000000:
+        return 0
+    return (1 << 32) - h if h & 0x80000000 else h
+
+
+@lru_cache(maxsize=4096)
+def topic_seed(topic: str) -> int:
+    """Unsigned Java hash of ``topic#``, the prefix of every key of a topic."""
+    return java_hash_unsigned(topic + "#")
 
 
 def build_key(topic: str, key: str) -> str:
@@ -91,9 +103,12 @@ class IndexFile:
 
     def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
         """Index ``key``; False when the file is full and a new one is needed."""
+        return self.put_key_hash(index_key_hash(key), phy_offset, store_timestamp)
+
+    def put_key_hash(self, key_hash: int, phy_offset: int, store_timestamp: int) -> bool:
+        """Index a key by its hash (``index_key_hash``); False when the file is full."""
         if self.index_count >= self.index_num:
             return False
-        key_hash = index_key_hash(key)
         slot_pos = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
         mm = self.mm
         (slot_value,) = HASH_SLOT.unpack_from(mm, slot_pos)
@@ -247,15 +262,17 @@ class IndexService:
             return  # dispatched again after recovery: already indexed
         self.last_indexed_offset = phy_offset
         index_file = self._last_file_for_write()
+        seed = topic_seed(topic)
         if uniq_key:
-            index_file = self._put(index_file, f"{topic}#{uniq_key}", phy_offset, store_ts)
+            index_file = self._put(index_file, index_key_hash(uniq_key, seed), phy_offset, store_ts)
         if keys:
             for key in keys.split(" "):
                 if key:
-                    index_file = self._put(index_file, f"{topic}#{key}", phy_offset, store_ts)
+                    index_file = self._put(index_file, index_key_hash(key, seed), phy_offset,
+                                           store_ts)
 
-    def _put(self, index_file: IndexFile, key: str, phy_offset: int, store_ts: int) -> IndexFile:
-        while not index_file.put_key(key, phy_offset, store_ts):
+    def _put(self, index_file: IndexFile, key_hash: int, phy_offset: int, store_ts: int) -> IndexFile:
+        while not index_file.put_key_hash(key_hash, phy_offset, store_ts):
             index_file = self._last_file_for_write()
         return index_file
 

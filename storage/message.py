@@ -118,12 +118,24 @@ def _utf16_units(text: str) -> array:
     return units
 
 
-def java_hash(text: str) -> int:
-    """Java's ``String.hashCode``: over UTF-16 code units, as a signed 32-bit int."""
+def java_hash_unsigned(text: str, seed: int = 0) -> int:
+    """Java's ``String.hashCode`` as an unsigned 32-bit int, continuing from hash ``seed``.
+
+    ``java_hash_unsigned(b, java_hash_unsigned(a)) == java_hash_unsigned(a + b)``: the index
+    hashes ``topic#key`` without building the string or rehashing the topic.
+    """
     units = text.encode("ascii") if text.isascii() else _utf16_units(text)
     n = len(units)
     coefficients = _powers(n) if n <= 1024 else tuple(pow(31, n - 1 - i, 1 << 32) for i in range(n))
-    h = sum(map(mul, coefficients, units)) & _MASK32
+    h = sum(map(mul, coefficients, units))
+    if seed:
+        h += seed * pow(31, n, 1 << 32)
+    return h & _MASK32
+
+
+def java_hash(text: str) -> int:
+    """Java's ``String.hashCode``: over UTF-16 code units, as a signed 32-bit int."""
+    h = java_hash_unsigned(text)
     return h - (1 << 32) if h & 0x80000000 else h
 
 
@@ -136,35 +148,68 @@ def tags_string_to_tags_code(tags: str | None) -> int:
 
 
 # --- the message handed to the store --------------------------------------------------------
-@dataclass(slots=True)
 class MessageExtBrokerInner:
     """A message as the broker hands it to the store (RocketMQ's ``MessageExtBrokerInner``).
 
-    ``properties_string`` is what goes on disk; ``properties`` is its parsed view. The broker
-    usually has the string from the wire already, so either may be given.
+    ``properties_string`` is what goes on disk; ``properties`` is its parsed view, built only
+    when asked for: the broker has the string from the wire, and the put path reads the few
+    properties it needs straight from it.
     """
 
-    topic: str
-    body: bytes = b""
-    queue_id: int = 0
-    flag: int = 0
-    properties: dict[str, str] = field(default_factory=dict)
-    properties_string: str | None = None
-    sys_flag: int = 0
-    born_timestamp: int = 0
-    born_host: tuple[str, int] = ("127.0.0.1", 0)
-    reconsume_times: int = 0
-    prepared_transaction_offset: int = 0
-    # Set by the store when it writes the record.
-    store_timestamp: int = 0
-    queue_offset: int = 0
-    commit_log_offset: int = 0
+    __slots__ = (
+        "_properties", "body", "born_host", "born_timestamp", "commit_log_offset", "flag",
+        "prepared_transaction_offset", "properties_string", "queue_id", "queue_offset",
+        "reconsume_times", "store_timestamp", "sys_flag", "topic",
+    )
 
-    def __post_init__(self) -> None:
-        if self.properties_string is None:
-            self.properties_string = properties_to_string(self.properties)
-        elif not self.properties and self.properties_string:
-            self.properties = string_to_properties(self.properties_string)
+    def __init__(
+        self,
+        topic: str,
+        body: bytes = b"",
+        queue_id: int = 0,
+        flag: int = 0,
+        properties: dict[str, str] | None = None,
+        properties_string: str | None = None,
+        sys_flag: int = 0,
+        born_timestamp: int = 0,
+        born_host: tuple[str, int] = ("127.0.0.1", 0),
+        reconsume_times: int = 0,
+        prepared_transaction_offset: int = 0,
+    ) -> None:
+        self.topic = topic
+        self.body = body
+        self.queue_id = queue_id
+        self.flag = flag
+        if properties_string is None:
+            properties = properties or {}
+            properties_string = properties_to_string(properties)
+        self._properties = properties
+        self.properties_string = properties_string
+        self.sys_flag = sys_flag
+        self.born_timestamp = born_timestamp
+        self.born_host = born_host
+        self.reconsume_times = reconsume_times
+        self.prepared_transaction_offset = prepared_transaction_offset
+        # Set by the store when it writes the record.
+        self.store_timestamp = 0
+        self.queue_offset = 0
+        self.commit_log_offset = 0
+
+    def __repr__(self) -> str:
+        return (f"MessageExtBrokerInner(topic={self.topic!r}, queue_id={self.queue_id}, "
+                f"body={len(self.body)} bytes, properties={self.properties_string!r})")
+
+    @property
+    def properties(self) -> dict[str, str]:
+        if self._properties is None:
+            self._properties = string_to_properties(self.properties_string)
+        return self._properties
+
+    def get_property(self, name: str) -> str | None:
+        """One property, without parsing all of them."""
+        if self._properties is not None:
+            return self._properties.get(name)
+        return property_from_string(self.properties_string, name)
 
     def put_property(self, name: str, value: str) -> None:
         """Set one property and re-serialise the properties string."""
@@ -178,15 +223,15 @@ class MessageExtBrokerInner:
 
     @property
     def tags(self) -> str | None:
-        return self.properties.get(PROPERTY_TAGS)
+        return self.get_property(PROPERTY_TAGS)
 
     @property
     def keys(self) -> str | None:
-        return self.properties.get(PROPERTY_KEYS)
+        return self.get_property(PROPERTY_KEYS)
 
     @property
     def delay_time_level(self) -> int:
-        value = self.properties.get(PROPERTY_DELAY_TIME_LEVEL)
+        value = self.get_property(PROPERTY_DELAY_TIME_LEVEL)
         try:
             return int(value) if value else 0
         except ValueError:
@@ -195,7 +240,7 @@ class MessageExtBrokerInner:
     @property
     def wait_store_msg_ok(self) -> bool:
         """RocketMQ waits for flush/replication unless WAIT is present and not "true"."""
-        value = self.properties.get(PROPERTY_WAIT_STORE_MSG_OK)
+        value = self.get_property(PROPERTY_WAIT_STORE_MSG_OK)
         return value is None or value.lower() == "true"
 
 

@@ -103,12 +103,17 @@ class UniqIdGenerator:
         )
         self._lock = threading.Lock()
         self._counter = 0
+        self._month_start = self._next_month_start = 0
 
     def next_id(self, now_ms: int | None = None) -> str:
         """A new id; unique within this process for 65,536 ids per millisecond."""
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-        now = datetime.fromtimestamp(now_ms / 1000, UTC)
-        millis = (now_ms - _month_start_ms(now.year, now.month)) & 0x7FFFFFFF
+        if not self._month_start <= now_ms < self._next_month_start:
+            now = datetime.fromtimestamp(now_ms / 1000, UTC)
+            self._month_start = _month_start_ms(now.year, now.month)
+            year, month = (now.year + 1, 1) if now.month == 12 else (now.year, now.month + 1)
+            self._next_month_start = _month_start_ms(year, month)
+        millis = (now_ms - self._month_start) & 0x7FFFFFFF
         with self._lock:
             self._counter = (self._counter + 1) & 0xFFFF
             counter = self._counter

@@ -379,6 +379,12 @@ class DefaultMessageStore:
             self.index_service.build_index(request.topic, request.keys, request.uniq_key,
                                            request.commit_log_offset, request.store_timestamp)
 
+    def _already_dispatched(self, topic: str, queue_id: int, offset: int, size: int) -> bool:
+        queue = self.consume_queue_table.get(topic, {}).get(queue_id)
+        if queue is None or offset + size > queue.max_physic_offset:
+            return False
+        return not self.config.message_index_enable or offset <= self.index_service.last_indexed_offset
+
     def add_arrival_listener(self, listener) -> None:
         """Call ``listener(DispatchRequest)`` on the dispatch thread for every new record."""
         self.reput.arrival_listeners.append(listener)

@@ -180,5 +180,9 @@ def recover_store(store) -> None:
         reput_from = min(reput_from, store.index_service.end_phy_offset())
     reput_from = max(reput_from, minimum)
     store.reput.reput_from_offset = min(reput_from, valid_end)
-    store.reput.do_reput()  # catch up now, so queue offsets are right before the first put
+    store.reput.already_dispatched = store._already_dispatched
+    try:
+        store.reput.do_reput()  # catch up now, so queue offsets are right before the first put
+    finally:
+        store.reput.already_dispatched = None
     store.rebuild_topic_queue_table()
