@@ -135,7 +135,15 @@ class MessageStoreConfig:
                 unknown.append(key)
                 continue
             setattr(config, name, _convert(key, raw, getattr(config, name)))
-        config.validate()
+        try:
+            config.validate()
+        except ConfigError as exc:
+            # Name the key as the user spelled it (mapedFileSizeCommitLog, say).
+            field = java_key_to_field(exc.key)
+            spelled = next((k for k in props if java_key_to_field(k) == field), exc.key)
+            if spelled != exc.key:
+                raise ConfigError(spelled, exc.value, str(exc).split(": ", 1)[-1]) from exc
+            raise
         return config, unknown
 
     def validate(self) -> None:
@@ -165,7 +173,9 @@ def java_key_to_field(key: str) -> str:
     """``flushDiskType`` -> ``flush_disk_type`` (with RocketMQ's historical aliases)."""
     if key in _ALIASES:
         return _ALIASES[key]
-    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", key).lower()
+    # Word breaks before a capital that follows a lower-case letter or digit, and inside a run
+    # of capitals before the last one (checkCRCOnRecover -> check_crc_on_recover).
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", key).lower()
 
 
 def _convert(key: str, raw: str, current: object) -> object:
