@@ -25,6 +25,8 @@ from storage.record import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_C
 log = logging.getLogger(__name__)
 
 _SIZE_MAGIC = struct.Struct(">iI")
+# BODYCRC, SYSFLAG, STORETIMESTAMP and BODYLEN of an all-IPv4 record, skipping the rest.
+_PREFIX_V4 = struct.Struct(">8xi24xi16xq20xi")
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
 _U16 = struct.Struct(">H")
@@ -44,12 +46,17 @@ class ScanResult:
 
 def scan_file(mapped_file: MappedFile, start: int = 0, check_crc: bool = True) -> ScanResult:
     """Validate records from ``start`` with no object per record (recovery of 1 GiB must be fast)."""
-    data = mapped_file.mm
-    size = mapped_file.file_size
+    # A memoryview lets zlib read bodies in place instead of copying each one out.
+    with memoryview(mapped_file.mm) as data:
+        return _scan(data, mapped_file.file_size, start, check_crc)
+
+
+def _scan(data: memoryview, size: int, start: int, check_crc: bool) -> ScanResult:
     pos = start
     count = 0
     last_ts = 0
     unpack_head = _SIZE_MAGIC.unpack_from
+    unpack_v4 = _PREFIX_V4.unpack_from
     crc32 = zlib.crc32
     while True:
         if pos + 8 > size:
@@ -66,19 +73,20 @@ def scan_file(mapped_file: MappedFile, start: int = 0, check_crc: bool = True) -
             return ScanResult(pos, False, f"bad magic 0x{magic:08X}", count, last_ts)
         if total < 91 or pos + total > size:
             return ScanResult(pos, False, f"record size {total} does not fit", count, last_ts)
-        (crc,) = _I32.unpack_from(data, pos + 8)
-        (sys_flag,) = _I32.unpack_from(data, pos + 36)
-        p = pos + 48 + (20 if sys_flag & BORNHOST_V6_FLAG else 8)
-        (store_ts,) = _I64.unpack_from(data, p)
-        p += 8 + (20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8) + 12
-        (body_len,) = _I32.unpack_from(data, p)
-        body_start = p + 4
+        crc, sys_flag, store_ts, body_len = unpack_v4(data, pos)
+        if sys_flag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG):
+            (store_ts,) = _I64.unpack_from(data, pos + 48 + (20 if sys_flag & BORNHOST_V6_FLAG else 8))
+            p = pos + 48 + (20 if sys_flag & BORNHOST_V6_FLAG else 8) + 8
+            p += (20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8) + 12
+            (body_len,) = _I32.unpack_from(data, p)
+            body_start = p + 4
+        else:
+            body_start = pos + 88
         p = body_start + body_len
         if body_len < 0 or p + 3 > pos + total:
             return ScanResult(pos, False, "field lengths do not match TOTALSIZE", count, last_ts)
         if magic == MESSAGE_MAGIC_CODE:
-            topic_len = data[p]
-            p += 1 + topic_len
+            p += 1 + data[p]
         else:
             (topic_len,) = _U16.unpack_from(data, p)
             p += 2 + topic_len

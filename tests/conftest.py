@@ -42,9 +42,9 @@ def make_message(topic="TopicTest", body=b"hello", queue_id=0, tags=None, keys=N
     if uniq:
         props["UNIQ_KEY"] = uniq
     props.update(extra.pop("properties", {}))
+    extra.setdefault("born_host", ("127.0.0.1", 40000))
     return MessageExtBrokerInner(topic=topic, body=body, queue_id=queue_id, properties=props,
-                                 born_timestamp=int(time.time() * 1000),
-                                 born_host=("127.0.0.1", 40000), **extra)
+                                 born_timestamp=int(time.time() * 1000), **extra)
 
 
 @pytest.fixture

@@ -126,3 +126,29 @@ def test_clean_restart_with_consume_queue_ahead_of_commitlog_drops_the_extra_uni
         assert store.put_message(make_message()).append.logics_offset == 7
     finally:
         store.shutdown()
+
+
+def test_recovery_checks_ipv6_records_too(tmp_path):
+    config = small_config(tmp_path, mapped_file_size_commit_log=64 * 1024)
+    store = DefaultMessageStore(config, store_host=("::1", 10911))
+    store.load()
+    store.start()
+    results = [store.put_message(make_message(body=f"v6-{i}".encode() * 10,
+                                              born_host=("fe80::1", 5000))).append
+               for i in range(10)]
+    store.wait_dispatched()
+    assert len(results[0].msg_ids[0]) == 56
+    _crash(store)
+    with open(_commitlog_path(config), "r+b") as f:
+        data = f.read()
+        f.seek(data.index(b"v6-9"))
+        f.write(b"V")
+    store = _reopen(config)
+    try:
+        assert store.recovered_problem == "body CRC mismatch"
+        assert store.get_max_offset_in_queue("TopicTest", 0) == 9
+        record = store.look_message_by_offset(results[8].wrote_offset)
+        assert record.born_host == ("fe80::1", 5000)
+        assert record.store_host == ("::1", 10911)
+    finally:
+        store.shutdown()
