@@ -31,43 +31,52 @@ RETRY_TIMES_OVER = 10
 class GroupCommitRequest:
     """A writer's wait for everything before ``next_offset`` to be flushed (or replicated)."""
 
-    __slots__ = ("_callbacks", "_done", "_lock", "deadline", "flush_ok", "next_offset")
+    __slots__ = ("_callbacks", "_done", "_event", "_lock", "deadline", "flush_ok", "next_offset")
 
     def __init__(self, next_offset: int, timeout_ms: int) -> None:
         self.next_offset = next_offset
         self.deadline = time.monotonic() + timeout_ms / 1000
         self.flush_ok = False
-        self._done = threading.Event()
+        self._done = False
+        self._event: threading.Event | None = None  # made only for a blocking waiter
         self._callbacks: list[Callable[[bool], None]] = []
         self._lock = threading.Lock()
 
     def complete(self, ok: bool) -> None:
         """Resolve the request once; later calls are ignored."""
         with self._lock:
-            if self._done.is_set():
+            if self._done:
                 return
             self.flush_ok = ok
-            self._done.set()
+            self._done = True
             callbacks, self._callbacks = self._callbacks, []
+            event = self._event
+        if event is not None:
+            event.set()
         for callback in callbacks:
             callback(ok)
 
     def add_done_callback(self, callback: Callable[[bool], None]) -> None:
         """Call ``callback(ok)`` when resolved (at once if it already is)."""
         with self._lock:
-            if not self._done.is_set():
+            if not self._done:
                 self._callbacks.append(callback)
                 return
         callback(self.flush_ok)
 
     def done(self) -> bool:
-        return self._done.is_set()
+        return self._done
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until resolved or the request's own deadline; True when flushed in time."""
+        with self._lock:
+            if not self._done and self._event is None:
+                self._event = threading.Event()
+            event = self._event
         remaining = self.deadline - time.monotonic() if timeout is None else timeout
-        self._done.wait(max(remaining, 0))
-        return self._done.is_set() and self.flush_ok
+        if event is not None:
+            event.wait(max(remaining, 0))
+        return self._done and self.flush_ok
 
 
 class FlushRealTimeService(ServiceThread):
