@@ -627,11 +627,11 @@ class DefaultMessageStore:
 
     def queue_offsets(self) -> dict[str, dict[int, tuple[int, int]]]:
         """Per topic and queue: (min offset, max offset)."""
-        # Snapshots: dispatch may add a topic or queue while this runs on another thread.
+        # sorted() copies each dict in one C call, so dispatch adding a queue cannot break it.
         return {
             topic: {qid: (q.get_min_offset_in_queue(), q.get_max_offset_in_queue())
-                    for qid, q in sorted(list(queues.items()))}
-            for topic, queues in sorted(list(self.consume_queue_table.items()))
+                    for qid, q in sorted(queues.items())}
+            for topic, queues in sorted(self.consume_queue_table.items())
         }
 
     def runtime_info(self) -> dict[str, str]:
