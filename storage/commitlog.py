@@ -180,6 +180,10 @@ class CommitLog:
         key = (msg.topic, msg.queue_id)
         advances = tran_type not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
         total = self._record_total(len(tail), len(born_host))
+        if total + END_FILE_MIN_BLANK_LENGTH > self.mapped_file_size:
+            raise MessageIllegalError(
+                f"a record of {total} bytes cannot fit one CommitLog file of {self.mapped_file_size} bytes"
+            )
         with self.put_lock:
             begin = time.monotonic()
             self.begin_time_in_lock = begin

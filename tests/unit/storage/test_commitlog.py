@@ -194,3 +194,11 @@ def test_raw_append_at_a_wrong_offset_is_refused(store_factory):
     store.put_message(make_message())
     with pytest.raises(StoreError):
         store.append_to_commit_log(5, b"\x00" * 10)
+
+
+def test_a_record_larger_than_a_commitlog_file_is_illegal_and_nothing_is_written(store_factory):
+    store = store_factory()
+    with pytest.raises(MessageIllegalError, match="cannot fit"):
+        store.put_message(make_message(body=b"x" * 4096))
+    assert store.get_max_phy_offset() == 0
+    assert store.put_message(make_message()).append.wrote_offset == 0

@@ -270,3 +270,17 @@ def test_runtime_info_reports_positions_and_the_latency_histogram(store_factory)
     assert info["dispatchBehindBytes"] == "0"
     assert "[<=0ms]" in info["putMessageDistributeTime"]
     assert sum(store.stats.latency_histogram().values()) == 5
+
+
+def test_put_tps_is_measured_over_the_sampled_window():
+    from storage.stats import StoreStatsService
+
+    stats = StoreStatsService()  # not started: this test takes the samples itself
+    for _ in range(30):
+        stats.record_put("T", 1, 100, 0.5)
+    time.sleep(0.05)
+    stats.sample()
+    first, last = stats._samples[0], stats._samples[-1]
+    assert stats.put_tps(10) == pytest.approx(30 / (last.at - first.at))
+    assert stats.latency_histogram()["[0~10ms]"] == 30
+    assert stats.runtime_info()["putMessageTimesTotal"] == "30"
