@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass
 
@@ -57,12 +58,7 @@ class StoreStatsService(ServiceThread):
 
     def record_put(self, topic: str, count: int, size: int, elapsed_ms: float) -> None:
         """Count a successful put of ``count`` messages taking ``elapsed_ms`` end to end."""
-        bucket = 0
-        for bucket, bound in enumerate(PUT_LATENCY_BOUNDS_MS):  # noqa: B007
-            if elapsed_ms <= bound:
-                break
-        else:
-            bucket = len(PUT_LATENCY_BOUNDS_MS)
+        bucket = bisect_left(PUT_LATENCY_BOUNDS_MS, elapsed_ms)  # first bound >= elapsed
         with self._lock:
             self.put_message_times_total += count
             self.put_message_size_total += size
