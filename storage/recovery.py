@@ -25,8 +25,8 @@ from storage.record import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_C
 log = logging.getLogger(__name__)
 
 _SIZE_MAGIC = struct.Struct(">iI")
-# BODYCRC, SYSFLAG, STORETIMESTAMP and BODYLEN of an all-IPv4 record, skipping the rest.
-_PREFIX_V4 = struct.Struct(">8xi24xi16xq20xi")
+# TOTALSIZE, MAGICCODE, BODYCRC, SYSFLAG, STORETIMESTAMP and BODYLEN of an all-IPv4 record.
+_PREFIX_V4 = struct.Struct(">iIi24xi16xq20xi")
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
 _U16 = struct.Struct(">H")
@@ -58,10 +58,16 @@ def _scan(data: memoryview, size: int, start: int, check_crc: bool) -> ScanResul
     unpack_head = _SIZE_MAGIC.unpack_from
     unpack_v4 = _PREFIX_V4.unpack_from
     crc32 = zlib.crc32
+    prefix_limit = size - 88
     while True:
-        if pos + 8 > size:
+        if pos <= prefix_limit:
+            # One call reads everything the checks need (for IPv4 hosts, the common case).
+            total, magic, crc, sys_flag, store_ts, body_len = unpack_v4(data, pos)
+        elif pos + 8 > size:
             return ScanResult(pos, True, None, count, last_ts)
-        total, magic = unpack_head(data, pos)
+        else:
+            total, magic = unpack_head(data, pos)
+            crc = sys_flag = store_ts = body_len = 0
         if magic == BLANK_MAGIC_CODE:
             if total != size - pos:
                 problem = f"blank record of size {total} does not end the file"
@@ -73,7 +79,6 @@ def _scan(data: memoryview, size: int, start: int, check_crc: bool) -> ScanResul
             return ScanResult(pos, False, f"bad magic 0x{magic:08X}", count, last_ts)
         if total < 91 or pos + total > size:
             return ScanResult(pos, False, f"record size {total} does not fit", count, last_ts)
-        crc, sys_flag, store_ts, body_len = unpack_v4(data, pos)
         if sys_flag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG):
             (store_ts,) = _I64.unpack_from(data, pos + 48 + (20 if sys_flag & BORNHOST_V6_FLAG else 8))
             p = pos + 48 + (20 if sys_flag & BORNHOST_V6_FLAG else 8) + 8
