@@ -39,6 +39,7 @@ from storage.flush import (
     GroupCommitRequest,
     GroupCommitService,
 )
+from storage.get_message import read_queue
 from storage.index_file import IndexService
 from storage.mapped_file import TransientStorePool
 from storage.message import (
@@ -53,7 +54,6 @@ from storage.record import MessageRecord, decode_record
 from storage.recovery import recover_store
 from storage.results import (
     GetMessageResult,
-    GetMessageStatus,
     MessageFilter,
     PutMessageResult,
     QueryMessageResult,
@@ -110,7 +110,8 @@ class DefaultMessageStore:
         self.recovered_problem: str | None = None
         self._started = False
         self._shutdown = False
-        self._memory_limit = _total_physical_memory() * config.access_message_in_memory_max_ratio // 100
+        # Data further than this behind the write position is probably no longer in memory.
+        self.memory_limit = _total_physical_memory() * config.access_message_in_memory_max_ratio // 100
 
     # -- lifecycle ----------------------------------------------------------------------------
     def load(self) -> bool:
@@ -417,77 +418,9 @@ class DefaultMessageStore:
         """Read up to ``max_msg_nums`` records of one queue from logical ``offset`` (``getMessage``)."""
         if self._shutdown:
             raise ServiceNotAvailableError("the message store has shut down")
-        max_phy = self.commit_log.get_max_offset()
-        queue = self.find_consume_queue(topic, queue_id, create=False)
-        if queue is None:
-            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
-        min_offset = queue.get_min_offset_in_queue()
-        max_offset = queue.get_max_offset_in_queue()
-        if max_offset == 0:
-            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
-        if offset < min_offset:
-            return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
-        if offset == max_offset:
-            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
-        if offset > max_offset:
-            next_offset = 0 if min_offset == 0 else max_offset
-            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, next_offset, min_offset,
-                                    max_offset)
-        max_filter = max(16000, max_msg_nums) if message_filter else max_msg_nums
-        units = queue.get_units(offset, max_filter)
-        if not units:
-            next_file = (offset * 20 // queue.mapped_file_size + 1) * queue.mapped_file_size // 20
-            return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, next_file, min_offset, max_offset)
-        result = GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset, min_offset, max_offset)
-        status = GetMessageStatus.NO_MATCHED_MESSAGE
-        total_bytes = 0
-        skip_below = -1
-        max_pulling = max_phy
-        consumed = 0
-        for index, (phy, size, tags_code) in enumerate(units):
-            consumed = index
-            if size == 0x7FFFFFFF:
-                continue
-            max_pulling = phy
-            if phy < skip_below:
-                continue
-            in_disk = max_phy - phy > self._memory_limit
-            if result.messages and self._batch_full(size, max_msg_nums, total_bytes,
-                                                      len(result.messages), in_disk):
-                break
-            if message_filter is not None and not message_filter.is_matched_by_consume_queue(tags_code):
-                continue
-            try:
-                data = self.commit_log.get_message(phy, size)
-            except OffsetOutOfRangeError:
-                if not result.messages:
-                    status = GetMessageStatus.MESSAGE_WAS_REMOVING
-                skip_below = self.commit_log.roll_next_file(phy)
-                continue
-            if message_filter is not None and not message_filter.is_matched_by_commit_log(data):
-                continue
-            result.messages.append(data)
-            result.queue_offsets.append(offset + index)
-            total_bytes += size
-            status = GetMessageStatus.FOUND
-            skip_below = -1
-        else:
-            consumed = len(units)
-        result.status = status
-        result.next_begin_offset = offset + consumed
-        result.suggest_pulling_from_slave = max_phy - max_pulling > self._memory_limit
+        result = read_queue(self, topic, queue_id, offset, max_msg_nums, message_filter)
         self.stats.record_get(len(result.messages))
         return result
-
-    def _batch_full(self, size: int, max_nums: int, total: int, count: int, in_disk: bool) -> bool:
-        config = self.config
-        if count >= max_nums:
-            return True
-        if in_disk:
-            return (total + size > config.max_transfer_bytes_on_message_in_disk
-                    or count > config.max_transfer_count_on_message_in_disk - 1)
-        return (total + size > config.max_transfer_bytes_on_message_in_memory
-                or count > config.max_transfer_count_on_message_in_memory - 1)
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         queue = self.find_consume_queue(topic, queue_id, create=False)

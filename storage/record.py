@@ -253,18 +253,23 @@ def decode_record(
         sys_flag,
         born_ts,
     ) = HEAD.unpack_from(buf, pos)
+    end = pos + total
     p = pos + 48
     born_len = 20 if sys_flag & BORNHOST_V6_FLAG else 8
+    store_len = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
+    # The fixed fields, then at least a topic length and a properties length must fit.
+    if p + born_len + 8 + store_len + 16 + 3 > end:
+        raise CorruptRecordError(f"record size {total} is too small for its host fields", where)
     born_raw = bytes(buf[p : p + born_len])
     p += born_len
     (store_ts,) = _I64.unpack_from(buf, p)
     p += 8
-    store_len = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
     store_raw = bytes(buf[p : p + store_len])
     p += store_len
     reconsume, prepared, body_len = struct.unpack_from(">iqi", buf, p)
     p += 16
-    if body_len < 0 or p + body_len > pos + total:
+    topic_prefix = 1 if magic == MESSAGE_MAGIC_CODE else 2
+    if body_len < 0 or p + body_len + topic_prefix + 2 > end:
         raise CorruptRecordError(f"body length {body_len} does not fit the record", where)
     body = bytes(buf[p : p + body_len]) if (read_body or check_crc) else b""
     p += body_len
@@ -276,12 +281,14 @@ def decode_record(
     else:
         (topic_len,) = _U16.unpack_from(buf, p)
         p += 2
+    if p + topic_len + 2 > end:
+        raise CorruptRecordError(f"topic length {topic_len} does not fit the record", where)
     topic_raw = bytes(buf[p : p + topic_len])
     p += topic_len
     (props_len,) = _I16.unpack_from(buf, p)
     p += 2
-    if props_len < 0:
-        raise CorruptRecordError(f"properties length {props_len} is negative", where)
+    if props_len < 0 or p + props_len > end:
+        raise CorruptRecordError(f"properties length {props_len} does not fit the record", where)
     props_raw = bytes(buf[p : p + props_len])
     p += props_len
     if p - pos != total:
