@@ -1,0 +1,324 @@
+"""The remoting frame and command codec: bytes in, commands out. No sockets, no event loop.
+
+Frame (big-endian)::
+
+    | total length i32 (bytes after this field) | serialize type u8 | header length u24 |
+    | header (JSON text or ROCKETMQ binary) | body |
+
+ROCKETMQ binary header::
+
+    | code i16 | language u8 | version i16 | opaque i32 | flag i32 |
+    | remark length i32 | remark | extFields length i32 | (key len i16, key, value len i32, value)* |
+
+JSON header: the fastjson bean ``{"code","extFields","flag","language","opaque","remark",
+"serializeTypeCurrentRPC","version"}``. Peers send extFields values as strings, numbers or
+booleans; we accept all three and always write strings (the Go and C++ clients need them).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from enum import IntEnum
+from typing import Final
+
+from cluster.remoting.codes import CURRENT_VERSION, LanguageCode
+from cluster.remoting.errors import LocalProtocolError, RemoteProtocolError
+
+LENGTH: Final = struct.Struct(">i")  # frame length, not counting these 4 bytes
+HEADER_MARK: Final = struct.Struct(">i")  # serialize type in the high byte, header length below
+FRAME_MAX: Final = 16 * 1024 * 1024  # NettyDecoder's default (com.rocketmq.remoting.frameMaxLength)
+HEADER_MAX: Final = 0xFFFFFF
+RESPONSE_FLAG: Final = 0b01
+ONEWAY_FLAG: Final = 0b10
+
+_BINARY_FIXED = struct.Struct(">hBhii")
+_I32 = struct.Struct(">i")
+_I16 = struct.Struct(">h")
+
+
+class SerializeType(IntEnum):
+    JSON = 0
+    ROCKETMQ = 1
+
+
+@dataclass(frozen=True, slots=True)
+class RemotingCommand:
+    """One request or response. ``opaque`` is set by the connection that sends it."""
+
+    code: int
+    opaque: int = 0
+    flag: int = 0
+    remark: str | None = None
+    ext_fields: Mapping[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    language: str = "JAVA"
+    version: int = CURRENT_VERSION
+    serialize_type: SerializeType = SerializeType.JSON
+
+    @property
+    def is_response(self) -> bool:
+        return bool(self.flag & RESPONSE_FLAG)
+
+    @property
+    def is_oneway(self) -> bool:
+        return bool(self.flag & ONEWAY_FLAG)
+
+    def field(self, name: str, default: str | None = None) -> str | None:
+        """One extFields value."""
+        return self.ext_fields.get(name, default)
+
+    def make_response(
+        self, code: int, remark: str | None = None, ext_fields: Mapping[str, object] | None = None,
+        body: bytes = b"",
+    ) -> RemotingCommand:
+        """The response to this request: same opaque and serialize type, response flag set."""
+        return RemotingCommand(
+            code=code, opaque=self.opaque, flag=RESPONSE_FLAG, remark=remark,
+            ext_fields=stringify(ext_fields or {}), body=body,
+            serialize_type=self.serialize_type,
+        )
+
+
+def request(code: int, ext_fields: Mapping[str, object] | None = None, body: bytes = b"",
+            *, oneway: bool = False, **kwargs) -> RemotingCommand:
+    """A new request; values of ``ext_fields`` are turned into strings as Java would."""
+    return RemotingCommand(code=int(code), flag=ONEWAY_FLAG if oneway else 0,
+                           ext_fields=stringify(ext_fields or {}), body=body, **kwargs)
+
+
+def stringify(values: Mapping[str, object]) -> dict[str, str]:
+    """extFields as strings: booleans as true/false, None dropped (Java's String.valueOf)."""
+    out = {}
+    for key, value in values.items():
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            out[key] = "true" if value else "false"
+        else:
+            out[key] = str(value)
+    return out
+
+
+# --- encoding ----------------------------------------------------------------------------
+def encode(command: RemotingCommand) -> bytes:
+    """The whole frame for ``command`` in its serialize type."""
+    if command.serialize_type is SerializeType.ROCKETMQ:
+        header = _encode_binary_header(command)
+    else:
+        header = _encode_json_header(command)
+    if len(header) > HEADER_MAX:
+        raise LocalProtocolError(f"header of {len(header)} bytes exceeds the 16 MiB limit")
+    total = 4 + len(header) + len(command.body)
+    if total > FRAME_MAX:
+        raise LocalProtocolError(f"frame of {total} bytes exceeds the {FRAME_MAX}-byte limit")
+    mark = (int(command.serialize_type) << 24) | len(header)
+    return b"".join((LENGTH.pack(total), HEADER_MARK.pack(mark), header, command.body))
+
+
+def _encode_json_header(command: RemotingCommand) -> bytes:
+    # Keys in fastjson's (alphabetical) order; nulls and empty extFields omitted as Java does.
+    header: dict[str, object] = {"code": command.code}
+    if command.ext_fields:
+        header["extFields"] = dict(command.ext_fields)
+    header["flag"] = command.flag
+    header["language"] = command.language
+    header["opaque"] = command.opaque
+    if command.remark is not None:
+        header["remark"] = command.remark
+    header["serializeTypeCurrentRPC"] = "JSON"
+    header["version"] = command.version
+    return json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _language_byte(name: str) -> int:
+    try:
+        return LanguageCode[name].value
+    except KeyError:
+        return LanguageCode.OTHER.value
+
+
+def _encode_binary_header(command: RemotingCommand) -> bytes:
+    remark = (command.remark or "").encode()
+    fields = []
+    for key, value in command.ext_fields.items():
+        k, v = key.encode(), str(value).encode()
+        fields.append(_I16.pack(len(k)) + k + _I32.pack(len(v)) + v)
+    ext = b"".join(fields)
+    if not -32768 <= command.code <= 32767:
+        raise LocalProtocolError(f"code {command.code} does not fit the ROCKETMQ header")
+    return b"".join((
+        _BINARY_FIXED.pack(command.code, _language_byte(command.language),
+                           min(command.version, 32767), command.opaque, command.flag),
+        _I32.pack(len(remark)), remark, _I32.pack(len(ext)), ext,
+    ))
+
+
+# --- decoding ----------------------------------------------------------------------------
+def decode_frame(frame: bytes | memoryview) -> RemotingCommand:
+    """Decode one frame without its 4-byte length prefix."""
+    if len(frame) < 4:
+        raise RemoteProtocolError("frame shorter than its header mark")
+    (mark,) = HEADER_MARK.unpack_from(frame, 0)
+    serialize = (mark >> 24) & 0xFF
+    header_length = mark & HEADER_MAX
+    if header_length > len(frame) - 4:
+        raise RemoteProtocolError(
+            f"header length {header_length} exceeds the frame's {len(frame) - 4} bytes")
+    header = bytes(frame[4 : 4 + header_length])
+    body = bytes(frame[4 + header_length :])
+    if serialize == SerializeType.JSON:
+        return _decode_json_header(header, body)
+    if serialize == SerializeType.ROCKETMQ:
+        return _decode_binary_header(header, body)
+    raise RemoteProtocolError(f"unknown serialize type {serialize}")
+
+
+def _int_field(header: dict, name: str, default: int = 0) -> int:
+    value = header.get(name, default)
+    if isinstance(value, bool) or value is None:
+        raise RemoteProtocolError(f"header field {name} is not a number")
+    try:
+        number = int(value)
+    except (TypeError, ValueError) as exc:
+        raise RemoteProtocolError(f"header field {name} is not a number") from exc
+    if not -(2**31) <= number < 2**31:
+        raise RemoteProtocolError(f"header field {name} is out of range")
+    return number
+
+
+def _ext_value(value: object) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float | str):
+        return str(value)
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
+    try:
+        data = json.loads(header)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise RemoteProtocolError(f"JSON header does not parse: {exc}") from exc
+    if not isinstance(data, dict):
+        raise RemoteProtocolError("JSON header is not an object")
+    ext = data.get("extFields") or {}
+    if not isinstance(ext, dict):
+        raise RemoteProtocolError("extFields is not an object")
+    ext_fields = {}
+    for key, value in ext.items():
+        text = _ext_value(value)
+        if text is not None:
+            ext_fields[str(key)] = text
+    language = data.get("language", "JAVA")
+    if isinstance(language, int) and not isinstance(language, bool):
+        try:
+            language = LanguageCode(language).name
+        except ValueError:
+            language = "OTHER"
+    remark = data.get("remark")
+    return RemotingCommand(
+        code=_int_field(data, "code"),
+        opaque=_int_field(data, "opaque"),
+        flag=_int_field(data, "flag"),
+        remark=remark if isinstance(remark, str) else None,
+        ext_fields=ext_fields,
+        body=body,
+        language=language if isinstance(language, str) else "OTHER",
+        version=_int_field(data, "version"),
+        serialize_type=SerializeType.JSON,
+    )
+
+
+def _decode_binary_header(header: bytes, body: bytes) -> RemotingCommand:
+    try:
+        code, language, version, opaque, flag = _BINARY_FIXED.unpack_from(header, 0)
+        pos = _BINARY_FIXED.size
+        (remark_length,) = _I32.unpack_from(header, pos)
+        pos += 4
+        if remark_length < 0 or pos + remark_length > len(header):
+            raise RemoteProtocolError("remark length runs past the header")
+        remark = header[pos : pos + remark_length].decode() if remark_length else None
+        pos += remark_length
+        (ext_length,) = _I32.unpack_from(header, pos)
+        pos += 4
+        end = pos + ext_length
+        if ext_length < 0 or end > len(header):
+            raise RemoteProtocolError("extFields length runs past the header")
+        ext_fields = {}
+        while pos < end:
+            (key_length,) = _I16.unpack_from(header, pos)
+            pos += 2
+            key = header[pos : pos + key_length].decode()
+            pos += key_length
+            (value_length,) = _I32.unpack_from(header, pos)
+            pos += 4
+            if key_length < 0 or value_length < 0 or pos + value_length > end:
+                raise RemoteProtocolError("an extFields entry runs past the header")
+            ext_fields[key] = header[pos : pos + value_length].decode()
+            pos += value_length
+    except struct.error as exc:
+        raise RemoteProtocolError(f"ROCKETMQ header is cut short: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise RemoteProtocolError("ROCKETMQ header text is not UTF-8") from exc
+    try:
+        language_name = LanguageCode(language).name
+    except ValueError:
+        language_name = "OTHER"
+    return RemotingCommand(code=code, opaque=opaque, flag=flag, remark=remark,
+                           ext_fields=ext_fields, body=body, language=language_name,
+                           version=version, serialize_type=SerializeType.ROCKETMQ)
+
+
+class FrameDecoder:
+    """Turn a byte stream into RemotingCommands. Holds at most one partial frame.
+
+    After a RemoteProtocolError the stream is out of sync: the caller must close the connection.
+    """
+
+    def __init__(self, max_frame: int = FRAME_MAX) -> None:
+        self._buffer = bytearray()
+        self._start = 0
+        self.max_frame = max_frame
+
+    def feed(self, data: bytes) -> None:
+        """Add received bytes."""
+        if self._start and self._start >= len(self._buffer) // 2:
+            del self._buffer[: self._start]  # compact now and then, not on every frame
+            self._start = 0
+        self._buffer += data
+
+    @property
+    def pending(self) -> int:
+        """Bytes received but not yet part of a whole frame."""
+        return len(self._buffer) - self._start
+
+    def next_command(self) -> RemotingCommand | None:
+        """The next whole command, or None until more bytes arrive."""
+        buffer = self._buffer
+        start = self._start
+        if len(buffer) - start < 4:
+            return None
+        (total,) = LENGTH.unpack_from(buffer, start)
+        if total < 4 or total > self.max_frame:
+            raise RemoteProtocolError(f"frame length {total} is outside 4..{self.max_frame}")
+        end = start + 4 + total
+        if len(buffer) < end:
+            return None
+        with memoryview(buffer) as view:
+            frame = bytes(view[start + 4 : end])
+        self._start = end
+        if self._start == len(buffer):
+            buffer.clear()
+            self._start = 0
+        return decode_frame(frame)
+
+
+__all__ = [
+    "FRAME_MAX", "ONEWAY_FLAG", "RESPONSE_FLAG", "FrameDecoder", "RemotingCommand",
+    "SerializeType", "decode_frame", "encode", "replace", "request", "stringify",
+]
