@@ -1,0 +1,79 @@
+"""A remoting client: one connection per address, opened on first use and reopened when lost."""
+
+from __future__ import annotations
+
+import asyncio
+
+from cluster.remoting.codec import RemotingCommand
+from cluster.remoting.connection import RemotingConnection, RequestHandler
+from cluster.remoting.errors import RemotingConnectError
+
+DEFAULT_TIMEOUT = 3.0  # mqClientApiTimeout
+CONNECT_TIMEOUT = 3.0
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """``host:port`` (IPv6 hosts may be bracketed) -> (host, port)."""
+    host, sep, port = address.strip().rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"{address!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+class RemotingClient:
+    """Requests to any number of servers; server-initiated requests go to ``handler``."""
+
+    def __init__(self, handler: RequestHandler | None = None) -> None:
+        self._handler = handler
+        self._connections: dict[str, RemotingConnection] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def connection(self, address: str) -> RemotingConnection:
+        """The open connection to ``address``, connecting if needed."""
+        connection = self._connections.get(address)
+        if connection is not None and connection.is_open:
+            return connection
+        lock = self._locks.setdefault(address, asyncio.Lock())
+        async with lock:
+            connection = self._connections.get(address)
+            if connection is not None and connection.is_open:
+                return connection
+            host, port = split_address(address)
+            loop = asyncio.get_running_loop()
+            try:
+                async with asyncio.timeout(CONNECT_TIMEOUT):
+                    _, connection = await loop.create_connection(
+                        lambda: RemotingConnection(self._handler, self._forget), host, port)
+            except (OSError, TimeoutError) as exc:
+                raise RemotingConnectError(f"cannot connect to {address}: {exc}") from exc
+            connection.remote_address = address
+            self._connections[address] = connection
+            return connection
+
+    def _forget(self, connection: RemotingConnection) -> None:
+        address = connection.remote_address
+        if self._connections.get(address) is connection:
+            del self._connections[address]
+
+    async def invoke(self, address: str, request: RemotingCommand,
+                     timeout: float = DEFAULT_TIMEOUT) -> RemotingCommand:
+        """Send a request to ``address`` and wait for the response."""
+        connection = await self.connection(address)
+        return await connection.invoke(request, timeout)
+
+    async def invoke_oneway(self, address: str, request: RemotingCommand) -> None:
+        connection = await self.connection(address)
+        connection.invoke_oneway(request)
+
+    def close_connection(self, address: str) -> None:
+        connection = self._connections.pop(address, None)
+        if connection is not None:
+            connection.close()
+
+    async def close(self) -> None:
+        connections = list(self._connections.values())
+        self._connections.clear()
+        for connection in connections:
+            connection.close()
+        for connection in connections:
+            await connection.closed.wait()
