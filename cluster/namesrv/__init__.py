@@ -1,0 +1,1 @@
+"""The name server: route tables (``route_info``), KV config, request processors and the process."""
