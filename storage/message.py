@@ -83,19 +83,23 @@ def string_to_properties(text: str) -> dict[str, str]:
 
 
 def property_from_string(text: str, name: str) -> str | None:
-    """One property's value without parsing the whole string (the put and dispatch paths)."""
-    start = 0
+    """One property's value without parsing the whole string (the put and dispatch paths).
+
+    Agrees with :func:`string_to_properties`: the last non-empty occurrence wins.
+    """
     needle = name + NAME_VALUE_SEPARATOR
+    stop = len(text)
     while True:
-        i = text.find(needle, start)
+        i = text.rfind(needle, 0, stop)
         if i < 0:
             return None
         if i == 0 or text[i - 1] == PROPERTY_SEPARATOR:
             begin = i + len(needle)
             end = text.find(PROPERTY_SEPARATOR, begin)
             value = text[begin:] if end < 0 else text[begin:end]
-            return value or None
-        start = i + 1
+            if value:
+                return value
+        stop = i + len(needle) - 1
 
 
 # --- Java String.hashCode -------------------------------------------------------------------

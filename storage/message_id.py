@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import struct
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import lru_cache
 from typing import NamedTuple
 
 _OFFSET_TAIL = struct.Struct(">iq")
-_UNIQ_TAIL = struct.Struct(">hiiH")
+_UNIQ_TAIL = struct.Struct(">hiIH")
 
 
 @lru_cache(maxsize=256)
@@ -50,10 +51,13 @@ class OffsetMessageId(NamedTuple):
     offset: int
 
 
+_HEX_ID = re.compile(r"[0-9A-Fa-f]{32}|[0-9A-Fa-f]{56}")
+
+
 def decode_message_id(msg_id: str) -> OffsetMessageId:
     """Decode an offset msgId; raises ``ValueError`` for anything that is not one."""
-    if len(msg_id) not in (32, 56):
-        raise ValueError(f"a msgId has 32 or 56 hex digits, not {len(msg_id)}: {msg_id!r}")
+    if not _HEX_ID.fullmatch(msg_id):
+        raise ValueError(f"a msgId is 32 or 56 hex digits, not {msg_id!r}")
     raw = bytes.fromhex(msg_id)
     ip_len = 4 if len(raw) == 16 else 16
     port, offset = _OFFSET_TAIL.unpack(raw[ip_len:])
@@ -70,8 +74,8 @@ class UniqMessageId(NamedTuple):
 
 def decode_uniq_message_id(msg_id: str) -> UniqMessageId:
     """Decode a client UNIQ_KEY id; raises ``ValueError`` for a malformed one."""
-    if len(msg_id) not in (32, 56):
-        raise ValueError(f"a UNIQ_KEY id has 32 or 56 hex digits, not {len(msg_id)}: {msg_id!r}")
+    if not _HEX_ID.fullmatch(msg_id):
+        raise ValueError(f"a UNIQ_KEY id is 32 or 56 hex digits, not {msg_id!r}")
     raw = bytes.fromhex(msg_id)
     ip_len = 4 if len(raw) == 16 else 16
     pid, loader, millis, counter = _UNIQ_TAIL.unpack(raw[ip_len:])
@@ -81,7 +85,7 @@ def decode_uniq_message_id(msg_id: str) -> UniqMessageId:
 def uniq_id_timestamp(msg_id: str, now_ms: int | None = None) -> int:
     """Approximate born time of a UNIQ_KEY id (``MessageClientIDSetter.getNearlyTimeFromID``)."""
     millis = decode_uniq_message_id(msg_id).millis_since_month_start
-    now = datetime.fromtimestamp((now_ms if now_ms is not None else time.time() * 1000) / 1000, UTC)
+    now = datetime.fromtimestamp((now_ms if now_ms is not None else time.time() * 1000) / 1000)
     month_start = _month_start_ms(now.year, now.month)
     guess = month_start + millis
     if now_ms is not None and guess > now_ms:
@@ -91,7 +95,8 @@ def uniq_id_timestamp(msg_id: str, now_ms: int | None = None) -> int:
 
 
 def _month_start_ms(year: int, month: int) -> int:
-    return int(datetime(year, month, 1, tzinfo=UTC).timestamp() * 1000)
+    # Local time, as Java's MessageClientIDSetter takes the month start from its default zone.
+    return int(datetime(year, month, 1).timestamp() * 1000)
 
 
 class UniqIdGenerator:
@@ -109,13 +114,14 @@ class UniqIdGenerator:
         """A new id; unique within this process for 65,536 ids per millisecond."""
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         if not self._month_start <= now_ms < self._next_month_start:
-            now = datetime.fromtimestamp(now_ms / 1000, UTC)
+            now = datetime.fromtimestamp(now_ms / 1000)
             self._month_start = _month_start_ms(now.year, now.month)
             year, month = (now.year + 1, 1) if now.month == 12 else (now.year, now.month + 1)
             self._next_month_start = _month_start_ms(year, month)
-        millis = (now_ms - self._month_start) & 0x7FFFFFFF
+        # Java writes the low 32 bits and reads them back unsigned (past day 24 they need bit 31).
+        millis = (now_ms - self._month_start) & 0xFFFFFFFF
         with self._lock:
             self._counter = (self._counter + 1) & 0xFFFF
             counter = self._counter
-        tail = struct.pack(">iH", millis, counter)
+        tail = struct.pack(">IH", millis, counter)
         return (self._prefix + tail).hex().upper()

@@ -1,0 +1,281 @@
+"""MappedFile, MappedFileQueue and TransientStorePool (storage/mapped_file.py)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from storage.errors import OffsetOutOfRangeError, StoreError
+from storage.mapped_file import (
+    OS_PAGE_SIZE,
+    MappedFile,
+    MappedFileQueue,
+    TransientStorePool,
+    offset_to_file_name,
+)
+
+SIZE = 4096
+
+
+def _file(tmp_path, offset: int = 0, size: int = SIZE, pool=None) -> MappedFile:
+    return MappedFile(str(tmp_path / offset_to_file_name(offset)), size, pool)
+
+
+def _disk(path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+# --- names and creation -----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("offset", "name"),
+    [(0, "00000000000000000000"), (1073741824, "00000000001073741824"),
+     (2**63 - 1, "09223372036854775807")],
+)
+def test_file_names_are_20_digit_zero_padded_offsets(offset, name):
+    assert offset_to_file_name(offset) == name
+
+
+def test_a_new_mapped_file_is_created_at_its_full_size_and_named_by_its_offset(tmp_path):
+    mapped = _file(tmp_path, 8192)
+    assert mapped.file_from_offset == 8192
+    assert os.path.getsize(mapped.path) == SIZE
+    assert (mapped.wrote_position, mapped.committed_position, mapped.flushed_position) == (0, 0, 0)
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
+    mapped.close()
+
+
+def test_a_file_of_the_wrong_size_or_name_is_refused(tmp_path):
+    (tmp_path / offset_to_file_name(0)).write_bytes(b"short")
+    with pytest.raises(StoreError, match="5 bytes"):
+        _file(tmp_path, 0)
+    with pytest.raises(StoreError, match="20-digit"):
+        MappedFile(str(tmp_path / "not-a-number"), SIZE)
+
+
+def test_append_returns_the_position_and_refuses_data_that_does_not_fit(tmp_path):
+    mapped = _file(tmp_path)
+    assert mapped.append(b"abc") == 0
+    assert mapped.append(b"defg") == 3
+    assert mapped.read(0) == b"abcdefg"
+    with pytest.raises(StoreError):
+        mapped.append(b"x" * (SIZE - 6))
+    assert mapped.wrote_position == 7
+    with pytest.raises(OffsetOutOfRangeError):
+        mapped.read(5, 3)  # past the read position
+    mapped.close()
+
+
+# --- the queue ---------------------------------------------------------------------------------------
+def test_get_last_mapped_file_or_create_rolls_to_the_next_offset_when_full(tmp_path):
+    queue = MappedFileQueue(str(tmp_path / "log"), SIZE)
+    first = queue.get_last_mapped_file_or_create(0)
+    assert queue.get_last_mapped_file_or_create(0) is first  # not full: the same file
+    first.append(b"x" * SIZE)
+    second = queue.get_last_mapped_file_or_create(0)
+    second.append(b"y" * SIZE)
+    third = queue.get_last_mapped_file_or_create(0)
+    assert [f.file_name for f in queue] == [offset_to_file_name(i * SIZE) for i in range(3)]
+    assert sorted(os.listdir(tmp_path / "log")) == [f.file_name for f in queue]
+    assert (first.first_create_in_queue, second.first_create_in_queue) == (True, False)
+    assert third.file_from_offset == 2 * SIZE
+    assert queue.get_max_offset() == 2 * SIZE
+    queue.shutdown()
+
+
+def test_the_first_file_starts_at_the_file_holding_the_requested_offset(tmp_path):
+    queue = MappedFileQueue(str(tmp_path), SIZE)
+    mapped = queue.get_last_mapped_file_or_create(3 * SIZE + 17)
+    assert mapped.file_name == offset_to_file_name(3 * SIZE)
+    assert (queue.flushed_where, queue.committed_where) == (3 * SIZE, 3 * SIZE)
+    assert queue.get_min_offset() == 3 * SIZE
+    queue.shutdown()
+
+
+def test_find_mapped_file_by_offset_finds_the_file_holding_an_offset(tmp_path):
+    queue = MappedFileQueue(str(tmp_path), SIZE)
+    files = []
+    for _ in range(3):
+        files.append(queue.get_last_mapped_file_or_create(SIZE))
+        files[-1].append(b"z" * SIZE)
+    assert [f.file_from_offset for f in files] == [SIZE, 2 * SIZE, 3 * SIZE]
+    assert queue.find_mapped_file_by_offset(SIZE) is files[0]
+    assert queue.find_mapped_file_by_offset(2 * SIZE - 1) is files[0]
+    assert queue.find_mapped_file_by_offset(2 * SIZE) is files[1]
+    assert queue.find_mapped_file_by_offset(4 * SIZE - 1) is files[2]
+    assert queue.find_mapped_file_by_offset(4 * SIZE) is None
+    assert queue.find_mapped_file_by_offset(0) is None
+    assert queue.find_mapped_file_by_offset(0, return_first_on_not_found=True) is files[0]
+    queue.shutdown()
+
+
+def test_load_maps_existing_segments_and_removes_unfinished_ones(tmp_path):
+    queue = MappedFileQueue(str(tmp_path), SIZE)
+    queue.get_last_mapped_file_or_create(0).append(b"a" * SIZE)
+    queue.get_last_mapped_file_or_create(0).append(b"b")
+    queue.shutdown()
+    (tmp_path / (offset_to_file_name(2 * SIZE) + ".tmp")).write_bytes(b"half")
+    again = MappedFileQueue(str(tmp_path), SIZE)
+    again.load()
+    assert [f.file_from_offset for f in again] == [0, SIZE]
+    assert not (tmp_path / (offset_to_file_name(2 * SIZE) + ".tmp")).exists()
+    assert again.mapped_files[1].read_raw(0, 2) == b"b\x00"
+    again.shutdown()
+
+
+# --- reference counting ---------------------------------------------------------------------------
+def test_destroy_returns_false_while_a_reader_holds_the_file_and_deletes_it_after_release(tmp_path):
+    mapped = _file(tmp_path)
+    mapped.append(b"data")
+    assert mapped.hold()
+    assert mapped.destroy(60_000) is False
+    assert os.path.exists(mapped.path)
+    assert mapped.read_raw(0, 4) == b"data"  # the holder can still read
+    assert mapped.hold() is False  # no new readers once shutting down
+    with pytest.raises(OffsetOutOfRangeError):
+        mapped.read(0, 4)
+    assert mapped.destroy(60_000) is False  # still held, interval not over
+    mapped.release()
+    assert mapped.is_cleanup_over
+    assert mapped.destroy(60_000) is True
+    assert not os.path.exists(mapped.path)
+
+
+def test_destroy_unmaps_a_held_file_once_the_forcible_interval_has_passed(tmp_path):
+    mapped = _file(tmp_path)
+    assert mapped.hold()
+    assert mapped.destroy(0) is False  # the first call only shuts the file down
+    assert mapped.destroy(0) is True  # the interval (0 ms) has passed: forced
+    assert not os.path.exists(mapped.path)
+    mapped.release()  # a late release does no harm
+
+
+def test_destroy_without_readers_deletes_at_once(tmp_path):
+    mapped = _file(tmp_path)
+    assert mapped.destroy(60_000) is True
+    assert not os.path.exists(mapped.path)
+
+
+# --- truncation ------------------------------------------------------------------------------------
+def test_truncate_dirty_files_zeroes_bytes_past_the_cut_and_deletes_later_files(tmp_path):
+    queue = MappedFileQueue(str(tmp_path), SIZE)
+    for _ in range(3):
+        queue.get_last_mapped_file_or_create(0).append(b"\x07" * SIZE)
+    queue.flush_all()
+    for _ in range(3):
+        queue.commit(0)
+    assert (queue.flushed_where, queue.committed_where) == (3 * SIZE, 3 * SIZE)
+    queue.truncate_dirty_files(SIZE + 1000)
+    assert [f.file_from_offset for f in queue] == [0, SIZE]
+    assert not (tmp_path / offset_to_file_name(2 * SIZE)).exists()
+    kept = queue.mapped_files[1]
+    assert (kept.wrote_position, kept.committed_position, kept.flushed_position) == (1000,) * 3
+    assert (queue.flushed_where, queue.committed_where) == (SIZE + 1000, SIZE + 1000)
+    assert queue.get_max_offset() == SIZE + 1000
+    assert queue.mapped_files[0].wrote_position == SIZE  # untouched before the cut
+    queue.shutdown()
+    assert _disk(tmp_path / offset_to_file_name(0)) == b"\x07" * SIZE
+    assert _disk(tmp_path / offset_to_file_name(SIZE)) == b"\x07" * 1000 + bytes(SIZE - 1000)
+
+
+def test_truncate_at_a_file_start_empties_that_file(tmp_path):
+    queue = MappedFileQueue(str(tmp_path), SIZE)
+    for _ in range(2):
+        queue.get_last_mapped_file_or_create(0).append(b"\x07" * SIZE)
+    queue.truncate_dirty_files(SIZE)
+    assert [f.wrote_position for f in queue] == [SIZE, 0]
+    queue.shutdown()
+    assert _disk(tmp_path / offset_to_file_name(SIZE)) == bytes(SIZE)
+
+
+# --- flush ------------------------------------------------------------------------------------------------
+def test_flush_advances_the_flushed_position_to_the_read_position(tmp_path):
+    mapped = _file(tmp_path, size=4 * OS_PAGE_SIZE)
+    mapped.append(b"x" * 100)
+    assert mapped.flush(0) == 100
+    assert mapped.flushed_position == 100
+    mapped.append(b"y" * 100)
+    assert mapped.flush(1) == 100  # less than a page dirty: wait
+    mapped.append(b"z" * OS_PAGE_SIZE)
+    assert mapped.flush(1) == 200 + OS_PAGE_SIZE
+    mapped.close()
+
+
+def test_a_full_file_is_flushed_whatever_the_page_threshold(tmp_path):
+    mapped = _file(tmp_path)
+    mapped.append(b"x" * (SIZE - 10))
+    assert mapped.flush(4) == 0
+    mapped.append(b"x" * 10)
+    assert mapped.flush(4) == SIZE
+    mapped.close()
+
+
+def test_queue_flush_moves_flushed_where_file_by_file(tmp_path):
+    queue = MappedFileQueue(str(tmp_path), SIZE)
+    queue.get_last_mapped_file_or_create(0).append(b"x" * SIZE)
+    queue.get_last_mapped_file_or_create(0).append(b"abc")
+    assert queue.flush(0) is False  # moved
+    assert queue.flushed_where == SIZE
+    assert queue.flush(0) is False
+    assert queue.flushed_where == SIZE + 3
+    assert queue.flush(0) is True  # nothing left
+    assert queue.remain_how_many_data_to_flush() == 0
+    queue.shutdown()
+
+
+# --- TransientStorePool -----------------------------------------------------------------------------
+def test_with_a_write_buffer_readers_see_only_committed_bytes(tmp_path):
+    pool = TransientStorePool(1, SIZE)
+    mapped = _file(tmp_path, pool=pool)
+    assert mapped.write_buffer is not None
+    mapped.append(b"buffered")
+    assert (mapped.wrote_position, mapped.read_position) == (8, 0)
+    assert _disk(mapped.path)[:8] == bytes(8)  # not in the file yet
+    with pytest.raises(OffsetOutOfRangeError):
+        mapped.read(0, 8)
+    assert mapped.flush(0) == 0  # nothing committed: nothing to flush
+    assert mapped.commit(0) == 8
+    assert mapped.read_position == 8
+    assert mapped.read(0, 8) == b"buffered"
+    assert _disk(mapped.path)[:8] == b"buffered"
+    assert mapped.flush(0) == 8
+    mapped.close()
+
+
+def test_commit_waits_for_enough_pages_unless_the_file_is_full(tmp_path):
+    pool = TransientStorePool(1, 2 * OS_PAGE_SIZE)
+    mapped = _file(tmp_path, size=2 * OS_PAGE_SIZE, pool=pool)
+    mapped.append(b"a" * 100)
+    assert mapped.commit(1) == 0
+    mapped.append(b"b" * OS_PAGE_SIZE)
+    assert mapped.commit(1) == 100 + OS_PAGE_SIZE
+    assert pool.available_buffer_nums() == 0
+    mapped.append(b"c" * (OS_PAGE_SIZE - 100))
+    assert mapped.commit(4) == 2 * OS_PAGE_SIZE  # full: committed whatever the threshold
+    assert mapped.write_buffer is None  # a fully committed file gives its buffer back
+    assert pool.available_buffer_nums() == 1
+    assert _disk(mapped.path) == b"a" * 100 + b"b" * OS_PAGE_SIZE + b"c" * (OS_PAGE_SIZE - 100)
+    mapped.close()
+
+
+def test_an_exhausted_pool_makes_files_write_straight_to_the_mapping(tmp_path):
+    pool = TransientStorePool(1, SIZE)
+    buffered = _file(tmp_path, 0, pool=pool)
+    direct = _file(tmp_path, SIZE, pool=pool)
+    assert direct.write_buffer is None
+    direct.append(b"now")
+    assert direct.read(0, 3) == b"now"
+    buffered.close()  # closing returns its buffer
+    assert pool.available_buffer_nums() == 1
+    direct.close()
+
+
+def test_queue_commit_copies_buffered_bytes_and_moves_committed_where(tmp_path):
+    queue = MappedFileQueue(str(tmp_path), SIZE, TransientStorePool(2, SIZE))
+    queue.get_last_mapped_file_or_create(0).append(b"q" * 10)
+    assert queue.get_max_offset() == 0  # readers see committed data only
+    assert queue.commit(0) is False
+    assert (queue.committed_where, queue.get_max_offset()) == (10, 10)
+    assert _disk(tmp_path / offset_to_file_name(0))[:10] == b"q" * 10
+    queue.shutdown()
