@@ -20,10 +20,9 @@ import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
-from collections import deque
 
+from cluster.broker.bridge import LoopBridge
 from storage.config import FlushDiskType, MessageStoreConfig
 from storage.message import MessageExtBrokerInner
 from storage.message_id import UniqIdGenerator
@@ -140,37 +139,6 @@ def bench_sync(root: str, args: argparse.Namespace) -> dict:
         "fdatasyncs": flushes,
         "failures": failures,
     }
-
-
-class LoopBridge:
-    """Hands flush completions from the store's threads to the event loop, one wakeup a burst.
-
-    A group commit completes dozens of requests at once; waking the loop once for all of them
-    (not once each) is what lets 64 writers share a flush cheaply.
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.pending: deque = deque()
-        self.scheduled = False
-        self.lock = threading.Lock()
-
-    def resolve_later(self, future: asyncio.Future, ok: bool) -> None:
-        self.pending.append((future, ok))
-        with self.lock:
-            if self.scheduled:
-                return
-            self.scheduled = True
-        self.loop.call_soon_threadsafe(self._drain)
-
-    def _drain(self) -> None:
-        with self.lock:
-            self.scheduled = False
-        pending = self.pending
-        while pending:
-            future, ok = pending.popleft()
-            if not future.done():
-                future.set_result(ok)
 
 
 def bench_recovery(root: str, args: argparse.Namespace) -> dict:

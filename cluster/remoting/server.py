@@ -35,9 +35,13 @@ class RemotingServer:
     def register(self, code: int, processor: Processor) -> None:
         self.processors[int(code)] = processor
 
-    async def start(self) -> None:
+    async def start(self, sock=None) -> None:
+        """Listen on (host, port), or on an already bound socket."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self._new_connection, self.host, self.port)
+        if sock is not None:
+            self._server = await loop.create_server(self._new_connection, sock=sock)
+        else:
+            self._server = await loop.create_server(self._new_connection, self.host, self.port)
         self.port = self._server.sockets[0].getsockname()[1]
         self._idle_task = loop.create_task(self._close_idle())
 

@@ -1,0 +1,1 @@
+"""The broker: metadata managers, request processors, long polling, registration, the process."""

@@ -1,0 +1,66 @@
+"""``python -m cluster.broker -c broker.conf``: run a broker until SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from cluster.broker.config import load_broker_config
+from cluster.broker.controller import BrokerController
+from cluster.properties import load_properties
+from cluster.settings import SettingError
+from storage.errors import StoreError
+
+log = logging.getLogger("cluster.broker")
+
+
+async def run(controller: BrokerController) -> None:
+    await controller.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    config = controller.config
+    print(f"The broker[{config.broker_name}, {config.broker_addr}] boot success. "
+          f"serializeType=JSON and name server is {config.namesrv_addr or '(none)'}, "
+          f"listening on {controller.server.address}", flush=True)
+    await stop.wait()
+    log.info("stopping: unregistering, flushing, removing the abort file")
+    await controller.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s - %(message)s")
+    parser = argparse.ArgumentParser(prog="rocketdesk-broker", description="RocketDesk broker")
+    parser.add_argument("-c", "--config", help="a broker.conf properties file")
+    parser.add_argument("-n", "--namesrv-addr", help="name servers, ';'-separated (overrides the file)")
+    args = parser.parse_args(argv)
+    try:
+        props = load_properties(args.config) if args.config else {}
+        if args.namesrv_addr:
+            props["namesrvAddr"] = args.namesrv_addr
+        config, store_config, unknown = load_broker_config(props)
+    except (SettingError, OSError) as exc:
+        print(f"rocketdesk-broker: {exc}", file=sys.stderr)
+        return 2
+    for key in unknown:
+        log.warning("unknown setting %s ignored", key)
+    sys.setswitchinterval(0.001)  # let the store's flush and dispatch threads in promptly
+    try:
+        asyncio.run(run(BrokerController(config, store_config)))
+    except StoreError as exc:
+        print(f"rocketdesk-broker: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"rocketdesk-broker: cannot listen on {config.bind_address}:{config.listen_port}: "
+              f"{exc.strerror or exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

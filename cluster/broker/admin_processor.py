@@ -1,0 +1,200 @@
+"""Admin codes: topics, subscription groups, runtime info, topic and consume stats.
+
+Bodies follow fastjson's shapes. Maps keyed by a MessageQueue are written as fastjson writes
+them, with the key as a JSON object (``{{"brokerName":..,"queueId":0,"topic":..}:{..}}``),
+which Java tools expect.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from cluster.broker.headers import Header, HeaderError
+from cluster.broker.subscription_group import SubscriptionGroupConfig
+from cluster.broker.topic_config import TopicConfig, is_system_topic, validate_topic_name
+from cluster.remoting.codec import RemotingCommand
+from cluster.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode
+
+
+def message_queue_key(topic: str, broker_name: str, queue_id: int) -> str:
+    return json.dumps({"brokerName": broker_name, "queueId": queue_id, "topic": topic},
+                      separators=(",", ":"))
+
+
+def mq_table_json(entries: list[tuple[str, dict]]) -> str:
+    """A map with MessageQueue keys, in fastjson's object-key form."""
+    return "{" + ",".join(f"{key}:{json.dumps(value, separators=(',', ':'))}"
+                          for key, value in entries) + "}"
+
+
+def _guard(handler):
+    async def run(self, connection, command: RemotingCommand):
+        try:
+            return handler(self, command, Header(command))
+        except HeaderError as exc:
+            return command.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
+    return run
+
+
+class AdminBrokerProcessor:
+    def __init__(self, broker) -> None:
+        self.broker = broker
+
+    def register_with(self, server) -> None:
+        table = {
+            RequestCode.UPDATE_AND_CREATE_TOPIC: self.update_and_create_topic,
+            RequestCode.DELETE_TOPIC_IN_BROKER: self.delete_topic,
+            RequestCode.GET_ALL_TOPIC_CONFIG: self.get_all_topic_config,
+            RequestCode.GET_BROKER_RUNTIME_INFO: self.get_broker_runtime_info,
+            RequestCode.GET_TOPIC_STATS_INFO: self.get_topic_stats_info,
+            RequestCode.GET_CONSUME_STATS: self.get_consume_stats,
+            RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.query_topic_consume_by_who,
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.update_subscription_group,
+            RequestCode.DELETE_SUBSCRIPTIONGROUP: self.delete_subscription_group,
+            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.get_all_subscription_group,
+            RequestCode.GET_CONSUMER_CONNECTION_LIST: self.get_consumer_connection_list,
+        }
+        for code, handler in table.items():
+            server.register(code, handler)
+
+    @_guard
+    def update_and_create_topic(self, command, header):
+        topic = header.str("topic", required=True)
+        problem = validate_topic_name(topic)
+        if problem:
+            return command.make_response(ResponseCode.SYSTEM_ERROR, problem)
+        if topic == self.broker.config.broker_cluster_name:
+            return command.make_response(ResponseCode.SYSTEM_ERROR,
+                                         f"the topic[{topic}] is conflict with system reserved words.")
+        if not self.broker.is_master:
+            return command.make_response(ResponseCode.SYSTEM_ERROR, "a slave cannot create topics")
+        config = TopicConfig(
+            topic, header.int("readQueueNums", 16), header.int("writeQueueNums", 16),
+            header.int("perm", 6), header.str("topicFilterType", "SINGLE_TAG"),
+            header.int("topicSysFlag", 0), header.bool("order"))
+        if config.read_queue_nums < 1 or config.write_queue_nums < 1:
+            return command.make_response(ResponseCode.SYSTEM_ERROR, "queue numbers must be positive")
+        self.broker.topics.update(config)
+        return command.make_response(ResponseCode.SUCCESS)
+
+    @_guard
+    def delete_topic(self, command, header):
+        topic = header.str("topic", required=True)
+        if is_system_topic(topic):
+            return command.make_response(ResponseCode.SYSTEM_ERROR,
+                                         f"the topic[{topic}] is a system topic and cannot be deleted")
+        self.broker.topics.delete(topic)
+        self.broker.offsets.remove_topic(topic)
+        self.broker.store.delete_topics({topic})
+        return command.make_response(ResponseCode.SUCCESS)
+
+    @_guard
+    def get_all_topic_config(self, command, header):
+        return command.make_response(ResponseCode.SUCCESS,
+                                     body=json.dumps(self.broker.topics.wrapper_json()).encode())
+
+    @_guard
+    def get_broker_runtime_info(self, command, header):
+        return command.make_response(
+            ResponseCode.SUCCESS,
+            body=json.dumps({"table": self.broker.runtime_info()}, sort_keys=True).encode())
+
+    @_guard
+    def get_topic_stats_info(self, command, header):
+        topic = header.str("topic", required=True)
+        config = self.broker.topics.select(topic)
+        if config is None:
+            return command.make_response(ResponseCode.TOPIC_NOT_EXIST,
+                                         f"topic[{topic}] not exist")
+        store = self.broker.store
+        entries = []
+        for queue_id in range(config.write_queue_nums):
+            max_offset = store.get_max_offset_in_queue(topic, queue_id)
+            last = store.get_message_store_timestamp(topic, queue_id, max_offset - 1) if max_offset else 0
+            entries.append((message_queue_key(topic, self.broker.config.broker_name, queue_id), {
+                "lastUpdateTimestamp": max(last, 0),
+                "maxOffset": max_offset,
+                "minOffset": store.get_min_offset_in_queue(topic, queue_id)}))
+        body = '{"offsetTable":' + mq_table_json(entries) + "}"
+        return command.make_response(ResponseCode.SUCCESS, body=body.encode())
+
+    @_guard
+    def get_consume_stats(self, command, header):
+        group = header.str("consumerGroup", required=True)
+        only_topic = header.str("topic")
+        broker = self.broker
+        topics = {only_topic} if only_topic else broker.offsets.topics_of_group(group)
+        entries = []
+        for topic in sorted(topics):
+            config = broker.topics.select(topic)
+            if config is None:
+                continue
+            committed = broker.offsets.offsets_of(group, topic)
+            for queue_id in range(config.read_queue_nums):
+                broker_offset = broker.store.get_max_offset_in_queue(topic, queue_id)
+                consumer_offset = max(committed.get(queue_id, 0), 0)
+                last = 0
+                if consumer_offset > 0:
+                    last = max(broker.store.get_message_store_timestamp(
+                        topic, queue_id, consumer_offset - 1), 0)
+                entries.append((message_queue_key(topic, broker.config.broker_name, queue_id), {
+                    "brokerOffset": broker_offset, "consumerOffset": consumer_offset,
+                    "lastTimestamp": last}))
+        tps = broker.stats.group_get_tps(group)
+        body = '{"consumeTps":' + f"{tps:.1f}" + ',"offsetTable":' + mq_table_json(entries) + "}"
+        return command.make_response(ResponseCode.SUCCESS, body=body.encode())
+
+    @_guard
+    def query_topic_consume_by_who(self, command, header):
+        topic = header.str("topic", required=True)
+        groups = set(self.broker.consumers.groups_of_topic(topic))
+        groups |= self.broker.offsets.groups_of_topic(topic)
+        return command.make_response(ResponseCode.SUCCESS,
+                                     body=json.dumps({"groupList": sorted(groups)}).encode())
+
+    async def update_subscription_group(self, connection, command):
+        try:
+            data = json.loads(command.body)
+            config = SubscriptionGroupConfig.from_json(data)
+        except (ValueError, KeyError, TypeError) as exc:
+            return command.make_response(ResponseCode.SYSTEM_ERROR,
+                                         f"subscription group body does not parse: {exc}")
+        self.broker.subscription_groups.update(config)
+        return command.make_response(ResponseCode.SUCCESS)
+
+    @_guard
+    def delete_subscription_group(self, command, header):
+        group = header.str("groupName", required=True)
+        self.broker.subscription_groups.delete(group)
+        if header.bool("cleanOffset"):
+            self.broker.offsets.remove_group(group)
+        return command.make_response(ResponseCode.SUCCESS)
+
+    @_guard
+    def get_all_subscription_group(self, command, header):
+        return command.make_response(
+            ResponseCode.SUCCESS, body=json.dumps(self.broker.subscription_groups.wrapper_json()).encode())
+
+    @_guard
+    def get_consumer_connection_list(self, command, header):
+        group = header.str("consumerGroup", required=True)
+        info = self.broker.consumers.find(group)
+        if info is None or not info.channels:
+            return command.make_response(ResponseCode.CONSUMER_NOT_ONLINE,
+                                         f"the consumer group[{group}] not online")
+        body = {
+            "connectionSet": [{"clientAddr": c.connection.remote_address, "clientId": c.client_id,
+                               "language": c.language, "version": c.version}
+                              for c in info.channels.values()],
+            "consumeFromWhere": info.consume_from_where,
+            "consumeType": info.consume_type,
+            "messageModel": info.message_model,
+            "subscriptionTable": {t: s.to_json() for t, s in info.subscriptions.items()},
+        }
+        return command.make_response(ResponseCode.SUCCESS, body=json.dumps(body).encode())
+
+
+def broker_version_fields() -> dict[str, str]:
+    return {"brokerVersion": str(CURRENT_VERSION), "brokerVersionDesc": "V4_9_7",
+            "bootTime": str(int(time.time() * 1000))}

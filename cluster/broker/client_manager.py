@@ -1,0 +1,146 @@
+"""Who is connected: producers and consumers by group, from their heartbeats.
+
+Mirrors RocketMQ's ``ProducerManager`` and ``ConsumerManager``: a heartbeat registers the
+connection under its groups with the client id, language and version; a connection that closes
+or stays silent for 120 s leaves every group. Consumers of a group are told when its membership
+changes (NOTIFY_CONSUMER_IDS_CHANGED) so they rebalance.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+CHANNEL_EXPIRED_SECONDS = 120
+
+
+@dataclass(slots=True)
+class ClientChannelInfo:
+    connection: object
+    client_id: str
+    language: str
+    version: int
+    last_update: float = field(default_factory=time.monotonic)
+
+
+@dataclass(slots=True)
+class SubscriptionData:
+    topic: str
+    sub_string: str = "*"
+    expression_type: str = "TAG"
+    sub_version: int = 0
+    tags_set: list[str] = field(default_factory=list)
+    code_set: list[int] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, data: dict) -> SubscriptionData:
+        return cls(str(data.get("topic", "")), str(data.get("subString") or "*"),
+                   str(data.get("expressionType") or "TAG"), int(data.get("subVersion") or 0),
+                   [str(t) for t in data.get("tagsSet") or []],
+                   [int(c) for c in data.get("codeSet") or []])
+
+    def to_json(self) -> dict:
+        return {"classFilterMode": False, "codeSet": self.code_set,
+                "expressionType": self.expression_type, "subString": self.sub_string,
+                "subVersion": self.sub_version, "tagsSet": self.tags_set, "topic": self.topic}
+
+
+@dataclass(slots=True)
+class ConsumerGroupInfo:
+    group: str
+    consume_type: str = "CONSUME_PASSIVELY"
+    message_model: str = "CLUSTERING"
+    consume_from_where: str = "CONSUME_FROM_LAST_OFFSET"
+    subscriptions: dict[str, SubscriptionData] = field(default_factory=dict)
+    channels: dict[object, ClientChannelInfo] = field(default_factory=dict)
+
+    def client_ids(self) -> list[str]:
+        return sorted(info.client_id for info in self.channels.values())
+
+
+class ConsumerManager:
+    def __init__(self) -> None:
+        self.groups: dict[str, ConsumerGroupInfo] = {}
+
+    def register(self, group: str, channel: ClientChannelInfo, consume_type: str,
+                 message_model: str, consume_from_where: str,
+                 subscriptions: list[SubscriptionData]) -> bool:
+        """Record a consumer heartbeat; True when the group's members changed."""
+        info = self.groups.get(group)
+        if info is None:
+            info = self.groups[group] = ConsumerGroupInfo(group)
+        info.consume_type, info.message_model = consume_type, message_model
+        info.consume_from_where = consume_from_where
+        changed = channel.connection not in info.channels
+        old = info.channels.get(channel.connection)
+        if old is not None and old.client_id != channel.client_id:
+            changed = True
+        info.channels[channel.connection] = channel
+        info.subscriptions = {s.topic: s for s in subscriptions}
+        return changed
+
+    def unregister(self, group: str, connection: object) -> bool:
+        info = self.groups.get(group)
+        if info is None or info.channels.pop(connection, None) is None:
+            return False
+        if not info.channels:
+            del self.groups[group]
+        return True
+
+    def on_connection_closed(self, connection: object) -> list[str]:
+        """Groups the connection left."""
+        return [g for g in list(self.groups) if self.unregister(g, connection)]
+
+    def scan_not_active(self, now: float | None = None) -> list[tuple[str, str]]:
+        now = time.monotonic() if now is None else now
+        gone = []
+        for group, info in list(self.groups.items()):
+            for connection, channel in list(info.channels.items()):
+                if now - channel.last_update > CHANNEL_EXPIRED_SECONDS:
+                    self.unregister(group, connection)
+                    gone.append((group, channel.client_id))
+        return gone
+
+    def find(self, group: str) -> ConsumerGroupInfo | None:
+        return self.groups.get(group)
+
+    def find_channel(self, group: str, client_id: str) -> ClientChannelInfo | None:
+        info = self.groups.get(group)
+        if info is None:
+            return None
+        return next((c for c in info.channels.values() if c.client_id == client_id), None)
+
+    def groups_of_topic(self, topic: str) -> list[str]:
+        return sorted(g for g, info in self.groups.items() if topic in info.subscriptions)
+
+
+class ProducerManager:
+    def __init__(self) -> None:
+        self.groups: dict[str, dict[object, ClientChannelInfo]] = {}
+
+    def register(self, group: str, channel: ClientChannelInfo) -> None:
+        self.groups.setdefault(group, {})[channel.connection] = channel
+
+    def unregister(self, group: str, connection: object) -> None:
+        channels = self.groups.get(group)
+        if channels is not None:
+            channels.pop(connection, None)
+            if not channels:
+                del self.groups[group]
+
+    def on_connection_closed(self, connection: object) -> None:
+        for group in list(self.groups):
+            self.unregister(group, connection)
+
+    def scan_not_active(self, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        for group, channels in list(self.groups.items()):
+            for connection, channel in list(channels.items()):
+                if now - channel.last_update > CHANNEL_EXPIRED_SECONDS:
+                    self.unregister(group, connection)
+
+    def any_channel(self, group: str) -> ClientChannelInfo | None:
+        """A live producer of the group (transaction check-back asks one of them)."""
+        channels = self.groups.get(group) or {}
+        live = [c for c in channels.values() if getattr(c.connection, "is_open", True)]
+        return live[0] if live else None

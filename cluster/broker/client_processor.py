@@ -1,0 +1,102 @@
+"""HEART_BEAT (34), UNREGISTER_CLIENT (35), GET_CONSUMER_LIST_BY_GROUP (38)."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from cluster.broker.client_manager import ClientChannelInfo, SubscriptionData
+from cluster.broker.headers import Header
+from cluster.broker.topic_config import PERM_READ, PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX
+from cluster.remoting import fastjson
+from cluster.remoting.codec import RemotingCommand, request
+from cluster.remoting.codes import RequestCode, ResponseCode
+from cluster.remoting.errors import RemotingError
+
+log = logging.getLogger(__name__)
+
+
+class ClientManageProcessor:
+    def __init__(self, broker) -> None:
+        self.broker = broker
+
+    def register_with(self, server) -> None:
+        server.register(RequestCode.HEART_BEAT, self.heart_beat)
+        server.register(RequestCode.UNREGISTER_CLIENT, self.unregister_client)
+        server.register(RequestCode.GET_CONSUMER_LIST_BY_GROUP, self.get_consumer_list_by_group)
+        server.on_disconnect.append(self.connection_closed)
+
+    async def heart_beat(self, connection, command: RemotingCommand) -> RemotingCommand:
+        try:
+            data = fastjson.loads(command.body) if command.body else {}
+        except (ValueError, UnicodeDecodeError) as exc:
+            return command.make_response(ResponseCode.SYSTEM_ERROR, f"heartbeat body does not parse: {exc}")
+        broker = self.broker
+        client_id = str(data.get("clientID") or connection.remote_address)
+        for consumer in data.get("consumerDataSet") or []:
+            group = str(consumer.get("groupName") or "")
+            if not group:
+                continue
+            group_config = broker.subscription_groups.find(group)
+            if group_config is not None:
+                broker.topics.create_in_send_message_back_method(
+                    RETRY_GROUP_TOPIC_PREFIX + group, group_config.retry_queue_nums,
+                    PERM_READ | PERM_WRITE)
+            subscriptions = [SubscriptionData.from_json(s)
+                             for s in consumer.get("subscriptionDataSet") or []]
+            channel = ClientChannelInfo(connection, client_id, command.language, command.version)
+            changed = broker.consumers.register(
+                group, channel, str(consumer.get("consumeType") or "CONSUME_PASSIVELY"),
+                str(consumer.get("messageModel") or "CLUSTERING"),
+                str(consumer.get("consumeFromWhere") or "CONSUME_FROM_LAST_OFFSET"), subscriptions)
+            if changed:
+                log.info("consumer group %s: %s joined", group, client_id)
+                self.notify_consumer_ids_changed(group)
+        for producer in data.get("producerDataSet") or []:
+            group = str(producer.get("groupName") or "")
+            if group:
+                broker.producers.register(group, ClientChannelInfo(
+                    connection, client_id, command.language, command.version))
+        return command.make_response(ResponseCode.SUCCESS)
+
+    async def unregister_client(self, connection, command: RemotingCommand) -> RemotingCommand:
+        header = Header(command)
+        producer_group = header.str("producerGroup")
+        consumer_group = header.str("consumerGroup")
+        if producer_group:
+            self.broker.producers.unregister(producer_group, connection)
+        if consumer_group and self.broker.consumers.unregister(consumer_group, connection):
+            self.notify_consumer_ids_changed(consumer_group)
+        return command.make_response(ResponseCode.SUCCESS)
+
+    async def get_consumer_list_by_group(self, connection, command: RemotingCommand) -> RemotingCommand:
+        group = Header(command).str("consumerGroup") or ""
+        info = self.broker.consumers.find(group)
+        if info is None or not info.channels:
+            return command.make_response(ResponseCode.SYSTEM_ERROR,
+                                         f"no consumer for this group, {group}")
+        body = json.dumps({"consumerIdList": info.client_ids()}).encode()
+        return command.make_response(ResponseCode.SUCCESS, body=body)
+
+    def connection_closed(self, connection) -> None:
+        self.broker.producers.on_connection_closed(connection)
+        for group in self.broker.consumers.on_connection_closed(connection):
+            log.info("consumer group %s: %s left", group, connection.remote_address)
+            self.notify_consumer_ids_changed(group)
+
+    def notify_consumer_ids_changed(self, group: str) -> None:
+        """Tell every consumer of ``group`` to rebalance (oneway, as RocketMQ does)."""
+        if not self.broker.config.notify_consumer_ids_changed_enable:
+            return
+        info = self.broker.consumers.find(group)
+        if info is None:
+            return
+        group_config = self.broker.subscription_groups.table.get(group)
+        if group_config is not None and not group_config.notify_consumer_ids_changed_enable:
+            return
+        for channel in list(info.channels.values()):
+            try:
+                channel.connection.invoke_oneway(
+                    request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group}))
+            except RemotingError:
+                log.debug("could not notify %s of group %s changes", channel.client_id, group)

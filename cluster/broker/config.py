@@ -1,0 +1,84 @@
+"""BrokerConfig: the broker's own settings (the store's are storage.config.MessageStoreConfig).
+
+One ``broker.conf`` holds both; :func:`load_broker_config` splits it and reports keys neither
+knows.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+
+from cluster.settings import SettingError, apply_properties
+from storage.config import BrokerRole, MessageStoreConfig
+from storage.errors import ConfigError
+
+
+def _hostname() -> str:
+    return socket.gethostname().split(".")[0] or "broker"
+
+
+@dataclass(slots=True)
+class BrokerConfig:
+    broker_cluster_name: str = "DefaultCluster"
+    broker_name: str = field(default_factory=_hostname)
+    broker_id: int = 0
+    namesrv_addr: str = field(default_factory=lambda: os.environ.get("NAMESRV_ADDR", ""))
+    listen_port: int = 10911
+    # Nothing listens beyond loopback unless configured; brokerIP1 is what clients are told.
+    bind_address: str = "127.0.0.1"
+    broker_ip1: str = "127.0.0.1"
+    broker_ip2: str = ""
+    ha_listen_port: int = 0  # 0: listenPort + 1, as RocketMQ sets it
+    broker_permission: int = 6
+    default_topic_queue_nums: int = 8
+    auto_create_topic_enable: bool = True
+    cluster_topic_enable: bool = True
+    broker_topic_enable: bool = True
+    auto_create_subscription_group: bool = True
+    flush_consumer_offset_interval: int = 5000
+    reject_transaction_message: bool = False
+    long_polling_enable: bool = True
+    short_polling_time_mills: int = 1000
+    notify_consumer_ids_changed_enable: bool = True
+    region_id: str = "DefaultRegion"
+    trace_on: bool = True
+    register_broker_timeout_mills: int = 6000
+    register_name_server_period: int = 30_000
+    slave_read_enable: bool = False
+    transaction_time_out: int = 6000
+    transaction_check_max: int = 15
+    transaction_check_interval: int = 60_000
+    rocketmq_home: str = field(default_factory=lambda: os.environ.get("ROCKETMQ_HOME", ""))
+
+    @property
+    def broker_addr(self) -> str:
+        return f"{self.broker_ip1}:{self.listen_port}"
+
+    @property
+    def ha_server_addr(self) -> str:
+        return f"{self.broker_ip2 or self.broker_ip1}:{self.effective_ha_port}"
+
+    @property
+    def effective_ha_port(self) -> int:
+        return self.ha_listen_port or self.listen_port + 1
+
+    def namesrv_list(self) -> list[str]:
+        return [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]
+
+
+def load_broker_config(props: dict[str, str]) -> tuple[BrokerConfig, MessageStoreConfig, list[str]]:
+    """Split broker.conf keys between the broker and its store; returns the unknown keys."""
+    broker = BrokerConfig()
+    broker_unknown = set(apply_properties(broker, props))
+    store_props = {k: v for k, v in props.items() if k in broker_unknown}
+    try:
+        store, store_unknown = MessageStoreConfig.from_properties(store_props)
+    except ConfigError as exc:
+        raise SettingError(exc.key, str(exc.value), str(exc).split(": ", 1)[-1]) from exc
+    if "storePathRootDir" not in props:
+        store.store_path_root_dir = os.path.join(os.path.expanduser("~"), "store")
+    if broker.broker_id != 0 and "brokerRole" not in props:
+        store.broker_role = BrokerRole.SLAVE
+    return broker, store, sorted(store_unknown)

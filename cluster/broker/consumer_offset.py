@@ -1,0 +1,74 @@
+"""ConsumerOffsetManager: committed offsets per ``topic@group`` and queue (consumerOffset.json).
+
+Offsets are written every ``flushConsumerOffsetInterval`` (5 s) and at shutdown, in fastjson's
+dialect (``{"offsetTable":{"TopicTest@cg":{0:250,1:250}}}``), which RocketMQ tools read.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from cluster.broker.json_config import JsonConfigFile
+from cluster.remoting import fastjson
+
+TOPIC_GROUP_SEPARATOR = "@"
+
+
+class ConsumerOffsetManager:
+    def __init__(self, path: str) -> None:
+        self.file = JsonConfigFile(path)
+        self.table: dict[str, dict[int, int]] = {}
+        self._lock = threading.Lock()
+        self._dirty = False
+
+    def load(self) -> None:
+        data = self.file.load()
+        if not data:
+            return
+        for key, offsets in (data.get("offsetTable") or {}).items():
+            self.table[key] = {int(q): int(o) for q, o in offsets.items()}
+
+    def persist(self, force: bool = False) -> None:
+        with self._lock:
+            if not (self._dirty or force):
+                return
+            snapshot = {k: dict(sorted(v.items())) for k, v in sorted(self.table.items())}
+            self._dirty = False
+        self.file.persist(fastjson.dumps_legacy({"offsetTable": snapshot}))
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        key = f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"
+        with self._lock:
+            self.table.setdefault(key, {})[queue_id] = offset
+            self._dirty = True
+
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """The committed offset, or -1 when the group never committed one for this queue."""
+        return self.table.get(f"{topic}{TOPIC_GROUP_SEPARATOR}{group}", {}).get(queue_id, -1)
+
+    def offsets_of(self, group: str, topic: str) -> dict[int, int]:
+        return dict(self.table.get(f"{topic}{TOPIC_GROUP_SEPARATOR}{group}", {}))
+
+    def groups_of_topic(self, topic: str) -> set[str]:
+        prefix = topic + TOPIC_GROUP_SEPARATOR
+        return {key[len(prefix):] for key in self.table if key.startswith(prefix)}
+
+    def topics_of_group(self, group: str) -> set[str]:
+        suffix = TOPIC_GROUP_SEPARATOR + group
+        return {key[: -len(suffix)] for key in self.table if key.endswith(suffix)}
+
+    def remove_topic(self, topic: str) -> None:
+        with self._lock:
+            for key in [k for k in self.table if k.startswith(topic + TOPIC_GROUP_SEPARATOR)]:
+                del self.table[key]
+            self._dirty = True
+
+    def remove_group(self, group: str) -> None:
+        with self._lock:
+            for key in [k for k in self.table if k.endswith(TOPIC_GROUP_SEPARATOR + group)]:
+                del self.table[key]
+            self._dirty = True
+
+    def wrapper_json(self) -> str:
+        with self._lock:
+            return fastjson.dumps_legacy({"offsetTable": self.table})

@@ -1,0 +1,134 @@
+"""BrokerController: the store, the metadata managers, the processors and the background tasks."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+
+from cluster.broker.admin_processor import AdminBrokerProcessor, broker_version_fields
+from cluster.broker.bridge import LoopBridge
+from cluster.broker.client_manager import ConsumerManager, ProducerManager
+from cluster.broker.client_processor import ClientManageProcessor
+from cluster.broker.config import BrokerConfig
+from cluster.broker.consumer_offset import ConsumerOffsetManager
+from cluster.broker.long_polling import PullRequestHoldService
+from cluster.broker.pull_processor import PullMessageProcessor
+from cluster.broker.query_processor import QueryProcessor
+from cluster.broker.registration import BrokerRegistration
+from cluster.broker.send_processor import SendMessageProcessor
+from cluster.broker.stats import BrokerStats
+from cluster.broker.subscription_group import SubscriptionGroupManager
+from cluster.broker.topic_config import TopicConfigManager
+from cluster.remoting.server import RemotingServer
+from storage.config import BrokerRole, MessageStoreConfig
+from storage.message_id import UniqIdGenerator
+from storage.message_store import DefaultMessageStore
+
+log = logging.getLogger(__name__)
+
+
+class BrokerController:
+    def __init__(self, config: BrokerConfig, store_config: MessageStoreConfig) -> None:
+        self.config = config
+        self.store_config = store_config
+        config_dir = os.path.join(store_config.store_path_root_dir, "config")
+        self.topics = TopicConfigManager(os.path.join(config_dir, "topics.json"), config)
+        self.subscription_groups = SubscriptionGroupManager(
+            os.path.join(config_dir, "subscriptionGroup.json"), config.auto_create_subscription_group)
+        self.offsets = ConsumerOffsetManager(os.path.join(config_dir, "consumerOffset.json"))
+        self.consumers = ConsumerManager()
+        self.producers = ProducerManager()
+        self.stats = BrokerStats()
+        self.uniq_ids = UniqIdGenerator(config.broker_ip1 if ":" not in config.broker_ip1 else "127.0.0.1")
+        self.store: DefaultMessageStore | None = None
+        self.server: RemotingServer | None = None
+        self.registration: BrokerRegistration | None = None
+        self.bridge: LoopBridge | None = None
+        self.pull_hold: PullRequestHoldService | None = None
+        self._tasks: list[asyncio.Task] = []
+
+    @property
+    def is_master(self) -> bool:
+        return self.store_config.broker_role is not BrokerRole.SLAVE
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        config = self.config
+        sock = None
+        if config.listen_port == 0:
+            # Learn the port before the store: records and msgIds carry it.
+            sock = socket.socket(socket.AF_INET6 if ":" in config.bind_address else socket.AF_INET)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((config.bind_address, 0))
+            config.listen_port = sock.getsockname()[1]
+        self.store = DefaultMessageStore(self.store_config, (config.broker_ip1, config.listen_port))
+        await asyncio.to_thread(self.store.load)
+        self.store.start()
+        self.topics.load()
+        self.topics.persist()
+        self.subscription_groups.load()
+        self.offsets.load()
+        self.bridge = LoopBridge(loop)
+        self.pull_hold = PullRequestHoldService(loop)
+        hold = self.pull_hold
+        self.store.add_arrival_listener(
+            lambda r: hold.notify_from_thread(r.topic, r.queue_id, r.consume_queue_offset + 1))
+        self.server = RemotingServer(config.bind_address, config.listen_port)
+        for processor in (SendMessageProcessor(self), PullMessageProcessor(self),
+                          QueryProcessor(self), ClientManageProcessor(self),
+                          AdminBrokerProcessor(self)):
+            processor.register_with(self.server)
+        await self.server.start(sock=sock)
+        self.registration = BrokerRegistration(self)
+        self.topics.on_change.append(self.registration.register_soon)
+        self.registration.start()
+        self._tasks = [
+            loop.create_task(self._every(config.flush_consumer_offset_interval / 1000,
+                                         self.offsets.persist)),
+            loop.create_task(self._every(10, self._scan_clients)),
+            loop.create_task(self._every(1, self.stats.sample)),
+        ]
+
+    async def _every(self, seconds: float, action) -> None:
+        while True:
+            await asyncio.sleep(seconds)
+            try:
+                action()
+            except Exception:
+                log.exception("periodic task %s failed", getattr(action, "__name__", action))
+
+    def _scan_clients(self) -> None:
+        for group, client_id in self.consumers.scan_not_active():
+            log.info("consumer %s of group %s expired", client_id, group)
+        self.producers.scan_not_active()
+
+    def runtime_info(self) -> dict[str, str]:
+        info = dict(self.store.runtime_info())
+        info.update(broker_version_fields())
+        info.update({
+            "bootTimestamp": str(self.stats.boot_timestamp),
+            "msgPutTotalTodayNow": str(self.stats.put_total),
+            "msgGetTotalTodayNow": str(self.stats.get_total),
+            "brokerRole": self.store_config.broker_role.value,
+            "brokerName": self.config.broker_name,
+            "brokerId": str(self.config.broker_id),
+            "brokerAddr": self.config.broker_addr,
+            "putTps": f"{self.stats.put_tps(10):.4f} {self.stats.put_tps(60):.4f}",
+            "getTransferedTps": f"{self.stats.get_tps(10):.4f} {self.stats.get_tps(60):.4f}",
+            "pullRequestsHeld": str(self.pull_hold.held_count()),
+        })
+        return info
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        if self.registration is not None:
+            await self.registration.stop()
+        if self.server is not None:
+            await self.server.stop()
+        self.offsets.persist(force=True)
+        self.subscription_groups.persist()
+        if self.store is not None:
+            await asyncio.to_thread(self.store.shutdown)

@@ -1,0 +1,65 @@
+"""Long polling: a pull that finds nothing new waits until a message lands or time runs out.
+
+Mirrors RocketMQ's ``PullRequestHoldService``, on the event loop: a held pull is a future keyed
+by (topic, queueId) and the offset it waits past. The store's dispatch thread reports arrivals;
+they are handed to the loop once per burst (not once per message) and wake exactly the pulls
+waiting on those queues.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+
+class PullRequestHoldService:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._waiting: dict[tuple[str, int], list[tuple[int, asyncio.Future]]] = {}
+        self._arrived: dict[tuple[str, int], int] = {}
+        self._arrived_lock = threading.Lock()
+        self._scheduled = False
+
+    async def wait_for_arrival(self, topic: str, queue_id: int, offset: int, timeout: float) -> bool:
+        """Wait until the queue's max offset passes ``offset``; False on timeout."""
+        future = self.loop.create_future()
+        key = (topic, queue_id)
+        self._waiting.setdefault(key, []).append((offset, future))
+        try:
+            async with asyncio.timeout(timeout):
+                return await future
+        except TimeoutError:
+            return False
+        finally:
+            waiters = self._waiting.get(key)
+            if waiters is not None:
+                waiters[:] = [w for w in waiters if w[1] is not future]
+                if not waiters:
+                    del self._waiting[key]
+
+    def notify_from_thread(self, topic: str, queue_id: int, max_offset: int) -> None:
+        """Called by the store's dispatch thread for every new message."""
+        with self._arrived_lock:
+            key = (topic, queue_id)
+            if max_offset > self._arrived.get(key, -1):
+                self._arrived[key] = max_offset
+            if self._scheduled:
+                return
+            self._scheduled = True
+        self.loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        with self._arrived_lock:
+            arrived, self._arrived = self._arrived, {}
+            self._scheduled = False
+        for key, max_offset in arrived.items():
+            self.notify(key[0], key[1], max_offset)
+
+    def notify(self, topic: str, queue_id: int, max_offset: int) -> None:
+        """Wake pulls on the queue waiting for offsets below ``max_offset``."""
+        for offset, future in self._waiting.get((topic, queue_id), []):
+            if max_offset > offset and not future.done():
+                future.set_result(True)
+
+    def held_count(self) -> int:
+        return sum(len(v) for v in self._waiting.values())

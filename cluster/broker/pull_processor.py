@@ -1,0 +1,124 @@
+"""PULL_MESSAGE (11) with long polling (``PullMessageProcessor`` + ``PullRequestHoldService``).
+
+Store statuses map onto RocketMQ's pull codes: FOUND -> SUCCESS; NO_MATCHED_MESSAGE and
+MESSAGE_WAS_REMOVING -> PULL_RETRY_IMMEDIATELY; an offset past the end -> PULL_NOT_FOUND, held
+up to ``suspendTimeoutMillis`` when the client allows it and answered as soon as a message lands;
+offsets outside the queue -> PULL_OFFSET_MOVED. Every answer carries nextBeginOffset, minOffset,
+maxOffset and suggestWhichBrokerId, which clients unbox unconditionally.
+"""
+
+from __future__ import annotations
+
+from cluster.broker.headers import Header, HeaderError
+from cluster.remoting.codec import RemotingCommand
+from cluster.remoting.codes import RequestCode, ResponseCode
+from storage.results import GetMessageStatus, TagsFilter
+
+FLAG_COMMIT_OFFSET = 0x1
+FLAG_SUSPEND = 0x2
+FLAG_SUBSCRIPTION = 0x4
+MAX_HOLD_SECONDS = 25.0  # answer well before the client's 30 s socket timeout
+
+
+class PullMessageProcessor:
+    def __init__(self, broker) -> None:
+        self.broker = broker
+
+    def register_with(self, server) -> None:
+        server.register(RequestCode.PULL_MESSAGE, self.process)
+
+    async def process(self, connection, command: RemotingCommand) -> RemotingCommand:
+        try:
+            header = Header(command)
+            group = header.str("consumerGroup", required=True)
+            topic = header.str("topic", required=True)
+            queue_id = header.int("queueId", required=True)
+            offset = header.int("queueOffset", required=True)
+            max_nums = header.int("maxMsgNums", 32)
+            sys_flag = header.int("sysFlag", 0)
+            commit_offset = header.int("commitOffset", -1)
+            suspend_ms = header.int("suspendTimeoutMillis", 15_000)
+        except HeaderError as exc:
+            return command.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
+        broker = self.broker
+        topic_config = broker.topics.select(topic)
+        if topic_config is None:
+            return command.make_response(ResponseCode.TOPIC_NOT_EXIST,
+                                         f"topic[{topic}] not exist, apply first please!")
+        if not topic_config.readable:
+            return command.make_response(ResponseCode.NO_PERMISSION,
+                                         f"the topic[{topic}] pulling message is forbidden")
+        if queue_id < 0 or queue_id >= topic_config.read_queue_nums:
+            return command.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:"
+                f"[{topic_config.read_queue_nums}]")
+        group_config = broker.subscription_groups.find(group)
+        if group_config is None:
+            return command.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                         f"subscription group [{group}] does not exist")
+        if not group_config.consume_enable:
+            return command.make_response(ResponseCode.NO_PERMISSION,
+                                         f"subscription group no permission, {group}")
+        expression = self._subscription(header, sys_flag, group, topic)
+        if (header.str("expressionType") or "TAG").upper() not in ("TAG", ""):
+            return command.make_response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                                         "only TAG subscriptions are supported by this broker yet")
+        message_filter = TagsFilter(expression)
+        if sys_flag & FLAG_COMMIT_OFFSET and commit_offset >= 0 and broker.is_master:
+            broker.offsets.commit_offset(group, topic, queue_id, commit_offset)
+
+        result = broker.store.get_message(group, topic, queue_id, offset, max_nums, message_filter)
+        hold = sys_flag & FLAG_SUSPEND and result.status in (
+            GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.NO_MESSAGE_IN_QUEUE,
+            GetMessageStatus.NO_MATCHED_LOGIC_QUEUE) and offset == result.max_offset
+        if hold:
+            if broker.config.long_polling_enable:
+                seconds = min(max(suspend_ms, 0) / 1000, MAX_HOLD_SECONDS)
+            else:
+                seconds = broker.config.short_polling_time_mills / 1000
+            if await broker.pull_hold.wait_for_arrival(topic, queue_id, offset, seconds):
+                result = broker.store.get_message(group, topic, queue_id, offset, max_nums,
+                                                  message_filter)
+        code, next_offset = self._code(result, offset)
+        fields = {
+            "suggestWhichBrokerId": self._suggest_broker(result, group_config),
+            "nextBeginOffset": next_offset,
+            "minOffset": result.min_offset,
+            "maxOffset": result.max_offset,
+        }
+        body = result.body if code == ResponseCode.SUCCESS else b""
+        if code == ResponseCode.SUCCESS:
+            broker.stats.record_get(group, topic, result.message_count, len(body))
+        return command.make_response(code, None if code == ResponseCode.SUCCESS else result.status.value,
+                                     ext_fields=fields, body=body)
+
+    def _subscription(self, header: Header, sys_flag: int, group: str, topic: str) -> str:
+        if sys_flag & FLAG_SUBSCRIPTION:
+            return header.str("subscription", "*") or "*"
+        info = self.broker.consumers.find(group)
+        sub = info.subscriptions.get(topic) if info else None
+        return sub.sub_string if sub else "*"
+
+    def _suggest_broker(self, result, group_config) -> int:
+        if result.suggest_pulling_from_slave and self.broker.config.slave_read_enable:
+            return group_config.which_broker_when_consume_slowly
+        return 0
+
+    def _code(self, result, offset: int) -> tuple[int, int]:
+        status = result.status
+        if status is GetMessageStatus.FOUND:
+            return ResponseCode.SUCCESS, result.next_begin_offset
+        if status in (GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.MESSAGE_WAS_REMOVING):
+            return ResponseCode.PULL_RETRY_IMMEDIATELY, result.next_begin_offset
+        if status in (GetMessageStatus.NO_MESSAGE_IN_QUEUE, GetMessageStatus.NO_MATCHED_LOGIC_QUEUE):
+            code = ResponseCode.PULL_OFFSET_MOVED if offset != 0 else ResponseCode.PULL_NOT_FOUND
+            return code, 0
+        if status is GetMessageStatus.OFFSET_OVERFLOW_ONE:
+            return ResponseCode.PULL_NOT_FOUND, offset
+        if status is GetMessageStatus.OFFSET_FOUND_NULL:
+            return ResponseCode.PULL_NOT_FOUND, result.next_begin_offset
+        # OFFSET_TOO_SMALL, OFFSET_OVERFLOW_BADLY
+        if not self.broker.is_master:
+            return ResponseCode.PULL_RETRY_IMMEDIATELY, result.next_begin_offset
+        return ResponseCode.PULL_OFFSET_MOVED, result.next_begin_offset

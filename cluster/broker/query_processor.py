@@ -1,0 +1,134 @@
+"""QUERY_MESSAGE (12), VIEW_MESSAGE_BY_ID (33) and the offset codes (14, 15, 29, 30, 31, 32, 43)."""
+
+from __future__ import annotations
+
+import time
+
+from cluster.broker.headers import Header, HeaderError
+from cluster.remoting.codec import RemotingCommand
+from cluster.remoting.codes import RequestCode, ResponseCode
+from storage.errors import OffsetOutOfRangeError, RecordError
+
+
+def _guard(handler):
+    async def run(self, connection, command: RemotingCommand):
+        try:
+            return handler(self, command, Header(command))
+        except HeaderError as exc:
+            return command.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
+    return run
+
+
+class QueryProcessor:
+    def __init__(self, broker) -> None:
+        self.broker = broker
+
+    def register_with(self, server) -> None:
+        table = {
+            RequestCode.QUERY_MESSAGE: self.query_message,
+            RequestCode.VIEW_MESSAGE_BY_ID: self.view_message_by_id,
+            RequestCode.QUERY_CONSUMER_OFFSET: self.query_consumer_offset,
+            RequestCode.UPDATE_CONSUMER_OFFSET: self.update_consumer_offset,
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset_by_timestamp,
+            RequestCode.GET_MAX_OFFSET: self.get_max_offset,
+            RequestCode.GET_MIN_OFFSET: self.get_min_offset,
+            RequestCode.GET_EARLIEST_MSG_STORETIME: self.get_earliest_msg_storetime,
+            RequestCode.GET_ALL_CONSUMER_OFFSET: self.get_all_consumer_offset,
+        }
+        for code, handler in table.items():
+            server.register(code, handler)
+
+    @_guard
+    def query_message(self, command, header):
+        topic = header.str("topic", required=True)
+        key = header.str("key", required=True)
+        max_num = header.int("maxNum", 32)
+        if header.bool("_UNIQUE_KEY_QUERY"):
+            max_num = self.broker.store_config.default_query_max_num
+        begin = header.int("beginTimestamp", 0)
+        end = header.int("endTimestamp", int(time.time() * 1000) + 1000)
+        result = self.broker.store.query_message(topic, key, max_num, begin, end)
+        fields = {"indexLastUpdateTimestamp": result.index_last_update_timestamp,
+                  "indexLastUpdatePhyoffset": result.index_last_update_phyoffset}
+        if not result.messages:
+            return command.make_response(ResponseCode.QUERY_NOT_FOUND,
+                                         "can not find message, maybe time range not correct",
+                                         ext_fields=fields)
+        return command.make_response(ResponseCode.SUCCESS, ext_fields=fields, body=result.body)
+
+    @_guard
+    def view_message_by_id(self, command, header):
+        offset = header.int("offset", required=True)
+        try:
+            body = self.broker.store.select_one_message_by_offset(offset)
+        except (OffsetOutOfRangeError, RecordError):
+            return command.make_response(ResponseCode.SYSTEM_ERROR,
+                                         f"can not find message by the offset, {offset}")
+        return command.make_response(ResponseCode.SUCCESS, body=body)
+
+    @_guard
+    def query_consumer_offset(self, command, header):
+        group = header.str("consumerGroup", required=True)
+        topic = header.str("topic", required=True)
+        queue_id = header.int("queueId", required=True)
+        offset = self.broker.offsets.query_offset(group, topic, queue_id)
+        if offset >= 0:
+            return command.make_response(ResponseCode.SUCCESS, ext_fields={"offset": offset})
+        store = self.broker.store
+        min_offset = store.get_min_offset_in_queue(topic, queue_id)
+        # A brand-new group starts at 0 while the queue's first message is still in memory
+        # (RocketMQ's rule); otherwise the client decides from its consumeFromWhere.
+        if min_offset <= 0 and not self._first_message_on_disk(topic, queue_id):
+            return command.make_response(ResponseCode.SUCCESS, ext_fields={"offset": 0})
+        if header.bool("setZeroIfNotFound"):
+            return command.make_response(ResponseCode.SUCCESS, ext_fields={"offset": 0})
+        return command.make_response(ResponseCode.QUERY_NOT_FOUND,
+                                     "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
+
+    def _first_message_on_disk(self, topic: str, queue_id: int) -> bool:
+        store = self.broker.store
+        phy = store.get_commit_log_offset_in_queue(topic, queue_id, 0)
+        return store.get_max_phy_offset() - phy > store.memory_limit
+
+    @_guard
+    def update_consumer_offset(self, command, header):
+        group = header.str("consumerGroup", required=True)
+        topic = header.str("topic", required=True)
+        queue_id = header.int("queueId", required=True)
+        offset = header.int("commitOffset", required=True)
+        self.broker.offsets.commit_offset(group, topic, queue_id, offset)
+        return command.make_response(ResponseCode.SUCCESS)
+
+    @_guard
+    def search_offset_by_timestamp(self, command, header):
+        topic = header.str("topic", required=True)
+        queue_id = header.int("queueId", required=True)
+        timestamp = header.int("timestamp", required=True)
+        offset = self.broker.store.get_offset_in_queue_by_time(topic, queue_id, timestamp)
+        return command.make_response(ResponseCode.SUCCESS, ext_fields={"offset": offset})
+
+    @_guard
+    def get_max_offset(self, command, header):
+        topic = header.str("topic", required=True)
+        queue_id = header.int("queueId", required=True)
+        offset = self.broker.store.get_max_offset_in_queue(topic, queue_id)
+        return command.make_response(ResponseCode.SUCCESS, ext_fields={"offset": offset})
+
+    @_guard
+    def get_min_offset(self, command, header):
+        topic = header.str("topic", required=True)
+        queue_id = header.int("queueId", required=True)
+        offset = self.broker.store.get_min_offset_in_queue(topic, queue_id)
+        return command.make_response(ResponseCode.SUCCESS, ext_fields={"offset": offset})
+
+    @_guard
+    def get_earliest_msg_storetime(self, command, header):
+        topic = header.str("topic", required=True)
+        queue_id = header.int("queueId", required=True)
+        timestamp = self.broker.store.get_earliest_message_time(topic, queue_id)
+        return command.make_response(ResponseCode.SUCCESS, ext_fields={"timestamp": timestamp})
+
+    @_guard
+    def get_all_consumer_offset(self, command, header):
+        return command.make_response(ResponseCode.SUCCESS,
+                                     body=self.broker.offsets.wrapper_json().encode())

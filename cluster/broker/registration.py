@@ -1,0 +1,90 @@
+"""Registering with every name server: at start, every 30 s, at once when topics change, and
+unregistering at shutdown (``BrokerOuterAPI``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import zlib
+
+from cluster.remoting.client import RemotingClient
+from cluster.remoting.codec import request
+from cluster.remoting.codes import RequestCode, ResponseCode
+from cluster.remoting.errors import RemotingError
+
+log = logging.getLogger(__name__)
+
+
+class BrokerRegistration:
+    def __init__(self, broker) -> None:
+        self.broker = broker
+        self.client = RemotingClient()
+        self.master_addr: str | None = None
+        self.master_ha_addr: str | None = None
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self.registered_once = asyncio.Event()
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    def register_soon(self) -> None:
+        """Topics changed: register now rather than at the next period."""
+        self._wake.set()
+
+    async def _loop(self) -> None:
+        period = self.broker.config.register_name_server_period / 1000
+        while True:
+            self._wake.clear()
+            await self.register_all()
+            try:
+                await asyncio.wait_for(self._wake.wait(), period)
+            except TimeoutError:
+                pass
+
+    async def register_all(self) -> None:
+        config = self.broker.config
+        body = json.dumps({"filterServerList": [],
+                           "topicConfigSerializeWrapper": self.broker.topics.wrapper_json()},
+                          separators=(",", ":")).encode()
+        fields = {"brokerName": config.broker_name, "brokerAddr": config.broker_addr,
+                  "clusterName": config.broker_cluster_name, "haServerAddr": config.ha_server_addr,
+                  "brokerId": config.broker_id, "compressed": False,
+                  "bodyCrc32": zlib.crc32(body) & 0x7FFFFFFF}
+        timeout = config.register_broker_timeout_mills / 1000
+        results = await asyncio.gather(*(
+            self._register_one(addr, fields, body, timeout) for addr in config.namesrv_list()))
+        if any(results):
+            self.registered_once.set()
+
+    async def _register_one(self, address: str, fields: dict, body: bytes, timeout: float) -> bool:
+        try:
+            response = await self.client.invoke(address, request(
+                RequestCode.REGISTER_BROKER, fields, body), timeout)
+        except RemotingError as exc:
+            log.warning("register to name server %s failed: %s", address, exc)
+            return False
+        if response.code != ResponseCode.SUCCESS:
+            log.warning("name server %s refused the registration: %s", address, response.remark)
+            return False
+        if response.field("masterAddr"):
+            self.master_addr = response.field("masterAddr")
+            self.master_ha_addr = response.field("haServerAddr")
+        return True
+
+    async def unregister_all(self) -> None:
+        config = self.broker.config
+        fields = {"brokerName": config.broker_name, "brokerAddr": config.broker_addr,
+                  "clusterName": config.broker_cluster_name, "brokerId": config.broker_id}
+        for address in config.namesrv_list():
+            try:
+                await self.client.invoke(address, request(RequestCode.UNREGISTER_BROKER, fields), 3)
+            except RemotingError as exc:
+                log.warning("unregister from name server %s failed: %s", address, exc)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        await self.unregister_all()
+        await self.client.close()

@@ -1,0 +1,232 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320).
+
+Mirrors ``SendMessageProcessor``: topic checks and auto-creation from ``defaultTopic``, a random
+queue when the client asks for queue -1, retries beyond ``maxReconsumeTimes`` turned into
+dead letters, the broker's UNIQ_KEY and CLUSTER properties, transactional half messages, then
+the store's put and its flush wait, with RocketMQ's mapping of put statuses to response codes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+
+from cluster.broker.headers import SEND_V2_NAMES, Header, HeaderError
+from cluster.broker.topic_config import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    NOT_ALLOWED_SEND_TOPICS,
+    PERM_READ,
+    PERM_WRITE,
+    RETRY_GROUP_TOPIC_PREFIX,
+    TRANS_HALF_TOPIC,
+    validate_topic_name,
+)
+from cluster.remoting.codec import RemotingCommand
+from cluster.remoting.codes import RequestCode, ResponseCode
+from storage.errors import (
+    MessageIllegalError,
+    OSPageCacheBusyError,
+    PropertiesSizeExceededError,
+    PutMessageError,
+    PutMessageStatus,
+    ServiceNotAvailableError,
+)
+from storage.message import (
+    PROPERTY_CLUSTER,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_PREPARED_TYPE,
+    MessageExtBatch,
+    MessageExtBrokerInner,
+    properties_to_string,
+    property_from_string,
+    reset_transaction_type,
+    string_to_properties,
+)
+
+log = logging.getLogger(__name__)
+
+_STATUS_CODES = {
+    PutMessageStatus.PUT_OK: ResponseCode.SUCCESS,
+    PutMessageStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    PutMessageStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
+}
+
+
+def peer_host(connection) -> tuple[str, int]:
+    """The client's address as the broker records it (bornHost)."""
+    host, _, port = connection.remote_address.rpartition(":")
+    try:
+        return host.strip("[]") or "127.0.0.1", int(port)
+    except ValueError:
+        return "127.0.0.1", 0
+
+
+class SendMessageProcessor:
+    def __init__(self, broker) -> None:
+        self.broker = broker
+
+    def register_with(self, server) -> None:
+        for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2,
+                     RequestCode.SEND_BATCH_MESSAGE):
+            server.register(code, self.process)
+
+    async def process(self, connection, command: RemotingCommand) -> RemotingCommand:
+        try:
+            header = Header(command, SEND_V2_NAMES if command.code != RequestCode.SEND_MESSAGE else None)
+            return await self._send(connection, command, header)
+        except HeaderError as exc:
+            return command.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
+
+    async def _send(self, connection, command: RemotingCommand, header: Header) -> RemotingCommand:
+        broker = self.broker
+        topic = header.str("topic", required=True)
+        header.str("producerGroup", required=True)  # RocketMQ requires it; nothing else uses it here
+        queue_id = header.int("queueId", -1)
+        sys_flag = header.int("sysFlag", 0)
+        batch = command.code == RequestCode.SEND_BATCH_MESSAGE or header.bool("batch")
+        problem = validate_topic_name(topic)
+        if problem:
+            return command.make_response(ResponseCode.SYSTEM_ERROR, problem)
+        if topic in NOT_ALLOWED_SEND_TOPICS:
+            return command.make_response(ResponseCode.NO_PERMISSION,
+                                         f"sending message to topic[{topic}] is forbidden")
+        if not broker.config.broker_permission & PERM_WRITE:
+            return command.make_response(
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{broker.config.broker_ip1}] sending message is forbidden")
+        topic_config = broker.topics.select(topic)
+        if topic_config is None:
+            topic_sys_flag = 1 if header.bool("unitMode") else 0
+            if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                topic_config = broker.topics.create_in_send_message_back_method(
+                    topic, 1, PERM_READ | PERM_WRITE, topic_sys_flag)
+            else:
+                topic_config = broker.topics.create_in_send_message_method(
+                    topic, header.str("defaultTopic", "TBW102"),
+                    header.int("defaultTopicQueueNums", 4), topic_sys_flag)
+            if topic_config is None:
+                return command.make_response(
+                    ResponseCode.TOPIC_NOT_EXIST,
+                    f"topic[{topic}] not exist, apply first please!")
+        if not topic_config.writeable:
+            return command.make_response(ResponseCode.NO_PERMISSION,
+                                         f"the topic[{topic}] sending message is forbidden")
+        queue_nums = max(topic_config.write_queue_nums, topic_config.read_queue_nums)
+        if queue_id >= queue_nums:
+            return command.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                f"request queueId[{queue_id}] is illegal, topic has {queue_nums} queues")
+        if queue_id < 0:
+            queue_id = random.randrange(topic_config.write_queue_nums)
+        born_host = peer_host(connection)
+        born_ts = header.int("bornTimestamp", 0)
+        if batch:
+            return await self._send_batch(command, header, topic, queue_id, sys_flag, born_host,
+                                          born_ts)
+        props = string_to_properties(header.str("properties", "") or "")
+        reconsume_times = header.int("reconsumeTimes", 0)
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            group = topic[len(RETRY_GROUP_TOPIC_PREFIX):]
+            max_times = header.int("maxReconsumeTimes") if command.version >= 121 else None
+            group_config = broker.subscription_groups.find(group)
+            if max_times is None:
+                max_times = group_config.retry_max_times if group_config else 16
+            if reconsume_times > max_times:
+                topic = DLQ_GROUP_TOPIC_PREFIX + group
+                broker.topics.create_in_send_message_back_method(topic, 1, PERM_READ | PERM_WRITE)
+                queue_id = 0
+                props[PROPERTY_DELAY_TIME_LEVEL] = "-1"
+        self._complete_properties(props)
+        if props.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true":
+            if broker.config.reject_transaction_message:
+                return command.make_response(ResponseCode.NO_PERMISSION,
+                                             "the broker rejects transactional messages")
+            # A half message waits, invisible, in the half topic until END_TRANSACTION.
+            props[PROPERTY_REAL_TOPIC] = topic
+            props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
+            sys_flag = reset_transaction_type(sys_flag, TRANSACTION_NOT_TYPE)
+            topic, queue_id = TRANS_HALF_TOPIC, 0
+            broker.topics.create_in_send_message_back_method(topic, 1, PERM_READ | PERM_WRITE)
+        msg = MessageExtBrokerInner(
+            topic=topic, body=command.body, queue_id=queue_id, flag=header.int("flag", 0),
+            properties=props, properties_string=properties_to_string(props), sys_flag=sys_flag,
+            born_timestamp=born_ts, born_host=born_host, reconsume_times=reconsume_times,
+        )
+        if msg.sys_flag & 0xC == TRANSACTION_PREPARED_TYPE and broker.config.reject_transaction_message:
+            return command.make_response(ResponseCode.NO_PERMISSION,
+                                         "the broker rejects transactional messages")
+        try:
+            result, waiter = broker.store.put_message_nowait(msg)
+        except PutMessageError as exc:
+            return command.make_response(_refusal_code(exc), str(exc))
+        status = await self._await_durable(result.status, waiter)
+        append = result.append
+        fields = {"msgId": append.msg_id, "queueId": append.queue_id,
+                  "queueOffset": append.logics_offset, "MSG_REGION": broker.config.region_id,
+                  "TRACE_ON": broker.config.trace_on}
+        uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        if props.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true":
+            fields["transactionId"] = uniq
+        broker.stats.record_send(msg.topic, 1, len(command.body))
+        return command.make_response(_STATUS_CODES.get(status, ResponseCode.SYSTEM_ERROR),
+                                     ext_fields=fields)
+
+    async def _send_batch(self, command, header, topic, queue_id, sys_flag, born_host, born_ts):
+        broker = self.broker
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return command.make_response(ResponseCode.MESSAGE_ILLEGAL,
+                                         "batch request does not support retry group topics")
+        props_text = header.str("properties", "") or ""
+        props = string_to_properties(props_text)
+        if property_from_string(props_text, PROPERTY_DELAY_TIME_LEVEL) not in (None, "0"):
+            return command.make_response(ResponseCode.MESSAGE_ILLEGAL,
+                                         "batch messages cannot carry a delay level")
+        props[PROPERTY_CLUSTER] = broker.config.broker_cluster_name
+        batch = MessageExtBatch(topic=topic, body=command.body, queue_id=queue_id,
+                                flag=header.int("flag", 0), properties=props, sys_flag=sys_flag,
+                                born_timestamp=born_ts, born_host=born_host,
+                                reconsume_times=header.int("reconsumeTimes", 0))
+        try:
+            result, waiter = broker.store.put_messages_nowait(batch)
+        except PutMessageError as exc:
+            return command.make_response(_refusal_code(exc), str(exc))
+        status = await self._await_durable(result.status, waiter)
+        append = result.append
+        broker.stats.record_send(topic, append.msg_num, len(command.body))
+        fields = {"msgId": append.msg_id, "queueId": append.queue_id,
+                  "queueOffset": append.logics_offset, "MSG_REGION": broker.config.region_id,
+                  "TRACE_ON": broker.config.trace_on}
+        return command.make_response(_STATUS_CODES.get(status, ResponseCode.SYSTEM_ERROR),
+                                     ext_fields=fields)
+
+    def _complete_properties(self, props: dict[str, str]) -> None:
+        if not props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX):
+            props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = self.broker.uniq_ids.next_id()
+        props[PROPERTY_CLUSTER] = self.broker.config.broker_cluster_name
+
+    async def _await_durable(self, status: PutMessageStatus, waiter) -> PutMessageStatus:
+        if waiter is None:
+            return status
+        timeout = self.broker.store_config.sync_flush_timeout / 1000
+        try:
+            ok = await asyncio.wait_for(self.broker.bridge.future_of(waiter), timeout + 1)
+        except TimeoutError:
+            ok = False
+        return status if ok else PutMessageStatus.FLUSH_DISK_TIMEOUT
+
+
+def _refusal_code(exc: PutMessageError) -> int:
+    if isinstance(exc, MessageIllegalError | PropertiesSizeExceededError):
+        return ResponseCode.MESSAGE_ILLEGAL
+    if isinstance(exc, ServiceNotAvailableError):
+        return ResponseCode.SERVICE_NOT_AVAILABLE
+    if isinstance(exc, OSPageCacheBusyError):
+        return ResponseCode.SYSTEM_BUSY
+    return ResponseCode.SYSTEM_ERROR

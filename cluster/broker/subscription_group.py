@@ -1,0 +1,98 @@
+"""SubscriptionGroupManager: consumer group settings (config/subscriptionGroup.json)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+
+from cluster.broker.json_config import JsonConfigFile
+from cluster.broker.topic_config import DataVersion
+
+
+@dataclass(slots=True)
+class SubscriptionGroupConfig:
+    group_name: str
+    consume_enable: bool = True
+    consume_from_min_enable: bool = True
+    consume_broadcast_enable: bool = True
+    retry_queue_nums: int = 1
+    retry_max_times: int = 16
+    broker_id: int = 0
+    which_broker_when_consume_slowly: int = 1
+    notify_consumer_ids_changed_enable: bool = True
+
+    def to_json(self) -> dict:
+        return {"brokerId": self.broker_id, "consumeBroadcastEnable": self.consume_broadcast_enable,
+                "consumeEnable": self.consume_enable,
+                "consumeFromMinEnable": self.consume_from_min_enable,
+                "groupName": self.group_name,
+                "notifyConsumerIdsChangedEnable": self.notify_consumer_ids_changed_enable,
+                "retryMaxTimes": self.retry_max_times, "retryQueueNums": self.retry_queue_nums,
+                "whichBrokerWhenConsumeSlowly": self.which_broker_when_consume_slowly}
+
+    @classmethod
+    def from_json(cls, data: dict) -> SubscriptionGroupConfig:
+        return cls(str(data["groupName"]), bool(data.get("consumeEnable", True)),
+                   bool(data.get("consumeFromMinEnable", True)),
+                   bool(data.get("consumeBroadcastEnable", True)),
+                   int(data.get("retryQueueNums", 1)), int(data.get("retryMaxTimes", 16)),
+                   int(data.get("brokerId", 0)), int(data.get("whichBrokerWhenConsumeSlowly", 1)),
+                   bool(data.get("notifyConsumerIdsChangedEnable", True)))
+
+
+class SubscriptionGroupManager:
+    def __init__(self, path: str, auto_create: bool) -> None:
+        self.file = JsonConfigFile(path)
+        self.auto_create = auto_create
+        self.table: dict[str, SubscriptionGroupConfig] = {}
+        self.data_version = DataVersion()
+        self._lock = threading.Lock()
+        for group in ("TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_GROUP",
+                      "CID_ONS-HTTP-PROXY", "CID_ONSAPI_PULL", "CID_ONSAPI_PERMISSION",
+                      "CID_ONSAPI_OWNER", "CID_RMQ_SYS_TRANS"):
+            self.table[group] = SubscriptionGroupConfig(group)
+
+    def load(self) -> None:
+        data = self.file.load()
+        if not data:
+            return
+        for value in (data.get("subscriptionGroupTable") or {}).values():
+            try:
+                config = SubscriptionGroupConfig.from_json(value)
+            except (KeyError, ValueError, TypeError):
+                continue
+            self.table[config.group_name] = config
+
+    def wrapper_json(self) -> dict:
+        with self._lock:
+            return {"dataVersion": self.data_version.to_json(),
+                    "subscriptionGroupTable": {n: c.to_json() for n, c in sorted(self.table.items())}}
+
+    def persist(self) -> None:
+        self.file.persist(json.dumps(self.wrapper_json(), indent=1))
+
+    def find(self, group: str) -> SubscriptionGroupConfig | None:
+        """The group's config, created with defaults when auto-creation is on."""
+        config = self.table.get(group)
+        if config is None and self.auto_create and group:
+            with self._lock:
+                config = self.table.setdefault(group, SubscriptionGroupConfig(group))
+                self.data_version.next_version()
+            self.persist()
+        return config
+
+    def update(self, config: SubscriptionGroupConfig) -> None:
+        with self._lock:
+            self.table[config.group_name] = config
+            self.data_version.next_version()
+        self.persist()
+
+    def delete(self, group: str) -> bool:
+        with self._lock:
+            gone = self.table.pop(group, None) is not None
+            if gone:
+                self.data_version.next_version()
+        if gone:
+            self.persist()
+        return gone

@@ -1,0 +1,216 @@
+"""TopicConfigManager: the broker's topics (config/topics.json), system topics, auto-creation."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cluster.broker.json_config import JsonConfigFile
+
+log = logging.getLogger(__name__)
+
+PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 8, 4, 2, 1
+AUTO_CREATE_TOPIC_KEY = "TBW102"
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
+BENCHMARK_TOPIC = "BenchmarkTest"
+OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+_VALID_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+# Clients may not send straight into these.
+NOT_ALLOWED_SEND_TOPICS = {SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC}
+
+
+def validate_topic_name(topic: str) -> str | None:
+    """Why a topic name is not acceptable, or None when it is (``TopicValidator``)."""
+    if not topic:
+        return "the topic name is empty"
+    if len(topic) > 127:
+        return f"the topic name is longer than 127 characters: {topic[:40]}…"
+    if not _VALID_TOPIC.match(topic):
+        return f"the topic name {topic!r} contains characters other than letters, digits, %, -, _ and |"
+    return None
+
+
+def is_system_topic(topic: str) -> bool:
+    return topic in NOT_ALLOWED_SEND_TOPICS or topic in (
+        AUTO_CREATE_TOPIC_KEY, SELF_TEST_TOPIC, BENCHMARK_TOPIC, OFFSET_MOVED_EVENT, TRACE_TOPIC
+    ) or topic.startswith("rmq_sys_")
+
+
+@dataclass(slots=True)
+class TopicConfig:
+    topic_name: str
+    read_queue_nums: int = 16
+    write_queue_nums: int = 16
+    perm: int = PERM_READ | PERM_WRITE
+    topic_filter_type: str = "SINGLE_TAG"
+    topic_sys_flag: int = 0
+    order: bool = False
+
+    def to_json(self) -> dict:
+        return {"order": self.order, "perm": self.perm, "readQueueNums": self.read_queue_nums,
+                "topicFilterType": self.topic_filter_type, "topicName": self.topic_name,
+                "topicSysFlag": self.topic_sys_flag, "writeQueueNums": self.write_queue_nums}
+
+    @classmethod
+    def from_json(cls, data: dict) -> TopicConfig:
+        return cls(str(data["topicName"]), int(data.get("readQueueNums", 16)),
+                   int(data.get("writeQueueNums", 16)), int(data.get("perm", 6)),
+                   str(data.get("topicFilterType", "SINGLE_TAG")),
+                   int(data.get("topicSysFlag", 0)), bool(data.get("order", False)))
+
+    @property
+    def readable(self) -> bool:
+        return bool(self.perm & PERM_READ)
+
+    @property
+    def writeable(self) -> bool:
+        return bool(self.perm & PERM_WRITE)
+
+
+class DataVersion:
+    """``{"counter": n, "timestamp": ms}``: bumped on every change, compared by name servers."""
+
+    def __init__(self, counter: int = 0, timestamp: int | None = None) -> None:
+        self.counter = counter
+        self.timestamp = int(time.time() * 1000) if timestamp is None else timestamp
+
+    def next_version(self) -> None:
+        self.counter += 1
+        self.timestamp = int(time.time() * 1000)
+
+    def to_json(self) -> dict:
+        return {"counter": self.counter, "timestamp": self.timestamp}
+
+
+class TopicConfigManager:
+    """Topics of one broker, persisted to ``<store>/config/topics.json``."""
+
+    def __init__(self, path: str, broker_config) -> None:
+        self.file = JsonConfigFile(path)
+        self.broker_config = broker_config
+        self.table: dict[str, TopicConfig] = {}
+        self.data_version = DataVersion()
+        self._lock = threading.RLock()
+        self.on_change: list[Callable[[], None]] = []
+        self._add_system_topics()
+
+    def _add_system_topics(self) -> None:
+        cfg = self.broker_config
+        system = [
+            TopicConfig(SELF_TEST_TOPIC, 1, 1),
+            TopicConfig(BENCHMARK_TOPIC, 1024, 1024),
+            TopicConfig(OFFSET_MOVED_EVENT, 1, 1),
+            TopicConfig(SCHEDULE_TOPIC, 18, 18),
+            TopicConfig(f"{cfg.broker_cluster_name}_REPLY_TOPIC", 1, 1),
+        ]
+        if cfg.auto_create_topic_enable:
+            system.append(TopicConfig(AUTO_CREATE_TOPIC_KEY, cfg.default_topic_queue_nums,
+                                      cfg.default_topic_queue_nums,
+                                      PERM_INHERIT | PERM_READ | PERM_WRITE))
+        cluster_perm = PERM_INHERIT | (PERM_READ | PERM_WRITE if cfg.cluster_topic_enable else 0)
+        system.append(TopicConfig(cfg.broker_cluster_name, 16, 16, cluster_perm))
+        broker_perm = PERM_INHERIT | (PERM_READ | PERM_WRITE if cfg.broker_topic_enable else 0)
+        system.append(TopicConfig(cfg.broker_name, 1, 1, broker_perm))
+        for topic in system:
+            self.table[topic.topic_name] = topic
+
+    # -- persistence ------------------------------------------------------------------------
+    def load(self) -> None:
+        data = self.file.load()
+        if not data:
+            return
+        version = data.get("dataVersion") or {}
+        self.data_version = DataVersion(int(version.get("counter", 0)),
+                                        int(version.get("timestamp", 0)))
+        for value in (data.get("topicConfigTable") or {}).values():
+            try:
+                config = TopicConfig.from_json(value)
+            except (KeyError, ValueError, TypeError):
+                log.warning("skipping a malformed topic config in %s: %r", self.file.path, value)
+                continue
+            self.table[config.topic_name] = config
+
+    def wrapper_json(self) -> dict:
+        """TopicConfigSerializeWrapper: what topics.json holds and registration sends."""
+        with self._lock:
+            return {"dataVersion": self.data_version.to_json(),
+                    "topicConfigTable": {name: tc.to_json() for name, tc in sorted(self.table.items())}}
+
+    def persist(self) -> None:
+        self.file.persist(json.dumps(self.wrapper_json(), indent=1))
+
+    def _changed(self) -> None:
+        self.data_version.next_version()
+        self.persist()
+        for callback in self.on_change:
+            callback()
+
+    # -- queries and updates ------------------------------------------------------------------
+    def select(self, topic: str) -> TopicConfig | None:
+        return self.table.get(topic)
+
+    def update(self, config: TopicConfig) -> None:
+        with self._lock:
+            old = self.table.get(config.topic_name)
+            self.table[config.topic_name] = config
+            log.info("%s topic config %s", "updated" if old else "created", config.to_json())
+            self._changed()
+
+    def delete(self, topic: str) -> bool:
+        with self._lock:
+            if self.table.pop(topic, None) is None:
+                return False
+            self._changed()
+            return True
+
+    def create_in_send_message_method(
+        self, topic: str, default_topic: str, client_queue_nums: int, topic_sys_flag: int = 0
+    ) -> TopicConfig | None:
+        """Auto-create ``topic`` from the ``default_topic`` template (``TBW102``), if allowed."""
+        with self._lock:
+            existing = self.table.get(topic)
+            if existing is not None:
+                return existing
+            template = self.table.get(default_topic)
+            if template is None:
+                log.warning("cannot create topic %s: default topic %s does not exist",
+                            topic, default_topic)
+                return None
+            perm = template.perm
+            if default_topic == AUTO_CREATE_TOPIC_KEY and not self.broker_config.auto_create_topic_enable:
+                perm = PERM_READ | PERM_WRITE
+            if not perm & PERM_INHERIT:
+                log.warning("cannot create topic %s: default topic %s is not inheritable",
+                            topic, default_topic)
+                return None
+            queues = max(1, min(client_queue_nums, template.write_queue_nums))
+            config = TopicConfig(topic, queues, queues, perm & ~PERM_INHERIT,
+                                 topic_sys_flag=topic_sys_flag)
+            self.table[topic] = config
+            log.info("auto-created topic %s from %s: %s", topic, default_topic, config.to_json())
+            self._changed()
+            return config
+
+    def create_in_send_message_back_method(
+        self, topic: str, queue_nums: int, perm: int, topic_sys_flag: int = 0
+    ) -> TopicConfig:
+        """Create a retry or dead-letter topic if it does not exist yet."""
+        with self._lock:
+            existing = self.table.get(topic)
+            if existing is not None:
+                return existing
+            config = TopicConfig(topic, queue_nums, queue_nums, perm, topic_sys_flag=topic_sys_flag)
+            self.table[topic] = config
+            self._changed()
+            return config
