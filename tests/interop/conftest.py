@@ -1,0 +1,48 @@
+"""The official RocketMQ C++ client core, installed from PyPI into a cache folder by the tests.
+
+Every RocketMQ client on PyPI installs a top-level package named ``rocketmq``, so they live in
+their own folders (never in the project's environment) and run in subprocesses:
+
+* ``cpp``: the Apache wrapper rocketmq-client-python 2.0.0 with the 2.1.0 core's
+  ``librocketmq.so`` taken from rocketmq-python-cvs 2.1.0.3 (SEND_MESSAGE_V2, code 310);
+* ``old``: rocketmq-client-python 0.5.0rc2 with its bundled older core (SEND_MESSAGE, code 10).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+CACHE = os.environ.get("ROCKETDESK_INTEROP_CACHE") or os.path.join(
+    os.path.expanduser("~"), ".cache", "rocketdesk", "interop")
+
+
+def _pip_target(target: str, requirement: str) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                    "--no-deps", "--target", target, requirement], check=True, timeout=600)
+
+
+def _install() -> dict[str, str]:
+    cpp = os.path.join(CACHE, "cpp")
+    old = os.path.join(CACHE, "old")
+    if not os.path.exists(os.path.join(cpp, "rocketmq", "librocketmq.so")):
+        shutil.rmtree(cpp, ignore_errors=True)
+        _pip_target(cpp, "rocketmq-client-python==2.0.0")
+        cvs = os.path.join(CACHE, "cvs")
+        _pip_target(cvs, "rocketmq-python-cvs==2.1.0.3")
+        shutil.copy(os.path.join(cvs, "rocketmq", "librocketmq.so"),
+                    os.path.join(cpp, "rocketmq", "librocketmq.so"))
+    if not os.path.exists(os.path.join(old, "rocketmq", "librocketmq.so")):
+        shutil.rmtree(old, ignore_errors=True)
+        _pip_target(old, "rocketmq-client-python==0.5.0rc2")
+    return {"cpp": cpp, "old": old}
+
+
+@pytest.fixture(scope="session")
+def cpp_clients() -> dict[str, str]:
+    """Folders to put on PYTHONPATH for each client core."""
+    return _install()

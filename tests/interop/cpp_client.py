@@ -1,0 +1,106 @@
+"""Drive the official RocketMQ C++ client core (through its Python wrapper) from a subprocess.
+
+Run with the wrapper on PYTHONPATH. Prints one JSON object per line; ends with os._exit so the
+2.1.0 core's crash in shutdown cannot fail the run. Usage:
+
+    cpp_client.py produce NAMESRV TOPIC COUNT [--tags T] [--keys-prefix K] [--oneway] [--api new|old]
+    cpp_client.py consume NAMESRV TOPIC GROUP COUNT [--tags EXPR] [--timeout S] [--api new|old]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def emit(**values) -> None:
+    sys.stdout.write(json.dumps(values) + "\n")
+    sys.stdout.flush()
+
+
+def set_namesrv(client, address: str) -> None:
+    # 2.x wrapper: set_name_server_address; 0.x wrapper: set_namesrv_addr.
+    if hasattr(client, "set_name_server_address"):
+        client.set_name_server_address(address)
+    else:
+        client.set_namesrv_addr(address)
+
+
+def produce(args) -> None:
+    from rocketmq.client import Message, Producer
+
+    producer = Producer(args.group)
+    set_namesrv(producer, args.namesrv)
+    producer.start()
+    for number in range(args.count):
+        message = Message(args.topic)
+        message.set_keys(f"{args.keys_prefix}{number}")
+        if args.tags:
+            message.set_tags(args.tags)
+        message.set_body(f"cpp-{number}")
+        if args.oneway:
+            producer.send_oneway(message)
+            emit(event="sent", number=number, oneway=True)
+        else:
+            result = producer.send_sync(message)
+            emit(event="sent", number=number, status=str(result.status), msg_id=result.msg_id,
+                 offset=result.offset)
+    emit(event="done")
+
+
+def consume(args) -> None:
+    from rocketmq.client import ConsumeStatus, PushConsumer
+
+    seen = []
+
+    def on_message(message):
+        body = message.body.decode() if isinstance(message.body, bytes) else message.body
+        seen.append(body)
+        emit(event="received", body=body, keys=message.keys.decode() if isinstance(
+            message.keys, bytes) else message.keys, tags=message.tags.decode() if isinstance(
+            message.tags, bytes) else message.tags, id=message.id.decode() if isinstance(
+            message.id, bytes) else message.id)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    consumer = PushConsumer(args.group)
+    set_namesrv(consumer, args.namesrv)
+    consumer.subscribe(args.topic, on_message, args.tags or "*")
+    consumer.start()
+    deadline = time.time() + args.timeout
+    while len(seen) < args.count and time.time() < deadline:
+        time.sleep(0.05)
+    emit(event="done", received=len(seen))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="mode", required=True)
+    p = sub.add_parser("produce")
+    p.add_argument("namesrv")
+    p.add_argument("topic")
+    p.add_argument("count", type=int)
+    p.add_argument("--group", default="PID-interop")
+    p.add_argument("--tags")
+    p.add_argument("--keys-prefix", default="key-")
+    p.add_argument("--oneway", action="store_true")
+    c = sub.add_parser("consume")
+    c.add_argument("namesrv")
+    c.add_argument("topic")
+    c.add_argument("group")
+    c.add_argument("count", type=int)
+    c.add_argument("--tags")
+    c.add_argument("--timeout", type=float, default=30)
+    args = parser.parse_args()
+    try:
+        (produce if args.mode == "produce" else consume)(args)
+    except Exception as exc:  # report, then leave without the wrapper's shutdown
+        emit(event="error", error=f"{type(exc).__name__}: {exc}")
+        os._exit(1)
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
