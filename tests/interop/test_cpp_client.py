@@ -71,7 +71,7 @@ def test_cpp_producer_and_push_consumer_round_trip_with_keys_and_tags(cluster, c
 
 
 def test_cpp_oneway_sends_arrive(cluster, cpp_clients, tmp_path):
-    namesrv, broker = cluster
+    namesrv, _ = cluster
     client(cpp_clients["cpp"], tmp_path, "produce", namesrv, "OnewayTopic", "3", "--oneway")
     got = client(cpp_clients["cpp"], tmp_path, "consume", namesrv, "OnewayTopic", "CID-oneway", "3",
                  "--timeout", "30")
@@ -79,7 +79,7 @@ def test_cpp_oneway_sends_arrive(cluster, cpp_clients, tmp_path):
 
 
 def test_older_core_uses_send_message_v1_and_consumes(cluster, cpp_clients, tmp_path):
-    namesrv, broker = cluster
+    namesrv, _ = cluster
     sent = client(cpp_clients["old"], tmp_path, "produce", namesrv, "OldCore", "3", "--tags", "tagB")
     assert [e["status"] for e in sent if e["event"] == "sent"] == ["0"] * 3
     got = client(cpp_clients["old"], tmp_path, "consume", namesrv, "OldCore", "CID-old", "3",
