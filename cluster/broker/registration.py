@@ -25,6 +25,7 @@ class BrokerRegistration:
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self.registered_once = asyncio.Event()
+        self._stopping = False
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop())
@@ -35,11 +36,12 @@ class BrokerRegistration:
 
     async def _loop(self) -> None:
         period = self.broker.config.register_name_server_period / 1000
-        while True:
+        while not self._stopping:
             self._wake.clear()
             await self.register_all()
             try:
-                await asyncio.wait_for(self._wake.wait(), period)
+                async with asyncio.timeout(period):
+                    await self._wake.wait()
             except TimeoutError:
                 pass
 
@@ -84,7 +86,9 @@ class BrokerRegistration:
                 log.warning("unregister from name server %s failed: %s", address, exc)
 
     async def stop(self) -> None:
+        self._stopping = True
         if self._task is not None:
             self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
         await self.unregister_all()
         await self.client.close()

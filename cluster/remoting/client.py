@@ -75,5 +75,7 @@ class RemotingClient:
         self._connections.clear()
         for connection in connections:
             connection.close()
-        for connection in connections:
-            await connection.closed.wait()
+        if connections:
+            # connection_lost runs on the next loop turns; do not wait forever on a dead peer.
+            await asyncio.wait([asyncio.ensure_future(c.closed.wait()) for c in connections],
+                               timeout=5)

@@ -85,7 +85,8 @@ def test_send_pull_query_offsets_and_admin_against_real_processes(tmp_path):
                     route = await wait_for_route(client, namesrv.address, "Orders")
                     assert route["queueDatas"][0]["writeQueueNums"] == 4
 
-                    got = await client.invoke(broker.address, pull("Orders", 0, 0))
+                    # Dispatch runs behind the put: a long poll waits for it instead of racing it.
+                    got = await client.invoke(broker.address, pull("Orders", 0, 0, suspend_ms=5000))
                     assert got.code == ResponseCode.SUCCESS
                     [record] = iter_records(got.body, check_crc=True)
                     assert (record.body, record.tags, record.keys) == (b"first", "TagA", "order-1")

@@ -48,6 +48,8 @@ def produce(args) -> None:
             result = producer.send_sync(message)
             emit(event="sent", number=number, status=str(result.status), msg_id=result.msg_id,
                  offset=result.offset)
+    if args.oneway:
+        time.sleep(1.0)  # oneway sends are only queued in the core: let them leave before _exit
     emit(event="done")
 
 

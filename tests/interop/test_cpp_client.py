@@ -45,10 +45,14 @@ def _query_key(broker: str, topic: str, key: str) -> list:
     async def main():
         remoting = RemotingClient()
         try:
-            answer = await remoting.invoke(broker, request(RequestCode.QUERY_MESSAGE, {
-                "topic": topic, "key": key, "maxNum": 32, "beginTimestamp": 0,
-                "endTimestamp": 2**62}))
-            return list(iter_records(answer.body)) if answer.code == ResponseCode.SUCCESS else []
+            for _ in range(100):  # the index is built by dispatch, just behind the put
+                answer = await remoting.invoke(broker, request(RequestCode.QUERY_MESSAGE, {
+                    "topic": topic, "key": key, "maxNum": 32, "beginTimestamp": 0,
+                    "endTimestamp": 2**62}))
+                if answer.code == ResponseCode.SUCCESS:
+                    return list(iter_records(answer.body))
+                await asyncio.sleep(0.05)
+            return []
         finally:
             await remoting.close()
 

@@ -1,0 +1,1 @@
+"""RocketDesk's asyncio RocketMQ client: producer, consumers and admin, over cluster.remoting."""

@@ -1,0 +1,483 @@
+"""Consumers: a pull consumer, and a push consumer with rebalancing and offset tracking.
+
+Push consumer (``DefaultMQPushConsumer``): every 20 s, and whenever a broker says the group
+changed, each topic's queues are split among the group's clients by average allocation
+(clustering) or taken whole (broadcasting). Each owned queue is long-polled (15 s holds);
+messages are handed to the listener in batches; the committed offset of a queue is the
+smallest offset still being consumed (or the next offset when none is), stored on the broker
+every 5 s for clustering and in a local file for broadcasting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from enum import Enum
+
+from cluster.client.instance import MQClientInstance
+from cluster.client.message import MessageExt
+from cluster.client.route import MessageQueue, subscribe_queues
+from cluster.remoting.codec import request
+from cluster.remoting.codes import RequestCode, ResponseCode
+from cluster.remoting.errors import BrokerResponseError, RemotingError
+from storage.message import java_hash
+from storage.record import iter_records
+
+log = logging.getLogger(__name__)
+PULL_SUSPEND_MS = 15_000
+PULL_TIMEOUT = 30.0
+REBALANCE_INTERVAL = 20.0
+PERSIST_INTERVAL = 5.0
+
+
+class ConsumeStatus(Enum):
+    CONSUME_SUCCESS = "CONSUME_SUCCESS"
+    RECONSUME_LATER = "RECONSUME_LATER"
+
+
+class PullStatus(Enum):
+    FOUND = "FOUND"
+    NO_NEW_MSG = "NO_NEW_MSG"
+    NO_MATCHED_MSG = "NO_MATCHED_MSG"
+    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
+
+
+_PULL_STATUS = {ResponseCode.SUCCESS: PullStatus.FOUND, ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
+                ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
+                ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL}
+
+
+class PullResult:
+    def __init__(self, status: PullStatus, next_begin_offset: int, min_offset: int, max_offset: int,
+                 messages: list[MessageExt], suggest_broker_id: int = 0) -> None:
+        self.status = status
+        self.next_begin_offset = next_begin_offset
+        self.min_offset = min_offset
+        self.max_offset = max_offset
+        self.messages = messages
+        self.suggest_broker_id = suggest_broker_id
+
+
+def parse_tags(expression: str) -> set[str] | None:
+    """``TagA || TagB`` -> {"TagA", "TagB"}; ``*`` -> None (everything)."""
+    expression = (expression or "*").strip()
+    if expression in ("", "*"):
+        return None
+    return {t.strip() for t in expression.split("||") if t.strip()}
+
+
+async def pull_message(instance: MQClientInstance, group: str, mq: MessageQueue, expression: str,
+                       offset: int, max_nums: int = 32, suspend_ms: int = 0,
+                       commit_offset: int | None = None, broker_id: int = 0) -> PullResult:
+    """One PULL_MESSAGE; messages re-filtered by tag string, as the broker only checks hashes."""
+    address = instance.broker_addr(mq.broker_name, broker_id)
+    if address is None:
+        await instance.fetch_route(mq.topic)
+        address = instance.broker_addr(mq.broker_name, broker_id)
+        if address is None:
+            raise RemotingError(f"the broker {mq.broker_name} is not in the routes")
+    sys_flag = 0x4 | (0x2 if suspend_ms else 0) | (0x1 if commit_offset is not None else 0)
+    command = request(RequestCode.PULL_MESSAGE, {
+        "consumerGroup": group, "topic": mq.topic, "queueId": mq.queue_id, "queueOffset": offset,
+        "maxMsgNums": max_nums, "sysFlag": sys_flag, "commitOffset": commit_offset or 0,
+        "suspendTimeoutMillis": suspend_ms, "subscription": expression or "*",
+        "subVersion": int(time.time() * 1000), "expressionType": "TAG"})
+    timeout = PULL_TIMEOUT if suspend_ms else 10.0
+    response = await instance.remoting.invoke(address, command, timeout)
+    status = _PULL_STATUS.get(response.code)
+    if status is None:
+        raise BrokerResponseError(response.code, response.remark, RequestCode.PULL_MESSAGE)
+    tags = parse_tags(expression)
+    messages = []
+    if status is PullStatus.FOUND:
+        for record in iter_records(response.body):
+            if tags is None or record.tags in tags:
+                messages.append(MessageExt.of(record, mq))
+    return PullResult(status, int(response.field("nextBeginOffset") or offset),
+                      int(response.field("minOffset") or 0), int(response.field("maxOffset") or 0),
+                      messages, int(response.field("suggestWhichBrokerId") or 0))
+
+
+async def queue_offset_request(instance: MQClientInstance, code: int, mq: MessageQueue, **extra) -> int:
+    address = instance.master_addr(mq.broker_name)
+    if address is None:
+        raise RemotingError(f"the broker {mq.broker_name} is not in the routes")
+    response = await instance.remoting.invoke(address, request(code, {
+        "topic": mq.topic, "queueId": mq.queue_id, **extra}))
+    if response.code != ResponseCode.SUCCESS:
+        raise BrokerResponseError(response.code, response.remark, code)
+    return int(response.field("offset") or 0)
+
+
+class PullConsumer:
+    """Pull when you want: list queues, read from an offset, commit offsets yourself."""
+
+    def __init__(self, group: str, namesrv_addr: str, instance: MQClientInstance | None = None) -> None:
+        self.group = group
+        self.instance = instance or MQClientInstance(namesrv_addr)
+        self._own_instance = instance is None
+
+    async def start(self) -> None:
+        await self.instance.start()
+
+    async def shutdown(self) -> None:
+        if self._own_instance:
+            await self.instance.shutdown()
+
+    async def fetch_subscribe_message_queues(self, topic: str) -> list[MessageQueue]:
+        route = await self.instance.fetch_route(topic)
+        if route is None:
+            raise BrokerResponseError(ResponseCode.TOPIC_NOT_EXIST, f"no route for topic {topic}")
+        return subscribe_queues(topic, route)
+
+    async def pull(self, mq: MessageQueue, expression: str, offset: int, max_nums: int = 32,
+                   suspend_ms: int = 0) -> PullResult:
+        return await pull_message(self.instance, self.group, mq, expression, offset, max_nums,
+                                  suspend_ms)
+
+    async def max_offset(self, mq: MessageQueue) -> int:
+        return await queue_offset_request(self.instance, RequestCode.GET_MAX_OFFSET, mq)
+
+    async def min_offset(self, mq: MessageQueue) -> int:
+        return await queue_offset_request(self.instance, RequestCode.GET_MIN_OFFSET, mq)
+
+    async def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        return await queue_offset_request(self.instance, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, mq,
+                                          timestamp=timestamp_ms)
+
+    async def commit_offset(self, mq: MessageQueue, offset: int) -> None:
+        address = self.instance.master_addr(mq.broker_name)
+        await self.instance.remoting.invoke(address, request(RequestCode.UPDATE_CONSUMER_OFFSET, {
+            "consumerGroup": self.group, "topic": mq.topic, "queueId": mq.queue_id,
+            "commitOffset": offset}))
+
+
+def allocate_average(current_id: str, all_ids: list[str], queues: list[MessageQueue]) -> list[MessageQueue]:
+    """``AllocateMessageQueueAveragely``: contiguous ranges, the first clients get one more."""
+    ids = sorted(all_ids)
+    queues = sorted(queues)
+    if current_id not in ids or not queues:
+        return []
+    index = ids.index(current_id)
+    mod = len(queues) % len(ids)
+    if len(queues) <= len(ids):
+        size = 1
+    elif mod > 0 and index < mod:
+        size = len(queues) // len(ids) + 1
+    else:
+        size = len(queues) // len(ids)
+    start = index * size if (mod > 0 and index < mod) else index * size + mod
+    count = min(size, len(queues) - start)
+    return [queues[(start + i) % len(queues)] for i in range(max(count, 0))]
+
+
+Listener = Callable[[list[MessageExt]], Awaitable[ConsumeStatus | bool | None]]
+
+
+class _ProcessQueue:
+    """Offsets of one queue being consumed: what was pulled and is not yet done."""
+
+    def __init__(self, offset: int) -> None:
+        self.next_offset = offset
+        self.in_flight: set[int] = set()
+        self.dropped = False
+        self.consumed = 0
+
+    def committed_offset(self) -> int:
+        return min(self.in_flight) if self.in_flight else self.next_offset
+
+
+class PushConsumer:
+    def __init__(
+        self,
+        group: str,
+        namesrv_addr: str,
+        *,
+        message_model: str = "CLUSTERING",
+        consume_from_where: str = "CONSUME_FROM_LAST_OFFSET",
+        consume_timestamp_ms: int | None = None,
+        pull_batch_size: int = 32,
+        consume_message_batch_max_size: int = 1,
+        offset_store_dir: str | None = None,
+        instance: MQClientInstance | None = None,
+    ) -> None:
+        self.group = group
+        self.instance = instance or MQClientInstance(namesrv_addr)
+        self._own_instance = instance is None
+        self.message_model = message_model
+        self.consume_from_where = consume_from_where
+        self.consume_timestamp_ms = consume_timestamp_ms
+        self.pull_batch_size = pull_batch_size
+        self.batch_max = consume_message_batch_max_size
+        self.subscriptions: dict[str, str] = {}
+        self.listener: Listener | None = None
+        self.process_queues: dict[MessageQueue, _ProcessQueue] = {}
+        self._pull_tasks: dict[MessageQueue, asyncio.Task] = {}
+        self._rebalance_wake = asyncio.Event()
+        self._rebalance_lock = asyncio.Lock()  # the timer, a broker's notice and callers may race
+        # Loops also check this: in 3.11 a cancel that races a wait_for's own result can be lost.
+        self._closing = False
+        self._tasks: list[asyncio.Task] = []
+        self._offset_file = os.path.join(
+            offset_store_dir or os.path.join(os.path.expanduser("~"), ".rocketmq_offsets"),
+            self.instance.client_id.replace(":", "_"), group, "offsets.json")
+        self._local_offsets: dict[str, int] = {}
+        self.started_at = 0.0
+
+    # -- setup ---------------------------------------------------------------------------------
+    def subscribe(self, topic: str, expression: str = "*") -> None:
+        self.subscriptions[topic] = expression or "*"
+
+    def register_listener(self, listener: Listener) -> None:
+        self.listener = listener
+
+    def consumer_data(self) -> dict:
+        subs = []
+        for topic, expression in self.subscriptions.items():
+            tags = sorted(parse_tags(expression) or [])
+            subs.append({"classFilterMode": False, "codeSet": [java_hash(t) for t in tags],
+                         "expressionType": "TAG", "subString": expression, "subVersion": 0,
+                         "tagsSet": tags, "topic": topic})
+        return {"groupName": self.group, "consumeType": "CONSUME_PASSIVELY",
+                "messageModel": self.message_model, "consumeFromWhere": self.consume_from_where,
+                "subscriptionDataSet": subs, "unitMode": False}
+
+    async def start(self) -> None:
+        if self.listener is None:
+            raise ValueError("register a listener before starting the consumer")
+        self.started_at = time.time()
+        if self.message_model == "BROADCASTING":
+            self._load_local_offsets()
+        self.instance.consumers[self.group] = self
+        await self.instance.start()
+        for topic in self.subscriptions:
+            await self.instance.fetch_route(topic)
+        await self.instance.send_heartbeat()
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._rebalance_loop()),
+                       loop.create_task(self._persist_loop())]
+
+    async def shutdown(self) -> None:
+        self._closing = True
+        tasks = [*self._tasks, *self._pull_tasks.values()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._pull_tasks.clear()
+        await self.persist_offsets()
+        self.instance.consumers.pop(self.group, None)
+        await self.instance.unregister(consumer_group=self.group)
+        if self._own_instance:
+            await self.instance.shutdown()
+
+    # -- rebalance ---------------------------------------------------------------------------------
+    def rebalance_soon(self) -> None:
+        self._rebalance_wake.set()
+
+    async def _rebalance_loop(self) -> None:
+        while not self._closing:
+            self._rebalance_wake.clear()
+            try:
+                await self.rebalance()
+            except Exception:
+                log.exception("rebalance of %s failed", self.group)
+            try:
+                async with asyncio.timeout(REBALANCE_INTERVAL):
+                    await self._rebalance_wake.wait()
+            except TimeoutError:
+                pass
+
+    async def rebalance(self) -> None:
+        """Take the queues this client should own now; drop the others (committing offsets)."""
+        async with self._rebalance_lock:
+            await self._rebalance()
+
+    async def _rebalance(self) -> None:
+        wanted: set[MessageQueue] = set()
+        for topic in self.subscriptions:
+            route = await self.instance.fetch_route(topic)
+            if route is None:
+                continue
+            queues = subscribe_queues(topic, route)
+            if self.message_model == "BROADCASTING":
+                wanted.update(queues)
+                continue
+            ids = await self._consumer_ids(topic, route)
+            wanted.update(allocate_average(self.instance.client_id, ids, queues))
+        if self._closing:
+            return
+        for mq in list(self._pull_tasks):
+            if mq not in wanted:
+                await self._drop(mq)
+        for mq in wanted:
+            if mq not in self._pull_tasks and not self._closing:
+                self._pull_tasks[mq] = asyncio.get_running_loop().create_task(self._pull_loop(mq))
+
+    async def _consumer_ids(self, topic: str, route) -> list[str]:
+        for address in route.master_addrs().values():
+            try:
+                response = await self.instance.remoting.invoke(address, request(
+                    RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": self.group}))
+            except RemotingError:
+                continue
+            if response.code == ResponseCode.SUCCESS:
+                return list(json.loads(response.body).get("consumerIdList") or [])
+        return [self.instance.client_id]
+
+    async def _drop(self, mq: MessageQueue) -> None:
+        task = self._pull_tasks.pop(mq, None)
+        if task is None:
+            return
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        pq = self.process_queues.pop(mq, None)
+        if pq is not None:
+            pq.dropped = True
+            await self._commit(mq, pq.committed_offset())
+
+    # -- pulling and consuming ---------------------------------------------------------------------
+    async def _initial_offset(self, mq: MessageQueue) -> int:
+        if self.message_model == "BROADCASTING":
+            stored = self._local_offsets.get(str(mq), -1)
+        else:
+            address = self.instance.master_addr(mq.broker_name)
+            response = await self.instance.remoting.invoke(address, request(
+                RequestCode.QUERY_CONSUMER_OFFSET,
+                {"consumerGroup": self.group, "topic": mq.topic, "queueId": mq.queue_id}))
+            stored = int(response.field("offset")) if response.code == ResponseCode.SUCCESS else -1
+        if stored >= 0:
+            return stored
+        if self.consume_from_where == "CONSUME_FROM_FIRST_OFFSET":
+            return 0
+        if self.consume_from_where == "CONSUME_FROM_TIMESTAMP":
+            when = self.consume_timestamp_ms or int((self.started_at - 1800) * 1000)
+            return await queue_offset_request(self.instance, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+                                              mq, timestamp=when)
+        return await queue_offset_request(self.instance, RequestCode.GET_MAX_OFFSET, mq)
+
+    async def _pull_loop(self, mq: MessageQueue) -> None:
+        pq = None
+        while pq is None:
+            try:
+                pq = _ProcessQueue(await self._initial_offset(mq))
+            except (RemotingError, BrokerResponseError) as exc:
+                log.warning("cannot find where to start %s: %s", mq, exc)
+                await asyncio.sleep(3)
+        self.process_queues[mq] = pq
+        expression = self.subscriptions.get(mq.topic, "*")
+        while not pq.dropped and not self._closing:
+            try:
+                commit = pq.committed_offset() if self.message_model == "CLUSTERING" else None
+                result = await pull_message(self.instance, self.group, mq, expression, pq.next_offset,
+                                            self.pull_batch_size, PULL_SUSPEND_MS, commit)
+            except asyncio.CancelledError:
+                raise
+            except (RemotingError, BrokerResponseError) as exc:
+                log.warning("pull from %s failed: %s; retrying in 3 s", mq, exc)
+                await asyncio.sleep(3)
+                continue
+            if result.status is PullStatus.OFFSET_ILLEGAL:
+                log.warning("offset %d of %s is illegal; moving to %d", pq.next_offset, mq,
+                            result.next_begin_offset)
+                pq.next_offset = result.next_begin_offset
+                continue
+            if result.status is PullStatus.FOUND and result.messages:
+                await self._consume(mq, pq, result.messages)
+            pq.next_offset = result.next_begin_offset
+
+    async def _consume(self, mq: MessageQueue, pq: _ProcessQueue, messages: list[MessageExt]) -> None:
+        offsets = [m.queue_offset for m in messages]
+        pq.in_flight.update(offsets)
+        try:
+            for start in range(0, len(messages), self.batch_max):
+                chunk = messages[start : start + self.batch_max]
+                while True:
+                    try:
+                        status = await self.listener(chunk)
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception:
+                        log.exception("the listener of %s raised; consuming again in 1 s", self.group)
+                        status = ConsumeStatus.RECONSUME_LATER
+                    if status in (None, True, ConsumeStatus.CONSUME_SUCCESS):
+                        break
+                    await asyncio.sleep(1.0)  # RECONSUME_LATER: try again (retry topics: issue 8)
+                for message in chunk:
+                    pq.in_flight.discard(message.queue_offset)
+                pq.consumed += len(chunk)
+        finally:
+            pq.in_flight.difference_update(offsets)
+
+    # -- offsets -----------------------------------------------------------------------------------
+    async def _persist_loop(self) -> None:
+        while not self._closing:
+            await asyncio.sleep(PERSIST_INTERVAL)
+            await self.persist_offsets()
+
+    async def persist_offsets(self) -> None:
+        for mq, pq in list(self.process_queues.items()):
+            await self._commit(mq, pq.committed_offset())
+        if self.message_model == "BROADCASTING":
+            self._save_local_offsets()
+
+    async def _commit(self, mq: MessageQueue, offset: int) -> None:
+        if self.message_model == "BROADCASTING":
+            self._local_offsets[str(mq)] = offset
+            return
+        address = self.instance.master_addr(mq.broker_name)
+        if address is None:
+            return
+        try:
+            await self.instance.remoting.invoke_oneway(address, request(
+                RequestCode.UPDATE_CONSUMER_OFFSET, {"consumerGroup": self.group, "topic": mq.topic,
+                                                     "queueId": mq.queue_id, "commitOffset": offset}))
+        except RemotingError as exc:
+            log.debug("offset commit for %s failed: %s", mq, exc)
+
+    def _load_local_offsets(self) -> None:
+        try:
+            with open(self._offset_file, encoding="utf-8") as handle:
+                self._local_offsets = {k: int(v) for k, v in json.load(handle).items()}
+        except (FileNotFoundError, ValueError):
+            self._local_offsets = {}
+
+    def _save_local_offsets(self) -> None:
+        os.makedirs(os.path.dirname(self._offset_file), exist_ok=True)
+        tmp = self._offset_file + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as handle:
+            json.dump(self._local_offsets, handle)
+        os.replace(tmp, self._offset_file)
+
+    # -- broker requests -----------------------------------------------------------------------------
+    def running_info(self) -> dict:
+        return {
+            "properties": {"consumeType": "CONSUME_PASSIVELY", "messageModel": self.message_model,
+                           "consumeFromWhere": self.consume_from_where,
+                           "PROP_CONSUMER_START_TIMESTAMP": str(int(self.started_at * 1000))},
+            "subscriptionSet": [{"topic": t, "subString": e} for t, e in self.subscriptions.items()],
+            "mqTable": {str(mq): {"commitOffset": pq.committed_offset(), "nextOffset": pq.next_offset,
+                                  "inFlight": len(pq.in_flight), "consumed": pq.consumed}
+                        for mq, pq in self.process_queues.items()},
+        }
+
+    async def consume_directly(self, body: bytes, broker_name: str | None) -> dict:
+        """CONSUME_MESSAGE_DIRECTLY: run the listener on one message, report how it went."""
+        begin = time.monotonic()
+        records = list(iter_records(body))
+        if not records:
+            return {"consumeResult": "CR_THROW_EXCEPTION", "remark": "no message in the request",
+                    "order": False, "autoCommit": True, "spentTimeMills": 0}
+        record = records[0]
+        mq = MessageQueue(record.topic, broker_name or "", record.queue_id)
+        try:
+            status = await self.listener([MessageExt.of(record, mq)])
+            ok = status in (None, True, ConsumeStatus.CONSUME_SUCCESS)
+            result, remark = ("CR_SUCCESS", None) if ok else ("CR_LATER", "the listener asked to retry")
+        except Exception as exc:
+            result, remark = "CR_THROW_EXCEPTION", f"{type(exc).__name__}: {exc}"
+        return {"consumeResult": result, "remark": remark, "order": False, "autoCommit": True,
+                "spentTimeMills": int((time.monotonic() - begin) * 1000)}

@@ -1,0 +1,162 @@
+"""MQClientInstance: what producers and consumers of one process share.
+
+Name-server lookups (routes, refreshed every 30 s), broker addresses, heartbeats to every
+master every 30 s, and the requests brokers send to clients (NOTIFY_CONSUMER_IDS_CHANGED,
+GET_CONSUMER_RUNNING_INFO, CONSUME_MESSAGE_DIRECTLY).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+
+from cluster.client.route import TopicRouteData
+from cluster.remoting.client import RemotingClient
+from cluster.remoting.codec import RemotingCommand, request
+from cluster.remoting.codes import RequestCode, ResponseCode
+from cluster.remoting.errors import BrokerResponseError, RemotingError
+
+log = logging.getLogger(__name__)
+POLL_NAME_SERVER_INTERVAL = 30.0
+HEARTBEAT_INTERVAL = 30.0
+
+
+def local_ip() -> str:
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+class MQClientInstance:
+    def __init__(self, namesrv_addr: str, instance_name: str = "DEFAULT") -> None:
+        self.namesrv_addrs = [a.strip() for a in namesrv_addr.split(";") if a.strip()]
+        if not self.namesrv_addrs:
+            raise ValueError("a name server address (host:port) is needed")
+        self.client_id = f"{local_ip()}@{os.getpid()}#{instance_name}"
+        self.remoting = RemotingClient(self._on_server_request)
+        self.routes: dict[str, TopicRouteData] = {}
+        self.broker_addrs: dict[str, dict[int, str]] = {}
+        self.producers: dict[str, object] = {}
+        self.consumers: dict[str, object] = {}
+        self._namesrv_index = 0
+        self._tasks: list[asyncio.Task] = []
+        self._started = False
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._every(POLL_NAME_SERVER_INTERVAL, self.refresh_routes)),
+                       loop.create_task(self._every(HEARTBEAT_INTERVAL, self.send_heartbeat))]
+
+    async def shutdown(self) -> None:
+        self._started = False
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.remoting.close()
+
+    async def _every(self, seconds: float, action) -> None:
+        while self._started:
+            await asyncio.sleep(seconds)
+            try:
+                await action()
+            except Exception:
+                log.exception("client task %s failed", action.__name__)
+
+    # -- name servers -----------------------------------------------------------------------------
+    async def invoke_namesrv(self, command: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
+        """Ask a name server, moving to the next one when one does not answer."""
+        last_error: Exception | None = None
+        for _ in range(len(self.namesrv_addrs)):
+            address = self.namesrv_addrs[self._namesrv_index % len(self.namesrv_addrs)]
+            try:
+                return await self.remoting.invoke(address, command, timeout)
+            except RemotingError as exc:
+                last_error = exc
+                self._namesrv_index += 1
+        raise last_error  # type: ignore[misc]
+
+    async def fetch_route(self, topic: str) -> TopicRouteData | None:
+        """The route from a name server (None when the topic has none); updates the caches."""
+        response = await self.invoke_namesrv(request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                                     {"topic": topic}))
+        if response.code == ResponseCode.TOPIC_NOT_EXIST:
+            return None
+        if response.code != ResponseCode.SUCCESS:
+            raise BrokerResponseError(response.code, response.remark, response.code)
+        route = TopicRouteData.parse(response.body)
+        self.routes[topic] = route
+        for name, addrs in route.broker_addrs().items():
+            self.broker_addrs[name] = addrs
+        return route
+
+    async def refresh_routes(self) -> None:
+        for topic in list(self.routes):
+            try:
+                if await self.fetch_route(topic) is None:
+                    self.routes.pop(topic, None)
+            except RemotingError as exc:
+                log.warning("route refresh for %s failed: %s", topic, exc)
+
+    def master_addr(self, broker_name: str) -> str | None:
+        return self.broker_addrs.get(broker_name, {}).get(0)
+
+    def broker_addr(self, broker_name: str, broker_id: int = 0) -> str | None:
+        """An address for reads: the asked-for broker id, else the master, else any."""
+        addrs = self.broker_addrs.get(broker_name, {})
+        return addrs.get(broker_id) or addrs.get(0) or next(iter(addrs.values()), None)
+
+    # -- heartbeats ----------------------------------------------------------------------------
+    def heartbeat_data(self) -> dict:
+        consumer_set = [c.consumer_data() for c in self.consumers.values()]
+        producer_set = [{"groupName": group} for group in self.producers]
+        return {"clientID": self.client_id, "consumerDataSet": consumer_set,
+                "producerDataSet": producer_set}
+
+    async def send_heartbeat(self) -> None:
+        body = json.dumps(self.heartbeat_data()).encode()
+        masters = {addrs[0] for addrs in self.broker_addrs.values() if 0 in addrs}
+        for address in masters:
+            try:
+                await self.remoting.invoke(address, request(RequestCode.HEART_BEAT, body=body), 3)
+            except RemotingError as exc:
+                log.debug("heartbeat to %s failed: %s", address, exc)
+
+    async def unregister(self, producer_group: str | None = None,
+                         consumer_group: str | None = None) -> None:
+        fields = {"clientID": self.client_id, "producerGroup": producer_group,
+                  "consumerGroup": consumer_group}
+        masters = {addrs[0] for addrs in self.broker_addrs.values() if 0 in addrs}
+        for address in masters:
+            try:
+                await self.remoting.invoke(address, request(RequestCode.UNREGISTER_CLIENT, fields), 3)
+            except RemotingError:
+                pass
+
+    # -- requests from brokers -----------------------------------------------------------------------
+    async def _on_server_request(self, connection, command: RemotingCommand) -> RemotingCommand | None:
+        if command.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
+            consumer = self.consumers.get(command.field("consumerGroup") or "")
+            if consumer is not None:
+                consumer.rebalance_soon()
+            return None
+        if command.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
+            consumer = self.consumers.get(command.field("consumerGroup") or "")
+            if consumer is None:
+                return command.make_response(ResponseCode.SYSTEM_ERROR, "no such consumer group here")
+            return command.make_response(ResponseCode.SUCCESS,
+                                         body=json.dumps(consumer.running_info()).encode())
+        if command.code == RequestCode.CONSUME_MESSAGE_DIRECTLY:
+            consumer = self.consumers.get(command.field("consumerGroup") or "")
+            if consumer is None:
+                return command.make_response(ResponseCode.SYSTEM_ERROR, "no such consumer group here")
+            result = await consumer.consume_directly(command.body, command.field("brokerName"))
+            return command.make_response(ResponseCode.SUCCESS, body=json.dumps(result).encode())
+        return command.make_response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                     f"request code {command.code} is not supported by this client")

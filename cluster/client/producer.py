@@ -1,0 +1,256 @@
+"""Producer: sync, async, oneway and batch sends, with retries and latency fault tolerance.
+
+A sync send makes up to ``1 + retry_times_when_send_failed`` attempts (default 3), each to a
+queue chosen by round robin that skips the broker that just failed, and, with
+``send_latency_fault_enable``, brokers the fault table marks unavailable. Bodies over
+``compress_msg_body_over_howmuch`` (4 KiB) are zlib-compressed; every message gets a UNIQ_KEY.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import zlib
+from collections.abc import Callable
+
+from cluster.client.fault import LatencyFaultTolerance, select_queue
+from cluster.client.instance import MQClientInstance
+from cluster.client.message import Message, SendResult, SendStatus
+from cluster.client.route import MessageQueue, TopicPublishInfo, TopicRouteData
+from cluster.remoting.codec import RemotingCommand, request
+from cluster.remoting.codes import RequestCode, ResponseCode
+from cluster.remoting.errors import BrokerResponseError, RemotingError
+from storage.message import COMPRESSED_FLAG, properties_to_string
+from storage.message_id import UniqIdGenerator
+from storage.record import BatchEntry, encode_batch_body
+
+log = logging.getLogger(__name__)
+
+AUTO_CREATE_TOPIC_KEY = "TBW102"
+# Codes a sync send retries on another queue (4.9.7's list).
+RETRY_RESPONSE_CODES = {ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE,
+                        ResponseCode.SYSTEM_ERROR, ResponseCode.NO_PERMISSION,
+                        ResponseCode.NO_BUYER_ID, ResponseCode.NOT_IN_CURRENT_UNIT,
+                        ResponseCode.SYSTEM_BUSY}
+_STATUS = {ResponseCode.SUCCESS: SendStatus.SEND_OK,
+           ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
+           ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
+           ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE}
+
+
+class MQClientError(Exception):
+    """A send or client call that could not be done; says why in a sentence."""
+
+
+class Producer:
+    def __init__(
+        self,
+        group: str,
+        namesrv_addr: str,
+        *,
+        send_msg_timeout: float = 3.0,
+        retry_times_when_send_failed: int = 2,
+        send_latency_fault_enable: bool = True,
+        compress_msg_body_over_howmuch: int = 4096,
+        max_message_size: int = 4 * 1024 * 1024,
+        default_topic_queue_nums: int = 4,
+        instance: MQClientInstance | None = None,
+    ) -> None:
+        self.group = group
+        self.instance = instance or MQClientInstance(namesrv_addr)
+        self._own_instance = instance is None
+        self.send_msg_timeout = send_msg_timeout
+        self.retry_times_when_send_failed = retry_times_when_send_failed
+        self.faults = LatencyFaultTolerance() if send_latency_fault_enable else None
+        self.compress_over = compress_msg_body_over_howmuch
+        self.max_message_size = max_message_size
+        self.default_topic_queue_nums = default_topic_queue_nums
+        self.publish_info: dict[str, TopicPublishInfo] = {}
+        self.ids = UniqIdGenerator()
+        self._started = False
+
+    async def start(self) -> None:
+        self.instance.producers[self.group] = self
+        await self.instance.start()
+        self._started = True
+
+    async def shutdown(self) -> None:
+        self._started = False
+        self.instance.producers.pop(self.group, None)
+        await self.instance.unregister(producer_group=self.group)
+        if self._own_instance:
+            await self.instance.shutdown()
+
+    async def __aenter__(self) -> Producer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.shutdown()
+
+    def fault_items(self) -> list[dict]:
+        """The latency fault table: broker, current latency, not-available-until."""
+        return self.faults.items() if self.faults else []
+
+    # -- routes -----------------------------------------------------------------------------------
+    async def _publish_info(self, topic: str) -> TopicPublishInfo:
+        info = self.publish_info.get(topic)
+        if info is not None and info.ok():
+            return info
+        route = await self.instance.fetch_route(topic)
+        if route is None:
+            # No route yet: send through the auto-create topic's brokers, as RocketMQ does.
+            route = await self.instance.fetch_route(AUTO_CREATE_TOPIC_KEY)
+            if route is None:
+                raise MQClientError(f"no route info of this topic: {topic}")
+            # Use at most defaultTopicQueueNums of the template's queues, on a copy of its route.
+            queue_datas = [dict(q, writeQueueNums=min(int(q.get("writeQueueNums", 4)),
+                                                      self.default_topic_queue_nums))
+                           for q in route.queue_datas]
+            template = TopicRouteData(queue_datas, route.broker_datas, None)
+            return TopicPublishInfo(topic, template)  # not cached: the real route comes later
+        info = TopicPublishInfo(topic, route)
+        self.publish_info[topic] = info
+        return info
+
+    # -- sends -------------------------------------------------------------------------------------
+    def _check(self, msg: Message) -> None:
+        if not self._started:
+            raise MQClientError("the producer is not started")
+        if not msg.topic:
+            raise MQClientError("the message has no topic")
+        if not msg.body:
+            raise MQClientError("the message body is empty")
+        if len(msg.body) > self.max_message_size:
+            raise MQClientError(f"the message body is {len(msg.body)} bytes; the limit is "
+                                f"{self.max_message_size}")
+
+    def _request(self, msg: Message, mq: MessageQueue, uniq: str, code=RequestCode.SEND_MESSAGE_V2,
+                 body: bytes | None = None, batch: bool = False, props: dict | None = None
+                 ) -> RemotingCommand:
+        sys_flag = 0
+        data = msg.body if body is None else body
+        if not batch and len(data) > self.compress_over:
+            data = zlib.compress(data, 5)
+            sys_flag |= COMPRESSED_FLAG
+        if props is None:
+            props = msg.all_properties()
+            props.setdefault("UNIQ_KEY", uniq)
+        fields = {"a": self.group, "b": msg.topic, "c": AUTO_CREATE_TOPIC_KEY,
+                  "d": self.default_topic_queue_nums, "e": mq.queue_id, "f": sys_flag,
+                  "g": int(time.time() * 1000), "h": msg.flag, "i": properties_to_string(props),
+                  "j": 0, "k": False, "m": batch}
+        return request(code, fields, data)
+
+    def _result(self, response: RemotingCommand, mq: MessageQueue, uniq: str) -> SendResult:
+        status = _STATUS.get(response.code)
+        if status is None:
+            raise BrokerResponseError(response.code, response.remark, RequestCode.SEND_MESSAGE_V2)
+        queue_id = int(response.field("queueId") or mq.queue_id)
+        return SendResult(status, uniq, response.field("msgId") or "",
+                          MessageQueue(mq.topic, mq.broker_name, queue_id),
+                          int(response.field("queueOffset") or 0), response.field("transactionId"),
+                          response.field("MSG_REGION"))
+
+    async def send(self, msg: Message, mq: MessageQueue | None = None,
+                   selector: Callable[[list[MessageQueue]], MessageQueue] | None = None) -> SendResult:
+        """Send and wait for the broker's answer, retrying on another queue on failure."""
+        self._check(msg)
+        uniq = self.ids.next_id()
+        info = await self._publish_info(msg.topic)
+        attempts = 1 if (mq or selector) else 1 + self.retry_times_when_send_failed
+        deadline = time.monotonic() + self.send_msg_timeout
+        last_broker = None
+        last_error: Exception | None = None
+        for _ in range(attempts):
+            if mq is not None:
+                target = mq
+            elif selector is not None:
+                target = selector(info.message_queues)
+            else:
+                target = select_queue(info, last_broker, self.faults)
+            last_broker = target.broker_name
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            address = self.instance.master_addr(target.broker_name)
+            if address is None:
+                last_error = MQClientError(f"the broker {target.broker_name} does not exist")
+                continue
+            begin = time.monotonic()
+            try:
+                response = await self.instance.remoting.invoke(
+                    address, self._request(msg, target, uniq), remaining)
+            except RemotingError as exc:
+                self._fault(target.broker_name, begin, isolation=True)
+                last_error = exc
+                continue
+            self._fault(target.broker_name, begin, isolation=False)
+            if response.code in RETRY_RESPONSE_CODES:
+                last_error = BrokerResponseError(response.code, response.remark)
+                continue
+            return self._result(response, target, uniq)
+        raise MQClientError(f"send to {msg.topic} failed after retries: {last_error}") from last_error
+
+    def _fault(self, broker_name: str, begin: float, isolation: bool) -> None:
+        if self.faults is not None:
+            self.faults.update_fault_item(broker_name, (time.monotonic() - begin) * 1000, isolation)
+
+    def send_async(self, msg: Message, callback: Callable[[SendResult | None, Exception | None], None]
+                   | None = None) -> asyncio.Task:
+        """Send in the background; the task's result is the SendResult."""
+        task = asyncio.get_running_loop().create_task(self.send(msg))
+        if callback is not None:
+            task.add_done_callback(lambda t: callback(
+                None if t.cancelled() or t.exception() else t.result(),
+                None if t.cancelled() else t.exception()))
+        return task
+
+    async def send_oneway(self, msg: Message) -> None:
+        """Send without waiting for an answer (no retry)."""
+        self._check(msg)
+        info = await self._publish_info(msg.topic)
+        target = select_queue(info, None, self.faults)
+        address = self.instance.master_addr(target.broker_name)
+        if address is None:
+            raise MQClientError(f"the broker {target.broker_name} does not exist")
+        await self.instance.remoting.invoke_oneway(
+            address, self._request(msg, target, self.ids.next_id()))
+
+    async def send_batch(self, messages: list[Message], mq: MessageQueue | None = None) -> SendResult:
+        """Send messages of one topic in one request; each is stored as its own record."""
+        if not messages:
+            raise MQClientError("the batch is empty")
+        topic = messages[0].topic
+        if any(m.topic != topic for m in messages):
+            raise MQClientError("a batch must hold messages of one topic")
+        if any(m.delay_time_level > 0 for m in messages) or topic.startswith("%RETRY%"):
+            raise MQClientError("a batch cannot hold delayed messages or go to a retry topic")
+        for msg in messages:
+            self._check(msg)
+        ids = [self.ids.next_id() for _ in messages]
+        entries = []
+        for msg, uniq in zip(messages, ids, strict=True):
+            props = msg.all_properties()
+            props["UNIQ_KEY"] = uniq
+            entries.append(BatchEntry(msg.flag, msg.body, properties_to_string(props)))
+        body = encode_batch_body(entries)
+        if len(body) > self.max_message_size:
+            raise MQClientError(f"the batch is {len(body)} bytes; the limit is {self.max_message_size}")
+        info = await self._publish_info(topic)
+        target = mq or select_queue(info, None, self.faults)
+        address = self.instance.master_addr(target.broker_name)
+        if address is None:
+            raise MQClientError(f"the broker {target.broker_name} does not exist")
+        begin = time.monotonic()
+        batch_props = {"WAIT": "true"}
+        try:
+            response = await self.instance.remoting.invoke(address, self._request(
+                messages[0], target, ",".join(ids), RequestCode.SEND_BATCH_MESSAGE, body, True,
+                batch_props), self.send_msg_timeout)
+        except RemotingError:
+            self._fault(target.broker_name, begin, isolation=True)
+            raise
+        self._fault(target.broker_name, begin, isolation=False)
+        return self._result(response, target, ",".join(ids))
