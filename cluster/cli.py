@@ -124,6 +124,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_arguments(bench_commands.add_parser(
         "store", help="message store: async/sync-flush puts, recovery, query by key"))
+    from cluster.bench.client import add_consumer_arguments, add_producer_arguments
+
+    add_producer_arguments(bench_commands.add_parser(
+        "producer", help="send load to a cluster: TPS, RT and failures every second"))
+    add_consumer_arguments(bench_commands.add_parser(
+        "consumer", help="consume from a cluster: TPS and born-to-consume latency every second"))
     return parser
 
 

@@ -42,7 +42,7 @@ class ConsumeQueue:
         size = mapped_file_size - mapped_file_size % CQ_STORE_UNIT_SIZE
         self.mapped_file_size = size
         self.store_path = os.path.join(root_dir, topic, str(queue_id))
-        self.mapped_file_queue = MappedFileQueue(self.store_path, size)
+        self.mapped_file_queue = MappedFileQueue(self.store_path, size, durable_create=False)
         # End (offset + size) of the last CommitLog record indexed here: dispatch dedup key.
         self.max_physic_offset = -1
         self.min_logic_offset = 0  # bytes

@@ -153,6 +153,11 @@ class ReputMessageService(ServiceThread):
             self.reput_from_offset = commit_log.get_min_offset()
         count += self._dispatch_appended()
         while self.reput_from_offset < commit_log.get_max_offset():
+            # Under steady load new records keep arriving: prefer the fast path each round.
+            fast = self._dispatch_appended()
+            count += fast
+            if fast and self.reput_from_offset >= commit_log.get_max_offset():
+                break
             start = self.reput_from_offset
             try:
                 data, _ = commit_log.get_data(start)
