@@ -12,6 +12,8 @@ from cluster.remoting import fastjson
 from cluster.remoting.codec import RemotingCommand, request
 from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.errors import RemotingError
+from storage.errors import StoreError
+from storage.message_id import decode_message_id
 
 log = logging.getLogger(__name__)
 
@@ -100,3 +102,77 @@ class ClientManageProcessor:
                     request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group}))
             except RemotingError:
                 log.debug("could not notify %s of group %s changes", channel.client_id, group)
+
+
+class ClientForwardProcessor:
+    """Requests the broker relays to one consumer (CONSUME_MESSAGE_DIRECTLY,
+    GET_CONSUMER_RUNNING_INFO) and the orderly-consumption queue locks (LOCK/UNLOCK_BATCH_MQ)."""
+
+    def __init__(self, broker) -> None:
+        self.broker = broker
+
+    def register_with(self, server) -> None:
+        server.register(RequestCode.CONSUME_MESSAGE_DIRECTLY, self.consume_message_directly)
+        server.register(RequestCode.GET_CONSUMER_RUNNING_INFO, self.get_consumer_running_info)
+        server.register(RequestCode.LOCK_BATCH_MQ, self.lock_batch_mq)
+        server.register(RequestCode.UNLOCK_BATCH_MQ, self.unlock_batch_mq)
+
+    def _channel(self, command: RemotingCommand):
+        header = Header(command)
+        group = header.str("consumerGroup") or ""
+        client_id = header.str("clientId") or ""
+        channel = self.broker.consumers.find_channel(group, client_id)
+        if channel is None:
+            return None, command.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                f"The Consumer <{client_id}> <{group}> not online or not supported")
+        return channel, None
+
+    async def consume_message_directly(self, connection, command: RemotingCommand) -> RemotingCommand:
+        channel, error = self._channel(command)
+        if error is not None:
+            return error
+        msg_id = Header(command).str("msgId")
+        try:
+            offset = decode_message_id(msg_id or "").offset
+            body = self.broker.store.select_one_message_by_offset(offset)
+        except (ValueError, StoreError) as exc:  # a malformed id, or a record no longer stored
+            return command.make_response(ResponseCode.SYSTEM_ERROR,
+                                         f"can not find message by msgId {msg_id}: {exc}")
+        fields = dict(command.ext_fields)
+        fields["brokerName"] = self.broker.config.broker_name
+        return await self._relay(channel, command, fields, body)
+
+    async def get_consumer_running_info(self, connection, command: RemotingCommand) -> RemotingCommand:
+        channel, error = self._channel(command)
+        if error is not None:
+            return error
+        return await self._relay(channel, command, dict(command.ext_fields), command.body)
+
+    async def _relay(self, channel, command, fields, body) -> RemotingCommand:
+        try:
+            answer = await channel.connection.invoke(request(command.code, fields, body), 15)
+        except RemotingError as exc:
+            return command.make_response(ResponseCode.SYSTEM_ERROR,
+                                         f"the consumer {channel.client_id} did not answer: {exc}")
+        return command.make_response(answer.code, answer.remark, answer.ext_fields, answer.body)
+
+    async def lock_batch_mq(self, connection, command: RemotingCommand) -> RemotingCommand:
+        try:
+            data = fastjson.loads(command.body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            return command.make_response(ResponseCode.SYSTEM_ERROR, f"lock body does not parse: {exc}")
+        locked = self.broker.locks.try_lock_batch(str(data.get("consumerGroup") or ""),
+                                                  list(data.get("mqSet") or []),
+                                                  str(data.get("clientId") or ""))
+        return command.make_response(ResponseCode.SUCCESS,
+                                     body=json.dumps({"lockOKMQSet": locked}).encode())
+
+    async def unlock_batch_mq(self, connection, command: RemotingCommand) -> RemotingCommand:
+        try:
+            data = fastjson.loads(command.body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            return command.make_response(ResponseCode.SYSTEM_ERROR, f"unlock body does not parse: {exc}")
+        self.broker.locks.unlock_batch(str(data.get("consumerGroup") or ""),
+                                       list(data.get("mqSet") or []), str(data.get("clientId") or ""))
+        return command.make_response(ResponseCode.SUCCESS)

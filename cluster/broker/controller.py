@@ -10,12 +10,13 @@ import socket
 from cluster.broker.admin_processor import AdminBrokerProcessor, broker_version_fields
 from cluster.broker.bridge import LoopBridge
 from cluster.broker.client_manager import ConsumerManager, ProducerManager
-from cluster.broker.client_processor import ClientManageProcessor
+from cluster.broker.client_processor import ClientForwardProcessor, ClientManageProcessor
 from cluster.broker.config import BrokerConfig
 from cluster.broker.consumer_offset import ConsumerOffsetManager
 from cluster.broker.long_polling import PullRequestHoldService
 from cluster.broker.pull_processor import PullMessageProcessor
 from cluster.broker.query_processor import QueryProcessor
+from cluster.broker.rebalance_lock import RebalanceLockManager
 from cluster.broker.registration import BrokerRegistration
 from cluster.broker.send_processor import SendMessageProcessor
 from cluster.broker.stats import BrokerStats
@@ -41,6 +42,7 @@ class BrokerController:
         self.consumers = ConsumerManager()
         self.producers = ProducerManager()
         self.stats = BrokerStats()
+        self.locks = RebalanceLockManager()
         self.uniq_ids = UniqIdGenerator(config.broker_ip1 if ":" not in config.broker_ip1 else "127.0.0.1")
         self.store: DefaultMessageStore | None = None
         self.server: RemotingServer | None = None
@@ -78,7 +80,7 @@ class BrokerController:
         self.server = RemotingServer(config.bind_address, config.listen_port)
         for processor in (SendMessageProcessor(self), PullMessageProcessor(self),
                           QueryProcessor(self), ClientManageProcessor(self),
-                          AdminBrokerProcessor(self)):
+                          ClientForwardProcessor(self), AdminBrokerProcessor(self)):
             processor.register_with(self.server)
         await self.server.start(sock=sock)
         self.registration = BrokerRegistration(self)

@@ -196,3 +196,51 @@ def test_pull_consumer_and_a_killed_broker_the_producer_routes_around(tmp_path):
                 assert list(route.master_addrs()) == ["broker-a"]
 
         run(main())
+
+
+def test_admin_client_topics_stats_and_resend_to_a_consumer(tmp_path):
+    from cluster.client.admin import AdminClient
+
+    with two_by_two(tmp_path) as (namesrv, brokers):
+        async def main():
+            async with AdminClient(namesrv) as admin:
+                targets = await admin.create_topic("AdminTopic", 2, 2, cluster="DefaultCluster")
+                assert len(targets) == 2
+                async with Producer("pg", namesrv) as producer:
+                    await wait_route(producer, "AdminTopic", 2)
+                    sent = await producer.send(Message("AdminTopic", b"resend me", keys="rk"))
+                assert "AdminTopic" in await admin.topic_list()
+                stats = await admin.topic_stats("AdminTopic")
+                assert sum(v["maxOffset"] for v in stats.values()) == 1
+                for _ in range(50):  # the index is built just behind the put
+                    found = await admin.query_by_key("AdminTopic", "rk")
+                    if found:
+                        break
+                    await asyncio.sleep(0.05)
+                assert [r.body for r in found] == [b"resend me"]
+                assert (await admin.view_message(sent.offset_msg_id)).body == b"resend me"
+
+                got = []
+                consumer = PushConsumer("cg-admin", namesrv)
+                consumer.subscribe("AdminTopic")
+
+                async def listener(messages):
+                    got.extend(m.body for m in messages)
+
+                consumer.register_listener(listener)
+                await consumer.start()
+                try:
+                    receipt = await admin.consume_message_directly(
+                        "cg-admin", consumer.instance.client_id, sent.offset_msg_id)
+                    assert receipt["consumeResult"] == "CR_SUCCESS"
+                    assert got == [b"resend me"]
+                    info = await admin.consumer_running_info("cg-admin", consumer.instance.client_id)
+                    assert info["properties"]["messageModel"] == "CLUSTERING"
+                    connections = await admin.consumer_connections("cg-admin")
+                    assert connections["connectionSet"][0]["clientId"] == consumer.instance.client_id
+                finally:
+                    await consumer.shutdown()
+                await admin.delete_topic("AdminTopic")
+                assert "AdminTopic" not in await admin.topic_list()
+
+        run(main())

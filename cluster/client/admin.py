@@ -1,0 +1,176 @@
+"""AdminClient: what mqadmin and the console ask of name servers and brokers.
+
+Every method raises ``BrokerResponseError`` (a sentence with RocketMQ's code name) when the
+answer is not SUCCESS, and returns plain values (dicts, lists, records).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+from cluster.client.instance import MQClientInstance
+from cluster.client.route import MessageQueue
+from cluster.remoting import fastjson
+from cluster.remoting.codec import RemotingCommand, request
+from cluster.remoting.codes import RequestCode, ResponseCode
+from cluster.remoting.errors import BrokerResponseError
+from storage.message_id import decode_message_id
+from storage.record import MessageRecord, iter_records
+
+_MQ_KEY = re.compile(r'\{"brokerName":"([^"]*)","queueId":(\d+),"topic":"([^"]*)"\}:')
+
+
+def parse_mq_table(text: str) -> dict[MessageQueue, dict]:
+    """Read a fastjson map keyed by MessageQueue objects (topic stats, consume stats)."""
+    result = {}
+    for match in _MQ_KEY.finditer(text):
+        decoder = json.JSONDecoder()
+        value, _ = decoder.raw_decode(text, match.end())
+        result[MessageQueue(match.group(3), match.group(1), int(match.group(2)))] = value
+    return result
+
+
+class AdminClient:
+    def __init__(self, namesrv_addr: str, timeout: float = 5.0) -> None:
+        self.instance = MQClientInstance(namesrv_addr, "ADMIN")
+        self.timeout = timeout
+
+    async def close(self) -> None:
+        await self.instance.shutdown()
+
+    async def __aenter__(self) -> AdminClient:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def _broker(self, address: str, command: RemotingCommand, ok=(ResponseCode.SUCCESS,)):
+        response = await self.instance.remoting.invoke(address, command, self.timeout)
+        if response.code not in ok:
+            raise BrokerResponseError(response.code, response.remark, command.code)
+        return response
+
+    async def _namesrv(self, command: RemotingCommand) -> RemotingCommand:
+        response = await self.instance.invoke_namesrv(command, self.timeout)
+        if response.code != ResponseCode.SUCCESS:
+            raise BrokerResponseError(response.code, response.remark, command.code)
+        return response
+
+    # -- cluster ------------------------------------------------------------------------------------
+    async def cluster_info(self) -> dict:
+        """{"brokerAddrTable": {name: {"brokerAddrs": {id: addr}, ...}}, "clusterAddrTable": ...}"""
+        body = (await self._namesrv(request(RequestCode.GET_BROKER_CLUSTER_INFO))).body
+        info = fastjson.loads(body)
+        for broker in info.get("brokerAddrTable", {}).values():
+            broker["brokerAddrs"] = {int(k): v for k, v in broker.get("brokerAddrs", {}).items()}
+        return info
+
+    async def master_addrs(self, cluster: str | None = None) -> dict[str, str]:
+        info = await self.cluster_info()
+        names = None if cluster is None else set(info.get("clusterAddrTable", {}).get(cluster, []))
+        return {name: data["brokerAddrs"][0] for name, data in info["brokerAddrTable"].items()
+                if 0 in data["brokerAddrs"] and (names is None or name in names)}
+
+    async def broker_runtime_info(self, address: str) -> dict[str, str]:
+        body = (await self._broker(address, request(RequestCode.GET_BROKER_RUNTIME_INFO))).body
+        return json.loads(body)["table"]
+
+    # -- topics -----------------------------------------------------------------------------------
+    async def topic_list(self) -> list[str]:
+        body = (await self._namesrv(request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))).body
+        return json.loads(body)["topicList"]
+
+    async def topic_route(self, topic: str) -> dict:
+        route = await self.instance.fetch_route(topic)
+        if route is None:
+            raise BrokerResponseError(ResponseCode.TOPIC_NOT_EXIST, f"no route for topic {topic}")
+        return {"queueDatas": route.queue_datas, "brokerDatas": route.broker_datas}
+
+    async def create_topic(self, topic: str, read_queue_nums: int = 8, write_queue_nums: int = 8,
+                           perm: int = 6, order: bool = False, cluster: str | None = None,
+                           broker_addr: str | None = None) -> list[str]:
+        """Create or update a topic on one broker, or on every master of a cluster."""
+        targets = [broker_addr] if broker_addr else list((await self.master_addrs(cluster)).values())
+        if not targets:
+            raise BrokerResponseError(ResponseCode.SYSTEM_ERROR, "no master broker to create the topic on")
+        for address in targets:
+            await self._broker(address, request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
+                "topic": topic, "defaultTopic": "TBW102", "readQueueNums": read_queue_nums,
+                "writeQueueNums": write_queue_nums, "perm": perm, "topicFilterType": "SINGLE_TAG",
+                "topicSysFlag": 0, "order": order}))
+        return targets
+
+    async def delete_topic(self, topic: str, cluster: str | None = None) -> None:
+        for address in (await self.master_addrs(cluster)).values():
+            await self._broker(address, request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic}))
+        for namesrv in self.instance.namesrv_addrs:
+            await self._broker(namesrv, request(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": topic}))
+
+    async def topic_stats(self, topic: str) -> dict[MessageQueue, dict]:
+        stats: dict[MessageQueue, dict] = {}
+        route = await self.instance.fetch_route(topic)
+        for address in (route.master_addrs().values() if route else []):
+            body = (await self._broker(address, request(RequestCode.GET_TOPIC_STATS_INFO,
+                                                         {"topic": topic}))).body
+            stats.update(parse_mq_table(body.decode()))
+        return stats
+
+    # -- groups ------------------------------------------------------------------------------------
+    async def consume_stats(self, group: str, topic: str | None = None) -> dict[MessageQueue, dict]:
+        stats: dict[MessageQueue, dict] = {}
+        for address in (await self.master_addrs()).values():
+            body = (await self._broker(address, request(RequestCode.GET_CONSUME_STATS, {
+                "consumerGroup": group, "topic": topic}))).body
+            stats.update(parse_mq_table(body.decode()))
+        return stats
+
+    async def consumer_connections(self, group: str) -> dict:
+        for address in (await self.master_addrs()).values():
+            response = await self.instance.remoting.invoke(address, request(
+                RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group}), self.timeout)
+            if response.code == ResponseCode.SUCCESS:
+                return json.loads(response.body)
+        raise BrokerResponseError(ResponseCode.CONSUMER_NOT_ONLINE, f"the group {group} is not online")
+
+    async def consumer_running_info(self, group: str, client_id: str) -> dict:
+        for address in (await self.master_addrs()).values():
+            response = await self.instance.remoting.invoke(address, request(
+                RequestCode.GET_CONSUMER_RUNNING_INFO, {"consumerGroup": group, "clientId": client_id,
+                                                        "jstackEnable": False}), self.timeout)
+            if response.code == ResponseCode.SUCCESS:
+                return json.loads(response.body)
+        raise BrokerResponseError(ResponseCode.CONSUMER_NOT_ONLINE,
+                                  f"the consumer {client_id} of {group} is not online")
+
+    # -- messages --------------------------------------------------------------------------------------
+    async def query_by_key(self, topic: str, key: str, max_num: int = 32, begin: int = 0,
+                           end: int | None = None) -> list[MessageRecord]:
+        end = int(time.time() * 1000) + 60_000 if end is None else end
+        found: list[MessageRecord] = []
+        route = await self.instance.fetch_route(topic)
+        for address in (route.master_addrs().values() if route else []):
+            response = await self._broker(address, request(RequestCode.QUERY_MESSAGE, {
+                "topic": topic, "key": key, "maxNum": max_num, "beginTimestamp": begin,
+                "endTimestamp": end}), ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
+            found.extend(r for r in iter_records(response.body)
+                         if key in (r.keys or "").split(" ") or r.uniq_key == key)
+        return found
+
+    async def view_message(self, offset_msg_id: str) -> MessageRecord:
+        """The record an offset msgId points at, read from the broker the id names."""
+        decoded = decode_message_id(offset_msg_id)
+        host = f"[{decoded.ip}]" if ":" in decoded.ip else decoded.ip
+        response = await self._broker(f"{host}:{decoded.port}", request(
+            RequestCode.VIEW_MESSAGE_BY_ID, {"offset": decoded.offset}))
+        return next(iter_records(response.body))
+
+    async def consume_message_directly(self, group: str, client_id: str, offset_msg_id: str) -> dict:
+        """Have one consumer process a stored message now; returns its ConsumeMessageDirectlyResult."""
+        decoded = decode_message_id(offset_msg_id)
+        host = f"[{decoded.ip}]" if ":" in decoded.ip else decoded.ip
+        response = await self._broker(f"{host}:{decoded.port}", request(
+            RequestCode.CONSUME_MESSAGE_DIRECTLY, {"consumerGroup": group, "clientId": client_id,
+                                                   "msgId": offset_msg_id}))
+        return json.loads(response.body)
