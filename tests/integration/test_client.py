@@ -201,7 +201,7 @@ def test_pull_consumer_and_a_killed_broker_the_producer_routes_around(tmp_path):
 def test_admin_client_topics_stats_and_resend_to_a_consumer(tmp_path):
     from cluster.client.admin import AdminClient
 
-    with two_by_two(tmp_path) as (namesrv, brokers):
+    with two_by_two(tmp_path) as (namesrv, _):
         async def main():
             async with AdminClient(namesrv) as admin:
                 targets = await admin.create_topic("AdminTopic", 2, 2, cluster="DefaultCluster")
