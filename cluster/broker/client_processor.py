@@ -18,6 +18,24 @@ from storage.message_id import decode_message_id
 log = logging.getLogger(__name__)
 
 
+# The C++ client sends these enums as their ordinals; Java and Go send the names.
+CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY", "CONSUME_POP")
+MESSAGE_MODELS = ("BROADCASTING", "CLUSTERING")
+CONSUME_FROM = {0: "CONSUME_FROM_LAST_OFFSET", 1: "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
+                2: "CONSUME_FROM_MIN_OFFSET", 3: "CONSUME_FROM_MAX_OFFSET",
+                4: "CONSUME_FROM_FIRST_OFFSET", 5: "CONSUME_FROM_TIMESTAMP"}
+
+
+def enum_name(value, names, default: str) -> str:
+    """An enum sent as a name or as its ordinal, as its name."""
+    if value is None or value == "":
+        return default
+    if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
+        table = names if isinstance(names, dict) else dict(enumerate(names))
+        return table.get(int(value), default)
+    return str(value)
+
+
 class ClientManageProcessor:
     def __init__(self, broker) -> None:
         self.broker = broker
@@ -48,9 +66,11 @@ class ClientManageProcessor:
                              for s in consumer.get("subscriptionDataSet") or []]
             channel = ClientChannelInfo(connection, client_id, command.language, command.version)
             changed = broker.consumers.register(
-                group, channel, str(consumer.get("consumeType") or "CONSUME_PASSIVELY"),
-                str(consumer.get("messageModel") or "CLUSTERING"),
-                str(consumer.get("consumeFromWhere") or "CONSUME_FROM_LAST_OFFSET"), subscriptions)
+                group, channel,
+                enum_name(consumer.get("consumeType"), CONSUME_TYPES, "CONSUME_PASSIVELY"),
+                enum_name(consumer.get("messageModel"), MESSAGE_MODELS, "CLUSTERING"),
+                enum_name(consumer.get("consumeFromWhere"), CONSUME_FROM, "CONSUME_FROM_LAST_OFFSET"),
+                subscriptions)
             if changed:
                 log.info("consumer group %s: %s joined", group, client_id)
                 self.notify_consumer_ids_changed(group)

@@ -25,3 +25,13 @@ def test_a_locked_queue_goes_to_nobody_else_until_it_expires_or_is_unlocked():
     locks.unlock_batch("g", [MQ], "c2")
     assert locks.holder("g", MQ) is None
     assert locks.try_lock_batch("other-group", [MQ], "c3") == [MQ]
+
+
+def test_heartbeat_enums_are_read_as_names_or_ordinals():
+    from cluster.broker.client_processor import CONSUME_FROM, CONSUME_TYPES, MESSAGE_MODELS, enum_name
+
+    assert enum_name(1, CONSUME_TYPES, "?") == "CONSUME_PASSIVELY"  # the C++ client's form
+    assert enum_name("CLUSTERING", MESSAGE_MODELS, "?") == "CLUSTERING"  # Java's
+    assert enum_name(1, MESSAGE_MODELS, "?") == "CLUSTERING"
+    assert enum_name(4, CONSUME_FROM, "?") == "CONSUME_FROM_FIRST_OFFSET"
+    assert enum_name(None, CONSUME_FROM, "CONSUME_FROM_LAST_OFFSET") == "CONSUME_FROM_LAST_OFFSET"
