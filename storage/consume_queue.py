@@ -148,6 +148,21 @@ class ConsumeQueue:
         raw = mapped_file.read(position - mapped_file.file_from_offset, CQ_STORE_UNIT_SIZE)
         return ConsumeQueueUnit(*CQ_UNIT.unpack(raw))
 
+    def get_units_raw(self, start_index: int, max_count: int) -> bytes:
+        """Up to ``max_count`` packed units from ``start_index``, not crossing a file boundary."""
+        if start_index < self.get_min_offset_in_queue():
+            return b""
+        position = start_index * CQ_STORE_UNIT_SIZE
+        mapped_file = self.mapped_file_queue.find_mapped_file_by_offset(position)
+        if mapped_file is None:
+            return b""
+        local = position - mapped_file.file_from_offset
+        available = mapped_file.read_position - local
+        if available <= 0:
+            return b""
+        count = min(max_count, available // CQ_STORE_UNIT_SIZE)
+        return mapped_file.read(local, count * CQ_STORE_UNIT_SIZE)
+
     def get_units(self, start_index: int, max_count: int) -> list[ConsumeQueueUnit]:
         """Up to ``max_count`` units from ``start_index``, not crossing a file boundary."""
         if start_index < self.get_min_offset_in_queue():

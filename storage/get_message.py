@@ -12,6 +12,7 @@ One read stays within one ConsumeQueue file and stops at the transfer limits: 32
 
 from __future__ import annotations
 
+from storage.consume_queue import CQ_UNIT
 from storage.errors import OffsetOutOfRangeError
 from storage.results import GetMessageResult, GetMessageStatus, MessageFilter
 
@@ -44,10 +45,12 @@ def read_queue(
         next_offset = 0 if min_offset == 0 else max_offset
         return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, next_offset, min_offset,
                                 max_offset)
-    # With a filter, look further so that a sparse tag still fills a pull.
+    # With a filter, look further so that a sparse tag still fills a pull; units are read in
+    # growing chunks, so a pull that fills at once does not unpack 16,000 of them.
     max_filter = max(16000, max_msg_nums) if message_filter else max_msg_nums
-    units = queue.get_units(offset, max_filter)
-    if not units:
+    requested = min(max_filter, max(4 * max_msg_nums, 64))
+    first = queue.get_units_raw(offset, requested)
+    if not first:
         units_per_file = queue.mapped_file_size // 20
         next_file = (offset // units_per_file + 1) * units_per_file
         return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, next_file, min_offset, max_offset)
@@ -58,8 +61,9 @@ def read_queue(
     total_bytes = 0
     skip_below = -1  # units pointing into a deleted CommitLog file
     max_pulling = max_phy
-    consumed = len(units)
-    for index, (phy, size, tags_code) in enumerate(units):
+    consumed = None
+    index = -1
+    for index, (phy, size, tags_code) in enumerate(_units(queue, offset, first, requested, max_filter)):
         if size == FILLER_SIZE:
             continue
         max_pulling = phy
@@ -86,10 +90,27 @@ def read_queue(
         total_bytes += size
         status = GetMessageStatus.FOUND
         skip_below = -1
+    if consumed is None:
+        consumed = index + 1  # every unit read was looked at
     result.status = status
     result.next_begin_offset = offset + consumed
     result.suggest_pulling_from_slave = max_phy - max_pulling > memory_limit
     return result
+
+
+def _units(queue, offset: int, first: bytes, requested: int, limit: int):
+    """Units from ``offset`` within one ConsumeQueue file: ``first``, then further chunks."""
+    raw = first
+    read = 0
+    chunk = requested
+    while raw:
+        yield from CQ_UNIT.iter_unpack(raw)
+        count = len(raw) // CQ_UNIT.size
+        read += count
+        if count < chunk or read >= limit:
+            return  # the end of the file, of the queue, or of what one pull may scan
+        chunk = min(chunk * 4, limit - read)
+        raw = queue.get_units_raw(offset + read, chunk)
 
 
 class _TransferLimits:

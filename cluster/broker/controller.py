@@ -85,7 +85,10 @@ class BrokerController:
         await self.server.start(sock=sock)
         self.registration = BrokerRegistration(self)
         self.topics.on_change.append(self.registration.register_soon)
-        self.registration.start()
+        # Register before announcing the boot, as RocketMQ does: clients that read the boot
+        # line then find the broker in the routes.
+        await self.registration.register_all()
+        self.registration.start(initial_delay=True)
         self._tasks = [
             loop.create_task(self._every(config.flush_consumer_offset_interval / 1000,
                                          self.offsets.persist)),

@@ -27,15 +27,21 @@ class BrokerRegistration:
         self.registered_once = asyncio.Event()
         self._stopping = False
 
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._loop())
+    def start(self, initial_delay: bool = False) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop(initial_delay))
 
     def register_soon(self) -> None:
         """Topics changed: register now rather than at the next period."""
         self._wake.set()
 
-    async def _loop(self) -> None:
+    async def _loop(self, initial_delay: bool) -> None:
         period = self.broker.config.register_name_server_period / 1000
+        if initial_delay:
+            try:
+                async with asyncio.timeout(period):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
         while not self._stopping:
             self._wake.clear()
             await self.register_all()
