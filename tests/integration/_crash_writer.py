@@ -1,25 +1,26 @@
-"""A SYNC_FLUSH writer for the crash test: prints one line per acknowledged put, forever."""
+"""A SYNC_FLUSH writer for the crash test: prints one line per acknowledged put, forever.
+
+Run as ``_crash_writer.py STORE_DIR PROJECT_ROOT``; the test imports ``body_of`` from here.
+"""
 
 from __future__ import annotations
 
 import sys
 import time
 
-sys.path.insert(0, sys.argv[2])
-
-from storage.config import FlushDiskType, MessageStoreConfig
-from storage.errors import PutMessageStatus
-from storage.message import MessageExtBrokerInner
-from storage.message_store import DefaultMessageStore
-
 
 def body_of(number: int) -> bytes:
     return (f"message-{number}-".encode() * 40)[: 100 + number % 400]
 
 
-def main() -> None:
+def main(store_dir: str) -> None:
+    from storage.config import FlushDiskType, MessageStoreConfig
+    from storage.errors import PutMessageStatus
+    from storage.message import MessageExtBrokerInner
+    from storage.message_store import DefaultMessageStore
+
     config = MessageStoreConfig(
-        store_path_root_dir=sys.argv[1],
+        store_path_root_dir=store_dir,
         mapped_file_size_commit_log=64 * 1024,
         mapped_file_size_consume_queue=20 * 100,
         max_hash_slot_num=1000,
@@ -45,4 +46,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.path.insert(0, sys.argv[2])
+    main(sys.argv[1])
