@@ -10,10 +10,9 @@ from __future__ import annotations
 import json
 import time
 
-from cluster.broker.headers import Header, HeaderError
+from cluster.broker.headers import header_processor
 from cluster.broker.subscription_group import SubscriptionGroupConfig
 from cluster.broker.topic_config import TopicConfig, is_system_topic, validate_topic_name
-from cluster.remoting.codec import RemotingCommand
 from cluster.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode
 
 
@@ -26,15 +25,6 @@ def mq_table_json(entries: list[tuple[str, dict]]) -> str:
     """A map with MessageQueue keys, in fastjson's object-key form."""
     return "{" + ",".join(f"{key}:{json.dumps(value, separators=(',', ':'))}"
                           for key, value in entries) + "}"
-
-
-def _guard(handler):
-    async def run(self, connection, command: RemotingCommand):
-        try:
-            return handler(self, command, Header(command))
-        except HeaderError as exc:
-            return command.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
-    return run
 
 
 class AdminBrokerProcessor:
@@ -58,7 +48,7 @@ class AdminBrokerProcessor:
         for code, handler in table.items():
             server.register(code, handler)
 
-    @_guard
+    @header_processor
     def update_and_create_topic(self, command, header):
         topic = header.str("topic", required=True)
         problem = validate_topic_name(topic)
@@ -78,7 +68,7 @@ class AdminBrokerProcessor:
         self.broker.topics.update(config)
         return command.make_response(ResponseCode.SUCCESS)
 
-    @_guard
+    @header_processor
     def delete_topic(self, command, header):
         topic = header.str("topic", required=True)
         if is_system_topic(topic):
@@ -89,18 +79,18 @@ class AdminBrokerProcessor:
         self.broker.store.delete_topics({topic})
         return command.make_response(ResponseCode.SUCCESS)
 
-    @_guard
+    @header_processor
     def get_all_topic_config(self, command, header):
         return command.make_response(ResponseCode.SUCCESS,
                                      body=json.dumps(self.broker.topics.wrapper_json()).encode())
 
-    @_guard
+    @header_processor
     def get_broker_runtime_info(self, command, header):
         return command.make_response(
             ResponseCode.SUCCESS,
             body=json.dumps({"table": self.broker.runtime_info()}, sort_keys=True).encode())
 
-    @_guard
+    @header_processor
     def get_topic_stats_info(self, command, header):
         topic = header.str("topic", required=True)
         config = self.broker.topics.select(topic)
@@ -119,7 +109,7 @@ class AdminBrokerProcessor:
         body = '{"offsetTable":' + mq_table_json(entries) + "}"
         return command.make_response(ResponseCode.SUCCESS, body=body.encode())
 
-    @_guard
+    @header_processor
     def get_consume_stats(self, command, header):
         group = header.str("consumerGroup", required=True)
         only_topic = header.str("topic")
@@ -145,7 +135,7 @@ class AdminBrokerProcessor:
         body = '{"consumeTps":' + f"{tps:.1f}" + ',"offsetTable":' + mq_table_json(entries) + "}"
         return command.make_response(ResponseCode.SUCCESS, body=body.encode())
 
-    @_guard
+    @header_processor
     def query_topic_consume_by_who(self, command, header):
         topic = header.str("topic", required=True)
         groups = set(self.broker.consumers.groups_of_topic(topic))
@@ -163,7 +153,7 @@ class AdminBrokerProcessor:
         self.broker.subscription_groups.update(config)
         return command.make_response(ResponseCode.SUCCESS)
 
-    @_guard
+    @header_processor
     def delete_subscription_group(self, command, header):
         group = header.str("groupName", required=True)
         self.broker.subscription_groups.delete(group)
@@ -171,12 +161,12 @@ class AdminBrokerProcessor:
             self.broker.offsets.remove_group(group)
         return command.make_response(ResponseCode.SUCCESS)
 
-    @_guard
+    @header_processor
     def get_all_subscription_group(self, command, header):
         return command.make_response(
             ResponseCode.SUCCESS, body=json.dumps(self.broker.subscription_groups.wrapper_json()).encode())
 
-    @_guard
+    @header_processor
     def get_consumer_connection_list(self, command, header):
         group = header.str("consumerGroup", required=True)
         info = self.broker.consumers.find(group)

@@ -16,6 +16,18 @@ class HeaderError(Exception):
     """A required header field is missing or not a number; the broker answers SYSTEM_ERROR."""
 
 
+def header_processor(handler):
+    """Wrap ``handler(self, command, header)`` as a processor: a bad header is a SYSTEM_ERROR."""
+
+    async def run(self, connection, command: RemotingCommand):
+        try:
+            return handler(self, command, Header(command))
+        except HeaderError as exc:
+            return command.make_response(1, str(exc))  # SYSTEM_ERROR
+
+    return run
+
+
 class Header:
     """Typed access to a command's extFields."""
 

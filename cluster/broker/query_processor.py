@@ -4,19 +4,9 @@ from __future__ import annotations
 
 import time
 
-from cluster.broker.headers import Header, HeaderError
-from cluster.remoting.codec import RemotingCommand
+from cluster.broker.headers import header_processor
 from cluster.remoting.codes import RequestCode, ResponseCode
 from storage.errors import OffsetOutOfRangeError, RecordError
-
-
-def _guard(handler):
-    async def run(self, connection, command: RemotingCommand):
-        try:
-            return handler(self, command, Header(command))
-        except HeaderError as exc:
-            return command.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
-    return run
 
 
 class QueryProcessor:
@@ -38,7 +28,7 @@ class QueryProcessor:
         for code, handler in table.items():
             server.register(code, handler)
 
-    @_guard
+    @header_processor
     def query_message(self, command, header):
         topic = header.str("topic", required=True)
         key = header.str("key", required=True)
@@ -56,7 +46,7 @@ class QueryProcessor:
                                          ext_fields=fields)
         return command.make_response(ResponseCode.SUCCESS, ext_fields=fields, body=result.body)
 
-    @_guard
+    @header_processor
     def view_message_by_id(self, command, header):
         offset = header.int("offset", required=True)
         try:
@@ -66,7 +56,7 @@ class QueryProcessor:
                                          f"can not find message by the offset, {offset}")
         return command.make_response(ResponseCode.SUCCESS, body=body)
 
-    @_guard
+    @header_processor
     def query_consumer_offset(self, command, header):
         group = header.str("consumerGroup", required=True)
         topic = header.str("topic", required=True)
@@ -90,7 +80,7 @@ class QueryProcessor:
         phy = store.get_commit_log_offset_in_queue(topic, queue_id, 0)
         return store.get_max_phy_offset() - phy > store.memory_limit
 
-    @_guard
+    @header_processor
     def update_consumer_offset(self, command, header):
         group = header.str("consumerGroup", required=True)
         topic = header.str("topic", required=True)
@@ -99,7 +89,7 @@ class QueryProcessor:
         self.broker.offsets.commit_offset(group, topic, queue_id, offset)
         return command.make_response(ResponseCode.SUCCESS)
 
-    @_guard
+    @header_processor
     def search_offset_by_timestamp(self, command, header):
         topic = header.str("topic", required=True)
         queue_id = header.int("queueId", required=True)
@@ -107,28 +97,28 @@ class QueryProcessor:
         offset = self.broker.store.get_offset_in_queue_by_time(topic, queue_id, timestamp)
         return command.make_response(ResponseCode.SUCCESS, ext_fields={"offset": offset})
 
-    @_guard
+    @header_processor
     def get_max_offset(self, command, header):
         topic = header.str("topic", required=True)
         queue_id = header.int("queueId", required=True)
         offset = self.broker.store.get_max_offset_in_queue(topic, queue_id)
         return command.make_response(ResponseCode.SUCCESS, ext_fields={"offset": offset})
 
-    @_guard
+    @header_processor
     def get_min_offset(self, command, header):
         topic = header.str("topic", required=True)
         queue_id = header.int("queueId", required=True)
         offset = self.broker.store.get_min_offset_in_queue(topic, queue_id)
         return command.make_response(ResponseCode.SUCCESS, ext_fields={"offset": offset})
 
-    @_guard
+    @header_processor
     def get_earliest_msg_storetime(self, command, header):
         topic = header.str("topic", required=True)
         queue_id = header.int("queueId", required=True)
         timestamp = self.broker.store.get_earliest_message_time(topic, queue_id)
         return command.make_response(ResponseCode.SUCCESS, ext_fields={"timestamp": timestamp})
 
-    @_guard
+    @header_processor
     def get_all_consumer_offset(self, command, header):
         return command.make_response(ResponseCode.SUCCESS,
                                      body=self.broker.offsets.wrapper_json().encode())

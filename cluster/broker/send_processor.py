@@ -166,15 +166,20 @@ class SendMessageProcessor:
             result, waiter = broker.store.put_message_nowait(msg)
         except PutMessageError as exc:
             return command.make_response(_refusal_code(exc), str(exc))
+        transaction_id = None
+        if props.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true":
+            transaction_id = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        return await self._answer(command, msg.topic, result, waiter, transaction_id)
+
+    async def _answer(self, command, topic, result, waiter, transaction_id=None) -> RemotingCommand:
+        """The SendMessageResponseHeader, once the put is as durable as the config asks."""
+        config = self.broker.config
         status = await self._await_durable(result.status, waiter)
         append = result.append
         fields = {"msgId": append.msg_id, "queueId": append.queue_id,
-                  "queueOffset": append.logics_offset, "MSG_REGION": broker.config.region_id,
-                  "TRACE_ON": broker.config.trace_on}
-        uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-        if props.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true":
-            fields["transactionId"] = uniq
-        broker.stats.record_send(msg.topic, 1, len(command.body))
+                  "queueOffset": append.logics_offset, "MSG_REGION": config.region_id,
+                  "TRACE_ON": config.trace_on, "transactionId": transaction_id}
+        self.broker.stats.record_send(topic, append.msg_num, len(command.body))
         return command.make_response(_STATUS_CODES.get(status, ResponseCode.SYSTEM_ERROR),
                                      ext_fields=fields)
 
@@ -197,14 +202,7 @@ class SendMessageProcessor:
             result, waiter = broker.store.put_messages_nowait(batch)
         except PutMessageError as exc:
             return command.make_response(_refusal_code(exc), str(exc))
-        status = await self._await_durable(result.status, waiter)
-        append = result.append
-        broker.stats.record_send(topic, append.msg_num, len(command.body))
-        fields = {"msgId": append.msg_id, "queueId": append.queue_id,
-                  "queueOffset": append.logics_offset, "MSG_REGION": broker.config.region_id,
-                  "TRACE_ON": broker.config.trace_on}
-        return command.make_response(_STATUS_CODES.get(status, ResponseCode.SYSTEM_ERROR),
-                                     ext_fields=fields)
+        return await self._answer(command, topic, result, waiter)
 
     def _complete_properties(self, props: dict[str, str]) -> None:
         if not props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX):
