@@ -326,13 +326,17 @@ class CommitLog:
         mapped_file.wrote_position = pos + total
 
     # -- reads ---------------------------------------------------------------------------------
-    def get_data(self, offset: int) -> tuple[bytes, int]:
-        """Bytes from ``offset`` to the readable end of the file holding it (HA, dispatch)."""
+    def get_data(self, offset: int, max_size: int | None = None) -> tuple[bytes, int]:
+        """Bytes from ``offset`` to the readable end of the file holding it, at most ``max_size``
+        of them (HA transfers 32 KiB at a time; dispatch reads a window)."""
         mapped_file = self.mapped_file_queue.find_mapped_file_by_offset(offset)
         if mapped_file is None:
             raise OffsetOutOfRangeError(f"no CommitLog file holds offset {offset}")
         position = offset - mapped_file.file_from_offset
-        return mapped_file.read(position), offset
+        if max_size is None:
+            return mapped_file.read(position), offset
+        size = max(0, min(max_size, mapped_file.read_position - position))
+        return mapped_file.read(position, size), offset
 
     def get_message(self, offset: int, size: int) -> bytes:
         """``size`` bytes of the record at ``offset``."""

@@ -78,6 +78,12 @@ class MessageStoreConfig:
     transient_store_pool_size: int = 5
     os_page_cache_busy_time_out_mills: int = 1000
     duplication_enable: bool = False
+    # Replication (the HA service lives in cluster/ha; the store only holds its settings).
+    ha_master_address: str = ""
+    ha_send_heartbeat_interval: int = 5000
+    ha_housekeeping_interval: int = 20_000
+    ha_transfer_batch_size: int = 32 * 1024
+    ha_slave_fallbehind_max: int = 256 * 1024 * 1024
 
     @property
     def commit_log_dir(self) -> str:

@@ -51,6 +51,11 @@ class DispatchRequest:
     properties_string: str
 
 
+def _record_longer_than(data: bytes, window: int) -> bool:
+    """Whether the record at the start of ``data`` does not fit in a read window."""
+    return len(data) >= 4 and struct.unpack_from(">i", data, 0)[0] > window
+
+
 def build_dispatch_request(
     topic: str, queue_id: int, offset: int, size: int, store_timestamp: int, queue_offset: int,
     sys_flag: int, prepared_transaction_offset: int, props: str, delay_levels_ms: list[int],
@@ -160,7 +165,9 @@ class ReputMessageService(ServiceThread):
                 break
             start = self.reput_from_offset
             try:
-                data, _ = commit_log.get_data(start)
+                data, _ = commit_log.get_data(start, READ_WINDOW)
+                if len(data) == READ_WINDOW and _record_longer_than(data, READ_WINDOW):
+                    data, _ = commit_log.get_data(start)
             except OffsetOutOfRangeError:
                 break
             advanced = self._dispatch_buffer(data, start)

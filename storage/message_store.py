@@ -498,9 +498,12 @@ class DefaultMessageStore:
         return QueryMessageResult(found, last_ts, last_phy)
 
     # -- raw CommitLog access (replication) ------------------------------------------------------
-    def get_commit_log_data(self, offset: int) -> bytes:
-        """Readable bytes from ``offset`` to the end of its file (what a master streams)."""
-        return self.commit_log.get_data(offset)[0]
+    def get_commit_log_data(self, offset: int, max_size: int | None = None) -> bytes:
+        """Readable bytes from ``offset`` to the end of its file, at most ``max_size`` (what a
+        master streams); empty when nothing is readable there yet."""
+        if offset >= self.commit_log.get_max_offset():
+            return b""
+        return self.commit_log.get_data(offset, max_size)[0]
 
     def append_to_commit_log(self, start_offset: int, data: bytes) -> None:
         """Append bytes a master sent; dispatch indexes them like local puts."""

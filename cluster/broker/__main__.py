@@ -26,7 +26,9 @@ async def run(controller: BrokerController) -> None:
     config = controller.config
     print(f"The broker[{config.broker_name}, {config.broker_addr}] boot success. "
           f"serializeType=JSON and name server is {config.namesrv_addr or '(none)'}, "
-          f"listening on {controller.server.address}", flush=True)
+          f"listening on {controller.server.address}"
+          + (f" (HA on {controller.ha_service.bind_address}:{controller.ha_service.port})"
+             if controller.ha_service else ""), flush=True)
     await stop.wait()
     log.info("stopping: unregistering, flushing, removing the abort file")
     await controller.stop()

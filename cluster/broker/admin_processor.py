@@ -8,6 +8,7 @@ which Java tools expect.
 from __future__ import annotations
 
 import json
+import os
 import time
 
 from cluster.broker.headers import header_processor
@@ -27,6 +28,9 @@ def mq_table_json(entries: list[tuple[str, dict]]) -> str:
                           for key, value in entries) + "}"
 
 
+SLAVE_READ_ONLY = "Can't modify topic or subscription group from slave broker, please use the master"
+
+
 class AdminBrokerProcessor:
     def __init__(self, broker) -> None:
         self.broker = broker
@@ -44,6 +48,9 @@ class AdminBrokerProcessor:
             RequestCode.DELETE_SUBSCRIPTIONGROUP: self.delete_subscription_group,
             RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.get_all_subscription_group,
             RequestCode.GET_CONSUMER_CONNECTION_LIST: self.get_consumer_connection_list,
+            RequestCode.GET_ALL_CONSUMER_OFFSET: self.get_all_consumer_offset,
+            RequestCode.GET_ALL_DELAY_OFFSET: self.get_all_delay_offset,
+            RequestCode.GET_BROKER_HA_STATUS: self.get_broker_ha_status,
         }
         for code, handler in table.items():
             server.register(code, handler)
@@ -58,7 +65,7 @@ class AdminBrokerProcessor:
             return command.make_response(ResponseCode.SYSTEM_ERROR,
                                          f"the topic[{topic}] is conflict with system reserved words.")
         if not self.broker.is_master:
-            return command.make_response(ResponseCode.SYSTEM_ERROR, "a slave cannot create topics")
+            return command.make_response(ResponseCode.SYSTEM_ERROR, SLAVE_READ_ONLY)
         config = TopicConfig(
             topic, header.int("readQueueNums", 16), header.int("writeQueueNums", 16),
             header.int("perm", 6), header.str("topicFilterType", "SINGLE_TAG"),
@@ -144,6 +151,8 @@ class AdminBrokerProcessor:
                                      body=json.dumps({"groupList": sorted(groups)}).encode())
 
     async def update_subscription_group(self, connection, command):
+        if not self.broker.is_master:
+            return command.make_response(ResponseCode.SYSTEM_ERROR, SLAVE_READ_ONLY)
         try:
             data = json.loads(command.body)
             config = SubscriptionGroupConfig.from_json(data)
@@ -160,6 +169,27 @@ class AdminBrokerProcessor:
         if header.bool("cleanOffset"):
             self.broker.offsets.remove_group(group)
         return command.make_response(ResponseCode.SUCCESS)
+
+    @header_processor
+    def get_all_consumer_offset(self, command, header):
+        return command.make_response(ResponseCode.SUCCESS,
+                                     body=self.broker.offsets.wrapper_json().encode())
+
+    @header_processor
+    def get_all_delay_offset(self, command, header):
+        path = os.path.join(self.broker.store_config.store_path_root_dir, "config", "delayOffset.json")
+        try:
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read()
+        except FileNotFoundError:
+            text = ""
+        return command.make_response(ResponseCode.SUCCESS,
+                                     body=(text.strip() or '{"offsetTable":{}}').encode())
+
+    @header_processor
+    def get_broker_ha_status(self, command, header):
+        return command.make_response(ResponseCode.SUCCESS,
+                                     body=json.dumps(self.broker.ha_runtime_info()).encode())
 
     @header_processor
     def get_all_subscription_group(self, command, header):

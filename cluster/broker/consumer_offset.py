@@ -20,6 +20,10 @@ class ConsumerOffsetManager:
         self.table: dict[str, dict[int, int]] = {}
         self._lock = threading.Lock()
         self._dirty = False
+        # On a slave: offsets clients committed here (their master was down), to hand back to
+        # the master once it returns, so consumption does not restart from stale offsets.
+        self.track_local_commits = False
+        self.local_commits: dict[str, dict[int, int]] = {}
 
     def load(self) -> None:
         data = self.file.load()
@@ -40,6 +44,8 @@ class ConsumerOffsetManager:
         key = f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"
         with self._lock:
             self.table.setdefault(key, {})[queue_id] = offset
+            if self.track_local_commits:
+                self.local_commits.setdefault(key, {})[queue_id] = offset
             self._dirty = True
 
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
@@ -67,6 +73,27 @@ class ConsumerOffsetManager:
         with self._lock:
             for key in [k for k in self.table if k.endswith(TOPIC_GROUP_SEPARATOR + group)]:
                 del self.table[key]
+            self._dirty = True
+
+    def take_local_commits(self) -> dict[str, dict[int, int]]:
+        with self._lock:
+            commits, self.local_commits = self.local_commits, {}
+            return commits
+
+    def restore_local_commits(self, commits: dict[str, dict[int, int]]) -> None:
+        """Put back commits that could not be handed over (the master went away again)."""
+        with self._lock:
+            for key, offsets in commits.items():
+                mine = self.local_commits.setdefault(key, {})
+                for queue_id, offset in offsets.items():
+                    mine[queue_id] = max(offset, mine.get(queue_id, -1))
+
+    def merge_from_master(self, table: dict) -> None:
+        """A slave takes its master's offsets over its own (``offsetTable.putAll``); groups
+        only the slave knows (committed while the master was down) stay."""
+        with self._lock:
+            for key, offsets in table.items():
+                self.table[key] = {int(q): int(o) for q, o in offsets.items()}
             self._dirty = True
 
     def wrapper_json(self) -> str:

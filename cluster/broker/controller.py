@@ -19,9 +19,12 @@ from cluster.broker.query_processor import QueryProcessor
 from cluster.broker.rebalance_lock import RebalanceLockManager
 from cluster.broker.registration import BrokerRegistration
 from cluster.broker.send_processor import SendMessageProcessor
+from cluster.broker.slave_sync import SlaveSynchronize
 from cluster.broker.stats import BrokerStats
 from cluster.broker.subscription_group import SubscriptionGroupManager
-from cluster.broker.topic_config import TopicConfigManager
+from cluster.broker.topic_config import PERM_READ, TopicConfig, TopicConfigManager
+from cluster.ha.master import HAService
+from cluster.ha.slave import HAClient
 from cluster.remoting.server import RemotingServer
 from storage.config import BrokerRole, MessageStoreConfig
 from storage.message_id import UniqIdGenerator
@@ -49,6 +52,9 @@ class BrokerController:
         self.registration: BrokerRegistration | None = None
         self.bridge: LoopBridge | None = None
         self.pull_hold: PullRequestHoldService | None = None
+        self.ha_service: HAService | None = None
+        self.ha_client: HAClient | None = None
+        self.slave_sync: SlaveSynchronize | None = None
         self._tasks: list[asyncio.Task] = []
 
     @property
@@ -59,6 +65,8 @@ class BrokerController:
         loop = asyncio.get_running_loop()
         config = self.config
         sock = None
+        # A broker on a free port gets a free HA port too (listenPort + 1 may be taken).
+        self._free_ha_port = config.listen_port == 0 and config.ha_listen_port == 0
         if config.listen_port == 0:
             # Learn the port before the store: records and msgIds carry it.
             sock = socket.socket(socket.AF_INET6 if ":" in config.bind_address else socket.AF_INET)
@@ -77,6 +85,7 @@ class BrokerController:
         hold = self.pull_hold
         self.store.add_arrival_listener(
             lambda r: hold.notify_from_thread(r.topic, r.queue_id, r.consume_queue_offset + 1))
+        await self._start_replication()
         self.server = RemotingServer(config.bind_address, config.listen_port)
         for processor in (SendMessageProcessor(self), PullMessageProcessor(self),
                           QueryProcessor(self), ClientManageProcessor(self),
@@ -89,12 +98,66 @@ class BrokerController:
         # line then find the broker in the routes.
         await self.registration.register_all()
         self.registration.start(initial_delay=True)
+        if self.ha_client is not None:
+            self.ha_client.update_master_address(self.registration.master_ha_addr)
+            self.registration.on_master_changed = self.ha_client.update_master_address
+            self.slave_sync = SlaveSynchronize(self)
+            self.slave_sync.start()
+            self.store.add_arrival_listener(lambda r: self._on_replicated_topic(r.topic))
         self._tasks = [
             loop.create_task(self._every(config.flush_consumer_offset_interval / 1000,
                                          self.offsets.persist)),
             loop.create_task(self._every(10, self._scan_clients)),
             loop.create_task(self._every(1, self.stats.sample)),
         ]
+
+    async def _start_replication(self) -> None:
+        """A master listens for slaves on haListenPort; a slave connects to its master."""
+        store = self.store
+        if self.is_master:
+            port = 0 if self._free_ha_port else self.config.effective_ha_port
+            self.ha_service = HAService(store, self.store_config, self.config.bind_address, port)
+            await self.ha_service.start()
+            self.config.ha_listen_port = self.ha_service.port
+            reput_wakeup = store.commit_log.on_append
+            ha = self.ha_service
+
+            def on_append() -> None:
+                reput_wakeup()
+                ha.wakeup()
+
+            store.commit_log.on_append = on_append
+        else:
+            self.offsets.track_local_commits = True
+            self.ha_client = HAClient(store, self.store_config)
+            self.ha_client.start()
+
+    def replicated_topic_config(self, topic: str, queue_id: int):
+        """On a slave, a read-only view of a topic its master created but whose config has not
+        been copied yet (topics are copied every 10 s; the master may die sooner): messages
+        replicated for it are readable all the same."""
+        if self.is_master or self.store is None:
+            return None
+        queues = self.store.consume_queue_table.get(topic)
+        if not queues:
+            return None
+        count = max(max(queues) + 1, queue_id + 1)
+        return TopicConfig(topic, count, count, PERM_READ)
+
+    def _on_replicated_topic(self, topic: str) -> None:
+        """Dispatch on a slave met a topic it has no config for: copy the master's now."""
+        if self.slave_sync is not None and self.topics.select(topic) is None:
+            self.slave_sync.sync_soon()
+
+    def ha_runtime_info(self) -> dict:
+        if self.ha_service is not None:
+            return self.ha_service.runtime_info()
+        if self.ha_client is not None:
+            info = self.ha_client.runtime_info()
+            info["haClientRuntimeInfo"]["masterMetadataSyncError"] = (
+                self.slave_sync.last_error if self.slave_sync and self.slave_sync.last_error else "")
+            return info
+        return {}
 
     async def _every(self, seconds: float, action) -> None:
         while True:
@@ -124,13 +187,43 @@ class BrokerController:
             "getTransferedTps": f"{self.stats.get_tps(10):.4f} {self.stats.get_tps(60):.4f}",
             "pullRequestsHeld": str(self.pull_hold.held_count()),
         })
+        info.update(self._ha_summary())
         return info
+
+    def _ha_summary(self) -> dict[str, str]:
+        """The replication figures the console charts, flattened into runtime info."""
+        if self.ha_service is not None:
+            ha = self.ha_service.runtime_info()
+            slaves = ha["haConnectionInfo"]
+            return {
+                "haSlaveCount": str(len(slaves)),
+                "haInSyncSlaveNums": str(ha["inSyncSlaveNums"]),
+                "haPush2SlaveMaxOffset": str(ha["push2SlaveMaxOffset"]),
+                "haSlaveFallBehindBytes": str(max((s["diff"] for s in slaves), default=0)),
+                "haTransferredByteInSecond": str(sum(s["transferredByteInSecond"] for s in slaves)),
+                "haRejectedSlaves": str(len(ha["rejectedSlaves"])),
+            }
+        if self.ha_client is not None:
+            client = self.ha_client.runtime_info()["haClientRuntimeInfo"]
+            return {
+                "haMasterAddr": client["masterAddr"],
+                "haClientState": client["state"],
+                "haTransferredByteInSecond": str(client["transferredByteInSecond"]),
+                "haLastReadTimestamp": str(client["lastReadTimestamp"]),
+            }
+        return {}
 
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
+        if self.slave_sync is not None:
+            await self.slave_sync.stop()
         if self.registration is not None:
             await self.registration.stop()
+        if self.ha_client is not None:
+            await self.ha_client.stop()
+        if self.ha_service is not None:
+            await self.ha_service.stop()
         if self.server is not None:
             await self.server.stop()
         self.offsets.persist(force=True)

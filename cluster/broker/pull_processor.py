@@ -41,7 +41,7 @@ class PullMessageProcessor:
         except HeaderError as exc:
             return command.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
         broker = self.broker
-        topic_config = broker.topics.select(topic)
+        topic_config = broker.topics.select(topic) or broker.replicated_topic_config(topic, queue_id)
         if topic_config is None:
             return command.make_response(ResponseCode.TOPIC_NOT_EXIST,
                                          f"topic[{topic}] not exist, apply first please!")
@@ -101,9 +101,15 @@ class PullMessageProcessor:
         return sub.sub_string if sub else "*"
 
     def _suggest_broker(self, result, group_config) -> int:
-        if result.suggest_pulling_from_slave and self.broker.config.slave_read_enable:
+        # As RocketMQ: with slaveReadEnable, lagging consumers (reading what is probably no
+        # longer in memory) go to whichBrokerWhenConsumeSlowly, the others to the group's
+        # brokerId; without it, to the master. A slave still serves what it is asked while its
+        # master is down: clients fall back to it when the master leaves the route.
+        if not self.broker.config.slave_read_enable:
+            return 0
+        if result.suggest_pulling_from_slave:
             return group_config.which_broker_when_consume_slowly
-        return 0
+        return group_config.broker_id
 
     def _code(self, result, offset: int) -> tuple[int, int]:
         status = result.status

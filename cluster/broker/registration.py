@@ -22,6 +22,7 @@ class BrokerRegistration:
         self.client = RemotingClient()
         self.master_addr: str | None = None
         self.master_ha_addr: str | None = None
+        self.on_master_changed = None  # a slave's HA client follows the master's HA address
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self.registered_once = asyncio.Event()
@@ -79,6 +80,8 @@ class BrokerRegistration:
         if response.field("masterAddr"):
             self.master_addr = response.field("masterAddr")
             self.master_ha_addr = response.field("haServerAddr")
+            if self.on_master_changed is not None:
+                self.on_master_changed(self.master_ha_addr)
         return True
 
     async def unregister_all(self) -> None:

@@ -24,6 +24,7 @@ from cluster.broker.topic_config import (
 )
 from cluster.remoting.codec import RemotingCommand
 from cluster.remoting.codes import RequestCode, ResponseCode
+from storage.config import BrokerRole
 from storage.errors import (
     MessageIllegalError,
     OSPageCacheBusyError,
@@ -169,12 +170,14 @@ class SendMessageProcessor:
         transaction_id = None
         if props.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true":
             transaction_id = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-        return await self._answer(command, msg.topic, result, waiter, transaction_id)
+        return await self._answer(command, msg.topic, result, waiter, msg.wait_store_msg_ok,
+                                  transaction_id)
 
-    async def _answer(self, command, topic, result, waiter, transaction_id=None) -> RemotingCommand:
+    async def _answer(self, command, topic, result, waiter, wait: bool,
+                      transaction_id=None) -> RemotingCommand:
         """The SendMessageResponseHeader, once the put is as durable as the config asks."""
         config = self.broker.config
-        status = await self._await_durable(result.status, waiter)
+        status = await self._await_durable(result, waiter, wait)
         append = result.append
         fields = {"msgId": append.msg_id, "queueId": append.queue_id,
                   "queueOffset": append.logics_offset, "MSG_REGION": config.region_id,
@@ -202,22 +205,38 @@ class SendMessageProcessor:
             result, waiter = broker.store.put_messages_nowait(batch)
         except PutMessageError as exc:
             return command.make_response(_refusal_code(exc), str(exc))
-        return await self._answer(command, topic, result, waiter)
+        wait = props.get("WAIT", "true").lower() == "true"
+        return await self._answer(command, topic, result, waiter, wait)
 
     def _complete_properties(self, props: dict[str, str]) -> None:
         if not props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX):
             props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = self.broker.uniq_ids.next_id()
         props[PROPERTY_CLUSTER] = self.broker.config.broker_cluster_name
 
-    async def _await_durable(self, status: PutMessageStatus, waiter) -> PutMessageStatus:
-        if waiter is None:
-            return status
-        timeout = self.broker.store_config.sync_flush_timeout / 1000
-        try:
-            ok = await asyncio.wait_for(self.broker.bridge.future_of(waiter), timeout + 1)
-        except TimeoutError:
-            ok = False
-        return status if ok else PutMessageStatus.FLUSH_DISK_TIMEOUT
+    async def _await_durable(self, result, waiter, wait: bool) -> PutMessageStatus:
+        """Wait for the disk (SYNC_FLUSH) and a slave (SYNC_MASTER) at once; a late disk
+        answers FLUSH_DISK_TIMEOUT, a late or missing slave FLUSH_SLAVE_TIMEOUT or
+        SLAVE_NOT_AVAILABLE. None of them undoes the put: the message stays stored."""
+        status = result.status
+        ha = self.broker.ha_service
+        replica = None
+        if ha is not None and wait and self.broker.store_config.broker_role is BrokerRole.SYNC_MASTER:
+            next_offset = result.append.next_offset
+            if ha.is_slave_ok(next_offset):
+                replica = ha.wait_for_replica(next_offset)
+            else:
+                status = PutMessageStatus.SLAVE_NOT_AVAILABLE
+        if waiter is not None:
+            timeout = self.broker.store_config.sync_flush_timeout / 1000
+            try:
+                flushed = await asyncio.wait_for(self.broker.bridge.future_of(waiter), timeout + 1)
+            except TimeoutError:
+                flushed = False
+            if not flushed:
+                return PutMessageStatus.FLUSH_DISK_TIMEOUT
+        if replica is not None and not await replica:
+            return PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+        return status
 
 
 def _refusal_code(exc: PutMessageError) -> int:

@@ -72,6 +72,25 @@ class SubscriptionGroupManager:
     def persist(self) -> None:
         self.file.persist(json.dumps(self.wrapper_json(), indent=1))
 
+    def replace_from_master(self, wrapper: dict) -> bool:
+        """A slave's copy of its master's groups (every 10 s); returns whether anything changed."""
+        version = wrapper.get("dataVersion") or {}
+        incoming = (int(version.get("counter", 0)), int(version.get("timestamp", 0)))
+        if incoming == (self.data_version.counter, self.data_version.timestamp):
+            return False
+        table = {}
+        for value in (wrapper.get("subscriptionGroupTable") or {}).values():
+            try:
+                config = SubscriptionGroupConfig.from_json(value)
+            except (KeyError, ValueError, TypeError):
+                continue
+            table[config.group_name] = config
+        with self._lock:
+            self.table = table
+            self.data_version = DataVersion(*incoming)
+        self.persist()
+        return True
+
     def find(self, group: str) -> SubscriptionGroupConfig | None:
         """The group's config, created with defaults when auto-creation is on."""
         config = self.table.get(group)

@@ -156,6 +156,26 @@ class TopicConfigManager:
         for callback in self.on_change:
             callback()
 
+    def replace_from_master(self, wrapper: dict) -> bool:
+        """A slave's copy of its master's topics (every 10 s); returns whether anything changed."""
+        version = wrapper.get("dataVersion") or {}
+        incoming = DataVersion(int(version.get("counter", 0)), int(version.get("timestamp", 0)))
+        if (incoming.counter, incoming.timestamp) == (self.data_version.counter,
+                                                      self.data_version.timestamp):
+            return False
+        table = {}
+        for value in (wrapper.get("topicConfigTable") or {}).values():
+            try:
+                config = TopicConfig.from_json(value)
+            except (KeyError, ValueError, TypeError):
+                continue
+            table[config.topic_name] = config
+        with self._lock:
+            self.table = table
+            self.data_version = incoming
+        self.persist()
+        return True
+
     # -- queries and updates ------------------------------------------------------------------
     def select(self, topic: str) -> TopicConfig | None:
         return self.table.get(topic)

@@ -77,6 +77,12 @@ class AdminClient:
         body = (await self._broker(address, request(RequestCode.GET_BROKER_RUNTIME_INFO))).body
         return json.loads(body)["table"]
 
+    async def ha_status(self, address: str) -> dict:
+        """Replication as the broker sees it (GET_BROKER_HA_STATUS): on a master, each slave's
+        state, acknowledged offset, lag and transfer rate; on a slave, its master connection."""
+        body = (await self._broker(address, request(RequestCode.GET_BROKER_HA_STATUS))).body
+        return json.loads(body)
+
     # -- topics -----------------------------------------------------------------------------------
     async def topic_list(self) -> list[str]:
         body = (await self._namesrv(request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))).body

@@ -103,7 +103,7 @@ async def pull_message(instance: MQClientInstance, group: str, mq: MessageQueue,
 
 
 async def queue_offset_request(instance: MQClientInstance, code: int, mq: MessageQueue, **extra) -> int:
-    address = instance.master_addr(mq.broker_name)
+    address = instance.admin_addr(mq.broker_name)
     if address is None:
         raise RemotingError(f"the broker {mq.broker_name} is not in the routes")
     response = await instance.remoting.invoke(address, request(code, {
@@ -186,6 +186,7 @@ class _ProcessQueue:
         self.in_flight: set[int] = set()
         self.dropped = False
         self.consumed = 0
+        self.suggest_broker_id = 0  # where the broker said to pull next (pullFromWhichNodeTable)
 
     def committed_offset(self) -> int:
         return min(self.in_flight) if self.in_flight else self.next_offset
@@ -268,7 +269,9 @@ class PushConsumer:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._pull_tasks.clear()
-        await self.persist_offsets()
+        # The last commit waits for its answer: a oneway request could still be in a buffer
+        # when the connection closes, and the group would consume again what it had.
+        await self.persist_offsets(oneway=False)
         self.instance.consumers.pop(self.group, None)
         await self.instance.unregister(consumer_group=self.group)
         if self._own_instance:
@@ -344,7 +347,9 @@ class PushConsumer:
         if self.message_model == "BROADCASTING":
             stored = self._local_offsets.get(str(mq), -1)
         else:
-            address = self.instance.master_addr(mq.broker_name)
+            address = self.instance.admin_addr(mq.broker_name)
+            if address is None:
+                raise RemotingError(f"the broker {mq.broker_name} is not in the routes")
             response = await self.instance.remoting.invoke(address, request(
                 RequestCode.QUERY_CONSUMER_OFFSET,
                 {"consumerGroup": self.group, "topic": mq.topic, "queueId": mq.queue_id}))
@@ -373,13 +378,21 @@ class PushConsumer:
             try:
                 commit = pq.committed_offset() if self.message_model == "CLUSTERING" else None
                 result = await pull_message(self.instance, self.group, mq, expression, pq.next_offset,
-                                            self.pull_batch_size, PULL_SUSPEND_MS, commit)
+                                            self.pull_batch_size, PULL_SUSPEND_MS, commit,
+                                            pq.suggest_broker_id)
             except asyncio.CancelledError:
                 raise
             except (RemotingError, BrokerResponseError) as exc:
                 log.warning("pull from %s failed: %s; retrying in 3 s", mq, exc)
                 await asyncio.sleep(3)
+                # The broker may be gone (a master down): read the route again so the next
+                # pull goes to whoever serves this queue now, a slave included.
+                try:
+                    await self.instance.fetch_route(mq.topic)
+                except RemotingError:
+                    pass
                 continue
+            pq.suggest_broker_id = result.suggest_broker_id
             if result.status is PullStatus.OFFSET_ILLEGAL:
                 log.warning("offset %d of %s is illegal; moving to %d", pq.next_offset, mq,
                             result.next_begin_offset)
@@ -418,23 +431,27 @@ class PushConsumer:
             await asyncio.sleep(PERSIST_INTERVAL)
             await self.persist_offsets()
 
-    async def persist_offsets(self) -> None:
+    async def persist_offsets(self, oneway: bool = True) -> None:
         for mq, pq in list(self.process_queues.items()):
-            await self._commit(mq, pq.committed_offset())
+            await self._commit(mq, pq.committed_offset(), oneway)
         if self.message_model == "BROADCASTING":
             self._save_local_offsets()
 
-    async def _commit(self, mq: MessageQueue, offset: int) -> None:
+    async def _commit(self, mq: MessageQueue, offset: int, oneway: bool = True) -> None:
         if self.message_model == "BROADCASTING":
             self._local_offsets[str(mq)] = offset
             return
-        address = self.instance.master_addr(mq.broker_name)
+        address = self.instance.admin_addr(mq.broker_name)
         if address is None:
             return
+        command = request(RequestCode.UPDATE_CONSUMER_OFFSET, {
+            "consumerGroup": self.group, "topic": mq.topic, "queueId": mq.queue_id,
+            "commitOffset": offset})
         try:
-            await self.instance.remoting.invoke_oneway(address, request(
-                RequestCode.UPDATE_CONSUMER_OFFSET, {"consumerGroup": self.group, "topic": mq.topic,
-                                                     "queueId": mq.queue_id, "commitOffset": offset}))
+            if oneway:
+                await self.instance.remoting.invoke_oneway(address, command)
+            else:
+                await self.instance.remoting.invoke(address, command, 3)
         except RemotingError as exc:
             log.debug("offset commit for %s failed: %s", mq, exc)
 

@@ -107,6 +107,12 @@ class MQClientInstance:
     def master_addr(self, broker_name: str) -> str | None:
         return self.broker_addrs.get(broker_name, {}).get(0)
 
+    def admin_addr(self, broker_name: str) -> str | None:
+        """Where offsets go (findBrokerAddressInAdmin): the master, else a slave while the
+        master is down."""
+        addrs = self.broker_addrs.get(broker_name, {})
+        return addrs.get(0) or next((addrs[i] for i in sorted(addrs)), None)
+
     def broker_addr(self, broker_name: str, broker_id: int = 0) -> str | None:
         """An address for reads: the asked-for broker id, else the master, else any."""
         addrs = self.broker_addrs.get(broker_name, {})
@@ -120,9 +126,14 @@ class MQClientInstance:
                 "producerDataSet": producer_set}
 
     async def send_heartbeat(self) -> None:
-        body = json.dumps(self.heartbeat_data()).encode()
-        masters = {addrs[0] for addrs in self.broker_addrs.values() if 0 in addrs}
-        for address in masters:
+        data = self.heartbeat_data()
+        body = json.dumps(data).encode()
+        if data["consumerDataSet"]:
+            # Consumers read from slaves too (master down, or told to), so slaves must know them.
+            targets = {a for addrs in self.broker_addrs.values() for a in addrs.values()}
+        else:
+            targets = {addrs[0] for addrs in self.broker_addrs.values() if 0 in addrs}
+        for address in targets:
             try:
                 await self.remoting.invoke(address, request(RequestCode.HEART_BEAT, body=body), 3)
             except RemotingError as exc:

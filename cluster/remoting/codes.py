@@ -20,6 +20,7 @@ class RequestCode(IntEnum):
     GET_BROKER_CONFIG = 26
     TRIGGER_DELETE_FILES = 27
     GET_BROKER_RUNTIME_INFO = 28
+    GET_BROKER_HA_STATUS = 907  # 5.x; the same HARuntimeInfo body here
     SEARCH_OFFSET_BY_TIMESTAMP = 29
     GET_MAX_OFFSET = 30
     GET_MIN_OFFSET = 31

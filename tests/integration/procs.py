@@ -66,3 +66,12 @@ def running(module: str, *args: str, env: dict | None = None, boot_timeout: floa
         process.wait(10)
         reader.join(5)
         process.stdout.close()
+
+
+def free_port() -> int:
+    """A loopback port free right now (for nodes that must come back on the same port)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -1,0 +1,140 @@
+"""SlaveSynchronize: a slave copies its master's metadata every 10 s.
+
+Replication carries only CommitLog bytes; topics, subscription groups, consumer offsets and
+delay offsets come over remoting from the master address the name server gave at registration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+
+from cluster.broker.json_config import JsonConfigFile
+from cluster.remoting import fastjson
+from cluster.remoting.client import RemotingClient
+from cluster.remoting.codec import request
+from cluster.remoting.codes import RequestCode, ResponseCode
+from cluster.remoting.errors import RemotingError
+
+log = logging.getLogger(__name__)
+
+SYNC_INTERVAL = 10.0
+
+
+class SlaveSynchronize:
+    def __init__(self, broker) -> None:
+        self.broker = broker
+        self.client = RemotingClient()
+        self.last_sync_ms = 0
+        self.last_error: str | None = None
+        self._task: asyncio.Task | None = None
+        self._loop_ref: asyncio.AbstractEventLoop | None = None
+        self._soon = asyncio.Event()
+        self._soon_pending = False
+
+    def start(self) -> None:
+        self._loop_ref = asyncio.get_running_loop()
+        self._task = self._loop_ref.create_task(self._loop())
+
+    def sync_soon(self) -> None:
+        """Copy now rather than at the next period (safe from the store's threads)."""
+        if self._loop_ref is None or self._soon_pending:
+            return
+        self._soon_pending = True
+        self._loop_ref.call_soon_threadsafe(self._soon.set)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self.client.close()
+
+    async def _loop(self) -> None:
+        while True:
+            self._soon.clear()
+            self._soon_pending = False
+            await self.sync_all()
+            try:
+                async with asyncio.timeout(SYNC_INTERVAL):
+                    await self._soon.wait()
+                await asyncio.sleep(0.2)  # let a burst of new topics arrive before copying
+            except TimeoutError:
+                pass
+
+    async def sync_all(self) -> bool:
+        master = self.broker.registration.master_addr if self.broker.registration else None
+        if not master:
+            return False
+        try:
+            await self._sync_topics(master)
+            await self._sync_offsets(master)
+            await self._sync_delay_offsets(master)
+            await self._sync_groups(master)
+        except (RemotingError, ValueError) as exc:
+            if str(exc) != self.last_error:
+                log.warning("copying metadata from the master %s failed: %s", master, exc)
+            self.last_error = str(exc)
+            return False
+        self.last_error = None
+        self.last_sync_ms = int(asyncio.get_running_loop().time() * 1000)
+        return True
+
+    async def _fetch(self, master: str, code: int) -> bytes:
+        response = await self.client.invoke(master, request(code), 5)
+        if response.code != ResponseCode.SUCCESS:
+            raise RemotingError(f"the master answered {code} with {response.code}: {response.remark}")
+        return response.body or b""
+
+    async def _sync_topics(self, master: str) -> None:
+        body = await self._fetch(master, RequestCode.GET_ALL_TOPIC_CONFIG)
+        if self.broker.topics.replace_from_master(fastjson.loads(body.decode())):
+            log.info("topics copied from the master %s", master)
+            self.broker.registration.register_soon()
+
+    async def _sync_offsets(self, master: str) -> None:
+        body = await self._fetch(master, RequestCode.GET_ALL_CONSUMER_OFFSET)
+        data = fastjson.loads(body.decode()) if body else {}
+        table = data.get("offsetTable") or {}
+        await self._hand_back_local_commits(master, table)
+        self.broker.offsets.merge_from_master(table)
+        self.broker.offsets.persist()
+
+    async def _hand_back_local_commits(self, master: str, table: dict) -> None:
+        """Offsets committed here while the master was down go back to it when they are ahead
+        of what it has; otherwise the master's stale offsets would win and the group would
+        consume again what it already had."""
+        commits = self.broker.offsets.take_local_commits()
+        try:
+            await self._hand_back(master, table, commits)
+        except RemotingError:
+            self.broker.offsets.restore_local_commits(commits)
+            raise
+
+    async def _hand_back(self, master: str, table: dict, commits: dict) -> None:
+        for key, offsets in commits.items():
+            topic, _, group = key.partition("@")
+            known = {int(q): int(o) for q, o in (table.get(key) or {}).items()}
+            for queue_id, offset in offsets.items():
+                if offset <= known.get(queue_id, -1):
+                    continue
+                response = await self.client.invoke(master, request(
+                    RequestCode.UPDATE_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic,
+                                                         "queueId": queue_id, "commitOffset": offset}), 5)
+                if response.code == ResponseCode.SUCCESS:
+                    table.setdefault(key, {})[queue_id] = offset
+                    log.info("handed offset %d of %s queue %d back to the master", offset, key, queue_id)
+
+    async def _sync_delay_offsets(self, master: str) -> None:
+        body = await self._fetch(master, RequestCode.GET_ALL_DELAY_OFFSET)
+        if not body:
+            return
+        fastjson.loads(body.decode())  # refuse to store what does not parse
+        path = os.path.join(self.broker.store_config.store_path_root_dir, "config", "delayOffset.json")
+        JsonConfigFile(path).persist(body.decode())
+
+    async def _sync_groups(self, master: str) -> None:
+        body = await self._fetch(master, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        if self.broker.subscription_groups.replace_from_master(json.loads(body.decode())):
+            log.info("subscription groups copied from the master %s", master)

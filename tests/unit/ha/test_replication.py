@@ -1,0 +1,177 @@
+"""Master and slave services in one process, over loopback, with real stores."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+from cluster.ha.master import HAService
+from cluster.ha.protocol import TransferReader, encode_report, encode_transfer_header
+from cluster.ha.slave import HAClient
+from storage.message_store import DefaultMessageStore
+from tests.conftest import make_message, small_config
+
+
+def open_store(path, **overrides) -> DefaultMessageStore:
+    store = DefaultMessageStore(small_config(path, **overrides))
+    store.load()
+    store.start()
+    return store
+
+
+async def until(predicate, timeout=10.0):
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.02)
+
+
+def test_a_slave_replicates_byte_for_byte_and_acknowledges(tmp_path):
+    master_store = open_store(tmp_path / "m")
+    slave_store = open_store(tmp_path / "s")
+
+    async def main():
+        ha = HAService(master_store, master_store.config, "127.0.0.1", 0)
+        await ha.start()
+        master_store.commit_log.on_append = ha.wakeup
+        client = HAClient(slave_store, slave_store.config)
+        client.update_master_address(f"127.0.0.1:{ha.port}")
+        client.start()
+        try:
+            await until(lambda: ha.connection_count() == 1)
+            for i in range(40):  # several 4 KiB files: rolls and blank tails are shipped too
+                master_store.put_message(make_message(body=bytes([i]) * 300, keys=f"k{i}"))
+            end = master_store.get_max_phy_offset()
+            await until(lambda: ha.push_to_slave_max_offset == end)
+            assert ha.is_slave_ok(end)
+            assert (await ha.wait_for_replica(end)) is True
+            info = ha.runtime_info()
+            assert info["inSyncSlaveNums"] == 1
+            assert info["haConnectionInfo"][0]["diff"] == 0
+            assert client.runtime_info()["haClientRuntimeInfo"]["state"] == "TRANSFER"
+        finally:
+            await client.stop()
+            await ha.stop()
+
+    asyncio.run(main())
+    assert slave_store.wait_dispatched()
+    for a, b in zip(master_store.commit_log.mapped_file_queue,
+                    slave_store.commit_log.mapped_file_queue, strict=True):
+        assert a.read(0) == b.read(0)
+    assert slave_store.get_max_offset_in_queue("TopicTest", 0) == 40
+    assert slave_store.query_message("TopicTest", "k39", 5).messages
+    master_store.shutdown()
+    slave_store.shutdown()
+
+
+def test_a_new_slave_starts_at_the_masters_last_file(tmp_path):
+    master_store = open_store(tmp_path / "m")
+    for _i in range(40):
+        master_store.put_message(make_message(body=b"x" * 300))
+    file_size = master_store.config.mapped_file_size_commit_log
+    last_file = master_store.get_max_phy_offset() // file_size * file_size
+    assert last_file > 0
+
+    async def main():
+        ha = HAService(master_store, master_store.config, "127.0.0.1", 0)
+        await ha.start()
+        reader, writer = await asyncio.open_connection("127.0.0.1", ha.port)
+        try:
+            writer.write(encode_report(0))
+            frames = TransferReader()
+            got = []
+            while not got:
+                got = frames.feed(await reader.read(65536))
+            assert got[0].offset == last_file
+        finally:
+            writer.close()
+            await ha.stop()
+
+    asyncio.run(main())
+    master_store.shutdown()
+
+
+def test_a_slave_ahead_of_the_master_is_refused_and_reported(tmp_path):
+    master_store = open_store(tmp_path / "m")
+    master_store.put_message(make_message())
+
+    async def main():
+        ha = HAService(master_store, master_store.config, "127.0.0.1", 0)
+        await ha.start()
+        reader, writer = await asyncio.open_connection("127.0.0.1", ha.port)
+        try:
+            writer.write(encode_report(master_store.get_max_phy_offset() + 1000))
+            assert await reader.read(100) == b""  # the master hangs up, sending nothing
+            rejected = ha.runtime_info()["rejectedSlaves"]
+            assert len(rejected) == 1
+            assert "beyond the master" in rejected[0]["reason"]
+            assert not ha.is_slave_ok(master_store.get_max_phy_offset())
+        finally:
+            writer.close()
+            await ha.stop()
+
+    asyncio.run(main())
+    master_store.shutdown()
+
+
+def test_a_slave_drops_a_master_whose_stream_does_not_continue_its_log(tmp_path):
+    slave_store = open_store(tmp_path / "s")
+    slave_store.put_message  # noqa: B018 - a slave store takes raw appends only
+    slave_store.append_to_commit_log(0, _one_record(tmp_path))
+    before = slave_store.get_max_phy_offset()
+
+    async def main():
+        accepted = asyncio.Event()
+        reports = []
+
+        async def fake_master(reader, writer):
+            reports.append(await reader.readexactly(8))
+            # A frame starting elsewhere than where the slave's log ends.
+            writer.write(encode_transfer_header(before + 4096, 4) + b"\x00\x00\x00\x01")
+            await writer.drain()
+            accepted.set()
+            await reader.read()  # until the slave hangs up
+            writer.close()
+
+        server = await asyncio.start_server(fake_master, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = HAClient(slave_store, slave_store.config)
+        client.update_master_address(f"127.0.0.1:{port}")
+        client.start()
+        try:
+            await asyncio.wait_for(accepted.wait(), 10)
+            await until(lambda: client.last_error is not None)
+            assert "not equal" in client.last_error or "but the slave" in client.last_error
+            assert int.from_bytes(reports[0], "big") == before
+        finally:
+            await client.stop()
+            server.close()
+
+    asyncio.run(main())
+    assert slave_store.get_max_phy_offset() == before  # nothing written out of place
+    slave_store.shutdown()
+
+
+def _one_record(tmp_path) -> bytes:
+    other = open_store(tmp_path / "other")
+    other.put_message(make_message())
+    data = other.get_commit_log_data(0)
+    other.shutdown()
+    return data
+
+
+def test_nothing_listens_beyond_loopback_by_default(tmp_path):
+    store = open_store(tmp_path / "m")
+
+    async def main():
+        ha = HAService(store, store.config, "127.0.0.1", 0)
+        await ha.start()
+        try:
+            host = ha._server.sockets[0].getsockname()[0]
+            assert host == "127.0.0.1"
+            assert ha._server.sockets[0].family == socket.AF_INET
+        finally:
+            await ha.stop()
+
+    asyncio.run(main())
+    store.shutdown()
