@@ -130,6 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
         "producer", help="send load to a cluster: TPS, RT and failures every second"))
     add_consumer_arguments(bench_commands.add_parser(
         "consumer", help="consume from a cluster: TPS and born-to-consume latency every second"))
+    from cluster.bench.ha import add_arguments as add_ha_arguments
+
+    add_ha_arguments(bench_commands.add_parser(
+        "ha", help="replication: SYNC_MASTER+SYNC_FLUSH against ASYNC_MASTER+ASYNC_FLUSH"))
     return parser
 
 

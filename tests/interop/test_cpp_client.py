@@ -89,3 +89,29 @@ def test_older_core_uses_send_message_v1_and_consumes(cluster, cpp_clients, tmp_
     got = client(cpp_clients["old"], tmp_path, "consume", namesrv, "OldCore", "CID-old", "3",
                  "--tags", "tagB", "--timeout", "30")
     assert sorted(e["body"] for e in got if e["event"] == "received") == ["cpp-0", "cpp-1", "cpp-2"]
+
+
+def test_cpp_consumer_reads_from_the_slave_while_the_master_is_down(cpp_clients, tmp_path):
+    """The official client, given only the name server, finds the slave on its own."""
+    from tests.integration.test_ha import master_conf, slave_conf, slave_in_sync, wait_for
+
+    env = {"HOME": str(tmp_path)}
+    with running("cluster.namesrv", "-p", "0", env=env) as ns:
+        namesrv = ns.address
+        master = running("cluster.broker", "-c", master_conf(tmp_path, namesrv, "SYNC_MASTER", 0, 0),
+                         env=env)
+        master_node = master.__enter__()
+        try:
+            with running("cluster.broker", "-c", slave_conf(tmp_path, namesrv), env=env):
+                asyncio.run(wait_for(lambda: slave_in_sync(namesrv), what="the slave to connect"))
+                sent = client(cpp_clients["cpp"], tmp_path, "produce", namesrv, "SlaveRead", "6")
+                assert [e["status"] for e in sent if e["event"] == "sent"] == ["0"] * 6  # SEND_OK
+                asyncio.run(wait_for(lambda: slave_in_sync(namesrv), what="replication"))
+                master_node.process.kill()
+                master_node.process.wait(10)
+                got = client(cpp_clients["cpp"], tmp_path, "consume", namesrv, "SlaveRead",
+                             "CID-slave-read", "6", "--timeout", "45", timeout=90)
+                bodies = sorted(e["body"] for e in got if e["event"] == "received")
+                assert len(set(bodies)) == 6
+        finally:
+            master.__exit__(None, None, None)

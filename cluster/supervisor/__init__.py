@@ -1,0 +1,1 @@
+"""The local cluster supervisor: cluster specs, node processes, their state on disk."""
