@@ -11,6 +11,8 @@ import json
 import logging
 import sys
 
+from cluster.remoting.errors import BrokerResponseError, RemotingError
+from cluster.supervisor.errors import SupervisorError
 from storage.errors import StoreError
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
@@ -118,6 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
     dump.add_argument("--no-crc", action="store_true", help="skip body CRC verification")
     dump.set_defaults(func=_store_dump)
 
+    from cluster.cli_admin import add_commands as add_admin_commands
+    from cluster.cli_cluster import add_commands as add_cluster_commands
+
+    add_cluster_commands(commands)
+    add_admin_commands(commands)
+
     bench = commands.add_parser("bench", help="benchmarks that print figures")
     bench_commands = bench.add_subparsers(dest="bench_command", metavar="TARGET", required=True)
     from cluster.bench.store import add_arguments
@@ -130,7 +138,11 @@ def build_parser() -> argparse.ArgumentParser:
         "producer", help="send load to a cluster: TPS, RT and failures every second"))
     add_consumer_arguments(bench_commands.add_parser(
         "consumer", help="consume from a cluster: TPS and born-to-consume latency every second"))
+    from cluster.bench.cold_start import add_arguments as add_cold_start_arguments
     from cluster.bench.ha import add_arguments as add_ha_arguments
+
+    add_cold_start_arguments(bench_commands.add_parser(
+        "cold-start", help="seconds from nothing to every node of a profile ready"))
 
     add_ha_arguments(bench_commands.add_parser(
         "ha", help="replication: SYNC_MASTER+SYNC_FLUSH against ASYNC_MASTER+ASYNC_FLUSH"))
@@ -147,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         return args.func(args)
-    except StoreError as exc:
+    except (StoreError, SupervisorError, RemotingError, BrokerResponseError) as exc:
         print(f"rocketdesk: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     except BrokenPipeError:

@@ -19,6 +19,7 @@ mapping (Linux keeps one page cache), and unlike ``mmap.flush`` it lets other th
 
 from __future__ import annotations
 
+import errno
 import logging
 import mmap
 import os
@@ -151,14 +152,33 @@ class MappedFile:
     def zero_from(self, position: int) -> None:
         """Zero the bytes from ``position`` on, so a cut-off tail can never be read again."""
         mm = self.mm
-        pos = position
-        while pos < self.file_size:
-            end = min(pos + len(_ZERO_CHUNK), self.file_size)
-            if mm[pos:end] != _ZERO_CHUNK[: end - pos]:
-                mm[pos:end] = _ZERO_CHUNK[: end - pos]
-            pos = end
+        for start, stop in self._data_regions(position):
+            pos = start
+            while pos < stop:
+                end = min(pos + len(_ZERO_CHUNK), stop)
+                if mm[pos:end] != _ZERO_CHUNK[: end - pos]:
+                    mm[pos:end] = _ZERO_CHUNK[: end - pos]
+                pos = end
         if self.write_buffer is not None:
             self.write_buffer[position:] = bytes(self.file_size - position)
+
+    def _data_regions(self, position: int) -> list[tuple[int, int]]:
+        """Ranges from ``position`` on that may hold data. Holes of a sparse file read as zeros
+        already: skipping them spares reading (and caching) a mostly empty 1 GiB file."""
+        if not hasattr(os, "SEEK_DATA"):
+            return [(position, self.file_size)]
+        regions = []
+        pos = position
+        try:
+            while pos < self.file_size:
+                start = os.lseek(self._fd, pos, os.SEEK_DATA)
+                stop = min(os.lseek(self._fd, start, os.SEEK_HOLE), self.file_size)
+                regions.append((start, stop))
+                pos = stop
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:  # ENXIO: no data after pos
+                return [(position, self.file_size)]
+        return regions
 
     # -- reads -------------------------------------------------------------------------------
     def read(self, pos: int, size: int | None = None) -> bytes:

@@ -18,9 +18,21 @@ from cluster.client.message import Message, SendStatus
 from cluster.client.producer import Producer
 
 
+def _target(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-n", "--namesrv", help="name server address(es), ';'-separated "
+                        "(default: $NAMESRV_ADDR, else the cluster RocketDesk runs)")
+    parser.add_argument("--cluster", help="a cluster RocketDesk runs, by name")
+
+
+def _resolve(args: argparse.Namespace) -> None:
+    if not args.namesrv:
+        from cluster.cli_cluster import namesrv_of
+
+        args.namesrv = namesrv_of(args.cluster)
+
+
 def add_producer_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-n", "--namesrv", default=os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876"),
-                        help="name server address(es), ';'-separated")
+    _target(parser)
     parser.add_argument("-t", "--topic", default="BenchmarkTest")
     parser.add_argument("-w", "--threads", type=int, default=64, help="concurrent senders")
     parser.add_argument("-s", "--size", type=int, default=1024, help="body size in bytes")
@@ -32,7 +44,7 @@ def add_producer_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_consumer_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-n", "--namesrv", default=os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876"))
+    _target(parser)
     parser.add_argument("-t", "--topic", default="BenchmarkTest")
     parser.add_argument("-g", "--group", default="benchmark_consumer")
     parser.add_argument("--expression", default="*")
@@ -144,10 +156,12 @@ async def consumer_bench(args: argparse.Namespace, out=print) -> dict:
 
 
 def run_producer_bench(args: argparse.Namespace) -> int:
+    _resolve(args)
     summary = asyncio.run(producer_bench(args))
     return 0 if summary["messages"] else 1
 
 
 def run_consumer_bench(args: argparse.Namespace) -> int:
+    _resolve(args)
     asyncio.run(consumer_bench(args))
     return 0

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import logging
 
+from cluster.broker.admin_processor import message_queue_key, mq_table_json
 from cluster.broker.client_manager import ClientChannelInfo, SubscriptionData
-from cluster.broker.headers import Header
+from cluster.broker.headers import Header, HeaderError
 from cluster.broker.topic_config import PERM_READ, PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX
 from cluster.remoting import fastjson
 from cluster.remoting.codec import RemotingCommand, request
@@ -196,3 +197,54 @@ class ClientForwardProcessor:
         self.broker.locks.unlock_batch(str(data.get("consumerGroup") or ""),
                                        list(data.get("mqSet") or []), str(data.get("clientId") or ""))
         return command.make_response(ResponseCode.SUCCESS)
+
+
+class ResetOffsetProcessor:
+    """INVOKE_BROKER_TO_RESET_OFFSET: move a group's offsets on a topic to a point in time, then
+    tell the group's online consumers (RESET_CONSUMER_CLIENT_OFFSET) so they do not commit their
+    old positions over the new ones."""
+
+    def __init__(self, broker) -> None:
+        self.broker = broker
+
+    def register_with(self, server) -> None:
+        server.register(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, self.reset_offset)
+
+    async def reset_offset(self, connection, command: RemotingCommand) -> RemotingCommand:
+        try:
+            header = Header(command)
+            topic = header.str("topic", required=True)
+            group = header.str("group", required=True)
+            timestamp = header.int("timestamp", required=True)
+            force = header.bool("isForce", True)
+        except HeaderError as exc:
+            return command.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
+        broker = self.broker
+        config = broker.topics.select(topic)
+        if config is None:
+            return command.make_response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+        store = broker.store
+        entries = []
+        for queue_id in range(config.write_queue_nums):
+            if timestamp < 0:
+                target = store.get_max_offset_in_queue(topic, queue_id)
+            else:
+                target = store.get_offset_in_queue_by_time(topic, queue_id, timestamp)
+            current = broker.offsets.query_offset(group, topic, queue_id)
+            if force or current < 0 or target < current:
+                broker.offsets.commit_offset(group, topic, queue_id, target)
+            else:
+                target = current
+            entries.append((message_queue_key(topic, broker.config.broker_name, queue_id),
+                            target))
+        body = ('{"offsetTable":' + mq_table_json(entries) + "}").encode()
+        info = broker.consumers.find(group)
+        for channel in list(info.channels.values()) if info else []:
+            try:
+                channel.connection.invoke_oneway(request(
+                    RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
+                    {"topic": topic, "group": group, "timestamp": timestamp, "isForce": force},
+                    body=body))
+            except RemotingError:
+                log.debug("could not tell %s about the offset reset", channel.client_id)
+        return command.make_response(ResponseCode.SUCCESS, body=body)

@@ -10,7 +10,11 @@ import socket
 from cluster.broker.admin_processor import AdminBrokerProcessor, broker_version_fields
 from cluster.broker.bridge import LoopBridge
 from cluster.broker.client_manager import ConsumerManager, ProducerManager
-from cluster.broker.client_processor import ClientForwardProcessor, ClientManageProcessor
+from cluster.broker.client_processor import (
+    ClientForwardProcessor,
+    ClientManageProcessor,
+    ResetOffsetProcessor,
+)
 from cluster.broker.config import BrokerConfig
 from cluster.broker.consumer_offset import ConsumerOffsetManager
 from cluster.broker.long_polling import PullRequestHoldService
@@ -89,7 +93,8 @@ class BrokerController:
         self.server = RemotingServer(config.bind_address, config.listen_port)
         for processor in (SendMessageProcessor(self), PullMessageProcessor(self),
                           QueryProcessor(self), ClientManageProcessor(self),
-                          ClientForwardProcessor(self), AdminBrokerProcessor(self)):
+                          ClientForwardProcessor(self), AdminBrokerProcessor(self),
+                          ResetOffsetProcessor(self)):
             processor.register_with(self.server)
         await self.server.start(sock=sock)
         self.registration = BrokerRegistration(self)

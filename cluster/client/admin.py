@@ -7,29 +7,16 @@ answer is not SUCCESS, and returns plain values (dicts, lists, records).
 from __future__ import annotations
 
 import json
-import re
 import time
 
 from cluster.client.instance import MQClientInstance
-from cluster.client.route import MessageQueue
+from cluster.client.route import MessageQueue, parse_mq_table
 from cluster.remoting import fastjson
 from cluster.remoting.codec import RemotingCommand, request
 from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.errors import BrokerResponseError
 from storage.message_id import decode_message_id
 from storage.record import MessageRecord, iter_records
-
-_MQ_KEY = re.compile(r'\{"brokerName":"([^"]*)","queueId":(\d+),"topic":"([^"]*)"\}:')
-
-
-def parse_mq_table(text: str) -> dict[MessageQueue, dict]:
-    """Read a fastjson map keyed by MessageQueue objects (topic stats, consume stats)."""
-    result = {}
-    for match in _MQ_KEY.finditer(text):
-        decoder = json.JSONDecoder()
-        value, _ = decoder.raw_decode(text, match.end())
-        result[MessageQueue(match.group(3), match.group(1), int(match.group(2)))] = value
-    return result
 
 
 class AdminClient:
@@ -150,6 +137,48 @@ class AdminClient:
         raise BrokerResponseError(ResponseCode.CONSUMER_NOT_ONLINE,
                                   f"the consumer {client_id} of {group} is not online")
 
+    async def group_list(self) -> dict[str, dict]:
+        """Subscription groups of every master: name -> config (SubscriptionGroupConfig JSON)."""
+        groups: dict[str, dict] = {}
+        for address in (await self.master_addrs()).values():
+            body = (await self._broker(address, request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))).body
+            groups.update(fastjson.loads(body.decode()).get("subscriptionGroupTable") or {})
+        return groups
+
+    async def create_group(self, group: str, cluster: str | None = None, **options) -> list[str]:
+        """Create or update a subscription group on every master (options in RocketMQ's
+        camelCase: consumeEnable, consumeBroadcastEnable, retryQueueNums, retryMaxTimes, …)."""
+        config = {"groupName": group, "consumeEnable": True, "consumeFromMinEnable": True,
+                  "consumeBroadcastEnable": True, "retryQueueNums": 1, "retryMaxTimes": 16,
+                  "brokerId": 0, "whichBrokerWhenConsumeSlowly": 1,
+                  "notifyConsumerIdsChangedEnable": True, **options}
+        targets = list((await self.master_addrs(cluster)).values())
+        if not targets:
+            raise BrokerResponseError(ResponseCode.SYSTEM_ERROR, "no master broker to create the group on")
+        for address in targets:
+            await self._broker(address, request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+                                                body=json.dumps(config).encode()))
+        return targets
+
+    async def delete_group(self, group: str, cluster: str | None = None) -> None:
+        for address in (await self.master_addrs(cluster)).values():
+            await self._broker(address, request(RequestCode.DELETE_SUBSCRIPTIONGROUP,
+                                                {"groupName": group}))
+
+    async def reset_offset_by_time(self, group: str, topic: str, timestamp_ms: int,
+                                   force: bool = True) -> dict[MessageQueue, int]:
+        """Move ``group``'s offsets on ``topic`` to the first message stored at or after
+        ``timestamp_ms`` (-1: the end) on every master; online consumers follow at once."""
+        route = await self.instance.fetch_route(topic)
+        if route is None:
+            raise BrokerResponseError(ResponseCode.TOPIC_NOT_EXIST, f"no route for topic {topic}")
+        offsets: dict[MessageQueue, int] = {}
+        for address in route.master_addrs().values():
+            body = (await self._broker(address, request(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, {
+                "topic": topic, "group": group, "timestamp": timestamp_ms, "isForce": force}))).body
+            offsets.update({mq: int(v) for mq, v in parse_mq_table(body.decode()).items()})
+        return offsets
+
     # -- messages --------------------------------------------------------------------------------------
     async def query_by_key(self, topic: str, key: str, max_num: int = 32, begin: int = 0,
                            end: int | None = None) -> list[MessageRecord]:
@@ -167,6 +196,8 @@ class AdminClient:
     async def view_message(self, offset_msg_id: str) -> MessageRecord:
         """The record an offset msgId points at, read from the broker the id names."""
         decoded = decode_message_id(offset_msg_id)
+        if not 0 < decoded.port < 65536:
+            raise ValueError(f"{offset_msg_id} is not an offset msgId (it names port {decoded.port})")
         host = f"[{decoded.ip}]" if ":" in decoded.ip else decoded.ip
         response = await self._broker(f"{host}:{decoded.port}", request(
             RequestCode.VIEW_MESSAGE_BY_ID, {"offset": decoded.offset}))

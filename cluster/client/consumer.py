@@ -364,8 +364,8 @@ class PushConsumer:
                                               mq, timestamp=when)
         return await queue_offset_request(self.instance, RequestCode.GET_MAX_OFFSET, mq)
 
-    async def _pull_loop(self, mq: MessageQueue) -> None:
-        pq = None
+    async def _pull_loop(self, mq: MessageQueue, start_offset: int | None = None) -> None:
+        pq = None if start_offset is None else _ProcessQueue(start_offset)
         while pq is None:
             try:
                 pq = _ProcessQueue(await self._initial_offset(mq))
@@ -480,6 +480,26 @@ class PushConsumer:
                                   "inFlight": len(pq.in_flight), "consumed": pq.consumed}
                         for mq, pq in self.process_queues.items()},
         }
+
+    def reset_offsets(self, topic: str, table: dict) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET: an admin moved the group's offsets (the broker holds the
+        new ones already). As RocketMQ does, drop each affected queue, a long-polling pull
+        included, and start it again from the new offset."""
+        for mq, offset in table.items():
+            if mq.topic != topic or mq not in self._pull_tasks or self._closing:
+                continue
+            log.info("offset of %s reset to %s by an admin", mq, offset)
+            task = self._pull_tasks.pop(mq)
+            task.cancel()
+            pq = self.process_queues.pop(mq, None)
+            if pq is not None:
+                pq.dropped = True
+            self._pull_tasks[mq] = asyncio.get_running_loop().create_task(
+                self._restart_queue(mq, task, int(offset)))
+
+    async def _restart_queue(self, mq: MessageQueue, old: asyncio.Task, offset: int) -> None:
+        await asyncio.gather(old, return_exceptions=True)
+        await self._pull_loop(mq, offset)
 
     async def consume_directly(self, body: bytes, broker_name: str | None) -> dict:
         """CONSUME_MESSAGE_DIRECTLY: run the listener on one message, report how it went."""

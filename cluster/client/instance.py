@@ -13,7 +13,7 @@ import logging
 import os
 import socket
 
-from cluster.client.route import TopicRouteData
+from cluster.client.route import TopicRouteData, parse_mq_table
 from cluster.remoting.client import RemotingClient
 from cluster.remoting.codec import RemotingCommand, request
 from cluster.remoting.codes import RequestCode, ResponseCode
@@ -156,6 +156,12 @@ class MQClientInstance:
             consumer = self.consumers.get(command.field("consumerGroup") or "")
             if consumer is not None:
                 consumer.rebalance_soon()
+            return None
+        if command.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
+            consumer = self.consumers.get(command.field("group") or "")
+            if consumer is not None:
+                table = parse_mq_table(command.body.decode()) if command.body else {}
+                consumer.reset_offsets(command.field("topic") or "", table)
             return None
         if command.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
             consumer = self.consumers.get(command.field("consumerGroup") or "")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import json
 import random
+import re
 from dataclasses import dataclass
 
 from cluster.remoting import fastjson
@@ -95,3 +97,16 @@ def subscribe_queues(topic: str, route: TopicRouteData) -> list[MessageQueue]:
             for queue_id in range(int(queue_data.get("readQueueNums", 0))):
                 queues.append(MessageQueue(topic, queue_data["brokerName"], queue_id))
     return queues
+
+
+_MQ_KEY = re.compile(r'\{"brokerName":"([^"]*)","queueId":(\d+),"topic":"([^"]*)"\}:')
+
+
+def parse_mq_table(text: str) -> dict[MessageQueue, dict]:
+    """Read a fastjson map keyed by MessageQueue objects (topic stats, consume stats)."""
+    result = {}
+    for match in _MQ_KEY.finditer(text):
+        decoder = json.JSONDecoder()
+        value, _ = decoder.raw_decode(text, match.end())
+        result[MessageQueue(match.group(3), match.group(1), int(match.group(2)))] = value
+    return result

@@ -6,7 +6,10 @@ import socket
 
 
 def port_is_free(port: int) -> bool:
+    """Whether a node could listen on ``port`` now. SO_REUSEADDR as the nodes use it: the
+    connections of a node just killed linger in TIME_WAIT, yet a listener is still refused."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:
