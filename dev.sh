@@ -27,7 +27,7 @@ stamp="$venv/.rocketdesk-installed"
 want=$(cat pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "dev.sh: installing RocketDesk and its dependencies" >&2
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[test]"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[test,spark]"
   echo "$want" > "$stamp"
 fi
 
@@ -35,7 +35,9 @@ command=${1:-run}
 shift || true
 case "$command" in
   run)
-    exec "$venv/bin/rocketdesk" demo "$@"
+    # The default cluster (the `single` profile: a name server and a broker on RocketMQ's
+    # default ports when free); it keeps running in the background until `rocketdesk down`.
+    exec "$venv/bin/rocketdesk" up "$@"
     ;;
   test)
     "$venv/bin/ruff" check .
