@@ -13,6 +13,7 @@ import sys
 
 from cluster.remoting.errors import BrokerResponseError, RemotingError
 from cluster.supervisor.errors import SupervisorError
+from export.errors import ExportError
 from storage.errors import StoreError
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
@@ -125,6 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_cluster_commands(commands)
     add_admin_commands(commands)
+    from cluster.cli_export import add_command as add_export_command
+
+    add_export_command(commands)
 
     bench = commands.add_parser("bench", help="benchmarks that print figures")
     bench_commands = bench.add_subparsers(dest="bench_command", metavar="TARGET", required=True)
@@ -159,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         return args.func(args)
-    except (StoreError, SupervisorError, RemotingError, BrokerResponseError) as exc:
+    except (StoreError, SupervisorError, RemotingError, BrokerResponseError, ExportError) as exc:
         print(f"rocketdesk: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     except BrokenPipeError:

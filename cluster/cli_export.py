@@ -1,0 +1,225 @@
+"""``rocketdesk export``: a topic to Parquet, JSON or CSV through Spark, locally or on a cluster.
+
+The job runs in its own process (``python -m export.job`` for ``local[*]``, ``spark-submit``
+for ``spark://…``), so Spark's JVM, its output and its memory stay out of this one. Progress
+comes back as JSON lines on a pipe; this command prints it as a line on stderr and, with
+``--events FILE``, copies the JSON lines there for the console. SIGINT/SIGTERM cancel the job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+from cluster.cli_admin import parse_time
+from cluster.cli_cluster import namesrv_of
+from export.errors import ExportError
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("export", "cluster", "storage")
+
+
+def _range_args(value: str | None, which: str) -> list[str]:
+    """--from/--to: a time (ms, ISO, now) or offsets (earliest, latest, JSON per broker/queue)."""
+    if value is None:
+        return []
+    text = value.strip()
+    if text in ("earliest", "latest") or text.startswith("{"):
+        return [f"--{which}-offsets", text]
+    return [f"--{which}-timestamp", str(parse_time(text))]
+
+
+def _code_zip(folder: str) -> str:
+    """Our packages as one zip for --py-files: executors import the data source from it."""
+    path = os.path.join(folder, "rocketdesk-code.zip")
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for package in PACKAGES:
+            for file in (ROOT / package).rglob("*.py"):
+                archive.write(file, file.relative_to(ROOT))
+    return path
+
+
+def _spark_submit() -> str:
+    try:
+        import pyspark
+    except ImportError:
+        raise ExportError("the export needs pyspark and pyarrow: pip install 'rocketdesk[spark]'") from None
+    return os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-submit")
+
+
+def _check_java() -> None:
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        raise ExportError("Spark needs Java 17 or 21 on PATH (or JAVA_HOME); none was found")
+
+
+def build_command(args, job_args: list[str], scratch: str) -> list[str]:
+    if args.master.startswith("local"):
+        return [sys.executable, "-m", "export.job", *job_args]
+    return [_spark_submit(), "--master", args.master, "--deploy-mode", "client",
+            "--conf", "spark.ui.enabled=false", "--conf", "spark.log.level=WARN",
+            "--conf", f"spark.pyspark.python={sys.executable}",
+            "--conf", f"spark.pyspark.driver.python={sys.executable}",
+            "--py-files", _code_zip(scratch), str(ROOT / "export" / "job.py"), *job_args]
+
+
+def _human(event: dict) -> str | None:
+    kind = event["event"]
+    if kind == "started":
+        return f"starting Spark ({event.get('master')})…"
+    if kind == "planned":
+        return f"{event['total']:,} messages in {event['queues']} queue ranges"
+    if kind == "progress":
+        total = event.get("total")
+        if total:
+            eta = event.get("etaSeconds")
+            share = event["exported"] * 100 // max(total, 1)
+            return (f"exported {event['exported']:,} of {total:,} ({share}%), "
+                    f"{event.get('rate', 0):,} msg/s" + (f", ETA {eta:.0f} s" if eta is not None else ""))
+        return f"exported {event['exported']:,}"
+    if kind == "failed":
+        return f"failed: {event['error']}"
+    if kind == "cancelled":
+        return "cancelled"
+    return None
+
+
+def run_export(args) -> int:
+    _check_java()
+    _spark_submit()
+    job_args = ["--topic", args.topic, "--format", args.format, "--out", os.path.abspath(args.out),
+                "--master", args.master, "--partition-size", str(args.partition_size)]
+    if args.path:
+        job_args += ["--path", os.path.abspath(args.path)]
+    else:
+        job_args += ["--name-server", args.namesrv or namesrv_of(args.cluster)]
+    job_args += _range_args(getattr(args, "from"), "starting") + _range_args(args.to, "ending")
+    if args.tags:
+        job_args += ["--tags", args.tags]
+    if args.keys:
+        job_args += ["--keys", args.keys]
+    if args.partition_by:
+        job_args += ["--partition-by", args.partition_by]
+    if args.incremental:
+        job_args.append("--incremental")
+    scratch = tempfile.mkdtemp(prefix="rocketdesk-export-")
+    events_path = os.path.join(scratch, "events.jsonl")
+    job_args += ["--events-file", events_path]
+    log_path = args.log or os.path.join(scratch, "spark.log")
+    pythonpath = str(ROOT) + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+               PYTHONPATH=pythonpath)
+    if args.master.startswith("local"):
+        env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # nothing listens beyond loopback
+    Path(events_path).touch()
+    summary = None
+    with open(log_path, "ab") as log:
+        job = subprocess.Popen(build_command(args, job_args, scratch), stdout=log,
+                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                               cwd=str(ROOT), start_new_session=True)
+
+    def cancel(signum, frame):
+        # The job itself cancels its Spark jobs and removes its staging folder; its JVM and
+        # Python workers follow it (the group is killed below if anything lingers).
+        try:
+            job.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+    previous = {sig: signal.signal(sig, cancel) for sig in (signal.SIGINT, signal.SIGTERM)}
+    events_out = open(args.events, "a", buffering=1, encoding="utf-8") if args.events else None  # noqa: SIM115
+    try:
+        shown = 0.0
+        with open(events_path, encoding="utf-8") as stream:
+            while True:
+                line = stream.readline()
+                if not line:
+                    if job.poll() is not None:
+                        rest = stream.read()
+                        if not rest:
+                            break
+                        line = rest
+                    else:
+                        time.sleep(0.2)
+                        continue
+                for text_line in line.splitlines():
+                    if events_out is not None:
+                        events_out.write(text_line + "\n")
+                    event = json.loads(text_line)
+                    text = _human(event)
+                    if text and (event["event"] != "progress" or time.monotonic() - shown > 1):
+                        print(text, file=sys.stderr, flush=True)
+                        shown = time.monotonic()
+                    if event["event"] == "finished":
+                        summary = event
+        try:
+            code = job.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(job.pid, signal.SIGKILL)
+            code = job.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+        try:
+            os.killpg(job.pid, signal.SIGKILL)  # a JVM or worker left behind by the job
+        except (ProcessLookupError, PermissionError):
+            pass
+        if events_out is not None:
+            events_out.close()
+    if summary is not None:
+        summary.pop("event", None)
+        summary.pop("time", None)
+        print(json.dumps(summary, indent=1) if args.json else _summary_text(summary))
+        shutil.rmtree(scratch, ignore_errors=True)
+        return 0 if summary.get("verified") else 1
+    if code == 130:
+        shutil.rmtree(scratch, ignore_errors=True)
+        return 130
+    tail = Path(log_path).read_text(errors="replace").splitlines()[-15:] if os.path.exists(log_path) else []
+    print("rocketdesk: the export failed; the last lines of Spark's log (" + log_path + "):\n  "
+          + "\n  ".join(tail), file=sys.stderr)
+    return 1
+
+
+def _summary_text(summary: dict) -> str:
+    if summary.get("incremental"):
+        return (f"exported {summary['exported']:,} new messages to {summary['out']} in "
+                f"{summary['seconds']:.1f} s ({summary['totalInOutput']:,} there in all, "
+                f"{'each once' if summary['verified'] else 'DUPLICATES FOUND'})")
+    check = "verified against the brokers' offsets" if summary["verified"] else "NOT VERIFIED"
+    return (f"exported {summary['exported']:,} of {summary['planned']:,} planned messages to "
+            f"{summary['out']} in {summary['seconds']:.1f} s"
+            + (f" ({summary['rate']:,} msg/s)" if summary.get("rate") else "") + f"; {check}")
+
+
+def add_command(commands) -> None:
+    parser = commands.add_parser("export", help="export a topic to Parquet, JSON or CSV with Spark")
+    parser.add_argument("--cluster", help="a cluster RocketDesk runs (default: the only one)")
+    parser.add_argument("-n", "--namesrv", help="or any name server address")
+    parser.add_argument("--path", help="or a store directory on this host (offline read)")
+    parser.add_argument("-t", "--topic", required=True, help="topic(s), comma-separated")
+    parser.add_argument("--from", help="time (ms, ISO, now) or earliest/latest/JSON offsets")
+    parser.add_argument("--to", help="time or offsets where the export ends (default: latest)")
+    parser.add_argument("--tags", help="tag expression, e.g. 'TagA || TagB'")
+    parser.add_argument("--keys", help="only messages with one of these keys (comma-separated)")
+    parser.add_argument("--format", choices=["parquet", "json", "csv"], default="parquet")
+    parser.add_argument("--partition-by", help="output columns to partition by, e.g. brokerName,queueId")
+    parser.add_argument("--partition-size", type=int, default=50_000, help="messages per Spark task")
+    parser.add_argument("--incremental", action="store_true",
+                        help="only what is new since the last run into the same --out")
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--master", default="local[*]", help="local[*] (default) or spark://HOST:PORT")
+    parser.add_argument("--events", help="also append the job's JSON events to this file")
+    parser.add_argument("--log", help="where Spark's own output goes (default: a temporary file)")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.set_defaults(func=run_export)

@@ -1,0 +1,169 @@
+"""The ``rocketmq`` PySpark data source: batch reads and streaming (with Trigger.AvailableNow).
+
+Planning happens on the driver (``export.planner``); each Spark partition is one
+:class:`QueueRange` read on an executor over the pull protocol, or from store files with the
+``path`` option, and yields Arrow batches. Filters come from options only: ``pushFilters`` is
+left undefined on purpose (in PySpark 4.3 defining it breaks reads, and enabling it leaked a
+filter into later queries; spark.md §2.4).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
+
+from export.datasource_math import cap_rows
+from export.options import SourceOptions
+from export.planner import QueueBounds, QueueRange, plan, resolve, split
+from export.schema import SCHEMA_DDL
+
+
+class RangePartition(InputPartition):
+    def __init__(self, rng: QueueRange) -> None:
+        super().__init__(rng)
+        self.rng = rng
+
+
+def _read(rng: QueueRange, options: SourceOptions):
+    from export.pull_reader import read_range, read_store_range
+
+    return read_store_range(rng, options) if options.path else read_range(rng, options)
+
+
+class RocketMQDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "rocketmq"
+
+    def schema(self) -> str:
+        return SCHEMA_DDL
+
+    def reader(self, schema):
+        return RocketMQBatchReader(SourceOptions.parse(dict(self.options)))
+
+    def streamReader(self, schema):
+        return RocketMQStreamReader(SourceOptions.parse(dict(self.options)))
+
+
+class RocketMQBatchReader(DataSourceReader):
+    def __init__(self, options: SourceOptions) -> None:
+        self.source_options = options
+        self.ranges: list[QueueRange] | None = None
+
+    def partitions(self):
+        # End offsets are fixed here, once: the job reads what existed when it was planned.
+        self.ranges = plan(self.source_options)
+        return [RangePartition(r) for r in split(self.ranges, self.source_options.partition_size)]
+
+    def read(self, partition):
+        yield from _read(partition.rng, self.source_options)
+
+
+class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets are ``{"topic": {"broker": {"queueId": next}}}`` (the startingOffsets shape), kept
+    only in Spark's checkpoint: with a file sink, each message lands exactly once."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.source_options = options
+        self._target: dict | None = None
+
+    def _bounds(self) -> list[QueueBounds]:
+        if self.source_options.path:
+            ranges = plan(_all(self.source_options))
+            return [QueueBounds(r.topic, r.broker_name, r.queue_id, r.start, r.end, r.address)
+                    for r in ranges]
+        import asyncio
+
+        from cluster.client.instance import MQClientInstance
+        from export.planner import broker_bounds
+
+        async def fetch():
+            client = MQClientInstance(self.source_options.name_server, "EXPORT")
+            try:
+                return await broker_bounds(self.source_options, client)
+            finally:
+                await client.shutdown()
+
+        return asyncio.run(fetch())
+
+    def initialOffset(self) -> dict:
+        options = self.source_options
+        bounds = self._bounds()
+        ranges = resolve(bounds, _only_start(options))
+        offsets = _table(bounds, lambda b: b.min_offset if options.starting == "earliest" else b.max_offset)
+        for r in ranges:
+            offsets[r.topic][r.broker_name][str(r.queue_id)] = r.start
+        return offsets
+
+    def _latest(self) -> dict:
+        return _table(self._bounds(), lambda b: b.max_offset)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._latest()
+
+    def getDefaultReadLimit(self):
+        limit = self.source_options.max_offsets_per_trigger
+        return ReadMaxRows(limit) if limit else super().getDefaultReadLimit()
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        latest = self._target if self._target is not None else self._latest()
+        end = {t: {b: dict(q) for b, q in brokers.items()} for t, brokers in latest.items()}
+        # Queues that appeared since the start begin at what start says, or at their end.
+        for topic, brokers in end.items():
+            for broker, queues in brokers.items():
+                for queue_id, offset in queues.items():
+                    begin = start.get(topic, {}).get(broker, {}).get(queue_id, offset)
+                    queues[queue_id] = max(begin, offset)
+        if isinstance(limit, ReadMaxRows):
+            end = cap_rows(start, end, limit.max_rows)
+        return end
+
+    def partitions(self, start: dict, end: dict):
+        ranges = []
+        for topic, brokers in end.items():
+            for broker, queues in brokers.items():
+                for queue_id, stop in queues.items():
+                    begin = start.get(topic, {}).get(broker, {}).get(queue_id, stop)
+                    if stop > begin:
+                        ranges.append(QueueRange(topic, broker, int(queue_id), begin, stop,
+                                                 self._address(topic, broker)))
+        return [RangePartition(r) for r in split(ranges, self.source_options.partition_size)]
+
+    def _address(self, topic: str, broker: str) -> str | None:
+        if self.source_options.path:
+            return None
+        cache = getattr(self, "_addresses", None)
+        if cache is None:
+            cache = self._addresses = {(b.topic, b.broker_name): b.address for b in self._bounds()}
+        return cache.get((topic, broker))
+
+    def read(self, partition):
+        yield from _read(partition.rng, self.source_options)
+
+    def commit(self, end: dict) -> None:
+        """Offsets live in Spark's checkpoint; nothing is committed to brokers."""
+
+
+def _all(options: SourceOptions) -> SourceOptions:
+    copy = SourceOptions(**{f: getattr(options, f) for f in options.__slots__})
+    copy.starting, copy.ending = "earliest", "latest"
+    copy.starting_timestamp = copy.ending_timestamp = None
+    return copy
+
+
+def _only_start(options: SourceOptions) -> SourceOptions:
+    copy = SourceOptions(**{f: getattr(options, f) for f in options.__slots__})
+    copy.ending, copy.ending_timestamp = "latest", None
+    return copy
+
+
+def _table(bounds: list[QueueBounds], value) -> dict:
+    table: dict = {}
+    for b in bounds:
+        table.setdefault(b.topic, {}).setdefault(b.broker_name, {})[str(b.queue_id)] = value(b)
+    return table

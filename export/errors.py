@@ -1,0 +1,15 @@
+"""Typed errors of the export; each message is a sentence a user can act on."""
+
+from __future__ import annotations
+
+
+class ExportError(Exception):
+    """Base of export errors."""
+
+
+class OptionError(ExportError):
+    """An option that is unknown or has a value that cannot work."""
+
+
+class DataLossError(ExportError):
+    """Messages the plan counted on are gone (expired files, a queue that vanished)."""

@@ -1,0 +1,234 @@
+"""The Spark export against a real cluster (2 brokers x 4 queues) with real Spark: local
+sessions, the `rocketdesk export` command, and a standalone Spark master and worker."""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pyspark")
+pa_parquet = pytest.importorskip("pyarrow.parquet")
+
+from cluster.client.admin import AdminClient  # noqa: E402
+from cluster.client.message import Message  # noqa: E402
+from cluster.client.producer import Producer  # noqa: E402
+from cluster.supervisor.spec import ClusterSpec, GroupSpec  # noqa: E402
+from cluster.supervisor.supervisor import Supervisor  # noqa: E402
+from tests.integration.procs import free_port  # noqa: E402
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+ROOT = str(Path(__file__).resolve().parents[2])
+TOTAL = 100_000
+
+
+def body_of(i: int) -> bytes:
+    return f"message {i} ".encode() * 4
+
+
+async def send(namesrv: str, topic: str, numbers, tags=lambda i: "TagA" if i % 2 else "TagB"):
+    async with Producer("pg-export", namesrv) as producer:
+        pending = []
+        batch: list[Message] = []
+        for i in numbers:
+            batch.append(Message(topic, body_of(i), tags=tags(i), keys=f"key-{i}",
+                                 properties={"seq": str(i)}))
+            if len(batch) == 200:
+                pending.append(producer.send_batch(batch))
+                batch = []
+                if len(pending) == 8:
+                    await asyncio.gather(*pending)
+                    pending = []
+        if batch:
+            pending.append(producer.send_batch(batch))
+        await asyncio.gather(*pending)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    root = tmp_path_factory.mktemp("clusters")
+    spec = ClusterSpec(name="export", groups=[
+        GroupSpec("broker-a", commitlog_file_size=64 << 20),
+        GroupSpec("broker-b", commitlog_file_size=64 << 20)])
+    supervisor = Supervisor.create(spec, root=root)
+    asyncio.run(supervisor.start())
+    namesrv = supervisor.state.namesrv_addr
+
+    async def prepare():
+        async with AdminClient(namesrv) as admin:
+            await admin.create_topic("Orders", 4, 4)
+            await admin.create_topic("Incr", 4, 4)
+        await send(namesrv, "Orders", range(TOTAL))
+
+    asyncio.run(prepare())
+    yield supervisor
+    asyncio.run(supervisor.stop())
+
+
+def rocketdesk(*args, timeout=240, env=None):
+    return subprocess.run([sys.executable, "-m", "cluster.cli", *args], cwd=ROOT, text=True,
+                          capture_output=True, timeout=timeout,
+                          env=dict(os.environ, PYTHONPATH=ROOT, **(env or {})), check=False)
+
+
+def parquet_rows(path) -> list[dict]:
+    files = glob.glob(f"{path}/**/*.parquet", recursive=True)
+    table = pa_parquet.ParquetDataset(files).read() if files else None
+    return table.to_pylist() if table is not None else []
+
+
+def test_100k_messages_from_2_brokers_x_4_queues_to_parquet_each_exactly_once(cluster, tmp_path):
+    out = tmp_path / "orders"
+    events = tmp_path / "events.jsonl"
+    done = rocketdesk("export", "-n", cluster.state.namesrv_addr, "-t", "Orders", "--out", str(out),
+                      "--events", str(events), "--json", "--partition-size", "20000")
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    assert summary["planned"] == summary["exported"] == TOTAL
+    assert summary["verified"] is True
+    kinds = [json.loads(line)["event"] for line in events.read_text().splitlines()]
+    assert kinds[0] == "started"
+    assert "planned" in kinds
+    assert kinds[-1] == "finished"
+    rows = parquet_rows(out)
+    assert len(rows) == TOTAL
+    assert {(r["brokerName"], r["queueId"]) for r in rows} == {
+        (b, q) for b in ("broker-a", "broker-b") for q in range(4)}
+    by_seq = {int(dict(r["properties"])["seq"]): r for r in rows}
+    assert sorted(by_seq) == list(range(TOTAL))  # each message once
+    for i in (0, 1, 4242, TOTAL - 1):
+        row = by_seq[i]
+        assert row["body"] == body_of(i)
+        assert row["keys"] == f"key-{i}"
+        assert row["tags"] == ("TagA" if i % 2 else "TagB")
+        assert dict(row["properties"])["UNIQ_KEY"] == row["uniqKey"]
+    manifest = json.loads((out / "_rocketmq_export.json").read_text())
+    assert sum(q for b in manifest["endingOffsets"]["Orders"].values() for q in b.values()) == TOTAL
+    assert not list(tmp_path.glob(".staging-*"))
+
+
+@pytest.fixture(scope="module")
+def spark():
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+               .config("spark.log.level", "WARN").getOrCreate())
+    from export.datasource import RocketMQDataSource
+
+    session.dataSource.register(RocketMQDataSource)
+    yield session
+    session.stop()
+
+
+def test_tag_and_time_filters_and_an_offline_store_read(cluster, spark, tmp_path):
+    namesrv = cluster.state.namesrv_addr
+    def base():  # a DataFrameReader keeps every option set on it: a new one per read
+        return spark.read.format("rocketmq").option("nameServer", namesrv).option("topic", "Orders")
+
+    tagged = base().option("tags", "TagA").load()
+    assert tagged.count() == TOTAL // 2
+    assert {r.tags for r in tagged.select("tags").distinct().collect()} == {"TagA"}
+
+    # A time range: the messages stored in the middle third of the load.
+    times = sorted(r.storeTimestamp for r in base().load().select("storeTimestamp").collect())
+    since, until = times[TOTAL // 3], times[2 * TOTAL // 3]
+    ms = lambda t: int(t.timestamp() * 1000)  # noqa: E731
+    window = (base().option("startingTimestamp", str(ms(since))).option("endingTimestamp", str(ms(until)))
+              .load())
+    inside = [t for t in times if ms(since) <= ms(t) < ms(until)]
+    assert window.count() == len(inside)
+    assert 0 < len(inside) < TOTAL
+
+    # The store directory of broker-a, read from its files without asking the broker.
+    store = next(n for n in cluster.state.nodes if n.name == "broker-a-0").store_dir
+    offline = spark.read.format("rocketmq").option("path", store).option("topic", "Orders").load()
+    online = base().option("brokerName", "broker-a").load()
+    assert offline.count() == online.count() > 0
+    assert offline.select("queueOffset", "keys").exceptAll(online.select("queueOffset", "keys")).count() == 0
+
+
+def test_incremental_export_picks_up_only_new_messages_exactly_once(cluster, tmp_path):
+    namesrv = cluster.state.namesrv_addr
+    out = tmp_path / "incr"
+    asyncio.run(send(namesrv, "Incr", range(3000)))
+    first = rocketdesk("export", "-n", namesrv, "-t", "Incr", "--out", str(out), "--incremental", "--json")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert json.loads(first.stdout)["exported"] == 3000
+    asyncio.run(send(namesrv, "Incr", range(3000, 4500)))
+    second = rocketdesk("export", "-n", namesrv, "-t", "Incr", "--out", str(out), "--incremental", "--json")
+    assert second.returncode == 0, second.stderr[-3000:]
+    summary = json.loads(second.stdout)
+    assert summary["exported"] == 1500
+    assert summary["totalInOutput"] == summary["distinctInOutput"] == 4500
+    rows = parquet_rows(out)
+    seqs = sorted(int(dict(r["properties"])["seq"]) for r in rows)
+    assert seqs == list(range(4500))
+
+
+def test_a_cancelled_export_leaves_nothing_behind(cluster, tmp_path):
+    out = tmp_path / "cancelled"
+    events = tmp_path / "events.jsonl"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cluster.cli", "export", "-n", cluster.state.namesrv_addr, "-t", "Orders",
+         "--out", str(out), "--events", str(events), "--partition-size", "2000"],
+        cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if events.exists() and '"planned"' in events.read_text():
+            break
+        time.sleep(0.2)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err[-2000:]
+    assert "cancelled" in err
+    assert not out.exists()
+    assert not list(tmp_path.glob(".staging-*"))
+
+
+def test_export_on_a_spark_standalone_master_and_worker(cluster, tmp_path):
+    import pyspark
+
+    spark_class = os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-class")
+    port = free_port()
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", SPARK_LOG_DIR=str(tmp_path / "logs"),
+               PYSPARK_PYTHON=sys.executable)
+    logs = open(tmp_path / "standalone.log", "w")  # noqa: SIM115
+    master = subprocess.Popen([spark_class, "org.apache.spark.deploy.master.Master", "--host",
+                               "127.0.0.1", "--port", str(port), "--webui-port", str(free_port())],
+                              env=env, stdout=logs, stderr=subprocess.STDOUT, start_new_session=True)
+    worker = None
+    try:
+        worker = subprocess.Popen([spark_class, "org.apache.spark.deploy.worker.Worker",
+                                   f"spark://127.0.0.1:{port}", "--host", "127.0.0.1", "--cores", "2",
+                                   "--memory", "1g", "--webui-port", str(free_port())],
+                                  env=env, stdout=logs, stderr=subprocess.STDOUT, start_new_session=True)
+        out = tmp_path / "standalone"
+        done = rocketdesk("export", "-n", cluster.state.namesrv_addr, "-t", "Orders", "--out", str(out),
+                          "--master", f"spark://127.0.0.1:{port}", "--json", "--partition-size", "25000",
+                          "--tags", "TagB", timeout=300, env={"SPARK_LOCAL_IP": "127.0.0.1"})
+        assert done.returncode == 0, (done.stderr[-3000:], (tmp_path / "standalone.log").read_text()[-3000:])
+        summary = json.loads(done.stdout)
+        assert summary["exported"] == TOTAL // 2
+        assert summary["verified"] is True
+        assert len(parquet_rows(out)) == TOTAL // 2
+    finally:
+        for process in (worker, master):
+            if process is not None and process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+                try:
+                    process.wait(20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
+        logs.close()

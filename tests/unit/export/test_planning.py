@@ -1,0 +1,111 @@
+"""Options, planning, row building and store reading of the export, without Spark."""
+
+from __future__ import annotations
+
+import pytest
+
+from export.datasource_math import cap_rows
+from export.decode import RowBuilder
+from export.errors import DataLossError, OptionError
+from export.options import SourceOptions
+from export.planner import QueueBounds, QueueRange, offsets_json, plan_from_store, resolve, split
+from export.pull_reader import read_store_range
+from storage.message_store import DefaultMessageStore
+from storage.record import iter_records
+from tests.conftest import make_message, small_config
+
+
+def opts(**extra) -> SourceOptions:
+    return SourceOptions.parse({"nameServer": "127.0.0.1:9876", "topic": "T", **extra})
+
+
+def test_options_are_case_insensitive_and_unknown_ones_fail():
+    parsed = SourceOptions.parse({"NAMESERVER": "h:1", "Topic": "A, B", "tags": "x || y",
+                                  "partitionsize": "10"})
+    assert parsed.topics == ["A", "B"]
+    assert parsed.tags == {"x", "y"}
+    assert parsed.partition_size == 10
+    with pytest.raises(OptionError, match="no option 'startOffset'"):
+        SourceOptions.parse({"nameServer": "h:1", "topic": "T", "startOffset": "0"})
+    with pytest.raises(OptionError, match="needs a topic"):
+        SourceOptions.parse({"nameServer": "h:1"})
+    with pytest.raises(OptionError, match="JSON"):
+        opts(startingOffsets="{nope")
+
+
+def test_ranges_resolve_markers_json_and_time_and_refuse_lost_data():
+    bounds = [QueueBounds("T", "b", 0, 10, 100), QueueBounds("T", "b", 1, 0, 50)]
+    spec = '{"T": {"b": {"0": 20, "1": -2}}}'
+    ranges = resolve(bounds, opts(startingOffsets=spec, endingOffsets='{"T": {"b": {"0": -1}}}'))
+    assert [(r.queue_id, r.start, r.end) for r in ranges] == [(0, 20, 100), (1, 0, 50)]
+    timed = resolve(bounds, opts(startingTimestamp="5", endingTimestamp="9"),
+                    by_time=lambda b, ms: {5: 30, 9: 40}[ms])
+    assert [(r.queue_id, r.start, r.end) for r in timed] == [(0, 30, 40), (1, 30, 40)]
+    with pytest.raises(DataLossError, match="oldest kept is 10"):
+        resolve(bounds, opts(startingOffsets='{"T": {"b": {"0": 3}}}'))
+    lenient = resolve(bounds, opts(startingOffsets='{"T": {"b": {"0": 3}}}', failOnDataLoss="false"))
+    assert lenient[0].start == 10
+
+
+def test_split_cuts_ranges_into_chunks_largest_first():
+    chunks = split([QueueRange("T", "b", 0, 0, 25), QueueRange("T", "b", 1, 5, 12)], 10)
+    assert [(c.queue_id, c.start, c.end) for c in chunks] == [
+        (0, 0, 10), (0, 10, 20), (1, 5, 12), (0, 20, 25)]
+    assert sum(c.count for c in chunks) == 32
+    assert offsets_json(chunks[:1], "end") == {"T": {"b": {"0": 10}}}
+
+
+def test_read_limits_spread_over_queues_without_starving_any():
+    start = {"T": {"b": {"0": 0, "1": 0}}}
+    end = {"T": {"b": {"0": 1000, "1": 2}}}
+    capped = cap_rows(start, end, 100)
+    assert capped["T"]["b"]["1"] >= 1
+    assert sum(capped["T"]["b"].values()) <= 102
+    assert cap_rows(start, end, 5000) == end
+
+
+@pytest.fixture
+def store(tmp_path):
+    store = DefaultMessageStore(small_config(tmp_path / "store"))
+    store.load()
+    store.start()
+    for i in range(30):
+        store.put_message(make_message(topic="T", queue_id=i % 2, body=f"body {i}".encode(),
+                                       tags="even" if i % 2 == 0 else "odd", keys=f"k{i}"))
+    assert store.wait_dispatched()
+    yield store
+    store.shutdown()
+
+
+def test_rows_keep_what_the_filters_ask_for(store):
+    records = [store.look_message_by_offset(o) for o in _offsets(store)]
+    builder = RowBuilder("b", opts(tags="odd", keys="k1,k3,k4"))
+    kept = [r.keys for r in records if builder.add(r)]
+    assert kept == ["k1", "k3"]
+    batch = builder.take_batch()
+    row = batch.to_pylist()[0]
+    assert row["bodyText"] == "body 1"
+    assert row["body"] == b"body 1"
+    assert dict(row["properties"])["KEYS"] == "k1"
+    assert row["brokerName"] == "b"
+
+
+def _offsets(store):
+    offsets, pos = [], 0
+    data = store.get_commit_log_data(0)
+    for record in iter_records(data):
+        offsets.append(pos)
+        pos += record.total_size
+    return offsets
+
+
+def test_a_store_directory_is_planned_and_read_without_a_broker(store, tmp_path):
+    options = SourceOptions.parse({"path": str(tmp_path / "store"), "topic": "T"})
+    ranges = plan_from_store(options)
+    assert [(r.queue_id, r.start, r.end) for r in ranges] == [(0, 0, 15), (1, 0, 15)]
+    rows = []
+    for r in ranges:
+        for batch in read_store_range(r, options):
+            rows.extend(batch.to_pylist())
+    assert sorted(row["keys"] for row in rows) == sorted(f"k{i}" for i in range(30))
+    assert {row["queueOffset"] for row in rows if row["queueId"] == 1} == set(range(15))
