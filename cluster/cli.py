@@ -142,6 +142,10 @@ def build_parser() -> argparse.ArgumentParser:
         "producer", help="send load to a cluster: TPS, RT and failures every second"))
     add_consumer_arguments(bench_commands.add_parser(
         "consumer", help="consume from a cluster: TPS and born-to-consume latency every second"))
+    from cluster.bench.export import add_arguments as add_export_bench_arguments
+
+    add_export_bench_arguments(bench_commands.add_parser(
+        "export", help="Spark start-up and export-to-Parquet throughput, apart"))
     from cluster.bench.cold_start import add_arguments as add_cold_start_arguments
     from cluster.bench.ha import add_arguments as add_ha_arguments
 

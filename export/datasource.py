@@ -29,9 +29,12 @@ class RangePartition(InputPartition):
         self.rng = rng
 
 
-def _read(rng: QueueRange, options: SourceOptions):
+def _read(partition, options: SourceOptions):
     from export.pull_reader import read_range, read_store_range
 
+    rng = getattr(partition, "value", None)
+    if not isinstance(rng, QueueRange):
+        return iter(())  # Spark's stand-in partition when a plan has no range: nothing to read
     return read_store_range(rng, options) if options.path else read_range(rng, options)
 
 
@@ -61,7 +64,7 @@ class RocketMQBatchReader(DataSourceReader):
         return [RangePartition(r) for r in split(self.ranges, self.source_options.partition_size)]
 
     def read(self, partition):
-        yield from _read(partition.rng, self.source_options)
+        yield from _read(partition, self.source_options)
 
 
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -143,7 +146,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return cache.get((topic, broker))
 
     def read(self, partition):
-        yield from _read(partition.rng, self.source_options)
+        yield from _read(partition, self.source_options)
 
     def commit(self, end: dict) -> None:
         """Offsets live in Spark's checkpoint; nothing is committed to brokers."""

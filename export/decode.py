@@ -8,13 +8,18 @@ bounds are applied here, as is the range end.
 
 from __future__ import annotations
 
+import socket
 import zlib
 
 from export.options import SourceOptions
 from export.schema import COLUMNS, arrow_schema
-from storage.message import COMPRESSED_FLAG
+from storage.message import BORNHOST_V6_FLAG, COMPRESSED_FLAG, STOREHOSTADDRESS_V6_FLAG
 from storage.message import string_to_properties as _props
-from storage.record import MessageRecord
+from storage.record import MESSAGE_MAGIC_CODE, PREFIX_V4, MessageRecord, decode_record
+
+_V6 = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
+_PREFIX = PREFIX_V4.size
+_unpack_prefix = PREFIX_V4.unpack_from
 
 BATCH_ROWS = 10_000
 
@@ -31,9 +36,24 @@ class RowBuilder:
         self.keys = options.keys
         self.since = options.starting_timestamp
         self.until = options.ending_timestamp
-        self.columns: dict[str, list] = {name: [] for name in COLUMNS}
+        self._reset_columns()
+        self.filtering = any(v is not None for v in (self.tags, self.keys, self.since, self.until))
+        self._hosts: dict[tuple, tuple[str, str]] = {}
         self.rows = 0
         self.skipped = 0
+
+    def _reset_columns(self) -> None:
+        self.columns = {name: [] for name in COLUMNS}
+        names = [n for n in COLUMNS if n != "properties"]
+        self._appends = tuple(self.columns[n].append for n in names)
+        self._reset_map()
+
+    def _reset_map(self) -> None:
+        # The properties map column is built from flat keys, values and offsets: far cheaper
+        # for Arrow than a list of lists of pairs.
+        self._map_keys: list[str] = []
+        self._map_values: list[str] = []
+        self._map_offsets: list[int] = [0]
 
     def add(self, record: MessageRecord) -> bool:
         """Add one record if the filters keep it; returns whether they did."""
@@ -71,7 +91,9 @@ class RowBuilder:
         c["tags"].append(tags)
         c["body"].append(body)
         c["bodyText"].append(text)
-        c["properties"].append(list(props.items()))
+        self._map_keys.extend(props)
+        self._map_values.extend(props.values())
+        self._map_offsets.append(len(self._map_keys))
         c["bornTimestamp"].append(record.born_timestamp * 1000)
         c["storeTimestamp"].append(stored * 1000)
         c["bornHost"].append(_host(record.born_host))
@@ -80,6 +102,80 @@ class RowBuilder:
         c["sysFlag"].append(record.sys_flag)
         self.rows += 1
         return True
+
+    def add_raw(self, buf, pos: int, end_offset: int | None = None) -> int:
+        """Decode the record at ``buf[pos]`` straight into the columns (the common v1 IPv4 form;
+        anything else goes through the full decoder). Returns the record's size, or 0 when its
+        queue offset is at or past ``end_offset``."""
+        (total, magic, _crc, queue_id, _flag, queue_offset, phy, sys_flag, born_ts, born_ip,
+         born_port, store_ts, store_ip, store_port, reconsume, _prepared, body_len) = _unpack_prefix(buf, pos)
+        if end_offset is not None and queue_offset >= end_offset:
+            return 0
+        if magic != MESSAGE_MAGIC_CODE or sys_flag & _V6:
+            record = decode_record(buf, pos, check_crc=False)
+            self.add(record)
+            return record.total_size
+        p = pos + _PREFIX
+        body = bytes(buf[p : p + body_len])
+        p += body_len
+        topic_len = buf[p]
+        topic = bytes(buf[p + 1 : p + 1 + topic_len]).decode()
+        p += 1 + topic_len
+        props_len = (buf[p] << 8) | buf[p + 1]
+        props_text = bytes(buf[p + 2 : p + 2 + props_len]).decode()
+        pairs = [item.split("\x01", 1) for item in props_text.split("\x02") if "\x01" in item]
+        props = dict(pairs)
+        tags = props.get("TAGS")
+        keys = props.get("KEYS")
+        if self.filtering and ((self.tags is not None and tags not in self.tags) or (
+                self.keys is not None and not (self.keys & set((keys or "").split(" "))
+                                               or props.get("UNIQ_KEY") in self.keys)) or (
+                self.since is not None and store_ts < self.since) or (
+                self.until is not None and store_ts >= self.until)):
+            self.skipped += 1
+            return total
+        if sys_flag & COMPRESSED_FLAG:
+            body = zlib.decompress(body)
+        if body.isascii():
+            text = body.decode("ascii")
+        else:
+            try:
+                text = body.decode("utf-8")
+            except UnicodeDecodeError:
+                text = None
+        hosts = self._hosts
+        store = hosts.get((store_ip, store_port))
+        if store is None:
+            store = hosts[(store_ip, store_port)] = (
+                f"{socket.inet_ntoa(store_ip)}:{store_port}",
+                (store_ip + store_port.to_bytes(4, "big")).hex().upper())
+        born = hosts.get((born_ip, born_port))
+        if born is None:
+            born = hosts[(born_ip, born_port)] = (f"{socket.inet_ntoa(born_ip)}:{born_port}", "")
+        (a_topic, a_broker, a_queue, a_offset, a_phy, a_msg_id, a_uniq, a_keys, a_tags, a_body,
+         a_text, a_born_ts, a_store_ts, a_born, a_store, a_reconsume, a_sys) = self._appends
+        a_topic(topic)
+        a_broker(self.broker_name)
+        a_queue(queue_id)
+        a_offset(queue_offset)
+        a_phy(phy)
+        a_msg_id(store[1] + f"{phy:016X}")
+        a_uniq(props.get("UNIQ_KEY"))
+        a_keys(keys)
+        a_tags(tags)
+        a_body(body)
+        a_text(text)
+        self._map_keys.extend(props)
+        self._map_values.extend(props.values())
+        self._map_offsets.append(len(self._map_keys))
+        a_born_ts(born_ts * 1000)
+        a_store_ts(store_ts * 1000)
+        a_born(born[0])
+        a_store(store[0])
+        a_reconsume(reconsume)
+        a_sys(sys_flag)
+        self.rows += 1
+        return total
 
     def full(self) -> bool:
         return len(self.columns["topic"]) >= BATCH_ROWS
@@ -92,6 +188,14 @@ class RowBuilder:
         import pyarrow as pa
 
         schema = arrow_schema()
-        arrays = [pa.array(self.columns[field.name], type=field.type) for field in schema]
-        self.columns = {name: [] for name in COLUMNS}
+        arrays = []
+        for field in schema:
+            if field.name == "properties":
+                arrays.append(pa.MapArray.from_arrays(
+                    pa.array(self._map_offsets, type=pa.int32()),
+                    pa.array(self._map_keys, type=pa.string()),
+                    pa.array(self._map_values, type=pa.string())))
+            else:
+                arrays.append(pa.array(self.columns[field.name], type=field.type))
+        self._reset_columns()
         return pa.RecordBatch.from_arrays(arrays, schema=schema)

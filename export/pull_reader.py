@@ -16,7 +16,6 @@ from export.decode import RowBuilder
 from export.errors import DataLossError, ExportError
 from export.options import SourceOptions
 from export.planner import QueueRange
-from storage.record import iter_records
 
 EXPORT_GROUP = "TOOLS_CONSUMER"  # a system group every broker has: reading creates nothing
 
@@ -59,10 +58,13 @@ def read_range(rng: QueueRange, options: SourceOptions) -> Iterator:
                 "subscription": options.tag_expression, "subVersion": 0, "expressionType": "TAG"}))
             next_offset = int(answer.field("nextBeginOffset") or offset)
             if answer.code == ResponseCode.SUCCESS:
-                for record in iter_records(answer.body):
-                    if record.queue_offset >= rng.end:
+                body = answer.body
+                pos = 0
+                while pos < len(body):
+                    size = builder.add_raw(body, pos, rng.end)
+                    if not size:
                         break
-                    builder.add(record)
+                    pos += size
                 if builder.full():
                     yield builder.take_batch()
             elif answer.code == ResponseCode.PULL_OFFSET_MOVED:
@@ -93,7 +95,9 @@ def read_store_range(rng: QueueRange, options: SourceOptions) -> Iterator:
     try:
         for _logical, offset, size in StoreQueue(options.path, rng.topic, rng.queue_id).units(
                 rng.start, rng.end):
-            builder.add(log.record(offset, size))
+            base, view = log.view_holding(offset)
+            if builder.add_raw(view, offset - base) != size:
+                raise DataLossError(f"the CommitLog holds no {size}-byte record at offset {offset}")
             if builder.full():
                 yield builder.take_batch()
     finally:

@@ -90,6 +90,10 @@ class CommitLogReader:
             raise DataLossError(f"the CommitLog holds no {size}-byte record at offset {offset}")
         return record
 
+    def view_holding(self, offset: int) -> tuple[int, memoryview]:
+        """(start offset of the file, a view of it) for the file holding ``offset``."""
+        return self._file_holding(offset)
+
     def _file_holding(self, offset: int) -> tuple[int, memoryview]:
         current = self._current
         if current is not None and current[0] <= offset < current[0] + len(current[1]):
