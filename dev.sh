@@ -35,9 +35,10 @@ command=${1:-run}
 shift || true
 case "$command" in
   run)
-    # The default cluster (the `single` profile: a name server and a broker on RocketMQ's
-    # default ports when free); it keeps running in the background until `rocketdesk down`.
-    exec "$venv/bin/rocketdesk" up "$@"
+    # The console on the default cluster (the `single` profile: a name server and a broker on
+    # RocketMQ's default ports when free, started on first run). Without a display it starts
+    # the cluster from the command line instead. The cluster keeps running until `rocketdesk down`.
+    exec "$venv/bin/rocketdesk" console "$@"
     ;;
   test)
     "$venv/bin/ruff" check .

@@ -92,6 +92,16 @@ def _bench_store(args: argparse.Namespace) -> int:
     return run_store_bench(args)
 
 
+def _console(args: argparse.Namespace) -> int:
+    # The console is its own program (gui imports cluster, never the other way round).
+    import os
+
+    argv = [sys.executable, "-m", "gui"] + (["--name", args.name] if args.name else []) + (
+        ["--profile", args.profile] if args.profile else [])
+    os.execv(sys.executable, argv)
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rocketdesk",
@@ -129,6 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
     from cluster.cli_export import add_command as add_export_command
 
     add_export_command(commands)
+    console = commands.add_parser("console", help="open the desktop console (the default cluster "
+                                                  "starts on first run)")
+    console.add_argument("--name", help="open this cluster instead of the default one")
+    console.add_argument("--profile", help="start (or reattach to) a cluster of this built-in profile")
+    console.set_defaults(func=_console)
 
     bench = commands.add_parser("bench", help="benchmarks that print figures")
     bench_commands = bench.add_subparsers(dest="bench_command", metavar="TARGET", required=True)

@@ -1,0 +1,63 @@
+"""``rocketdesk console``: open the console on the default cluster (started on first run).
+
+Without a display (no DISPLAY or WAYLAND_DISPLAY, and no QT_QPA_PLATFORM chosen) it says so and
+starts the default cluster from the command line instead, so the README's run command works on
+any machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+
+DEFAULT_PROFILE = "single"
+
+
+def has_display() -> bool:
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+                or os.environ.get("QT_QPA_PLATFORM") or sys.platform in ("darwin", "win32"))
+
+
+def run_console(args) -> int:
+    if not has_display():
+        print("rocketdesk: no display here (DISPLAY is not set), so the console cannot open; "
+              "starting the default cluster from the command line instead", file=sys.stderr)
+        from cluster.cli import main as cli_main
+
+        return cli_main(["up", "--profile", args.profile or DEFAULT_PROFILE]
+                        + (["--name", args.name] if args.name else []))
+    import qasync
+    from PySide6.QtWidgets import QApplication
+
+    from gui.main_window import MainWindow
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("RocketDesk")
+    loop = qasync.QEventLoop(app)
+    asyncio.set_event_loop(loop)
+    window = MainWindow()
+    window.show()
+    clusters = window.model.known_clusters()
+    if args.name and args.name in clusters and not args.profile:
+        window.open_cluster(args.name)
+    elif args.profile or DEFAULT_PROFILE in clusters or not clusters:
+        # The embedded default cluster: started on first run, reattached afterwards.
+        window.profile.setCurrentText(args.profile or DEFAULT_PROFILE)
+        window.create_cluster()
+    else:
+        window.open_cluster(clusters[0])
+    with loop:
+        closed = asyncio.Event()
+        app.aboutToQuit.connect(closed.set)
+        loop.run_until_complete(closed.wait())
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="rocketdesk console")
+    parser.add_argument("--name", help="open this cluster instead of the default one")
+    parser.add_argument("--profile", help="start (or reattach to) a cluster of this built-in profile")
+    return run_console(parser.parse_args(argv))

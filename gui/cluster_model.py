@@ -1,0 +1,156 @@
+"""ClusterModel: one cluster as the console sees it, refreshed once a second.
+
+Views observe its signals; it owns the supervisor (processes) and an admin client (the
+protocol). Samples keep the last hour of per-broker runtime figures for the charts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from cluster.client.admin import AdminClient
+from cluster.supervisor.spec import load_profile
+from cluster.supervisor.state import cluster_names
+from cluster.supervisor.supervisor import Supervisor
+from gui.tasks import spawn
+
+HISTORY = 3600  # one-second samples kept: an hour
+
+
+def _num(value, default=None):
+    try:
+        return float(str(value).split(" ")[0])
+    except (TypeError, ValueError):
+        return default
+
+
+class ClusterModel(QObject):
+    nodes_changed = Signal(list)       # the supervisor's status rows
+    sampled = Signal(dict)             # broker name -> latest sample
+    message = Signal(str)              # a sentence for the status bar
+    cluster_changed = Signal(str)      # name of the attached cluster ("" when none)
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.supervisor: Supervisor | None = None
+        self.admin: AdminClient | None = None
+        self.nodes: list[dict] = []
+        self.samples: dict[str, deque] = {}
+        self._refreshing = False
+        self.timer = QTimer(self)
+        self.timer.setInterval(1000)
+        self.timer.timeout.connect(self.refresh)
+
+    # -- attaching and creating ------------------------------------------------------------------
+    @staticmethod
+    def known_clusters() -> list[str]:
+        return cluster_names()
+
+    def attach(self, name: str, supervisor: Supervisor | None = None) -> None:
+        # Keep the supervisor that started the nodes: it is their parent and reaps them.
+        self.supervisor = supervisor or Supervisor.attach(name)
+        self._new_admin()
+        self.samples.clear()
+        self.cluster_changed.emit(name)
+        self.timer.start()
+        self.refresh()
+
+    def _new_admin(self) -> None:
+        old = self.admin
+        self.admin = AdminClient(self.supervisor.state.namesrv_addr) if self.supervisor else None
+        if old is not None:
+            spawn(old.close())
+
+    @property
+    def namesrv_addr(self) -> str:
+        return self.supervisor.state.namesrv_addr if self.supervisor else ""
+
+    async def create_and_start(self, profile: str, name: str | None = None) -> None:
+        spec = load_profile(profile)
+        name = name or spec.name
+        if name in cluster_names():
+            supervisor = Supervisor.attach(name)
+        else:
+            supervisor = Supervisor.create(spec, name)
+        self.message.emit(f"starting cluster {name}…")
+        await supervisor.start()
+        self.attach(name, supervisor)
+        self.message.emit(f"cluster {name} is up; name server {supervisor.state.namesrv_addr}")
+
+    # -- node actions ------------------------------------------------------------------------------
+    async def node_action(self, action: str, node: str) -> None:
+        supervisor = self.supervisor
+        if supervisor is None:
+            raise RuntimeError("no cluster is open")
+        if action == "kill":
+            await supervisor.kill(node)
+        elif action == "pause":
+            supervisor.pause(node)
+        elif action == "resume":
+            supervisor.resume(node)
+        elif action == "restart":
+            await supervisor.restart(node)
+        elif action == "stop":
+            await supervisor.stop(nodes=[supervisor.node(node)])
+        elif action == "start":
+            await supervisor.restart(node)
+        self.message.emit(f"{node}: {action} done")
+        self.refresh()
+
+    async def stop_cluster(self) -> None:
+        if self.supervisor is not None:
+            await self.supervisor.stop()
+            self.message.emit(f"cluster {self.supervisor.state.name} stopped")
+            self.refresh()
+
+    # -- sampling ----------------------------------------------------------------------------------
+    def refresh(self) -> None:
+        if self.supervisor is None or self._refreshing:
+            return
+        self._refreshing = True
+        spawn(self._refresh(), on_error=self._refresh_failed)
+
+    def _refresh_failed(self, text: str) -> None:
+        self._refreshing = False
+        self.message.emit(text)
+
+    async def _refresh(self) -> None:
+        try:
+            rows = await self.supervisor.status(probe=True)
+            self.nodes = rows
+            self.nodes_changed.emit(rows)
+            latest = {}
+            now = time.time()
+            for row in rows:
+                if row["kind"] != "broker" or row["state"] != "running" or row["health"] != "ok":
+                    continue
+                try:
+                    info = await asyncio.wait_for(self.admin.broker_runtime_info(row["address"]), 2)
+                except Exception:  # a broker that stopped answering: a gap in its charts
+                    continue
+                sample = {
+                    "time": now, "putTps": _num(info.get("putTps")),
+                    "getTps": _num(info.get("getTransferedTps")),
+                    "max": _num(info.get("commitLogMaxOffset")),
+                    "committed": _num(info.get("commitLogCommittedOffset")),
+                    "flushed": _num(info.get("commitLogFlushedOffset")),
+                    "dispatched": _num(info.get("commitLogDispatchedOffset")),
+                    "haLag": _num(info.get("haSlaveFallBehindBytes")),
+                    "haAck": _num(info.get("haPush2SlaveMaxOffset")),
+                    "role": info.get("brokerRole", ""),
+                }
+                key = row["name"]
+                self.samples.setdefault(key, deque(maxlen=HISTORY)).append(sample)
+                latest[key] = sample
+            self.sampled.emit(latest)
+        finally:
+            self._refreshing = False
+
+    async def close(self) -> None:
+        self.timer.stop()
+        if self.admin is not None:
+            await self.admin.close()

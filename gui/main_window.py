@@ -1,0 +1,95 @@
+"""The console's main window: a cluster picker and tabs for the cluster's nodes, its live
+charts, topics and messages, and exports."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QSettings
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QComboBox, QLabel, QMainWindow, QPushButton, QTabWidget, QToolBar
+
+from cluster.supervisor.spec import profile_names
+from gui.cluster_model import ClusterModel
+from gui.tasks import spawn
+from gui.views.charts import ChartsView
+from gui.views.export_view import ExportView
+from gui.views.nodes import NodesView
+from gui.views.topics import TopicsView
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, model: ClusterModel | None = None) -> None:
+        super().__init__()
+        self.setWindowTitle("RocketDesk")
+        self.model = model or ClusterModel(self)
+        toolbar = QToolBar("cluster")
+        toolbar.setObjectName("clusterToolbar")
+        self.addToolBar(toolbar)
+        toolbar.addWidget(QLabel(" Profile "))
+        self.profile = QComboBox()
+        self.profile.addItems(profile_names())
+        self.profile.setCurrentText("single")
+        toolbar.addWidget(self.profile)
+        self.create_button = QPushButton("Create && start")
+        self.create_button.clicked.connect(self.create_cluster)
+        toolbar.addWidget(self.create_button)
+        toolbar.addSeparator()
+        toolbar.addWidget(QLabel(" Cluster "))
+        self.clusters = QComboBox()
+        self.clusters.activated.connect(lambda _: self.open_cluster(self.clusters.currentText()))
+        toolbar.addWidget(self.clusters)
+        stop = QPushButton("Stop cluster")
+        stop.clicked.connect(lambda: spawn(self.model.stop_cluster(), on_error=self.show_message))
+        toolbar.addWidget(stop)
+
+        self.tabs = QTabWidget()
+        self.nodes = NodesView(self.model)
+        self.charts = ChartsView(self.model)
+        self.topics = TopicsView(self.model)
+        self.export = ExportView(self.model)
+        for view, title in ((self.nodes, "Cluster"), (self.charts, "Charts"),
+                            (self.topics, "Topics && messages"), (self.export, "Export")):
+            self.tabs.addTab(view, title)
+        self.setCentralWidget(self.tabs)
+        for index in range(self.tabs.count()):
+            action = QAction(self)
+            action.setShortcut(QKeySequence(f"Ctrl+{index + 1}"))
+            action.triggered.connect(lambda _=False, i=index: self.tabs.setCurrentIndex(i))
+            self.addAction(action)
+        self.model.message.connect(self.show_message)
+        self.model.cluster_changed.connect(self._cluster_opened)
+        self.reload_clusters()
+        settings = QSettings("RocketDesk", "console")
+        if settings.value("geometry") is not None:
+            self.restoreGeometry(settings.value("geometry"))
+        else:
+            self.resize(1200, 800)
+
+    def show_message(self, text: str) -> None:
+        self.statusBar().showMessage(text, 15000)
+
+    def reload_clusters(self) -> None:
+        current = self.clusters.currentText()
+        self.clusters.clear()
+        self.clusters.addItems(self.model.known_clusters())
+        if current:
+            self.clusters.setCurrentText(current)
+
+    def open_cluster(self, name: str) -> None:
+        if name:
+            self.model.attach(name)
+
+    def _cluster_opened(self, name: str) -> None:
+        self.reload_clusters()
+        self.clusters.setCurrentText(name)
+        self.topics.refresh()
+
+    def create_cluster(self) -> None:
+        self.create_button.setEnabled(False)
+        spawn(self.model.create_and_start(self.profile.currentText()),
+              on_done=lambda _: self.create_button.setEnabled(True),
+              on_error=lambda text: (self.show_message(text), self.create_button.setEnabled(True)))
+
+    def closeEvent(self, event) -> None:
+        QSettings("RocketDesk", "console").setValue("geometry", self.saveGeometry())
+        self.model.timer.stop()
+        super().closeEvent(event)

@@ -1,0 +1,92 @@
+"""Live charts from one-second broker samples: put and get TPS, CommitLog positions (max,
+flushed, dispatched) and replication lag. A broker that stops answering leaves a gap."""
+
+from __future__ import annotations
+
+import time
+
+import pyqtgraph as pg
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+
+WINDOWS = {"last 5 min": 300, "last 15 min": 900, "last 60 min": 3600}
+COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
+
+
+class ChartsView(QWidget):
+    def __init__(self, model, parent=None) -> None:
+        super().__init__(parent)
+        self.model = model
+        layout = QVBoxLayout(self)
+        top = QHBoxLayout()
+        self.window = QComboBox()
+        self.window.addItems(list(WINDOWS))
+        self.fresh = QLabel("no samples yet")
+        top.addWidget(QLabel("Show"))
+        top.addWidget(self.window)
+        top.addStretch(1)
+        top.addWidget(self.fresh)
+        layout.addLayout(top)
+        self.tps = self._plot("Put TPS per broker (messages/s, 10 s average)", "msg/s")
+        self.get_tps = self._plot("Get TPS per broker (messages/s, 10 s average)", "msg/s")
+        self.positions = self._plot("CommitLog positions: max (solid), flushed (dashed), dispatched (dotted)",
+                                    "bytes")
+        self.lag = self._plot("HA: bytes the slowest slave is behind its master", "bytes")
+        for plot in (self.tps, self.get_tps, self.positions, self.lag):
+            layout.addWidget(plot, 1)
+        self.curves: dict[tuple, pg.PlotDataItem] = {}
+        model.sampled.connect(self.redraw)
+        self.window.currentTextChanged.connect(lambda _: self.redraw({}))
+
+    @staticmethod
+    def _plot(title: str, unit: str) -> pg.PlotWidget:
+        plot = pg.PlotWidget(title=title)
+        plot.setLabel("left", units=unit)
+        plot.setLabel("bottom", "seconds ago")
+        plot.addLegend(offset=(10, 10))
+        plot.showGrid(x=True, y=True, alpha=0.3)
+        return plot
+
+    def _curve(self, plot, key: tuple, name: str, color: str, style=None) -> pg.PlotDataItem:
+        curve = self.curves.get(key)
+        if curve is None:
+            pen = pg.mkPen(color, width=2, style=style) if style else pg.mkPen(color, width=2)
+            curve = self.curves[key] = plot.plot([], [], name=name, pen=pen, connect="finite")
+        return curve
+
+    def points(self, broker: str, field: str) -> tuple[list[float], list[float]]:
+        """(seconds ago, value) with NaN where a sample is missing, so lines show gaps."""
+        window = WINDOWS[self.window.currentText()]
+        now = time.time()
+        xs, ys, last = [], [], None
+        for sample in self.model.samples.get(broker, ()):
+            age = sample["time"] - now
+            if -age > window:
+                continue
+            if last is not None and sample["time"] - last > 3:
+                xs.append(age - 0.5)
+                ys.append(float("nan"))
+            value = sample.get(field)
+            xs.append(age)
+            ys.append(float("nan") if value is None else value)
+            last = sample["time"]
+        return xs, ys
+
+    def redraw(self, latest: dict) -> None:
+        from PySide6.QtCore import Qt
+
+        brokers = sorted(self.model.samples)
+        for index, broker in enumerate(brokers):
+            color = COLORS[index % len(COLORS)]
+            self._curve(self.tps, ("tps", broker), broker, color).setData(*self.points(broker, "putTps"))
+            self._curve(self.get_tps, ("get", broker), broker, color).setData(*self.points(broker, "getTps"))
+            for field, style in (("max", None), ("flushed", Qt.PenStyle.DashLine),
+                                 ("dispatched", Qt.PenStyle.DotLine)):
+                name = f"{broker} {field}"
+                self._curve(self.positions, ("pos", broker, field), name, color, style).setData(
+                    *self.points(broker, field))
+            self._curve(self.lag, ("lag", broker), broker, color).setData(*self.points(broker, "haLag"))
+        if latest:
+            self.fresh.setText("updated " + time.strftime("%H:%M:%S %Z"))
+
+    def sample_count(self) -> int:
+        return sum(len(v) for v in self.model.samples.values())

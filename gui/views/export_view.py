@@ -1,0 +1,147 @@
+"""The export tab: a topic to Parquet, JSON or CSV through `rocketdesk export`, run as a
+subprocess whose JSON events (a side file) drive the progress bar; Cancel sends it SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+
+from PySide6.QtCore import QProcess, QTimer
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+
+class ExportView(QWidget):
+    def __init__(self, model, parent=None) -> None:
+        super().__init__(parent)
+        self.model = model
+        self.process: QProcess | None = None
+        self.events_path: str | None = None
+        self._read = 0
+        self.state = "idle"
+        layout = QVBoxLayout(self)
+        form = QFormLayout()
+        self.topic = QLineEdit()
+        self.format = QComboBox()
+        self.format.addItems(["parquet", "json", "csv"])
+        self.tags = QLineEdit("*")
+        self.out = QLineEdit(os.path.join(os.path.expanduser("~"), "rocketdesk-exports", "export"))
+        self.master = QLineEdit("local[*]")
+        for label, widget in (("topic", self.topic), ("format", self.format), ("tags", self.tags),
+                              ("output folder", self.out), ("Spark master", self.master)):
+            form.addRow(label, widget)
+        layout.addLayout(form)
+        buttons = QHBoxLayout()
+        self.start_button = QPushButton("Export")
+        self.start_button.clicked.connect(self.start)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.clicked.connect(self.cancel)
+        self.cancel_button.setEnabled(False)
+        buttons.addWidget(self.start_button)
+        buttons.addWidget(self.cancel_button)
+        buttons.addStretch(1)
+        layout.addLayout(buttons)
+        self.progress = QProgressBar()
+        self.status = QLabel("")
+        self.status.setWordWrap(True)
+        layout.addWidget(self.progress)
+        layout.addWidget(self.status)
+        layout.addStretch(1)
+        self.timer = QTimer(self)
+        self.timer.setInterval(300)
+        self.timer.timeout.connect(self.poll_events)
+
+    def start(self) -> None:
+        topic = self.topic.text().strip()
+        if not topic or not self.model.namesrv_addr:
+            self.model.message.emit("open a cluster and give a topic to export")
+            return
+        fd, self.events_path = tempfile.mkstemp(prefix="rocketdesk-export-", suffix=".jsonl")
+        os.close(fd)
+        self._read = 0
+        args = ["-m", "cluster.cli", "export", "-n", self.model.namesrv_addr, "-t", topic,
+                "--format", self.format.currentText(), "--out", self.out.text(), "--master",
+                self.master.text() or "local[*]", "--events", self.events_path, "--json"]
+        if self.tags.text().strip() not in ("", "*"):
+            args += ["--tags", self.tags.text().strip()]
+        self.process = QProcess(self)
+        self.process.setProgram(sys.executable)
+        self.process.setArguments(args)
+        self.process.finished.connect(self.finished)
+        self.process.start()
+        self.state = "running"
+        self.progress.setRange(0, 0)
+        self.status.setText("starting Spark… (about 10 s)")
+        self.start_button.setEnabled(False)
+        self.cancel_button.setEnabled(True)
+        self.timer.start()
+
+    def cancel(self) -> None:
+        if self.process is not None and self.process.state() != QProcess.ProcessState.NotRunning:
+            self.state = "cancelling"
+            self.status.setText("cancelling…")
+            self.process.terminate()  # SIGTERM: the job cancels Spark's work and cleans up
+
+    def poll_events(self) -> None:
+        if not self.events_path:
+            return
+        try:
+            with open(self.events_path, encoding="utf-8") as handle:
+                handle.seek(self._read)
+                lines = handle.readlines()
+                self._read = handle.tell()
+        except FileNotFoundError:
+            return
+        for line in lines:
+            if not line.endswith("\n"):
+                self._read -= len(line.encode())
+                break
+            self.on_event(json.loads(line))
+
+    def on_event(self, event: dict) -> None:
+        kind = event["event"]
+        if kind == "planned":
+            self.progress.setRange(0, max(event["total"], 1))
+            self.status.setText(f"{event['total']:,} messages to export")
+        elif kind == "progress" and event.get("total"):
+            self.progress.setValue(event["exported"])
+            eta = event.get("etaSeconds")
+            self.status.setText(f"exported {event['exported']:,} of {event['total']:,}, "
+                                f"{event.get('rate', 0):,} msg/s" + (f", ETA {eta:.0f} s" if eta else ""))
+        elif kind == "finished":
+            self.progress.setRange(0, 1)
+            self.progress.setValue(1)
+            self.status.setText(f"exported {event.get('exported', 0):,} messages to {event.get('out')}")
+        elif kind in ("failed", "cancelled"):
+            self.status.setText(kind if kind == "cancelled" else f"failed: {event.get('error')}")
+
+    def finished(self, code: int, _status) -> None:
+        self.timer.stop()
+        self.poll_events()
+        self.start_button.setEnabled(True)
+        self.cancel_button.setEnabled(False)
+        if self.state == "cancelling" or code == 130:
+            self.state = "cancelled"
+            self.progress.setRange(0, 1)
+            self.progress.setValue(0)
+            self.status.setText("cancelled")
+        elif code == 0:
+            self.state = "finished"
+        else:
+            self.state = "failed"
+            if "failed" not in self.status.text():
+                self.status.setText("the export failed: " + bytes(self.process.readAllStandardError())
+                                    .decode(errors="replace").strip().splitlines()[-1:][0]
+                                    if self.process else "the export failed")
+        self.model.message.emit(f"export {self.state}")

@@ -1,0 +1,104 @@
+"""The cluster tab: every node with role, ports, pid, state, health and resources, and one-click
+actions on the selected node."""
+
+from __future__ import annotations
+
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gui.tasks import spawn
+
+COLUMNS = ["node", "role", "address", "HA port", "pid", "state", "health", "CPU %", "RSS", "files", "disk"]
+ACTIONS = ["start", "stop", "restart", "kill", "pause", "resume"]
+
+
+def _size(value) -> str:
+    if value is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return "-"
+
+
+class NodesView(QWidget):
+    def __init__(self, model, parent=None) -> None:
+        super().__init__(parent)
+        self.model = model
+        layout = QVBoxLayout(self)
+        top = QHBoxLayout()
+        self.address = QLabel("no cluster open")
+        self.address.setObjectName("namesrvAddress")
+        copy = QPushButton("Copy name-server address")
+        copy.clicked.connect(lambda: QGuiApplication.clipboard().setText(self.model.namesrv_addr))
+        top.addWidget(self.address, 1)
+        top.addWidget(copy)
+        layout.addLayout(top)
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.verticalHeader().setVisible(False)
+        layout.addWidget(self.table, 1)
+        buttons = QHBoxLayout()
+        self.buttons = {}
+        for action in ACTIONS:
+            button = QPushButton(action.capitalize())
+            button.clicked.connect(lambda _=False, a=action: self.run_action(a))
+            buttons.addWidget(button)
+            self.buttons[action] = button
+        buttons.addStretch(1)
+        layout.addLayout(buttons)
+        self.log_hint = QLabel("")
+        self.log_hint.setWordWrap(True)
+        layout.addWidget(self.log_hint)
+        model.nodes_changed.connect(self.show_nodes)
+        model.cluster_changed.connect(lambda name: self.address.setText(
+            f"cluster {name} — name server {model.namesrv_addr}" if name else "no cluster open"))
+
+    def selected_node(self) -> str | None:
+        rows = self.table.selectionModel().selectedRows()
+        if not rows:
+            return None
+        return self.table.item(rows[0].row(), 0).text()
+
+    def select(self, name: str) -> None:
+        for row in range(self.table.rowCount()):
+            if self.table.item(row, 0).text() == name:
+                self.table.selectRow(row)
+                return
+
+    def run_action(self, action: str) -> None:
+        node = self.selected_node()
+        if node is None:
+            self.model.message.emit("select a node first")
+            return
+        spawn(self.model.node_action(action, node), on_error=self.model.message.emit)
+
+    def show_nodes(self, rows: list[dict]) -> None:
+        selected = self.selected_node()
+        self.table.setRowCount(len(rows))
+        died = []
+        for r, row in enumerate(rows):
+            cpu = "-" if row["cpuPercent"] is None else f"{row['cpuPercent']:.0f}"
+            values = [row["name"], row["role"], row["address"], str(row["haPort"] or "-"),
+                      str(row["pid"] or "-"), row["state"], row["health"], cpu, _size(row["rssBytes"]),
+                      str(row["openFiles"] if row["openFiles"] is not None else "-"), _size(row["diskBytes"])]
+            for c, value in enumerate(values):
+                self.table.setItem(r, c, QTableWidgetItem(value))
+            if row["state"] == "died":
+                died.append(f"{row['name']} died; its last log lines:\n{row.get('lastLog', '')}")
+        self.log_hint.setText("\n\n".join(died))
+        if selected:
+            self.select(selected)

@@ -1,0 +1,117 @@
+"""The console's real views against a real cluster, driven as a user would (offscreen)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import psutil
+import pytest
+from PySide6.QtCore import Qt
+
+from gui.main_window import MainWindow
+
+pytestmark = [pytest.mark.gui, pytest.mark.integration]
+
+
+_last: dict = {}
+
+
+def every(seconds: float, action) -> None:
+    """Do ``action`` again at most every ``seconds`` (a user clicking Refresh while waiting)."""
+    now = time.monotonic()
+    if now - _last.get(action, 0) >= seconds:
+        _last[action] = now
+        action()
+
+
+def cell(table, row, column) -> str:
+    item = table.item(row, column)
+    return item.text() if item else ""
+
+
+def node_row(window, name):
+    table = window.nodes.table
+    for row in range(table.rowCount()):
+        if cell(table, row, 0) == name:
+            return {table.horizontalHeaderItem(c).text(): cell(table, row, c)
+                    for c in range(table.columnCount())}
+    return None
+
+
+def test_console_runs_a_cluster_topics_messages_charts_and_an_export(qtbot, loop, pump, home, tmp_path):
+    window = MainWindow()
+    qtbot.addWidget(window)
+    window.show()
+    try:
+        # Create and start a cluster from a profile; its nodes show up healthy.
+        window.profile.setCurrentText("single")
+        window.create_button.click()
+        pump(lambda: (node_row(window, "broker-a-0") or {}).get("health") == "ok", 60, "healthy nodes")
+        assert node_row(window, "namesrv-0")["state"] == "running"
+        assert "name server" in window.nodes.address.text()
+
+        # A topic, a message, found again by key, resent.
+        topics = window.topics
+        topics.new_topic.setText("ConsoleTopic")
+        topics.queues.setValue(4)
+        topics.create_topic()
+        def listed():  # the name server learns of a topic with the broker's next registration
+            every(0.5, topics.refresh)
+            return topics.topics.findItems("ConsoleTopic", Qt.MatchFlag.MatchExactly) != []
+
+        pump(listed, 20, "the new topic in the list")
+        topics.send_topic.setText("ConsoleTopic")
+        topics.send_keys.setText("console-key-1")
+        topics.send_body.setText('{"hello": "console"}')
+        topics.send_message()
+        pump(lambda: "SEND_OK" in window.statusBar().currentMessage(), 20, "the send")
+        topics.query_topic.setText("ConsoleTopic")
+        topics.query_key.setText("console-key-1")
+
+        def found(count=1):
+            if topics.results.rowCount() < count:
+                every(0.5, topics.find)
+            return topics.results.rowCount() >= count
+
+        pump(found, 20, "the message by key")
+        assert '"hello": "console"' in topics.detail.toPlainText()
+        topics.resend()
+        pump(lambda: "resent to ConsoleTopic: SEND_OK" in window.statusBar().currentMessage(), 20,
+             "the resend")
+        pump(lambda: found(2), 20, "both copies")
+
+        # Charts receive one-second samples.
+        pump(lambda: window.charts.sample_count() >= 3, 20, "chart samples")
+        xs, ys = window.charts.points("broker-a-0", "max")
+        assert len(xs) >= 3
+        assert ys[-1] > 0
+
+        # Start an export and cancel it; the form is usable again.
+        export = window.export
+        export.topic.setText("ConsoleTopic")
+        export.out.setText(str(tmp_path / "console-export"))
+        export.start()
+        pump(lambda: export.state == "running", 10)
+        loop.run_until_complete(asyncio.sleep(1.0))
+        export.cancel()
+        pump(lambda: export.state in ("cancelled", "finished", "failed"), 90, "the export to stop")
+        assert export.state == "cancelled"
+        assert export.start_button.isEnabled()
+        assert not (tmp_path / "console-export").exists()
+
+        # Kill the broker from the node table: it is marked down.
+        window.nodes.select("broker-a-0")
+        pid = int(node_row(window, "broker-a-0")["pid"])
+        window.nodes.run_action("kill")
+        pump(lambda: (node_row(window, "broker-a-0") or {}).get("state") in ("stopped", "died"), 20,
+             "the killed broker marked down")
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    finally:
+        done = []
+        from gui.tasks import spawn
+
+        spawn(window.model.stop_cluster(), on_done=done.append, on_error=done.append)
+        pump(lambda: done, 60, "the cluster to stop")
+        loop.run_until_complete(window.model.close())
+        window.close()
