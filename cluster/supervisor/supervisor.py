@@ -41,6 +41,7 @@ class Supervisor:
     def __init__(self, state: ClusterState) -> None:
         self.state = state
         self._children: dict[str, subprocess.Popen] = {}
+        self._disk_cache: dict[str, tuple[float, int]] = {}
         self._groups: dict[str, GroupSpec] = {g.name: g for g in self._spec().groups}
 
     def _spec(self) -> ClusterSpec:
@@ -364,7 +365,7 @@ class Supervisor:
                        "pid": node.pid if process else None,
                        "state": _state(node, process), "health": "-",
                        "cpuPercent": None, "rssBytes": None, "openFiles": None,
-                       "diskBytes": disk_usage(node.dir)}
+                       "diskBytes": self._disk_usage(node)}
                 if process is not None:
                     with _quiet():
                         row["cpuPercent"] = _cpu(process)
@@ -380,6 +381,14 @@ class Supervisor:
             if prober is not None:
                 await prober.close()
         return rows
+
+    def _disk_usage(self, node: NodeState, max_age: float = 10.0) -> int:
+        """Disk use, walked at most every ``max_age`` seconds (status is polled each second)."""
+        cache = self._disk_cache
+        cached = cache.get(node.name)
+        if cached is None or time.monotonic() - cached[0] > max_age:
+            cached = cache[node.name] = (time.monotonic(), disk_usage(node.dir))
+        return cached[1]
 
     async def _is_serving(self, node: NodeState, prober: Prober) -> bool:
         if node.kind == "namesrv":
