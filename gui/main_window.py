@@ -12,7 +12,10 @@ from gui.cluster_model import ClusterModel
 from gui.tasks import spawn
 from gui.views.charts import ChartsView
 from gui.views.export_view import ExportView
+from gui.views.groups import GroupsView
+from gui.views.logs import LogsView
 from gui.views.nodes import NodesView
+from gui.views.store_browser import StoreBrowserView
 from gui.views.topics import TopicsView
 
 
@@ -37,17 +40,26 @@ class MainWindow(QMainWindow):
         self.clusters = QComboBox()
         self.clusters.activated.connect(lambda _: self.open_cluster(self.clusters.currentText()))
         toolbar.addWidget(self.clusters)
+        self.dark = QPushButton("Dark theme")
+        self.dark.setCheckable(True)
+        self.dark.toggled.connect(self.set_dark)
         stop = QPushButton("Stop cluster")
         stop.clicked.connect(lambda: spawn(self.model.stop_cluster(), on_error=self.show_message))
         toolbar.addWidget(stop)
+        toolbar.addSeparator()
+        toolbar.addWidget(self.dark)
 
         self.tabs = QTabWidget()
         self.nodes = NodesView(self.model)
         self.charts = ChartsView(self.model)
         self.topics = TopicsView(self.model)
         self.export = ExportView(self.model)
+        self.groups = GroupsView(self.model)
+        self.logs = LogsView(self.model)
+        self.store = StoreBrowserView(self.model)
         for view, title in ((self.nodes, "Cluster"), (self.charts, "Charts"),
-                            (self.topics, "Topics && messages"), (self.export, "Export")):
+                            (self.topics, "Topics && messages"), (self.groups, "Consumer groups"),
+                            (self.export, "Export"), (self.logs, "Logs"), (self.store, "Store browser")):
             self.tabs.addTab(view, title)
         self.setCentralWidget(self.tabs)
         for index in range(self.tabs.count()):
@@ -59,10 +71,32 @@ class MainWindow(QMainWindow):
         self.model.cluster_changed.connect(self._cluster_opened)
         self.reload_clusters()
         settings = QSettings("RocketDesk", "console")
+        if settings.value("dark") in (True, "true"):
+            self.dark.setChecked(True)
         if settings.value("geometry") is not None:
             self.restoreGeometry(settings.value("geometry"))
         else:
             self.resize(1200, 800)
+
+    def set_dark(self, dark: bool) -> None:
+        from PySide6.QtGui import QColor, QPalette
+        from PySide6.QtWidgets import QApplication
+
+        app = QApplication.instance()
+        if dark:
+            palette = QPalette()
+            role = QPalette.ColorRole
+            for which, color in ((role.Window, "#2b2b2b"), (role.WindowText, "#e0e0e0"),
+                                 (role.Base, "#1e1e1e"), (role.Text, "#e0e0e0"),
+                                 (role.Button, "#3c3c3c"), (role.ButtonText, "#e0e0e0"),
+                                 (role.Highlight, "#2f65ca")):
+                palette.setColor(which, QColor(color))
+            app.setPalette(palette)
+        else:
+            app.setPalette(app.style().standardPalette())
+        for plot in (self.charts.tps, self.charts.get_tps, self.charts.positions, self.charts.lag):
+            plot.setBackground("k" if dark else "w")
+        QSettings("RocketDesk", "console").setValue("dark", dark)
 
     def show_message(self, text: str) -> None:
         self.statusBar().showMessage(text, 15000)
@@ -82,6 +116,7 @@ class MainWindow(QMainWindow):
         self.reload_clusters()
         self.clusters.setCurrentText(name)
         self.topics.refresh()
+        self.groups.refresh()
 
     def create_cluster(self) -> None:
         self.create_button.setEnabled(False)

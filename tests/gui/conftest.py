@@ -41,4 +41,5 @@ def pump(loop):
 @pytest.fixture
 def home(tmp_path, monkeypatch):
     monkeypatch.setenv("ROCKETDESK_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # QSettings of the test
     return tmp_path / "home"

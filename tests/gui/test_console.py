@@ -100,6 +100,49 @@ def test_console_runs_a_cluster_topics_messages_charts_and_an_export(qtbot, loop
         assert export.start_button.isEnabled()
         assert not (tmp_path / "console-export").exists()
 
+        # A consumer group with its lag per queue; the log of a node, searched; the store of the
+        # broker browsed from its files; the dark theme.
+        from cluster.client.consumer import PushConsumer
+
+        consumed = []
+        consumer = PushConsumer("cg-console", window.model.namesrv_addr,
+                                consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+        consumer.subscribe("ConsoleTopic", "*")
+
+        async def listener(messages):
+            consumed.extend(messages)
+
+        consumer.register_listener(listener)
+        loop.run_until_complete(consumer.start())
+        pump(lambda: len(consumed) >= 2, 30, "the consumer")
+        loop.run_until_complete(consumer.persist_offsets(oneway=False))
+        groups = window.groups
+
+        def group_listed():
+            every(0.5, groups.refresh)
+            return groups.groups.findItems("cg-console", Qt.MatchFlag.MatchExactly) != []
+
+        pump(group_listed, 20, "the consumer group")
+        groups.groups.setCurrentItem(groups.groups.findItems("cg-console", Qt.MatchFlag.MatchExactly)[0])
+        pump(lambda: "total lag 0" in groups.summary.text(), 20, "the group's lag")
+        assert "1 client(s) online" in groups.clients.text()
+        loop.run_until_complete(consumer.shutdown())
+
+        window.logs.node.setCurrentText("broker-a-0")
+        pump(lambda: "boot success" in window.logs.text.toPlainText(), 10, "the broker's log")
+        window.logs.search.setText("boot success")
+        assert window.logs.find_next()
+
+        store_dir = window.model.supervisor.node("broker-a-0").store_dir
+        window.store.path.setText(store_dir)
+        window.store.open_store()
+        assert "ConsoleTopic" in window.store.summary.text()
+        window.store.topic.setText("ConsoleTopic")
+        window.store.scan()
+        assert window.store.table.rowCount() == 2
+        window.dark.setChecked(True)
+        window.dark.setChecked(False)
+
         # Kill the broker from the node table: it is marked down.
         window.nodes.select("broker-a-0")
         pid = int(node_row(window, "broker-a-0")["pid"])

@@ -1,0 +1,177 @@
+"""Consumer groups: lag per queue, online clients, offset reset by time with a preview, delete."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from PySide6.QtCore import QDateTime, Qt
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QDateTimeEdit,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from cluster.remoting.codec import request
+from cluster.remoting.codes import RequestCode
+from gui.tasks import spawn
+
+PROGRESS_COLUMNS = ["topic", "broker", "queue", "broker offset", "consumer offset", "lag", "last consumed"]
+
+
+class GroupsView(QWidget):
+    def __init__(self, model, parent=None) -> None:
+        super().__init__(parent)
+        self.model = model
+        layout = QHBoxLayout(self)
+        left = QVBoxLayout()
+        self.groups = QListWidget()
+        self.groups.currentTextChanged.connect(lambda _: self.show_group())
+        refresh = QPushButton("Refresh")
+        refresh.clicked.connect(self.refresh)
+        delete = QPushButton("Delete selected group")
+        delete.clicked.connect(self.delete_group)
+        left.addWidget(QLabel("Consumer groups"))
+        left.addWidget(self.groups, 1)
+        left.addWidget(refresh)
+        left.addWidget(delete)
+        layout.addLayout(left, 1)
+        right = QVBoxLayout()
+        self.summary = QLabel("")
+        right.addWidget(self.summary)
+        self.progress = QTableWidget(0, len(PROGRESS_COLUMNS))
+        self.progress.setHorizontalHeaderLabels(PROGRESS_COLUMNS)
+        self.progress.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.progress.setSortingEnabled(True)
+        right.addWidget(self.progress, 2)
+        self.clients = QLabel("")
+        self.clients.setWordWrap(True)
+        right.addWidget(self.clients)
+        reset_row = QHBoxLayout()
+        self.reset_topic = QLineEdit()
+        self.reset_topic.setPlaceholderText("topic")
+        self.reset_time = QDateTimeEdit(QDateTime.currentDateTime())
+        self.reset_time.setDisplayFormat("yyyy-MM-dd HH:mm:ss")
+        preview = QPushButton("Preview reset")
+        preview.clicked.connect(self.preview_reset)
+        apply = QPushButton("Reset offsets")
+        apply.clicked.connect(self.apply_reset)
+        for widget in (QLabel("Reset to the time"), self.reset_topic, self.reset_time, preview, apply):
+            reset_row.addWidget(widget)
+        right.addLayout(reset_row)
+        self.preview = QLabel("")
+        self.preview.setWordWrap(True)
+        right.addWidget(self.preview)
+        layout.addLayout(right, 3)
+
+    def refresh(self) -> None:
+        if self.model.admin is None:
+            return
+        spawn(self.model.admin.group_list(), on_done=self._show_groups, on_error=self.model.message.emit)
+
+    def _show_groups(self, groups: dict) -> None:
+        current = self.groups.currentItem().text() if self.groups.currentItem() else None
+        system = {"TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_GROUP", "CID_ONS-HTTP-PROXY",
+                  "CID_ONSAPI_PULL", "CID_ONSAPI_PERMISSION", "CID_ONSAPI_OWNER", "CID_RMQ_SYS_TRANS"}
+        self.groups.clear()
+        self.groups.addItems(sorted(g for g in groups if g not in system))
+        if current:
+            for item in self.groups.findItems(current, Qt.MatchFlag.MatchExactly):
+                self.groups.setCurrentItem(item)
+
+    def selected_group(self) -> str | None:
+        item = self.groups.currentItem()
+        return item.text() if item else None
+
+    def show_group(self) -> None:
+        group = self.selected_group()
+        if group and self.model.admin is not None:
+            spawn(self._load(group), on_error=self.model.message.emit)
+
+    async def _load(self, group: str) -> None:
+        stats = await self.model.admin.consume_stats(group)
+        try:
+            connections = await self.model.admin.consumer_connections(group)
+        except Exception:
+            connections = {}
+        self.progress.setSortingEnabled(False)
+        rows = sorted(stats.items(), key=lambda i: (i[0].topic, i[0].broker_name, i[0].queue_id))
+        self.progress.setRowCount(len(rows))
+        total = 0
+        for r, (mq, v) in enumerate(rows):
+            lag = v["brokerOffset"] - max(v["consumerOffset"], 0)
+            total += lag
+            last = v.get("lastTimestamp", 0)
+            values = [mq.topic, mq.broker_name, str(mq.queue_id), str(v["brokerOffset"]),
+                      str(v["consumerOffset"]), str(lag),
+                      datetime.fromtimestamp(last / 1000).astimezone().isoformat(timespec="seconds")
+                      if last > 0 else "-"]
+            for c, value in enumerate(values):
+                self.progress.setItem(r, c, QTableWidgetItem(value))
+        self.progress.setSortingEnabled(True)
+        self.summary.setText(f"group {group}: total lag {total:,} messages over {len(rows)} queues")
+        clients = connections.get("connectionSet", [])
+        subscriptions = connections.get("subscriptionTable", {})
+        self.clients.setText(
+            f"{len(clients)} client(s) online: " + ", ".join(c.get("clientId", "?") for c in clients)
+            + ("\nsubscriptions: " + ", ".join(f"{t} ({s.get('subString', '*')})"
+                                               for t, s in subscriptions.items()) if subscriptions else ""))
+        if rows and not self.reset_topic.text():
+            self.reset_topic.setText(rows[0][0].topic)
+
+    def _reset_ms(self) -> int:
+        return int(self.reset_time.dateTime().toMSecsSinceEpoch())
+
+    def preview_reset(self) -> None:
+        group, topic = self.selected_group(), self.reset_topic.text().strip()
+        if not group or not topic:
+            self.model.message.emit("select a group and give the topic to reset")
+            return
+        spawn(self._preview(group, topic, self._reset_ms()), on_error=self.model.message.emit)
+
+    async def _preview(self, group: str, topic: str, ms: int) -> None:
+        """Where each queue would move (SEARCH_OFFSET_BY_TIMESTAMP), without moving it."""
+        admin = self.model.admin
+        route = await admin.instance.fetch_route(topic)
+        stats = await admin.consume_stats(group, topic)
+        lines = []
+        for broker, address in sorted((route.master_addrs() if route else {}).items()):
+            for data in route.queue_datas:
+                if data["brokerName"] != broker:
+                    continue
+                for queue_id in range(data["writeQueueNums"]):
+                    answer = await admin.instance.remoting.invoke(address, request(
+                        RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+                        {"topic": topic, "queueId": queue_id, "timestamp": ms}), 5)
+                    target = int(answer.field("offset") or 0)
+                    now = next((v["consumerOffset"] for mq, v in stats.items()
+                                if mq.broker_name == broker and mq.queue_id == queue_id), -1)
+                    lines.append(f"{broker} queue {queue_id}: {now} -> {target}")
+        self.preview.setText("preview (nothing changed yet):\n" + "\n".join(lines))
+
+    def apply_reset(self) -> None:
+        group, topic = self.selected_group(), self.reset_topic.text().strip()
+        if not group or not topic:
+            self.model.message.emit("select a group and give the topic to reset")
+            return
+        spawn(self.model.admin.reset_offset_by_time(group, topic, self._reset_ms()),
+              on_done=lambda offsets: (self.model.message.emit(
+                  f"offsets of {group} on {topic} reset ({len(offsets)} queues)"), self.show_group()),
+              on_error=self.model.message.emit)
+
+    def delete_group(self) -> None:
+        group = self.selected_group()
+        if not group:
+            self.model.message.emit("select a group to delete")
+            return
+        spawn(self.model.admin.delete_group(group),
+              on_done=lambda _: (self.model.message.emit(f"group {group} deleted"), self.refresh()),
+              on_error=self.model.message.emit)
+

@@ -1,0 +1,133 @@
+"""The offline store browser: any RocketMQ store directory, its broker running or not, read
+only (storage.inspector takes no lock and writes nothing)."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QPushButton,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from storage.errors import StoreError
+from storage.inspector import format_timestamp, inspect_store, iter_store_records
+from storage.record import MessageRecord
+
+COLUMNS = ["topic", "queue", "offset", "commitLog offset", "keys", "tags", "stored", "body"]
+
+
+class StoreBrowserView(QWidget):
+    def __init__(self, model, parent=None) -> None:
+        super().__init__(parent)
+        self.model = model
+        self.records: list[MessageRecord] = []
+        layout = QVBoxLayout(self)
+        top = QHBoxLayout()
+        self.path = QLineEdit()
+        self.path.setPlaceholderText("a store directory (storePathRootDir), e.g. ~/store")
+        browse = QPushButton("Browse…")
+        browse.clicked.connect(self.choose)
+        open_button = QPushButton("Open")
+        open_button.clicked.connect(self.open_store)
+        for widget in (self.path, browse, open_button):
+            top.addWidget(widget)
+        layout.addLayout(top)
+        self.summary = QLabel("")
+        self.summary.setWordWrap(True)
+        layout.addWidget(self.summary)
+        search = QHBoxLayout()
+        self.topic = QLineEdit()
+        self.topic.setPlaceholderText("topic (all)")
+        self.text = QLineEdit()
+        self.text.setPlaceholderText("key, tag or text in the body")
+        self.limit = QSpinBox()
+        self.limit.setRange(1, 100000)
+        self.limit.setValue(500)
+        scan = QPushButton("Scan")
+        scan.clicked.connect(self.scan)
+        for widget in (self.topic, self.text, QLabel("at most"), self.limit, scan):
+            search.addWidget(widget)
+        layout.addLayout(search)
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.itemSelectionChanged.connect(self.show_detail)
+        layout.addWidget(self.table, 2)
+        self.detail = QPlainTextEdit()
+        self.detail.setReadOnly(True)
+        layout.addWidget(self.detail, 1)
+
+    def choose(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "A RocketMQ store directory")
+        if folder:
+            self.path.setText(folder)
+            self.open_store()
+
+    def open_store(self) -> None:
+        try:
+            result = inspect_store(self.path.text().strip(), check_crc=False)
+        except (StoreError, OSError) as exc:
+            self.summary.setText(f"cannot read that store: {exc}")
+            return
+        topics = sorted({t for t, _ in result.queues})
+        problems = "; ".join(result.problems) if result.problems else "no problems found"
+        self.summary.setText(
+            f"{result.records:,} records in {len(result.commit_log_files)} CommitLog file(s), offsets "
+            f"{result.min_offset:,}..{result.max_offset:,}; stored "
+            f"{format_timestamp(result.first_store_timestamp)} .. "
+            f"{format_timestamp(result.last_store_timestamp)}; "
+            f"topics: {', '.join(topics) or '-'}; {problems}")
+
+    def scan(self) -> None:
+        root = self.path.text().strip()
+        topic, needle, limit = self.topic.text().strip(), self.text.text().strip(), self.limit.value()
+        found: list[MessageRecord] = []
+        scanned = 0
+        problems: list[str] = []
+        try:
+            for record in iter_store_records(root, check_crc=False, problems=problems):
+                if not isinstance(record, MessageRecord):
+                    continue
+                scanned += 1
+                if topic and record.topic != topic:
+                    continue
+                if needle and needle not in (record.keys or "").split(" ") and needle != record.tags and (
+                        needle.encode() not in record.body):
+                    continue
+                found.append(record)
+                if len(found) >= limit:
+                    break
+        except (StoreError, OSError) as exc:
+            self.summary.setText(f"cannot read that store: {exc}")
+            return
+        self.records = found
+        self.table.setRowCount(len(found))
+        for r, record in enumerate(found):
+            values = [record.topic, str(record.queue_id), str(record.queue_offset),
+                      str(record.commit_log_offset),
+                      record.keys or "", record.tags or "", format_timestamp(record.store_timestamp),
+                      record.body[:80].decode("utf-8", "replace")]
+            for c, value in enumerate(values):
+                self.table.setItem(r, c, QTableWidgetItem(value))
+        capped = f" (stopped at {limit}: raise the limit to see more)" if len(found) >= limit else ""
+        self.model.message.emit(f"scanned {scanned:,} records, found {len(found):,}{capped}")
+
+    def show_detail(self) -> None:
+        rows = self.table.selectionModel().selectedRows()
+        if not rows:
+            return
+        record = self.records[rows[0].row()]
+        self.detail.setPlainText(
+            f"topic {record.topic} queue {record.queue_id} offset {record.queue_offset}\n"
+            f"msgId {record.uniq_key}  offsetMsgId {record.msg_id}\nproperties {record.properties}\n\n"
+            + record.body.decode("utf-8", "replace"))
