@@ -13,6 +13,7 @@ from gui.tasks import spawn
 from gui.views.charts import ChartsView
 from gui.views.export_view import ExportView
 from gui.views.groups import GroupsView
+from gui.views.load import LoadView
 from gui.views.logs import LogsView
 from gui.views.nodes import NodesView
 from gui.views.store_browser import StoreBrowserView
@@ -57,8 +58,10 @@ class MainWindow(QMainWindow):
         self.groups = GroupsView(self.model)
         self.logs = LogsView(self.model)
         self.store = StoreBrowserView(self.model)
+        self.load = LoadView(self.model)
         for view, title in ((self.nodes, "Cluster"), (self.charts, "Charts"),
                             (self.topics, "Topics && messages"), (self.groups, "Consumer groups"),
+                            (self.load, "Load"),
                             (self.export, "Export"), (self.logs, "Logs"), (self.store, "Store browser")):
             self.tabs.addTab(view, title)
         self.setCentralWidget(self.tabs)

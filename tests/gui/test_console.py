@@ -143,6 +143,21 @@ def test_console_runs_a_cluster_topics_messages_charts_and_an_export(qtbot, loop
         window.dark.setChecked(True)
         window.dark.setChecked(False)
 
+        # Load from the console: a producer and a slow consumer, charted with the fault table.
+        load = window.load
+        load.topic.setText("ConsoleTopic")
+        load.rate.setValue(200)
+        load.start_producer()
+        load.slow.setValue(5)
+        load.start_consumer()
+        pump(lambda: all(len(lp.seconds) >= 2 for lp in load.loads.values()) and len(load.loads) == 2,
+             45, "load processes reporting")
+        producer = load.loads["producer 1"]
+        assert sum(s["tps"] for s in producer.seconds) > 0
+        assert load.faults.rowCount() >= 1  # the producer has sent to broker-a
+        load.stop_all()
+        pump(lambda: "no load running" in load.running.text(), 20, "the load to stop")
+
         # Kill the broker from the node table: it is marked down.
         window.nodes.select("broker-a-0")
         pid = int(node_row(window, "broker-a-0")["pid"])

@@ -1,0 +1,193 @@
+"""The load generator: producers and consumers as subprocesses (``python -m cluster.loadgen``),
+their TPS and response times charted live, and the producer's latency-fault table."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import pyqtgraph as pg
+from PySide6.QtCore import QProcess
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"]
+
+
+class LoadProcess:
+    """One running load process and what it reported."""
+
+    def __init__(self, name: str, process: QProcess) -> None:
+        self.name = name
+        self.process = process
+        self.seconds: list[dict] = []
+        self.buffer = b""
+
+
+class LoadView(QWidget):
+    def __init__(self, model, parent=None) -> None:
+        super().__init__(parent)
+        self.model = model
+        self.loads: dict[str, LoadProcess] = {}
+        layout = QHBoxLayout(self)
+        controls = QVBoxLayout()
+        producer_box = QGroupBox("Producer")
+        form = QFormLayout(producer_box)
+        self.topic = QLineEdit("LoadTopic")
+        self.rate = QSpinBox()
+        self.rate.setRange(0, 1_000_000)
+        self.rate.setValue(500)
+        self.rate.setSpecialValueText("as fast as possible")
+        self.threads = QSpinBox()
+        self.threads.setRange(1, 256)
+        self.threads.setValue(4)
+        self.size = QSpinBox()
+        self.size.setRange(1, 4 * 1024 * 1024)
+        self.size.setValue(1024)
+        self.batch = QSpinBox()
+        self.batch.setRange(0, 1024)
+        self.mode = QComboBox()
+        self.mode.addItems(["sync", "async", "oneway"])
+        self.keys = QCheckBox("a key per message")
+        self.orderly = QCheckBox("orderly (one queue per sender)")
+        self.tags = QLineEdit()
+        for label, widget in (("topic", self.topic), ("rate (msg/s)", self.rate), ("senders", self.threads),
+                              ("body size", self.size), ("batch", self.batch), ("mode", self.mode),
+                              ("tags", self.tags), ("", self.keys), ("", self.orderly)):
+            form.addRow(label, widget)
+        start_producer = QPushButton("Start producer")
+        start_producer.clicked.connect(self.start_producer)
+        form.addRow(start_producer)
+        controls.addWidget(producer_box)
+        consumer_box = QGroupBox("Consumer")
+        cform = QFormLayout(consumer_box)
+        self.group = QLineEdit("load-consumers")
+        self.slow = QSpinBox()
+        self.slow.setRange(0, 10_000)
+        self.slow.setSuffix(" ms per message")
+        self.fail_every = QSpinBox()
+        self.fail_every.setRange(0, 1000)
+        self.fail_every.setSpecialValueText("never fail")
+        for label, widget in (("group", self.group), ("slowness", self.slow),
+                              ("fail every Nth", self.fail_every)):
+            cform.addRow(label, widget)
+        start_consumer = QPushButton("Start consumer")
+        start_consumer.clicked.connect(self.start_consumer)
+        cform.addRow(start_consumer)
+        controls.addWidget(consumer_box)
+        stop = QPushButton("Stop all load")
+        stop.clicked.connect(self.stop_all)
+        controls.addWidget(stop)
+        self.running = QLabel("no load running")
+        controls.addWidget(self.running)
+        controls.addStretch(1)
+        layout.addLayout(controls, 1)
+        charts = QVBoxLayout()
+        self.tps = pg.PlotWidget(title="TPS of each load process (messages/s)")
+        self.tps.addLegend(offset=(10, 10))
+        self.tps.setLabel("bottom", "seconds ago")
+        self.rt = pg.PlotWidget(title="Producer response times, last second (count per bucket, ms)")
+        self.rt_bars = pg.BarGraphItem(x=[], height=[], width=0.8)
+        self.rt.addItem(self.rt_bars)
+        charts.addWidget(self.tps, 2)
+        charts.addWidget(self.rt, 1)
+        charts.addWidget(QLabel("Producer latency-fault table"))
+        self.faults = QTableWidget(0, 4)
+        self.faults.setHorizontalHeaderLabels(["broker", "current latency (ms)", "not available until",
+                                               "available"])
+        charts.addWidget(self.faults, 1)
+        layout.addLayout(charts, 2)
+        self.curves: dict[str, pg.PlotDataItem] = {}
+
+    def _start(self, name: str, args: list[str]) -> None:
+        if not self.model.namesrv_addr:
+            self.model.message.emit("open a cluster first")
+            return
+        process = QProcess(self)
+        process.setProgram(sys.executable)
+        process.setArguments(["-m", "cluster.loadgen", *args, "-n", self.model.namesrv_addr])
+        load = LoadProcess(name, process)
+        process.readyReadStandardOutput.connect(lambda: self._read(load))
+        process.finished.connect(lambda *_: self._finished(load))
+        self.loads[name] = load
+        process.start()
+        self._update_running()
+
+    def start_producer(self) -> None:
+        args = ["producer", "-t", self.topic.text(), "--rate", str(self.rate.value()), "-w",
+                str(self.threads.value()), "-s", str(self.size.value()), "--batch", str(self.batch.value()),
+                "--mode", self.mode.currentText()]
+        if self.keys.isChecked():
+            args.append("-k")
+        if self.orderly.isChecked():
+            args.append("--orderly")
+        if self.tags.text().strip():
+            args += ["--tags", self.tags.text().strip()]
+        self._start(f"producer {len([n for n in self.loads if n.startswith('producer')]) + 1}", args)
+
+    def start_consumer(self) -> None:
+        args = ["consumer", "-t", self.topic.text(), "-g", self.group.text(), "--slow-ms",
+                str(self.slow.value()), "--fail-every", str(self.fail_every.value())]
+        self._start(f"consumer {len([n for n in self.loads if n.startswith('consumer')]) + 1}", args)
+
+    def stop_all(self) -> None:
+        for load in self.loads.values():
+            if load.process.state() != QProcess.ProcessState.NotRunning:
+                load.process.terminate()
+
+    def _finished(self, load: LoadProcess) -> None:
+        self._update_running()
+
+    def _update_running(self) -> None:
+        live = [n for n, lp in self.loads.items() if lp.process.state() != QProcess.ProcessState.NotRunning]
+        self.running.setText("running: " + ", ".join(live) if live else "no load running")
+
+    def _read(self, load: LoadProcess) -> None:
+        load.buffer += bytes(load.process.readAllStandardOutput())
+        *lines, load.buffer = load.buffer.split(b"\n")
+        for line in lines:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if event.get("event") == "second":
+                load.seconds.append(event)
+                self._redraw(load, event)
+
+    def _redraw(self, load: LoadProcess, latest: dict) -> None:
+        now = time.time()
+        for index, (name, lp) in enumerate(sorted(self.loads.items())):
+            curve = self.curves.get(name)
+            if curve is None:
+                pen = pg.mkPen(COLORS[index % len(COLORS)], width=2)
+                curve = self.curves[name] = self.tps.plot([], [], name=name, pen=pen)
+            recent = lp.seconds[-600:]
+            curve.setData([s["time"] - now for s in recent], [s["tps"] for s in recent])
+        if load.name.startswith("producer"):
+            self.rt_bars.setOpts(x=list(range(len(latest["histogram"]))), height=latest["histogram"])
+            labels = [f"≤{b}" for b in latest["buckets"]] + [f">{latest['buckets'][-1]}"]
+            self.rt.getAxis("bottom").setTicks([list(enumerate(labels))])
+            faults = latest.get("faults") or []
+            self.faults.setRowCount(len(faults))
+            for r, item in enumerate(faults):
+                until = time.strftime("%H:%M:%S", time.localtime(item["notAvailableUntil"] / 1000))
+                for c, value in enumerate([item["brokerName"], f"{item['currentLatency']:.0f}", until,
+                                           "yes" if item["available"] else "NO"]):
+                    self.faults.setItem(r, c, QTableWidgetItem(value))
+
+    def total_seconds(self) -> int:
+        return sum(len(lp.seconds) for lp in self.loads.values())
