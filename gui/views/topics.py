@@ -8,9 +8,12 @@ import json
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
+    QComboBox,
+    QFileDialog,
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
+    QLabel,
     QLineEdit,
     QListWidget,
     QPlainTextEdit,
@@ -26,7 +29,7 @@ from cluster.broker.topic_config import is_system_topic
 from cluster.client.message import Message
 from cluster.client.producer import Producer
 from gui.tasks import spawn
-from storage.inspector import format_timestamp
+from storage.inspector import format_timestamp, record_to_json
 
 RESULT_COLUMNS = ["topic", "queue", "offset", "keys", "tags", "msgId", "stored", "body"]
 
@@ -91,18 +94,54 @@ class TopicsView(QWidget):
         query_layout.addWidget(self.query_key)
         query_layout.addWidget(find)
         right.addWidget(query_box)
+        browse_box = QGroupBox("Browse a queue, or a time range of the topic")
+        browse_layout = QHBoxLayout(browse_box)
+        self.browse_broker = QLineEdit()
+        self.browse_broker.setPlaceholderText("broker (e.g. broker-a)")
+        self.browse_queue = QSpinBox()
+        self.browse_queue.setRange(0, 1023)
+        self.browse_offset = QSpinBox()
+        self.browse_offset.setRange(0, 2**31 - 1)
+        self.browse_minutes = QSpinBox()
+        self.browse_minutes.setRange(0, 7 * 24 * 60)
+        self.browse_minutes.setSpecialValueText("from the offset")
+        self.browse_minutes.setSuffix(" min ago")
+        browse = QPushButton("Browse")
+        browse.clicked.connect(self.browse)
+        self.cancel_scan = QPushButton("Cancel")
+        self.cancel_scan.clicked.connect(self.cancel_browse)
+        for widget in (self.browse_broker, QLabel("queue"), self.browse_queue, QLabel("offset"),
+                       self.browse_offset, QLabel("or since"), self.browse_minutes, browse, self.cancel_scan):
+            browse_layout.addWidget(widget)
+        right.addWidget(browse_box)
+        self._browse_task = None
         self.results = QTableWidget(0, len(RESULT_COLUMNS))
         self.results.setHorizontalHeaderLabels(RESULT_COLUMNS)
         self.results.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.results.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.results.itemSelectionChanged.connect(self.show_detail)
         right.addWidget(self.results, 1)
+        self.body_mode = QComboBox()
+        self.body_mode.addItems(["text", "pretty JSON", "hex"])
+        self.body_mode.currentTextChanged.connect(lambda _: self.show_detail())
+        right.addWidget(self.body_mode)
         self.detail = QPlainTextEdit()
         self.detail.setReadOnly(True)
         right.addWidget(self.detail, 1)
-        resend = QPushButton("Resend the selected message to its topic")
+        actions = QHBoxLayout()
+        resend = QPushButton("Resend to its topic")
         resend.clicked.connect(self.resend)
-        right.addWidget(resend)
+        self.resend_group = QLineEdit()
+        self.resend_group.setPlaceholderText("consumer group")
+        resend_group = QPushButton("Resend to the group")
+        resend_group.clicked.connect(self.resend_to_group)
+        save_body = QPushButton("Save full body…")
+        save_body.clicked.connect(self.save_body)
+        export = QPushButton("Export results…")
+        export.clicked.connect(lambda: self.export_results(None))
+        for widget in (resend, self.resend_group, resend_group, save_body, export):
+            actions.addWidget(widget)
+        right.addLayout(actions)
         layout.addLayout(right, 2)
 
     # -- topics ----------------------------------------------------------------------------------
@@ -185,10 +224,7 @@ class TopicsView(QWidget):
         record = self.selected_record()
         if record is None:
             return
-        try:
-            body = json.dumps(json.loads(record.body), indent=2)
-        except ValueError:
-            body = record.body.decode("utf-8", "replace")
+        body = self.render_body(record.body)
         born_ip, born_port = record.born_host
         store_ip, store_port = record.store_host
         self.detail.setPlainText(
@@ -197,6 +233,126 @@ class TopicsView(QWidget):
             f"born {format_timestamp(record.born_timestamp)} at {born_ip}:{born_port}\n"
             f"stored {format_timestamp(record.store_timestamp)} at {store_ip}:{store_port}\n"
             f"reconsumed {record.reconsume_times} times\nproperties {record.properties}\n\n{body}")
+
+    BODY_SHOWN = 64 * 1024  # larger bodies are shown truncated; "save full body" has them all
+
+    def render_body(self, raw: bytes) -> str:
+        shown, more = raw[: self.BODY_SHOWN], len(raw) - self.BODY_SHOWN
+        mode = self.body_mode.currentText()
+        if mode == "hex":
+            text = "\n".join(f"{i:08x}  {shown[i:i + 16].hex(' ')}" for i in range(0, len(shown), 16))
+        elif mode == "pretty JSON":
+            try:
+                text = json.dumps(json.loads(raw), indent=2, ensure_ascii=False)[: self.BODY_SHOWN]
+            except ValueError:
+                text = "(the body is not JSON)\n" + shown.decode("utf-8", "replace")
+        else:
+            text = shown.decode("utf-8", "replace")
+        return text + (f"\n… {more:,} more bytes (save the full body to see them)" if more > 0 else "")
+
+    def save_body(self, path: str | None = None) -> None:
+        record = self.selected_record()
+        if record is None:
+            self.model.message.emit("select a message first")
+            return
+        if path is None:
+            path, _ = QFileDialog.getSaveFileName(self, "Save the message body", f"{record.uniq_key}.bin")
+        if path:
+            with open(path, "wb") as handle:
+                handle.write(record.body)
+            self.model.message.emit(f"{len(record.body):,} bytes saved to {path}")
+
+    def export_results(self, path: str | None) -> None:
+        """The result set as JSON lines (.json) or CSV (.csv), as `store dump` writes records."""
+        if path is None:
+            path, _ = QFileDialog.getSaveFileName(self, "Export the results", "messages.json",
+                                                  "JSON lines (*.json);;CSV (*.csv)")
+        if not path:
+            return
+        rows = [record_to_json(r) for r in self.records]
+        if path.endswith(".csv"):
+            import csv
+
+            with open(path, "w", newline="", encoding="utf-8") as handle:
+                writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else ["topic"])
+                writer.writeheader()
+                for row in rows:
+                    writer.writerow({k: json.dumps(v) if isinstance(v, dict) else v for k, v in row.items()})
+        else:
+            with open(path, "w", encoding="utf-8") as handle:
+                for row in rows:
+                    handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+        self.model.message.emit(f"{len(rows)} message(s) exported to {path}")
+
+    def resend_to_group(self) -> None:
+        """CONSUME_MESSAGE_DIRECTLY: one online consumer of the group consumes it again."""
+        record, group = self.selected_record(), self.resend_group.text().strip()
+        if record is None or not group:
+            self.model.message.emit("select a message and name the consumer group")
+            return
+
+        async def run():
+            connections = await self.model.admin.consumer_connections(group)
+            clients = [c["clientId"] for c in connections.get("connectionSet", [])]
+            if not clients:
+                raise RuntimeError(f"no consumer of {group} is online")
+            return await self.model.admin.consume_message_directly(group, clients[0], record.msg_id)
+
+        spawn(run(), on_done=lambda r: self.model.message.emit(
+            f"receipt from {group}: {r.get('consumeResult')} in {r.get('spentTimeMills', '?')} ms"),
+            on_error=self.model.message.emit)
+
+    def browse(self) -> None:
+        topic, broker = self.query_topic.text().strip(), self.browse_broker.text().strip()
+        if not topic or not broker:
+            self.model.message.emit("give the topic (above) and a broker name to browse")
+            return
+        self.cancel_browse()
+        self._browse_task = spawn(self._browse(topic, broker, self.browse_queue.value(),
+                                               self.browse_offset.value(), self.browse_minutes.value()),
+                                  on_done=self._show_results, on_error=self.model.message.emit)
+
+    def cancel_browse(self) -> None:
+        if self._browse_task is not None and not self._browse_task.done():
+            self._browse_task.cancel()
+            self.model.message.emit("scan cancelled")
+
+    async def _browse(self, topic: str, broker: str, queue_id: int, offset: int, minutes: int,
+                      limit: int = 64):
+        """Pull from ``offset`` (or from the first message stored ``minutes`` ago, in every
+        queue) as a tool does: the TOOLS_CONSUMER group, nothing committed."""
+        from cluster.client.consumer import PullStatus, pull_message
+        from cluster.client.route import MessageQueue
+
+        instance = self.model.admin.instance
+        route = await instance.fetch_route(topic)
+        if route is None:
+            raise RuntimeError(f"no route for topic {topic}")
+        if minutes:
+            import time as _time
+
+            from cluster.client.consumer import queue_offset_request
+            from cluster.remoting.codes import RequestCode
+
+            queues = [MessageQueue(topic, d["brokerName"], q) for d in route.queue_datas
+                      for q in range(d["readQueueNums"]) if d["brokerName"] == broker]
+            since = int((_time.time() - minutes * 60) * 1000)
+            starts = {mq: await queue_offset_request(instance, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, mq,
+                                                     timestamp=since) for mq in queues}
+        else:
+            starts = {MessageQueue(topic, broker, queue_id): offset}
+        found, scanned = [], 0
+        for mq, start in starts.items():
+            position = start
+            while len(found) < limit:
+                result = await pull_message(instance, "TOOLS_CONSUMER", mq, "*", position, 32)
+                if result.status is not PullStatus.FOUND or not result.messages:
+                    break
+                scanned += len(result.messages)
+                found.extend(m.record for m in result.messages)
+                position = result.next_begin_offset
+                self.model.message.emit(f"scanned {scanned:,}, found {len(found):,}")
+        return found[:limit]
 
     def resend(self) -> None:
         record = self.selected_record()

@@ -80,6 +80,25 @@ def test_console_runs_a_cluster_topics_messages_charts_and_an_export(qtbot, loop
         pump(lambda: "resent to ConsoleTopic: SEND_OK" in window.statusBar().currentMessage(), 20,
              "the resend")
         pump(lambda: found(2), 20, "both copies")
+        topics.body_mode.setCurrentText("hex")
+        assert "7b 22 68 65" in topics.detail.toPlainText()  # {"he…
+        topics.body_mode.setCurrentText("pretty JSON")
+        topics.save_body(str(tmp_path / "body.bin"))
+        assert (tmp_path / "body.bin").read_bytes() == b'{"hello": "console"}'
+        topics.export_results(str(tmp_path / "results.json"))
+        assert len((tmp_path / "results.json").read_text().splitlines()) == 2
+
+        # Browse the queue the message is in, from offset 0, as a tool (nothing committed).
+        first = topics.records[0]
+        topics.records, before = [], topics.results.rowCount()
+        topics.results.setRowCount(0)
+        topics.browse_broker.setText("broker-a")
+        topics.browse_queue.setValue(first.queue_id)
+        topics.browse_offset.setValue(0)
+        topics.browse()
+        pump(lambda: topics.results.rowCount() >= 1, 20, "the browsed queue")
+        assert any(r.keys == "console-key-1" for r in topics.records)
+        assert before == 2
 
         # Charts receive one-second samples.
         pump(lambda: window.charts.sample_count() >= 3, 20, "chart samples")
