@@ -37,6 +37,7 @@ class ClusterModel(QObject):
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
         self.supervisor: Supervisor | None = None
+        self.external: str | None = None  # a cluster RocketDesk does not run: its name servers
         self.admin: AdminClient | None = None
         self.nodes: list[dict] = []
         self.samples: dict[str, deque] = {}
@@ -53,21 +54,37 @@ class ClusterModel(QObject):
     def attach(self, name: str, supervisor: Supervisor | None = None) -> None:
         # Keep the supervisor that started the nodes: it is their parent and reaps them.
         self.supervisor = supervisor or Supervisor.attach(name)
+        self.external = None
         self._new_admin()
         self.samples.clear()
         self.cluster_changed.emit(name)
         self.timer.start()
         self.refresh()
 
+    def connect_external(self, namesrv: str) -> None:
+        """Watch a cluster started elsewhere (a Java RocketMQ, another machine): everything
+        over the protocol, no process control."""
+        if not namesrv.strip():
+            raise ValueError("give a name-server address (host:port;host:port)")
+        self.supervisor = None
+        self.external = namesrv.strip()
+        self._new_admin()
+        self.samples.clear()
+        self.cluster_changed.emit(f"external {self.external}")
+        self.timer.start()
+        self.refresh()
+
     def _new_admin(self) -> None:
         old = self.admin
-        self.admin = AdminClient(self.supervisor.state.namesrv_addr) if self.supervisor else None
+        self.admin = AdminClient(self.namesrv_addr) if self.namesrv_addr else None
         if old is not None:
             spawn(old.close())
 
     @property
     def namesrv_addr(self) -> str:
-        return self.supervisor.state.namesrv_addr if self.supervisor else ""
+        if self.supervisor is not None:
+            return self.supervisor.state.namesrv_addr
+        return self.external or ""
 
     async def create_and_start(self, profile: str, name: str | None = None) -> None:
         spec = load_profile(profile)
@@ -109,7 +126,7 @@ class ClusterModel(QObject):
 
     # -- sampling ----------------------------------------------------------------------------------
     def refresh(self) -> None:
-        if self.supervisor is None or self._refreshing:
+        if (self.supervisor is None and self.external is None) or self._refreshing:
             return
         self._refreshing = True
         spawn(self._refresh(), on_error=self._refresh_failed)
@@ -120,7 +137,8 @@ class ClusterModel(QObject):
 
     async def _refresh(self) -> None:
         try:
-            rows = await self.supervisor.status(probe=True)
+            rows = (await self.supervisor.status(probe=True) if self.supervisor is not None
+                    else await self._external_rows())
             self.nodes = rows
             self.nodes_changed.emit(rows)
             latest = {}
@@ -149,6 +167,21 @@ class ClusterModel(QObject):
             self.sampled.emit(latest)
         finally:
             self._refreshing = False
+
+    async def _external_rows(self) -> list[dict]:
+        """Node rows for a cluster we do not run, from the name servers' cluster info."""
+        info = await self.admin.cluster_info()
+        rows = [{"name": f"namesrv {a}", "kind": "namesrv", "role": "NAMESRV", "address": a,
+                 "haPort": None, "pid": None, "state": "external", "health": "ok", "cpuPercent": None,
+                 "rssBytes": None, "openFiles": None, "diskBytes": None}
+                for a in self.external.split(";")]
+        for name, data in sorted(info.get("brokerAddrTable", {}).items()):
+            for broker_id, address in sorted(data["brokerAddrs"].items()):
+                rows.append({"name": f"{name}-{broker_id}", "kind": "broker",
+                             "role": "MASTER" if broker_id == 0 else "SLAVE", "address": address,
+                             "haPort": None, "pid": None, "state": "running", "health": "ok",
+                             "cpuPercent": None, "rssBytes": None, "openFiles": None, "diskBytes": None})
+        return rows
 
     async def close(self) -> None:
         self.timer.stop()

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from PySide6.QtCore import QSettings
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QComboBox, QLabel, QMainWindow, QPushButton, QTabWidget, QToolBar
+from PySide6.QtWidgets import (
+    QComboBox,
+    QLabel,
+    QLineEdit,
+    QMainWindow,
+    QPushButton,
+    QTabWidget,
+    QToolBar,
+)
 
 from cluster.supervisor.spec import profile_names
 from gui.cluster_model import ClusterModel
@@ -44,6 +52,13 @@ class MainWindow(QMainWindow):
         self.dark = QPushButton("Dark theme")
         self.dark.setCheckable(True)
         self.dark.toggled.connect(self.set_dark)
+        self.external = QLineEdit()
+        self.external.setPlaceholderText("or a name server host:port")
+        self.external.setMaximumWidth(220)
+        connect = QPushButton("Connect")
+        connect.clicked.connect(self.connect_external)
+        toolbar.addWidget(self.external)
+        toolbar.addWidget(connect)
         stop = QPushButton("Stop cluster")
         stop.clicked.connect(lambda: spawn(self.model.stop_cluster(), on_error=self.show_message))
         toolbar.addWidget(stop)
@@ -117,9 +132,16 @@ class MainWindow(QMainWindow):
 
     def _cluster_opened(self, name: str) -> None:
         self.reload_clusters()
-        self.clusters.setCurrentText(name)
+        if not name.startswith("external "):
+            self.clusters.setCurrentText(name)
         self.topics.refresh()
         self.groups.refresh()
+
+    def connect_external(self) -> None:
+        try:
+            self.model.connect_external(self.external.text())
+        except ValueError as exc:
+            self.show_message(str(exc))
 
     def create_cluster(self) -> None:
         self.create_button.setEnabled(False)

@@ -64,7 +64,7 @@ class LogsView(QWidget):
 
     def open_node(self, name: str) -> None:
         if not name or self.model.supervisor is None:
-            return
+            return  # external clusters: their logs are not ours to read
         self._path = self.model.supervisor.node(name).log_path
         self.text.clear()
         size = os.path.getsize(self._path) if os.path.exists(self._path) else 0

@@ -177,6 +177,17 @@ def test_console_runs_a_cluster_topics_messages_charts_and_an_export(qtbot, loop
         load.stop_all()
         pump(lambda: "no load running" in load.running.text(), 20, "the load to stop")
 
+        # The same cluster seen as an external one, by its name-server address only.
+        namesrv = window.model.namesrv_addr
+        supervisor = window.model.supervisor
+        window.external.setText(namesrv)
+        window.connect_external()
+        pump(lambda: node_row(window, "broker-a-0") is not None
+             and node_row(window, "broker-a-0")["state"] == "running"
+             and node_row(window, f"namesrv {namesrv}") is not None, 20, "the external view")
+        window.model.attach(supervisor.state.name, supervisor)
+        pump(lambda: node_row(window, "namesrv-0") is not None, 20, "the managed view again")
+
         # Kill the broker from the node table: it is marked down.
         window.nodes.select("broker-a-0")
         pid = int(node_row(window, "broker-a-0")["pid"])
