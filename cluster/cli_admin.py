@@ -6,7 +6,6 @@ response code name included) and exit code 1.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from datetime import datetime
@@ -15,6 +14,7 @@ from cluster.cli_cluster import namesrv_of
 from cluster.client.admin import AdminClient
 from cluster.client.message import Message
 from cluster.client.producer import Producer
+from cluster.display import run_async
 from cluster.remoting.errors import RemotingError
 from storage.inspector import record_to_json
 from storage.record import MessageRecord
@@ -265,11 +265,6 @@ async def broker_runtime(args) -> int:
     return 0
 
 
-def _async(handler):
-    def run(args) -> int:
-        return asyncio.run(handler(args))
-
-    return run
 
 
 def add_commands(commands) -> None:
@@ -281,7 +276,7 @@ def add_commands(commands) -> None:
 
     def verb(group, name, handler, text):
         parser = target(group.add_parser(name, help=text))
-        parser.set_defaults(func=_async(handler))
+        parser.set_defaults(func=run_async(handler))
         return parser
 
     topic = commands.add_parser("topic", help="list, create, update, delete topics; status, route")

@@ -5,12 +5,12 @@ Every command that takes ``--name`` finds the cluster on its own when only one e
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sys
 import time
 
+from cluster.display import human_bytes, run_async
 from cluster.supervisor.errors import SupervisorError
 from cluster.supervisor.spec import GroupSpec, load_profile, load_spec, profile_names
 from cluster.supervisor.state import ClusterState, cluster_names
@@ -77,14 +77,6 @@ async def _down(args) -> int:
     return 0
 
 
-def _size(value) -> str:
-    if value is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return str(value)
 
 
 async def _status(args) -> int:
@@ -101,8 +93,9 @@ async def _status(args) -> int:
             cpu = "-" if r["cpuPercent"] is None else f"{r['cpuPercent']:.0f}%"
             print(f"  {r['name']:<14}{r['role']:<14}{r['address']:<18}{r['haPort'] or '-':>6}"
                   f"{r['pid'] or '-':>8}  {r['state']:<9}{r['health']:<15}{cpu:>6}"
-                  f"{_size(r['rssBytes']):>11}{r['openFiles'] if r['openFiles'] is not None else '-':>7}"
-                  f"{_size(r['diskBytes']):>11}")
+                  f"{human_bytes(r['rssBytes']):>11}"
+                  f"{r['openFiles'] if r['openFiles'] is not None else '-':>7}"
+                  f"{human_bytes(r['diskBytes']):>11}")
         for r in rows:
             if r["state"] == "died":
                 print(f"\n{r['name']} died; its last log lines:\n{r.get('lastLog', '')}")
@@ -200,11 +193,6 @@ def _rm(args) -> int:
     return 0
 
 
-def _async(handler):
-    def run(args) -> int:
-        return asyncio.run(handler(args))
-
-    return run
 
 
 def add_commands(commands) -> None:
@@ -218,15 +206,15 @@ def add_commands(commands) -> None:
     up.add_argument("--spec", help="a cluster spec file (TOML)")
     up.add_argument("--name", help="the cluster's name (default: the profile's)")
     up.add_argument("--timeout", type=float, default=30, help="seconds to wait for each stage")
-    up.set_defaults(func=_async(_up))
+    up.set_defaults(func=run_async(_up))
 
     down = named(commands.add_parser("down", help="stop a cluster's nodes (data kept)"))
     down.add_argument("--grace", type=float, default=15, help="seconds before SIGKILL")
-    down.set_defaults(func=_async(_down))
+    down.set_defaults(func=run_async(_down))
 
     status = named(commands.add_parser("status", help="nodes, roles, ports, pids, health, resources"))
     status.add_argument("--json", action="store_true")
-    status.set_defaults(func=_async(_status))
+    status.set_defaults(func=run_async(_status))
 
     logs = named(commands.add_parser("logs", help="a node's log"))
     logs.add_argument("node")
@@ -239,11 +227,11 @@ def add_commands(commands) -> None:
                                 ("resume", _resume, "SIGCONT a paused node")):
         parser = named(commands.add_parser(verb, help=text))
         parser.add_argument("node")
-        parser.set_defaults(func=_async(handler))
+        parser.set_defaults(func=run_async(handler))
     restart = named(commands.add_parser("restart", help="stop and start one node"))
     restart.add_argument("node")
     restart.add_argument("--timeout", type=float, default=30)
-    restart.set_defaults(func=_async(_restart))
+    restart.set_defaults(func=run_async(_restart))
 
     add_group = named(commands.add_parser("add-group", help="add a broker group to a running cluster"))
     add_group.add_argument("group", help="the new group's broker name, e.g. broker-c")
@@ -252,11 +240,11 @@ def add_commands(commands) -> None:
     add_group.add_argument("--slaves", type=int, default=0)
     add_group.add_argument("--file-size", type=int, default=1 << 30, help="CommitLog file size")
     add_group.add_argument("--timeout", type=float, default=30)
-    add_group.set_defaults(func=_async(_add_group))
+    add_group.set_defaults(func=run_async(_add_group))
     add_slave = named(commands.add_parser("add-slave", help="add a slave to a broker group"))
     add_slave.add_argument("group")
     add_slave.add_argument("--timeout", type=float, default=30)
-    add_slave.set_defaults(func=_async(_add_slave))
+    add_slave.set_defaults(func=run_async(_add_slave))
 
     clusters = commands.add_parser("clusters", help="the clusters RocketDesk knows, running or not")
     clusters.add_argument("--json", action="store_true")

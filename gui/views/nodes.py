@@ -15,20 +15,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from cluster.display import human_bytes
 from gui.tasks import spawn
 
 COLUMNS = ["node", "role", "address", "HA port", "pid", "state", "health", "CPU %", "RSS", "files", "disk"]
 ACTIONS = ["start", "stop", "restart", "kill", "pause", "resume"]
 
 
-def _size(value) -> str:
-    if value is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return "-"
 
 
 class NodesView(QWidget):
@@ -92,9 +85,11 @@ class NodesView(QWidget):
         died = []
         for r, row in enumerate(rows):
             cpu = "-" if row["cpuPercent"] is None else f"{row['cpuPercent']:.0f}"
+            files = row["openFiles"]
             values = [row["name"], row["role"], row["address"], str(row["haPort"] or "-"),
-                      str(row["pid"] or "-"), row["state"], row["health"], cpu, _size(row["rssBytes"]),
-                      str(row["openFiles"] if row["openFiles"] is not None else "-"), _size(row["diskBytes"])]
+                      str(row["pid"] or "-"), row["state"], row["health"], cpu,
+                      human_bytes(row["rssBytes"]), str(files if files is not None else "-"),
+                      human_bytes(row["diskBytes"])]
             for c, value in enumerate(values):
                 self.table.setItem(r, c, QTableWidgetItem(value))
             if row["state"] == "died":
