@@ -28,6 +28,16 @@ def _num(value, default=None):
         return default
 
 
+def _histogram(text: str) -> list[tuple[str, int]]:
+    """``putMessageDistributeTime`` ("[<=0ms]:12 [0~10ms]:3 …", cumulative counts) as pairs."""
+    pairs = []
+    for item in text.split(" "):
+        label, _, count = item.rpartition(":")
+        if label and count.isdigit():
+            pairs.append((label, int(count)))
+    return pairs
+
+
 class ClusterModel(QObject):
     nodes_changed = Signal(list)       # the supervisor's status rows
     sampled = Signal(dict)             # broker name -> latest sample
@@ -160,6 +170,7 @@ class ClusterModel(QObject):
                     "haLag": _num(info.get("haSlaveFallBehindBytes")),
                     "haAck": _num(info.get("haPush2SlaveMaxOffset")),
                     "role": info.get("brokerRole", ""),
+                    "latency": _histogram(info.get("putMessageDistributeTime", "")),
                 }
                 key = row["name"]
                 self.samples.setdefault(key, deque(maxlen=HISTORY)).append(sample)

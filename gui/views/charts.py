@@ -31,7 +31,10 @@ class ChartsView(QWidget):
         self.positions = self._plot("CommitLog positions: max (solid), flushed (dashed), dispatched (dotted)",
                                     "bytes")
         self.lag = self._plot("HA: bytes the slowest slave is behind its master", "bytes")
-        for plot in (self.tps, self.get_tps, self.positions, self.lag):
+        self.latency = pg.PlotWidget(title="Put latency, last second, all brokers (puts per bucket)")
+        self.latency_bars = pg.BarGraphItem(x=[], height=[], width=0.8, brush="#1f77b4")
+        self.latency.addItem(self.latency_bars)
+        for plot in (self.tps, self.get_tps, self.positions, self.lag, self.latency):
             layout.addWidget(plot, 1)
         self.curves: dict[tuple, pg.PlotDataItem] = {}
         model.sampled.connect(self.redraw)
@@ -85,8 +88,31 @@ class ChartsView(QWidget):
                 self._curve(self.positions, ("pos", broker, field), name, color, style).setData(
                     *self.points(broker, field))
             self._curve(self.lag, ("lag", broker), broker, color).setData(*self.points(broker, "haLag"))
+            if any(s.get("role") in ("SYNC_MASTER", "ASYNC_MASTER") for s in self.model.samples[broker]):
+                self._curve(self.positions, ("pos", broker, "ack"), f"{broker} slave ack", color,
+                            Qt.PenStyle.DashDotLine).setData(*self.points(broker, "haAck"))
+        self._draw_latency()
         if latest:
             self.fresh.setText("updated " + time.strftime("%H:%M:%S %Z"))
+
+    def latency_last_second(self) -> list[tuple[str, int]]:
+        """Puts per latency bucket in the last second, summed over brokers."""
+        totals: dict[str, int] = {}
+        labels: list[str] = []
+        for samples in self.model.samples.values():
+            if len(samples) < 2:
+                continue
+            before, after = dict(samples[-2].get("latency") or []), samples[-1].get("latency") or []
+            for label, count in after:
+                if label not in totals:
+                    labels.append(label)
+                totals[label] = totals.get(label, 0) + max(0, count - before.get(label, 0))
+        return [(label, totals[label]) for label in labels]
+
+    def _draw_latency(self) -> None:
+        buckets = self.latency_last_second()
+        self.latency_bars.setOpts(x=list(range(len(buckets))), height=[n for _, n in buckets])
+        self.latency.getAxis("bottom").setTicks([list(enumerate(label for label, _ in buckets))])
 
     def sample_count(self) -> int:
         return sum(len(v) for v in self.model.samples.values())

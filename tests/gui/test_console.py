@@ -105,6 +105,7 @@ def test_console_runs_a_cluster_topics_messages_charts_and_an_export(qtbot, loop
         xs, ys = window.charts.points("broker-a-0", "max")
         assert len(xs) >= 3
         assert ys[-1] > 0
+        assert [label for label, _ in window.charts.latency_last_second()][:1] == ["[<=0ms]"]
 
         # Start an export and cancel it; the form is usable again.
         export = window.export
