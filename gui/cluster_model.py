@@ -51,6 +51,8 @@ class ClusterModel(QObject):
         self.admin: AdminClient | None = None
         self.nodes: list[dict] = []
         self.samples: dict[str, deque] = {}
+        self.lag: dict[str, deque] = {}  # consumer group -> (time, total lag), every 5 s
+        self._lag_due = 0.0
         self._refreshing = False
         self.timer = QTimer(self)
         self.timer.setInterval(1000)
@@ -175,9 +177,31 @@ class ClusterModel(QObject):
                 key = row["name"]
                 self.samples.setdefault(key, deque(maxlen=HISTORY)).append(sample)
                 latest[key] = sample
+            if now >= self._lag_due:
+                self._lag_due = now + 5
+                await self._sample_lag(now)
             self.sampled.emit(latest)
         finally:
             self._refreshing = False
+
+    SYSTEM_GROUPS = frozenset({"TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_GROUP",
+                               "CID_ONS-HTTP-PROXY", "CID_ONSAPI_PULL", "CID_ONSAPI_PERMISSION",
+                               "CID_ONSAPI_OWNER", "CID_RMQ_SYS_TRANS"})
+
+    async def _sample_lag(self, now: float) -> None:
+        """Total lag of every consumer group (brokers' max offsets minus committed offsets)."""
+        try:
+            groups = await asyncio.wait_for(self.admin.group_list(), 2)
+        except Exception:
+            return
+        for group in sorted(set(groups) - self.SYSTEM_GROUPS):
+            try:
+                stats = await asyncio.wait_for(self.admin.consume_stats(group), 2)
+            except Exception:
+                continue
+            total = sum(v["brokerOffset"] - max(v["consumerOffset"], 0) for v in stats.values())
+            if stats:
+                self.lag.setdefault(group, deque(maxlen=HISTORY // 5)).append((now, total))
 
     async def _external_rows(self) -> list[dict]:
         """Node rows for a cluster we do not run, from the name servers' cluster info."""

@@ -34,7 +34,9 @@ class ChartsView(QWidget):
         self.latency = pg.PlotWidget(title="Put latency, last second, all brokers (puts per bucket)")
         self.latency_bars = pg.BarGraphItem(x=[], height=[], width=0.8, brush="#1f77b4")
         self.latency.addItem(self.latency_bars)
-        for plot in (self.tps, self.get_tps, self.positions, self.lag, self.latency):
+        self.group_lag = self._plot("Consumer lag per group (messages not yet consumed, every 5 s)",
+                                    "msgs")
+        for plot in (self.tps, self.get_tps, self.positions, self.lag, self.latency, self.group_lag):
             layout.addWidget(plot, 1)
         self.curves: dict[tuple, pg.PlotDataItem] = {}
         model.sampled.connect(self.redraw)
@@ -92,6 +94,12 @@ class ChartsView(QWidget):
                 self._curve(self.positions, ("pos", broker, "ack"), f"{broker} slave ack", color,
                             Qt.PenStyle.DashDotLine).setData(*self.points(broker, "haAck"))
         self._draw_latency()
+        window = WINDOWS[self.window.currentText()]
+        now = time.time()
+        for index, (group, points) in enumerate(sorted(self.model.lag.items())):
+            recent = [(t - now, v) for t, v in points if now - t <= window]
+            self._curve(self.group_lag, ("group", group), group, COLORS[index % len(COLORS)]).setData(
+                [x for x, _ in recent], [y for _, y in recent])
         if latest:
             self.fresh.setText("updated " + time.strftime("%H:%M:%S %Z"))
 

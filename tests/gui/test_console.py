@@ -146,6 +146,7 @@ def test_console_runs_a_cluster_topics_messages_charts_and_an_export(qtbot, loop
         groups.groups.setCurrentItem(groups.groups.findItems("cg-console", Qt.MatchFlag.MatchExactly)[0])
         pump(lambda: "total lag 0" in groups.summary.text(), 20, "the group's lag")
         assert "1 client(s) online" in groups.clients.text()
+        pump(lambda: "cg-console" in window.model.lag, 20, "the group's lag history")
         loop.run_until_complete(consumer.shutdown())
 
         window.logs.node.setCurrentText("broker-a-0")
