@@ -50,6 +50,15 @@ async def main(out: str) -> None:
     window.resize(1280, 820)
     window.show()
     await window.model.create_and_start("ha")
+    try:
+        await shoot(window, out)
+    finally:  # the scratch cluster goes, whatever happened
+        await window.model.stop_cluster()
+        await window.model.close()
+        window.close()
+
+
+async def shoot(window: MainWindow, out: str) -> None:
     namesrv = window.model.namesrv_addr
     await window.model.admin.create_topic("Orders", 4, 4)
     loader = asyncio.ensure_future(load(namesrv, 25))
@@ -77,9 +86,6 @@ async def main(out: str) -> None:
     await asyncio.sleep(1.0)
     window.grab().save(os.path.join(out, "export.png"))
     await until(lambda: window.export.state != "running", 300)
-    await window.model.stop_cluster()
-    await window.model.close()
-    window.close()
 
 
 if __name__ == "__main__":
