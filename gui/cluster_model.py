@@ -13,6 +13,7 @@ from collections import deque
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from cluster.client.admin import AdminClient
+from cluster.supervisor.probe import Prober
 from cluster.supervisor.spec import load_profile
 from cluster.supervisor.state import cluster_names
 from cluster.supervisor.supervisor import Supervisor
@@ -53,6 +54,7 @@ class ClusterModel(QObject):
         self.samples: dict[str, deque] = {}
         self.lag: dict[str, deque] = {}  # consumer group -> (time, total lag), every 5 s
         self._lag_due = 0.0
+        self._probe = None
         self._refreshing = False
         self.timer = QTimer(self)
         self.timer.setInterval(1000)
@@ -149,18 +151,32 @@ class ClusterModel(QObject):
 
     async def _refresh(self) -> None:
         try:
-            rows = (await self.supervisor.status(probe=True) if self.supervisor is not None
+            # One request per broker a second: its runtime info feeds the charts and is its
+            # health check too (status's own probe would ask every node a second time).
+            rows = (await self.supervisor.status(probe=False) if self.supervisor is not None
                     else await self._external_rows())
-            self.nodes = rows
-            self.nodes_changed.emit(rows)
             latest = {}
+            infos = {}
             now = time.time()
             for row in rows:
-                if row["kind"] != "broker" or row["state"] != "running" or row["health"] != "ok":
+                if row["state"] != "running":
+                    continue
+                if row["kind"] == "namesrv":
+                    if self.supervisor is not None:
+                        row["health"] = "ok" if await self._prober().namesrv_ready(row["address"]) \
+                            else "not answering"
                     continue
                 try:
-                    info = await asyncio.wait_for(self.admin.broker_runtime_info(row["address"]), 2)
+                    infos[row["name"]] = await asyncio.wait_for(
+                        self.admin.broker_runtime_info(row["address"]), 2)
+                    row["health"] = "ok"
                 except Exception:  # a broker that stopped answering: a gap in its charts
+                    row["health"] = "not answering"
+            self.nodes = rows
+            self.nodes_changed.emit(rows)
+            for row in rows:
+                info = infos.get(row["name"])
+                if info is None:
                     continue
                 sample = {
                     "time": now, "putTps": _num(info.get("putTps")),
@@ -218,7 +234,14 @@ class ClusterModel(QObject):
                              "cpuPercent": None, "rssBytes": None, "openFiles": None, "diskBytes": None})
         return rows
 
+    def _prober(self) -> Prober:
+        if self._probe is None:
+            self._probe = Prober(timeout=1.0)
+        return self._probe
+
     async def close(self) -> None:
         self.timer.stop()
+        if self._probe is not None:
+            await self._probe.close()
         if self.admin is not None:
             await self.admin.close()
