@@ -14,7 +14,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from cluster.client.admin import AdminClient
 from cluster.supervisor.probe import Prober
-from cluster.supervisor.spec import load_profile
+from cluster.supervisor.spec import ClusterSpec, load_profile
 from cluster.supervisor.state import cluster_names
 from cluster.supervisor.supervisor import Supervisor
 from gui.tasks import spawn
@@ -100,8 +100,8 @@ class ClusterModel(QObject):
             return self.supervisor.state.namesrv_addr
         return self.external or ""
 
-    async def create_and_start(self, profile: str, name: str | None = None) -> None:
-        spec = load_profile(profile)
+    async def create_and_start(self, profile: str | ClusterSpec, name: str | None = None) -> None:
+        spec = load_profile(profile) if isinstance(profile, str) else profile
         name = name or spec.name
         if name in cluster_names():
             supervisor = Supervisor.attach(name)

@@ -44,6 +44,9 @@ class MainWindow(QMainWindow):
         self.create_button = QPushButton("Create && start")
         self.create_button.clicked.connect(self.create_cluster)
         toolbar.addWidget(self.create_button)
+        design = QPushButton("New topology…")
+        design.clicked.connect(self.design_cluster)
+        toolbar.addWidget(design)
         toolbar.addSeparator()
         toolbar.addWidget(QLabel(" Cluster "))
         self.clusters = QComboBox()
@@ -142,6 +145,19 @@ class MainWindow(QMainWindow):
             self.model.connect_external(self.external.text())
         except ValueError as exc:
             self.show_message(str(exc))
+
+    def design_cluster(self) -> None:
+        from gui.views.topology import TopologyDialog
+
+        dialog = TopologyDialog(self)
+        if dialog.exec() == TopologyDialog.DialogCode.Accepted:
+            self.start_spec(dialog.spec())
+
+    def start_spec(self, spec) -> None:
+        self.create_button.setEnabled(False)
+        spawn(self.model.create_and_start(spec),
+              on_done=lambda _: self.create_button.setEnabled(True),
+              on_error=lambda text: (self.show_message(text), self.create_button.setEnabled(True)))
 
     def create_cluster(self) -> None:
         self.create_button.setEnabled(False)
