@@ -179,6 +179,32 @@ class AdminClient:
             offsets.update({mq: int(v) for mq, v in parse_mq_table(body.decode()).items()})
         return offsets
 
+    async def groups_of_topic(self, topic: str) -> list[str]:
+        """The consumer groups that read ``topic`` (online, or with offsets committed)."""
+        groups: set[str] = set()
+        route = await self.instance.fetch_route(topic)
+        for address in (route.master_addrs().values() if route else []):
+            body = (await self._broker(address, request(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO,
+                                                         {"topic": topic}))).body
+            groups.update(json.loads(body).get("groupList") or [])
+        return sorted(groups)
+
+    async def message_track(self, record: MessageRecord) -> list[dict]:
+        """Per consumer group of the message's topic: CONSUMED when the group's committed offset
+        of the message's queue is past it, else NOT_CONSUMED_YET (RocketMQ console's track)."""
+        store_ip, store_port = record.store_host
+        info = await self.cluster_info()
+        broker = next((name for name, data in info.get("brokerAddrTable", {}).items()
+                       if f"{store_ip}:{store_port}" in data["brokerAddrs"].values()), None)
+        track = []
+        for group in await self.groups_of_topic(record.topic):
+            stats = await self.consume_stats(group, record.topic)
+            committed = next((v["consumerOffset"] for mq, v in stats.items()
+                              if mq.broker_name == broker and mq.queue_id == record.queue_id), -1)
+            track.append({"group": group, "consumerOffset": committed,
+                          "state": "CONSUMED" if committed > record.queue_offset else "NOT_CONSUMED_YET"})
+        return track
+
     # -- messages --------------------------------------------------------------------------------------
     async def query_by_key(self, topic: str, key: str, max_num: int = 32, begin: int = 0,
                            end: int | None = None) -> list[MessageRecord]:

@@ -45,6 +45,10 @@ class TopicsView(QWidget):
         self.show_system = QCheckBox("show system topics")
         self.show_system.toggled.connect(lambda _: self.refresh())
         self.topics = QListWidget()
+        self.topics.currentTextChanged.connect(self.show_topic)
+        self.topic_detail = QPlainTextEdit()
+        self.topic_detail.setReadOnly(True)
+        self.topic_detail.setMaximumHeight(160)
         refresh = QPushButton("Refresh")
         refresh.clicked.connect(self.refresh)
         create_box = QGroupBox("Create or update a topic")
@@ -53,15 +57,19 @@ class TopicsView(QWidget):
         self.queues = QSpinBox()
         self.queues.setRange(1, 1024)
         self.queues.setValue(8)
-        create = QPushButton("Create")
+        self.perm = QComboBox()
+        self.perm.addItems(["read and write (6)", "read only (4)", "write only (2)"])
+        create = QPushButton("Create or update")
         create.clicked.connect(self.create_topic)
         delete = QPushButton("Delete selected topic")
         delete.clicked.connect(self.delete_topic)
         form.addRow("name", self.new_topic)
         form.addRow("queues", self.queues)
+        form.addRow("permission", self.perm)
         form.addRow(create)
         left.addWidget(self.show_system)
         left.addWidget(self.topics, 1)
+        left.addWidget(self.topic_detail)
         left.addWidget(refresh)
         left.addWidget(delete)
         left.addWidget(create_box)
@@ -74,10 +82,16 @@ class TopicsView(QWidget):
         self.send_keys = QLineEdit()
         self.send_tags = QLineEdit()
         self.send_body = QLineEdit()
+        self.send_props = QLineEdit()
+        self.send_props.setPlaceholderText("name=value; name=value")
+        self.send_delay = QSpinBox()
+        self.send_delay.setRange(0, 18)
+        self.send_delay.setSpecialValueText("no delay")
         send = QPushButton("Send")
         send.clicked.connect(self.send_message)
         for label, widget in (("topic", self.send_topic), ("keys", self.send_keys),
-                              ("tags", self.send_tags), ("body", self.send_body)):
+                              ("tags", self.send_tags), ("body", self.send_body),
+                              ("properties", self.send_props), ("delay level", self.send_delay)):
             send_form.addRow(label, widget)
         send_form.addRow(send)
         right.addWidget(send_box)
@@ -139,7 +153,9 @@ class TopicsView(QWidget):
         save_body.clicked.connect(self.save_body)
         export = QPushButton("Export results…")
         export.clicked.connect(lambda: self.export_results(None))
-        for widget in (resend, self.resend_group, resend_group, save_body, export):
+        track = QPushButton("Which groups consumed it?")
+        track.clicked.connect(self.track)
+        for widget in (resend, self.resend_group, resend_group, save_body, export, track):
             actions.addWidget(widget)
         right.addLayout(actions)
         layout.addLayout(right, 2)
@@ -162,10 +178,28 @@ class TopicsView(QWidget):
             self.model.message.emit("give the topic a name")
             return
         queues = self.queues.value()
-        spawn(self.model.admin.create_topic(name, queues, queues),
+        perm = int(self.perm.currentText().split("(")[1].rstrip(")"))
+        spawn(self.model.admin.create_topic(name, queues, queues, perm),
               on_done=lambda _: (self.model.message.emit(f"topic {name} created with {queues} queues"),
                                  self.refresh()),
               on_error=self.model.message.emit)
+
+    def show_topic(self, topic: str) -> None:
+        if topic and self.model.admin is not None:
+            spawn(self._topic_detail(topic), on_done=self.topic_detail.setPlainText,
+                  on_error=self.model.message.emit)
+
+    async def _topic_detail(self, topic: str) -> str:
+        route = await self.model.admin.topic_route(topic)
+        stats = await self.model.admin.topic_stats(topic)
+        groups = await self.model.admin.groups_of_topic(topic)
+        lines = [f"{q['brokerName']}: {q['readQueueNums']} read / {q['writeQueueNums']} write queues, "
+                 f"perm {q['perm']}" for q in route["queueDatas"]]
+        lines += [f"{b['brokerName']} at {b['brokerAddrs']}" for b in route["brokerDatas"]]
+        lines += [f"  {mq.broker_name} queue {mq.queue_id}: offsets {v['minOffset']}..{v['maxOffset']}"
+                  for mq, v in sorted(stats.items(), key=lambda i: (i[0].broker_name, i[0].queue_id))]
+        lines.append("read by: " + (", ".join(groups) or "no group yet"))
+        return "\n".join(lines)
 
     def delete_topic(self) -> None:
         item = self.topics.currentItem()
@@ -187,8 +221,17 @@ class TopicsView(QWidget):
         if not topic:
             self.model.message.emit("give the message a topic")
             return
+        props = {}
+        for item in self.send_props.text().split(";"):
+            if item.strip():
+                name, sep, value = item.partition("=")
+                if not sep or not name.strip():
+                    self.model.message.emit(f"{item.strip()!r} is not name=value")
+                    return
+                props[name.strip()] = value.strip()
         message = Message(topic, self.send_body.text().encode(), tags=self.send_tags.text() or None,
-                          keys=self.send_keys.text() or None)
+                          keys=self.send_keys.text() or None, properties=props,
+                          delay_time_level=self.send_delay.value())
         spawn(self._send(message), on_done=lambda r: self.model.message.emit(
             f"{r.status.name}: msgId {r.msg_id} on {r.message_queue} at offset {r.queue_offset}"),
             on_error=self.model.message.emit)
@@ -353,6 +396,20 @@ class TopicsView(QWidget):
                 position = result.next_begin_offset
                 self.model.message.emit(f"scanned {scanned:,}, found {len(found):,}")
         return found[:limit]
+
+    def track(self) -> None:
+        record = self.selected_record()
+        if record is None:
+            self.model.message.emit("select a message first")
+            return
+
+        def show(track):
+            lines = [f"  {t['group']}: {t['state']} (its offset in this queue: {t['consumerOffset']})"
+                     for t in track] or ["  no consumer group reads this topic"]
+            self.detail.appendPlainText("\nconsumer groups:\n" + "\n".join(lines))
+            self.last_track = track
+
+        spawn(self.model.admin.message_track(record), on_done=show, on_error=self.model.message.emit)
 
     def resend(self) -> None:
         record = self.selected_record()

@@ -64,6 +64,7 @@ def test_console_runs_a_cluster_topics_messages_charts_and_an_export(qtbot, loop
         topics.send_topic.setText("ConsoleTopic")
         topics.send_keys.setText("console-key-1")
         topics.send_body.setText('{"hello": "console"}')
+        topics.send_props.setText("origin=console; shard=7")
         topics.send_message()
         pump(lambda: "SEND_OK" in window.statusBar().currentMessage(), 20, "the send")
         topics.query_topic.setText("ConsoleTopic")
@@ -76,6 +77,7 @@ def test_console_runs_a_cluster_topics_messages_charts_and_an_export(qtbot, loop
 
         pump(found, 20, "the message by key")
         assert '"hello": "console"' in topics.detail.toPlainText()
+        assert "'shard': '7'" in topics.detail.toPlainText()
         topics.resend()
         pump(lambda: "resent to ConsoleTopic: SEND_OK" in window.statusBar().currentMessage(), 20,
              "the resend")
@@ -148,6 +150,15 @@ def test_console_runs_a_cluster_topics_messages_charts_and_an_export(qtbot, loop
         assert "1 client(s) online" in groups.clients.text()
         pump(lambda: "cg-console" in window.model.lag, 20, "the group's lag history")
         loop.run_until_complete(consumer.shutdown())
+
+        # The message's track: which groups consumed it; the topic's route and offsets.
+        topics.results.selectRow(0)
+        topics.track()
+        pump(lambda: "cg-console: CONSUMED" in topics.detail.toPlainText(), 20, "the message track")
+        items = topics.topics.findItems("ConsoleTopic", Qt.MatchFlag.MatchExactly)
+        topics.topics.setCurrentItem(items[0])
+        pump(lambda: "read by: cg-console" in topics.topic_detail.toPlainText(), 20, "the topic detail")
+        assert "4 read / 4 write queues" in topics.topic_detail.toPlainText()
 
         window.logs.node.setCurrentText("broker-a-0")
         pump(lambda: "boot success" in window.logs.text.toPlainText(), 10, "the broker's log")
