@@ -55,6 +55,7 @@ class ClusterModel(QObject):
         self.lag: dict[str, deque] = {}  # consumer group -> (time, total lag), every 5 s
         self._lag_due = 0.0
         self._probe = None
+        self._refresh_task: asyncio.Task | None = None
         self._refreshing = False
         self.timer = QTimer(self)
         self.timer.setInterval(1000)
@@ -143,7 +144,7 @@ class ClusterModel(QObject):
         if (self.supervisor is None and self.external is None) or self._refreshing:
             return
         self._refreshing = True
-        spawn(self._refresh(), on_error=self._refresh_failed)
+        self._refresh_task = spawn(self._refresh(), on_error=self._refresh_failed)
 
     def _refresh_failed(self, text: str) -> None:
         self._refreshing = False
@@ -241,6 +242,8 @@ class ClusterModel(QObject):
 
     async def close(self) -> None:
         self.timer.stop()
+        if self._refresh_task is not None and not self._refresh_task.done():
+            await asyncio.gather(self._refresh_task, return_exceptions=True)
         if self._probe is not None:
             await self._probe.close()
         if self.admin is not None:

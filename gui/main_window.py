@@ -88,6 +88,7 @@ class MainWindow(QMainWindow):
             action.setShortcut(QKeySequence(f"Ctrl+{index + 1}"))
             action.triggered.connect(lambda _=False, i=index: self.tabs.setCurrentIndex(i))
             self.addAction(action)
+        self.topics.export_requested.connect(self.open_export)
         self.model.message.connect(self.show_message)
         self.model.cluster_changed.connect(self._cluster_opened)
         self.reload_clusters()
@@ -118,6 +119,10 @@ class MainWindow(QMainWindow):
         for plot in (self.charts.tps, self.charts.get_tps, self.charts.positions, self.charts.lag):
             plot.setBackground("k" if dark else "w")
         QSettings("RocketDesk", "console").setValue("dark", dark)
+
+    def open_export(self, topic: str) -> None:
+        self.export.prefill(topic)
+        self.tabs.setCurrentWidget(self.export)
 
     def show_message(self, text: str) -> None:
         self.statusBar().showMessage(text, 15000)

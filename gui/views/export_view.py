@@ -8,7 +8,7 @@ import os
 import sys
 import tempfile
 
-from PySide6.QtCore import QProcess, QTimer
+from PySide6.QtCore import QProcess, QTimer, QUrl
 from PySide6.QtWidgets import (
     QComboBox,
     QFormLayout,
@@ -30,6 +30,7 @@ class ExportView(QWidget):
         self.events_path: str | None = None
         self._read = 0
         self.state = "idle"
+        self.output: str | None = None
         layout = QVBoxLayout(self)
         form = QFormLayout()
         self.topic = QLineEdit()
@@ -55,12 +56,17 @@ class ExportView(QWidget):
         self.progress = QProgressBar()
         self.status = QLabel("")
         self.status.setWordWrap(True)
+        self.status.setOpenExternalLinks(True)  # the finished export links to its folder
         layout.addWidget(self.progress)
         layout.addWidget(self.status)
         layout.addStretch(1)
         self.timer = QTimer(self)
         self.timer.setInterval(300)
         self.timer.timeout.connect(self.poll_events)
+
+    def prefill(self, topic: str) -> None:
+        """Opened from a topic or a query: the form starts from it."""
+        self.topic.setText(topic)
 
     def start(self) -> None:
         topic = self.topic.text().strip()
@@ -122,7 +128,10 @@ class ExportView(QWidget):
         elif kind == "finished":
             self.progress.setRange(0, 1)
             self.progress.setValue(1)
-            self.status.setText(f"exported {event.get('exported', 0):,} messages to {event.get('out')}")
+            out = event.get("out") or ""
+            self.output = out
+            self.status.setText(f"exported {event.get('exported', 0):,} messages to "
+                                f'<a href="{QUrl.fromLocalFile(out).toString()}">{out}</a>')
         elif kind in ("failed", "cancelled"):
             self.status.setText(kind if kind == "cancelled" else f"failed: {event.get('error')}")
 

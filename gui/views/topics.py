@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -63,6 +64,11 @@ class TopicsView(QWidget):
         create.clicked.connect(self.create_topic)
         delete = QPushButton("Delete selected topic")
         delete.clicked.connect(self.delete_topic)
+        export = QPushButton("Export selected topic…")
+        export.clicked.connect(self.export_topic)
+        self.tail_button = QPushButton("Live tail of the query topic")
+        self.tail_button.setCheckable(True)
+        self.tail_button.toggled.connect(self.toggle_tail)
         form.addRow("name", self.new_topic)
         form.addRow("queues", self.queues)
         form.addRow("permission", self.perm)
@@ -72,6 +78,8 @@ class TopicsView(QWidget):
         left.addWidget(self.topic_detail)
         left.addWidget(refresh)
         left.addWidget(delete)
+        left.addWidget(export)
+        left.addWidget(self.tail_button)
         left.addWidget(create_box)
         layout.addLayout(left, 1)
 
@@ -129,6 +137,7 @@ class TopicsView(QWidget):
             browse_layout.addWidget(widget)
         right.addWidget(browse_box)
         self._browse_task = None
+        self._tail_task = None
         self.results = QTableWidget(0, len(RESULT_COLUMNS))
         self.results.setHorizontalHeaderLabels(RESULT_COLUMNS)
         self.results.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
@@ -201,6 +210,60 @@ class TopicsView(QWidget):
         lines.append("read by: " + (", ".join(groups) or "no group yet"))
         return "\n".join(lines)
 
+    export_requested = Signal(str)
+
+    def export_topic(self) -> None:
+        item = self.topics.currentItem()
+        topic = item.text() if item else self.query_topic.text().strip()
+        if not topic:
+            self.model.message.emit("select a topic to export")
+            return
+        self.export_requested.emit(topic)
+
+    def toggle_tail(self, on: bool) -> None:
+        if not on:
+            if self._tail_task is not None:
+                self._tail_task.cancel()
+            return
+        topic = self.query_topic.text().strip()
+        if not topic:
+            self.model.message.emit("give a topic (in the query row) to tail")
+            self.tail_button.setChecked(False)
+            return
+        self.records = []
+        self.results.setRowCount(0)
+        self._tail_task = spawn(self._tail(topic), on_error=self.model.message.emit)
+
+    async def _tail(self, topic: str, limit: int = 500) -> None:
+        """New messages of every queue of ``topic`` as they arrive (pulled each second from
+        where the queues ended when the tail began; nothing committed)."""
+        import asyncio
+
+        from cluster.client.consumer import PullStatus, pull_message, queue_offset_request
+        from cluster.client.route import MessageQueue
+        from cluster.remoting.codes import RequestCode
+
+        instance = self.model.admin.instance
+        route = await instance.fetch_route(topic)
+        if route is None:
+            raise RuntimeError(f"no route for topic {topic}")
+        queues = [MessageQueue(topic, d["brokerName"], q) for d in route.queue_datas
+                  for q in range(d["readQueueNums"])]
+        positions = {mq: await queue_offset_request(instance, RequestCode.GET_MAX_OFFSET, mq)
+                     for mq in queues}
+        self.model.message.emit(f"tailing {topic} ({len(queues)} queues)")
+        while True:
+            fresh = []
+            for mq in queues:
+                result = await pull_message(instance, "TOOLS_CONSUMER", mq, "*", positions[mq], 32)
+                if result.status is PullStatus.FOUND:
+                    fresh.extend(m.record for m in result.messages)
+                    positions[mq] = result.next_begin_offset
+            if fresh:
+                self.records = (self.records + sorted(fresh, key=lambda r: r.store_timestamp))[-limit:]
+                self._show_results(self.records, announce=False)
+            await asyncio.sleep(1.0)
+
     def delete_topic(self) -> None:
         item = self.topics.currentItem()
         if item is None:
@@ -244,7 +307,7 @@ class TopicsView(QWidget):
         spawn(self.model.admin.query_by_key(topic, key, 64), on_done=self._show_results,
               on_error=self.model.message.emit)
 
-    def _show_results(self, records) -> None:
+    def _show_results(self, records, announce: bool = True) -> None:
         self.records = list(records)
         self.results.setRowCount(len(self.records))
         for r, record in enumerate(self.records):
@@ -254,6 +317,8 @@ class TopicsView(QWidget):
                       format_timestamp(record.store_timestamp), body]
             for c, value in enumerate(values):
                 self.results.setItem(r, c, QTableWidgetItem(value))
+        if not announce:
+            return
         capped = " (capped at 64)" if len(self.records) >= 64 else ""
         self.model.message.emit(f"found {len(self.records)} message(s){capped}")
         if self.records:

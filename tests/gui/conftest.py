@@ -18,6 +18,7 @@ def loop(qapp):
     asyncio.set_event_loop(event_loop)
     yield event_loop
     event_loop.run_until_complete(asyncio.sleep(0))
+    event_loop.close()  # while Qt is alive: closing at interpreter exit trips over deleted signals
     asyncio.set_event_loop(None)
 
 

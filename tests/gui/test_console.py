@@ -109,9 +109,22 @@ def test_console_runs_a_cluster_topics_messages_charts_and_an_export(qtbot, loop
         assert ys[-1] > 0
         assert [label for label, _ in window.charts.latency_last_second()][:1] == ["[<=0ms]"]
 
-        # Start an export and cancel it; the form is usable again.
+        # Live tail: a message sent now shows up.
+        topics.query_topic.setText("ConsoleTopic")
+        topics.tail_button.setChecked(True)
+        loop.run_until_complete(asyncio.sleep(1.5))
+        topics.send_keys.setText("tailed-1")
+        topics.send_props.setText("")
+        topics.send_message()
+        pump(lambda: any(r.keys == "tailed-1" for r in topics.records), 20, "the tailed message")
+        topics.tail_button.setChecked(False)
+
+        # Start an export from the topic, and cancel it; the form is usable again.
         export = window.export
-        export.topic.setText("ConsoleTopic")
+        topics.topics.setCurrentItem(topics.topics.findItems("ConsoleTopic", Qt.MatchFlag.MatchExactly)[0])
+        topics.export_topic()
+        assert window.tabs.currentWidget() is export
+        assert export.topic.text() == "ConsoleTopic"
         export.out.setText(str(tmp_path / "console-export"))
         export.start()
         pump(lambda: export.state == "running", 10)
@@ -157,7 +170,9 @@ def test_console_runs_a_cluster_topics_messages_charts_and_an_export(qtbot, loop
         pump(lambda: "cg-console: CONSUMED" in topics.detail.toPlainText(), 20, "the message track")
         items = topics.topics.findItems("ConsoleTopic", Qt.MatchFlag.MatchExactly)
         topics.topics.setCurrentItem(items[0])
-        pump(lambda: "read by: cg-console" in topics.topic_detail.toPlainText(), 20, "the topic detail")
+        topics.show_topic("ConsoleTopic")
+        pump(lambda: "read by: cg-console" in topics.topic_detail.toPlainText(), 20,
+             "the topic detail: " + window.statusBar().currentMessage())
         assert "4 read / 4 write queues" in topics.topic_detail.toPlainText()
 
         window.logs.node.setCurrentText("broker-a-0")
@@ -171,7 +186,7 @@ def test_console_runs_a_cluster_topics_messages_charts_and_an_export(qtbot, loop
         assert "ConsoleTopic" in window.store.summary.text()
         window.store.topic.setText("ConsoleTopic")
         window.store.scan()
-        assert window.store.table.rowCount() == 2
+        assert window.store.table.rowCount() == 3  # the message, its resent copy, the tailed one
         window.dark.setChecked(True)
         window.dark.setChecked(False)
 
