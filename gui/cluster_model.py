@@ -7,6 +7,7 @@ protocol). Samples keep the last hour of per-broker runtime figures for the char
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections import deque
 
@@ -53,6 +54,7 @@ class ClusterModel(QObject):
         self.nodes: list[dict] = []
         self.samples: dict[str, deque] = {}
         self.lag: dict[str, deque] = {}  # consumer group -> (time, total lag), every 5 s
+        self.topic_totals: dict[str, deque] = {}  # topic -> (time, messages stored), every 5 s
         self._lag_due = 0.0
         self._probe = None
         self._refresh_task: asyncio.Task | None = None
@@ -197,6 +199,7 @@ class ClusterModel(QObject):
             if now >= self._lag_due:
                 self._lag_due = now + 5
                 await self._sample_lag(now)
+                await self._sample_topics(now)
             self.sampled.emit(latest)
         finally:
             self._refreshing = False
@@ -219,6 +222,35 @@ class ClusterModel(QObject):
             total = sum(v["brokerOffset"] - max(v["consumerOffset"], 0) for v in stats.values())
             if stats:
                 self.lag.setdefault(group, deque(maxlen=HISTORY // 5)).append((now, total))
+
+    async def _sample_topics(self, now: float) -> None:
+        """Messages stored per topic (sum of its queues' max offsets): their rate is its TPS."""
+        from cluster.broker.topic_config import is_system_topic
+
+        try:
+            topics = await asyncio.wait_for(self.admin.topic_list(), 2)
+        except Exception:
+            return
+        internal = {"DefaultCluster", "TBW102"}
+        if self.supervisor is not None:
+            internal |= {self.supervisor.state.cluster} | {n.group for n in self.supervisor.state.nodes}
+        for topic in topics:
+            if is_system_topic(topic) or topic in internal or topic.endswith("_REPLY_TOPIC"):
+                continue
+            try:
+                stats = await asyncio.wait_for(self.admin.topic_stats(topic), 2)
+            except Exception:
+                continue
+            total = sum(v["maxOffset"] for v in stats.values())
+            self.topic_totals.setdefault(topic, deque(maxlen=HISTORY // 5)).append((now, total))
+
+    def topic_tps(self) -> dict[str, list[tuple[float, float]]]:
+        """(time, messages/s) per topic, from successive totals."""
+        rates = {}
+        for topic, points in self.topic_totals.items():
+            rates[topic] = [(t2, max(0.0, (n2 - n1) / (t2 - t1)))
+                            for (t1, n1), (t2, n2) in itertools.pairwise(points) if t2 > t1]
+        return rates
 
     async def _external_rows(self) -> list[dict]:
         """Node rows for a cluster we do not run, from the name servers' cluster info."""

@@ -34,9 +34,11 @@ class ChartsView(QWidget):
         self.latency = pg.PlotWidget(title="Put latency, last second, all brokers (puts per bucket)")
         self.latency_bars = pg.BarGraphItem(x=[], height=[], width=0.8, brush="#1f77b4")
         self.latency.addItem(self.latency_bars)
+        self.topic_tps = self._plot("Put TPS per topic, the five busiest (messages/s, every 5 s)", "msg/s")
         self.group_lag = self._plot("Consumer lag per group (messages not yet consumed, every 5 s)",
                                     "msgs")
-        for plot in (self.tps, self.get_tps, self.positions, self.lag, self.latency, self.group_lag):
+        for plot in (self.tps, self.get_tps, self.topic_tps, self.positions, self.lag, self.latency,
+                     self.group_lag):
             layout.addWidget(plot, 1)
         self.curves: dict[tuple, pg.PlotDataItem] = {}
         model.sampled.connect(self.redraw)
@@ -96,6 +98,15 @@ class ChartsView(QWidget):
         self._draw_latency()
         window = WINDOWS[self.window.currentText()]
         now = time.time()
+        rates = self.model.topic_tps()
+        busiest = sorted(rates, key=lambda t: -(rates[t][-1][1] if rates[t] else 0))[:5]
+        for key, curve in list(self.curves.items()):
+            if key[0] == "topic" and key[1] not in busiest:
+                curve.setData([], [])
+        for index, topic in enumerate(busiest):
+            recent = [(t - now, v) for t, v in rates[topic] if now - t <= window]
+            self._curve(self.topic_tps, ("topic", topic), topic, COLORS[index % len(COLORS)]).setData(
+                [x for x, _ in recent], [y for _, y in recent])
         for index, (group, points) in enumerate(sorted(self.model.lag.items())):
             recent = [(t - now, v) for t, v in points if now - t <= window]
             self._curve(self.group_lag, ("group", group), group, COLORS[index % len(COLORS)]).setData(

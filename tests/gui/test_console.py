@@ -199,6 +199,8 @@ def test_console_runs_a_cluster_topics_messages_charts_and_an_export(qtbot, loop
         load.start_consumer()
         pump(lambda: all(len(lp.seconds) >= 2 for lp in load.loads.values()) and len(load.loads) == 2,
              45, "load processes reporting")
+        pump(lambda: any(v > 0 for _, v in window.model.topic_tps().get("ConsoleTopic", [])), 30,
+             "the topic's TPS")
         producer = load.loads["producer 1"]
         assert sum(s["tps"] for s in producer.seconds) > 0
         assert load.faults.rowCount() >= 1  # the producer has sent to broker-a
