@@ -82,8 +82,7 @@ async def shoot(window: MainWindow, out: str) -> None:
     window.export.topic.setText("Orders")
     window.export.out.setText(os.path.join(os.environ["ROCKETDESK_HOME"], "orders-export"))
     window.export.start()
-    await until(lambda: window.export.progress.maximum() > 1 or window.export.state != "running", 180)
-    await asyncio.sleep(1.0)
+    await until(lambda: window.export.progress.value() > 0 or window.export.state != "running", 180)
     window.grab().save(os.path.join(out, "export.png"))
     await until(lambda: window.export.state != "running", 300)
 

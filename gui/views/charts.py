@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 import pyqtgraph as pg
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QComboBox, QGridLayout, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 WINDOWS = {"last 5 min": 300, "last 15 min": 900, "last 60 min": 3600}
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
@@ -37,9 +37,11 @@ class ChartsView(QWidget):
         self.topic_tps = self._plot("Put TPS per topic, the five busiest (messages/s, every 5 s)", "msg/s")
         self.group_lag = self._plot("Consumer lag per group (messages not yet consumed, every 5 s)",
                                     "msgs")
-        for plot in (self.tps, self.get_tps, self.topic_tps, self.positions, self.lag, self.latency,
-                     self.group_lag):
-            layout.addWidget(plot, 1)
+        grid = QGridLayout()
+        for index, plot in enumerate((self.tps, self.topic_tps, self.get_tps, self.group_lag,
+                                      self.positions, self.lag, self.latency)):
+            grid.addWidget(plot, index // 2, index % 2)
+        layout.addLayout(grid, 1)
         self.curves: dict[tuple, pg.PlotDataItem] = {}
         model.sampled.connect(self.redraw)
         self.window.currentTextChanged.connect(lambda _: self.redraw({}))
@@ -131,7 +133,8 @@ class ChartsView(QWidget):
     def _draw_latency(self) -> None:
         buckets = self.latency_last_second()
         self.latency_bars.setOpts(x=list(range(len(buckets))), height=[n for _, n in buckets])
-        self.latency.getAxis("bottom").setTicks([list(enumerate(label for label, _ in buckets))])
+        short = [label.strip("[]").replace("~", "-").replace("<=", "≤") for label, _ in buckets]
+        self.latency.getAxis("bottom").setTicks([list(enumerate(short))])
 
     def sample_count(self) -> int:
         return sum(len(v) for v in self.model.samples.values())
