@@ -120,8 +120,8 @@ class MainWindow(QMainWindow):
             plot.setBackground("k" if dark else "w")
         QSettings("RocketDesk", "console").setValue("dark", dark)
 
-    def open_export(self, topic: str) -> None:
-        self.export.prefill(topic)
+    def open_export(self, topic: str, keys: str = "") -> None:
+        self.export.prefill(topic, keys)
         self.tabs.setCurrentWidget(self.export)
 
     def show_message(self, text: str) -> None:

@@ -37,6 +37,21 @@ class ChartsView(QWidget):
         self.topic_tps = self._plot("Put TPS per topic, the five busiest (messages/s, every 5 s)", "msg/s")
         self.group_lag = self._plot("Consumer lag per group (messages not yet consumed, every 5 s)",
                                     "msgs")
+        explain = {
+            self.tps: "Messages stored per second by each broker, averaged over its last 10 s "
+                      "(the broker's putTps). Slaves store nothing themselves.",
+            self.topic_tps: "Messages added per second to each topic (its queues' max offsets, "
+                            "sampled every 5 s), for the five busiest topics.",
+            self.get_tps: "Messages handed to consumers per second by each broker (getTransferedTps).",
+            self.group_lag: "Messages stored but not yet committed as consumed, per consumer group.",
+            self.positions: "CommitLog byte positions: max = written, flushed = on disk, dispatched "
+                            "= in ConsumeQueues and the index, slave ack = acknowledged by a slave.",
+            self.lag: "Bytes written on the master that its slowest slave has not acknowledged.",
+            self.latency: "Puts in the last second by how long the store took to append them "
+                          "(the store's putMessageDistributeTime buckets).",
+        }
+        for plot, text in explain.items():
+            plot.setToolTip(text)
         grid = QGridLayout()
         for index, plot in enumerate((self.tps, self.topic_tps, self.get_tps, self.group_lag,
                                       self.positions, self.lag, self.latency)):

@@ -37,9 +37,16 @@ class ExportView(QWidget):
         self.format = QComboBox()
         self.format.addItems(["parquet", "json", "csv"])
         self.tags = QLineEdit("*")
+        self.keys = QLineEdit()
+        self.keys.setPlaceholderText("only these keys, comma-separated (optional)")
+        self.since = QLineEdit()
+        self.since.setPlaceholderText("from: earliest, an ISO time or ms (optional)")
+        self.until = QLineEdit()
+        self.until.setPlaceholderText("to: latest, an ISO time or ms (optional)")
         self.out = QLineEdit(os.path.join(os.path.expanduser("~"), "rocketdesk-exports", "export"))
         self.master = QLineEdit("local[*]")
         for label, widget in (("topic", self.topic), ("format", self.format), ("tags", self.tags),
+                              ("keys", self.keys), ("from", self.since), ("to", self.until),
                               ("output folder", self.out), ("Spark master", self.master)):
             form.addRow(label, widget)
         layout.addLayout(form)
@@ -64,9 +71,10 @@ class ExportView(QWidget):
         self.timer.setInterval(300)
         self.timer.timeout.connect(self.poll_events)
 
-    def prefill(self, topic: str) -> None:
+    def prefill(self, topic: str, keys: str = "") -> None:
         """Opened from a topic or a query: the form starts from it."""
         self.topic.setText(topic)
+        self.keys.setText(keys)
 
     def start(self) -> None:
         topic = self.topic.text().strip()
@@ -81,6 +89,12 @@ class ExportView(QWidget):
                 self.master.text() or "local[*]", "--events", self.events_path, "--json"]
         if self.tags.text().strip() not in ("", "*"):
             args += ["--tags", self.tags.text().strip()]
+        if self.keys.text().strip():
+            args += ["--keys", self.keys.text().strip()]
+        if self.since.text().strip():
+            args += ["--from", self.since.text().strip()]
+        if self.until.text().strip():
+            args += ["--to", self.until.text().strip()]
         self.process = QProcess(self)
         self.process.setProgram(sys.executable)
         self.process.setArguments(args)

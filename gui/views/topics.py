@@ -115,6 +115,9 @@ class TopicsView(QWidget):
         query_layout.addWidget(self.query_topic)
         query_layout.addWidget(self.query_key)
         query_layout.addWidget(find)
+        export_query = QPushButton("Export…")
+        export_query.clicked.connect(self.export_query)
+        query_layout.addWidget(export_query)
         right.addWidget(query_box)
         browse_box = QGroupBox("Browse a queue, or a time range of the topic")
         browse_layout = QHBoxLayout(browse_box)
@@ -210,7 +213,7 @@ class TopicsView(QWidget):
         lines.append("read by: " + (", ".join(groups) or "no group yet"))
         return "\n".join(lines)
 
-    export_requested = Signal(str)
+    export_requested = Signal(str, str)  # topic, keys
 
     def export_topic(self) -> None:
         item = self.topics.currentItem()
@@ -218,7 +221,15 @@ class TopicsView(QWidget):
         if not topic:
             self.model.message.emit("select a topic to export")
             return
-        self.export_requested.emit(topic)
+        self.export_requested.emit(topic, "")
+
+    def export_query(self) -> None:
+        """The current key query as an export: same topic, same key."""
+        topic, key = self.query_topic.text().strip(), self.query_key.text().strip()
+        if not topic:
+            self.model.message.emit("give the query a topic first")
+            return
+        self.export_requested.emit(topic, key)
 
     def toggle_tail(self, on: bool) -> None:
         if not on:

@@ -125,6 +125,10 @@ def test_console_runs_a_cluster_topics_messages_charts_and_an_export(qtbot, loop
         topics.export_topic()
         assert window.tabs.currentWidget() is export
         assert export.topic.text() == "ConsoleTopic"
+        topics.query_key.setText("console-key-1")
+        topics.export_query()
+        assert export.keys.text() == "console-key-1"
+        export.keys.setText("")
         export.out.setText(str(tmp_path / "console-export"))
         export.start()
         pump(lambda: export.state == "running", 10)
