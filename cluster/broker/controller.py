@@ -22,6 +22,8 @@ from cluster.broker.pull_processor import PullMessageProcessor
 from cluster.broker.query_processor import QueryProcessor
 from cluster.broker.rebalance_lock import RebalanceLockManager
 from cluster.broker.registration import BrokerRegistration
+from cluster.broker.schedule import ScheduleMessageService
+from cluster.broker.send_back import SendMessageBackProcessor
 from cluster.broker.send_processor import SendMessageProcessor
 from cluster.broker.slave_sync import SlaveSynchronize
 from cluster.broker.stats import BrokerStats
@@ -59,6 +61,7 @@ class BrokerController:
         self.ha_service: HAService | None = None
         self.ha_client: HAClient | None = None
         self.slave_sync: SlaveSynchronize | None = None
+        self.schedule: ScheduleMessageService | None = None
         self._tasks: list[asyncio.Task] = []
 
     @property
@@ -90,11 +93,14 @@ class BrokerController:
         self.store.add_arrival_listener(
             lambda r: hold.notify_from_thread(r.topic, r.queue_id, r.consume_queue_offset + 1))
         await self._start_replication()
+        if self.is_master:
+            self.schedule = ScheduleMessageService(self)
+            self.schedule.start()
         self.server = RemotingServer(config.bind_address, config.listen_port)
         for processor in (SendMessageProcessor(self), PullMessageProcessor(self),
                           QueryProcessor(self), ClientManageProcessor(self),
                           ClientForwardProcessor(self), AdminBrokerProcessor(self),
-                          ResetOffsetProcessor(self)):
+                          ResetOffsetProcessor(self), SendMessageBackProcessor(self)):
             processor.register_with(self.server)
         await self.server.start(sock=sock)
         self.registration = BrokerRegistration(self)
@@ -223,6 +229,8 @@ class BrokerController:
             task.cancel()
         if self.slave_sync is not None:
             await self.slave_sync.stop()
+        if self.schedule is not None:
+            await self.schedule.stop()
         if self.registration is not None:
             await self.registration.stop()
         if self.ha_client is not None:

@@ -11,6 +11,7 @@ every 5 s for clustering and in a local file for broadcasting.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -28,6 +29,7 @@ from storage.message import java_hash
 from storage.record import iter_records
 
 log = logging.getLogger(__name__)
+RETRY_PREFIX = "%RETRY%"
 PULL_SUSPEND_MS = 15_000
 PULL_TIMEOUT = 30.0
 REBALANCE_INTERVAL = 20.0
@@ -204,9 +206,11 @@ class PushConsumer:
         pull_batch_size: int = 32,
         consume_message_batch_max_size: int = 1,
         offset_store_dir: str | None = None,
+        max_reconsume_times: int = 16,
         instance: MQClientInstance | None = None,
     ) -> None:
         self.group = group
+        self.max_reconsume_times = max_reconsume_times
         self.instance = instance or MQClientInstance(namesrv_addr)
         self._own_instance = instance is None
         self.message_model = message_model
@@ -253,6 +257,9 @@ class PushConsumer:
         self.started_at = time.time()
         if self.message_model == "BROADCASTING":
             self._load_local_offsets()
+        else:
+            # Messages sent back come again through the group's retry topic.
+            self.subscriptions.setdefault(RETRY_PREFIX + self.group, "*")
         self.instance.consumers[self.group] = self
         await self.instance.start()
         for topic in self.subscriptions:
@@ -356,8 +363,8 @@ class PushConsumer:
             stored = int(response.field("offset")) if response.code == ResponseCode.SUCCESS else -1
         if stored >= 0:
             return stored
-        if self.consume_from_where == "CONSUME_FROM_FIRST_OFFSET":
-            return 0
+        if self.consume_from_where == "CONSUME_FROM_FIRST_OFFSET" or mq.topic.startswith(RETRY_PREFIX):
+            return 0  # a retry queue is read from its start, whatever the group's policy
         if self.consume_from_where == "CONSUME_FROM_TIMESTAMP":
             when = self.consume_timestamp_ms or int((self.started_at - 1800) * 1000)
             return await queue_offset_request(self.instance, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
@@ -418,12 +425,46 @@ class PushConsumer:
                         status = ConsumeStatus.RECONSUME_LATER
                     if status in (None, True, ConsumeStatus.CONSUME_SUCCESS):
                         break
-                    await asyncio.sleep(1.0)  # RECONSUME_LATER: try again (retry topics: issue 8)
+                    # RECONSUME_LATER: the broker keeps a copy for later (%RETRY%group, then
+                    # %DLQ%group); what it cannot take is tried again here after a second.
+                    chunk = await self._send_back(chunk)
+                    if not chunk:
+                        break
+                    await asyncio.sleep(1.0)
                 for message in chunk:
                     pq.in_flight.discard(message.queue_offset)
                 pq.consumed += len(chunk)
         finally:
             pq.in_flight.difference_update(offsets)
+
+    async def _send_back(self, messages: list[MessageExt]) -> list[MessageExt]:
+        """CONSUMER_SEND_MSG_BACK for each message; returns those the broker did not take."""
+        if self.message_model == "BROADCASTING":
+            log.warning("broadcast consumers do not retry; %d message(s) dropped", len(messages))
+            return []
+        left = []
+        for message in messages:
+            store_ip, store_port = message.record.store_host
+            address = f"{store_ip}:{store_port}"
+            try:
+                response = await self.instance.remoting.invoke(address, request(
+                    RequestCode.CONSUMER_SEND_MSG_BACK, {
+                        "offset": message.record.commit_log_offset, "group": self.group,
+                        "delayLevel": 0, "originMsgId": message.msg_id,
+                        "originTopic": message.topic, "unitMode": False,
+                        "maxReconsumeTimes": self.max_reconsume_times}), 5)
+                if response.code != ResponseCode.SUCCESS:
+                    raise BrokerResponseError(response.code, response.remark,
+                                              RequestCode.CONSUMER_SEND_MSG_BACK)
+            except RemotingError as exc:
+                log.warning("sending %s back failed (%s); consuming it again here", message.msg_id, exc)
+                left.append(message)
+        if len(left) < len(messages):
+            retry = RETRY_PREFIX + self.group
+            with contextlib.suppress(RemotingError):
+                await self.instance.fetch_route(retry)  # the retry topic may be new
+            self.rebalance_soon()
+        return left
 
     # -- offsets -----------------------------------------------------------------------------------
     async def _persist_loop(self) -> None:

@@ -67,6 +67,10 @@ class MessageExt:
 
     @property
     def topic(self) -> str:
+        """The topic the message was sent to; a retry shows its original topic, as RocketMQ's
+        client does (the record itself sits in ``%RETRY%group``)."""
+        if self.record.topic.startswith("%RETRY%"):
+            return self.record.properties.get("RETRY_TOPIC", self.record.topic)
         return self.record.topic
 
     @property

@@ -57,9 +57,14 @@ def consume(args) -> None:
     from rocketmq.client import ConsumeStatus, PushConsumer
 
     seen = []
+    failed = set()
 
     def on_message(message):
         body = message.body.decode() if isinstance(message.body, bytes) else message.body
+        if args.fail_first and body not in failed:
+            failed.add(body)  # the broker keeps it in %RETRY%group and delivers it again
+            emit(event="failed", body=body)
+            return ConsumeStatus.RECONSUME_LATER
         seen.append(body)
         emit(event="received", body=body, keys=message.keys.decode() if isinstance(
             message.keys, bytes) else message.keys, tags=message.tags.decode() if isinstance(
@@ -95,6 +100,7 @@ def main() -> None:
     c.add_argument("count", type=int)
     c.add_argument("--tags")
     c.add_argument("--timeout", type=float, default=30)
+    c.add_argument("--fail-first", action="store_true", help="ask to reconsume each message once")
     args = parser.parse_args()
     try:
         (produce if args.mode == "produce" else consume)(args)

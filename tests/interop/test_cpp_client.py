@@ -115,3 +115,20 @@ def test_cpp_consumer_reads_from_the_slave_while_the_master_is_down(cpp_clients,
                 assert len(set(bodies)) == 6
         finally:
             master.__exit__(None, None, None)
+
+
+def test_cpp_consumer_retries_through_the_retry_topic(cpp_clients, tmp_path):
+    """RECONSUME_LATER from the official client: CONSUMER_SEND_MSG_BACK, %RETRY%group, again."""
+    env = {"HOME": str(tmp_path)}
+    with running("cluster.namesrv", "-p", "0", env=env) as ns, \
+            running("cluster.broker", "-c", broker_conf(tmp_path, ns.address,
+                                                        messageDelayLevel=" ".join(["1s"] * 18)),
+                    env=env):
+        sent = client(cpp_clients["cpp"], tmp_path, "produce", ns.address, "RetryTopic", "2")
+        assert len([e for e in sent if e["event"] == "sent"]) == 2
+        got = client(cpp_clients["cpp"], tmp_path, "consume", ns.address, "RetryTopic", "CID-retry", "2",
+                     "--fail-first", "--timeout", "60", timeout=120)
+        failed = sorted(e["body"] for e in got if e["event"] == "failed")
+        received = sorted(e["body"] for e in got if e["event"] == "received")
+        assert failed == received
+        assert len(received) == 2
