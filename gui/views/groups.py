@@ -23,6 +23,7 @@ from cluster.remoting.codec import request
 from cluster.remoting.codes import RequestCode
 from gui.tasks import spawn
 
+DLQ_COLUMNS = ["original topic", "keys", "tags", "reconsumed", "msgId", "body", "receipt"]
 PROGRESS_COLUMNS = ["topic", "broker", "queue", "broker offset", "consumer offset", "lag", "last consumed"]
 
 
@@ -69,6 +70,22 @@ class GroupsView(QWidget):
         self.preview = QLabel("")
         self.preview.setWordWrap(True)
         right.addWidget(self.preview)
+        dlq_row = QHBoxLayout()
+        show_dlq = QPushButton("Dead letters of this group")
+        show_dlq.clicked.connect(self.show_dead_letters)
+        redrive = QPushButton("Redrive selected")
+        redrive.clicked.connect(lambda: self.redrive(selected_only=True))
+        redrive_all = QPushButton("Redrive all")
+        redrive_all.clicked.connect(lambda: self.redrive(selected_only=False))
+        for widget in (show_dlq, redrive, redrive_all):
+            dlq_row.addWidget(widget)
+        right.addLayout(dlq_row)
+        self.dead = QTableWidget(0, len(DLQ_COLUMNS))
+        self.dead.setHorizontalHeaderLabels(DLQ_COLUMNS)
+        self.dead.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.dead.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        right.addWidget(self.dead, 1)
+        self.dead_records = []
         layout.addLayout(right, 3)
 
     def refresh(self) -> None:
@@ -165,6 +182,79 @@ class GroupsView(QWidget):
               on_done=lambda offsets: (self.model.message.emit(
                   f"offsets of {group} on {topic} reset ({len(offsets)} queues)"), self.show_group()),
               on_error=self.model.message.emit)
+
+    # -- dead letters ----------------------------------------------------------------------------
+    def show_dead_letters(self) -> None:
+        group = self.selected_group()
+        if not group or self.model.admin is None:
+            self.model.message.emit("select a group first")
+            return
+        spawn(self._dead_letters(group), on_done=self._show_dead, on_error=self.model.message.emit)
+
+    async def _dead_letters(self, group: str, limit: int = 1000):
+        from cluster.client.consumer import PullStatus, pull_message
+        from cluster.client.route import MessageQueue
+
+        instance = self.model.admin.instance
+        topic = f"%DLQ%{group}"
+        route = await instance.fetch_route(topic)
+        if route is None:
+            return []
+        found = []
+        for data in route.queue_datas:
+            for queue_id in range(data["readQueueNums"]):
+                mq, offset = MessageQueue(topic, data["brokerName"], queue_id), 0
+                while len(found) < limit:
+                    result = await pull_message(instance, "TOOLS_CONSUMER", mq, "*", offset, 32)
+                    if result.status is not PullStatus.FOUND or not result.messages:
+                        break
+                    found.extend(m.record for m in result.messages)
+                    offset = result.next_begin_offset
+        return found
+
+    def _show_dead(self, records) -> None:
+        self.dead_records = list(records)
+        self.dead.setRowCount(len(self.dead_records))
+        for r, record in enumerate(self.dead_records):
+            props = record.properties
+            values = [props.get("RETRY_TOPIC", "?"), record.keys or "", record.tags or "",
+                      str(record.reconsume_times), props.get("ORIGIN_MESSAGE_ID", record.uniq_key or ""),
+                      record.body[:60].decode("utf-8", "replace"), ""]
+            for c, value in enumerate(values):
+                self.dead.setItem(r, c, QTableWidgetItem(value))
+        self.model.message.emit(f"{len(self.dead_records)} dead letter(s)")
+
+    def redrive(self, selected_only: bool) -> None:
+        rows = ([i.row() for i in self.dead.selectionModel().selectedRows()] if selected_only
+                else list(range(len(self.dead_records))))
+        if not rows:
+            self.model.message.emit("select dead letters to redrive, or redrive all")
+            return
+        spawn(self._redrive(rows), on_error=self.model.message.emit)
+
+    async def _redrive(self, rows: list[int]) -> None:
+        """Each message back to its original topic, as a new message; a receipt per row."""
+        from cluster.client.message import Message
+        from cluster.client.producer import Producer
+
+        internal = {"UNIQ_KEY", "WAIT", "TAGS", "KEYS", "CLUSTER", "DELAY", "REAL_TOPIC", "REAL_QID",
+                    "RETRY_TOPIC", "MAX_OFFSET", "MIN_OFFSET"}
+        async with Producer("rocketdesk-redrive", self.model.namesrv_addr) as producer:
+            for row in rows:
+                record = self.dead_records[row]
+                topic = record.properties.get("RETRY_TOPIC")
+                if not topic:
+                    self.dead.setItem(row, 6, QTableWidgetItem("no original topic"))
+                    continue
+                props = {k: v for k, v in record.properties.items() if k not in internal}
+                try:
+                    result = await producer.send(Message(topic, record.body, tags=record.tags,
+                                                         keys=record.keys, properties=props))
+                    receipt = f"{result.status.name} as {result.msg_id}"
+                except Exception as exc:  # a receipt says what happened to each message
+                    receipt = f"failed: {exc}"
+                self.dead.setItem(row, 6, QTableWidgetItem(receipt))
+        self.model.message.emit(f"redrove {len(rows)} message(s)")
 
     def delete_group(self) -> None:
         group = self.selected_group()

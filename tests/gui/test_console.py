@@ -267,3 +267,62 @@ def test_a_cluster_designed_in_the_topology_editor_starts(qtbot, loop, pump, hom
         pump(lambda: done, 60, "the cluster to stop")
         loop.run_until_complete(window.model.close())
         window.close()
+
+
+def test_the_console_redrives_a_dead_letter(qtbot, loop, pump, home):
+    from cluster.client.consumer import ConsumeStatus, PushConsumer
+    from cluster.client.message import Message
+    from cluster.client.producer import Producer
+    from gui.tasks import spawn
+
+    window = MainWindow()
+    qtbot.addWidget(window)
+    try:
+        window.create_cluster()
+        pump(lambda: (node_row(window, "broker-a-0") or {}).get("health") == "ok", 60, "the cluster")
+        namesrv = window.model.namesrv_addr
+
+        async def poison():
+            async with Producer("pg-poison", namesrv) as producer:
+                await producer.send(Message("Payments", b"cannot be processed", keys="pay-1"))
+
+        loop.run_until_complete(poison())
+        delivered = []
+        # No retries allowed: the first failure goes straight to the dead-letter queue.
+        consumer = PushConsumer("cg-payments", namesrv, consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+                                max_reconsume_times=0)
+        consumer.subscribe("Payments", "*")
+
+        async def listener(messages):
+            delivered.extend(messages)
+            return ConsumeStatus.RECONSUME_LATER if len(delivered) == 1 else ConsumeStatus.CONSUME_SUCCESS
+
+        consumer.register_listener(listener)
+        loop.run_until_complete(consumer.start())
+        pump(lambda: len(delivered) >= 1, 30, "the first delivery")
+
+        groups = window.groups
+        groups.refresh()
+        pump(lambda: groups.groups.findItems("cg-payments", Qt.MatchFlag.MatchExactly) != [], 20, "the group")
+        groups.groups.setCurrentItem(groups.groups.findItems("cg-payments", Qt.MatchFlag.MatchExactly)[0])
+
+        def dead_listed():
+            every(0.5, groups.show_dead_letters)
+            return groups.dead.rowCount() == 1
+
+        pump(dead_listed, 30, "the dead letter")
+        assert cell(groups.dead, 0, 0) == "Payments"
+        assert cell(groups.dead, 0, 1) == "pay-1"
+        groups.redrive(selected_only=False)
+        pump(lambda: cell(groups.dead, 0, 6).startswith("SEND_OK"), 20, "the redrive receipt")
+        # Redriven to its topic, the message reaches the (now healthy) consumer again.
+        pump(lambda: len(delivered) >= 2, 30, "the redriven message")
+        assert delivered[1].body == b"cannot be processed"
+        assert delivered[1].topic == "Payments"
+        loop.run_until_complete(consumer.shutdown())
+    finally:
+        done = []
+        spawn(window.model.stop_cluster(), on_done=done.append, on_error=done.append)
+        pump(lambda: done, 60, "the cluster to stop")
+        loop.run_until_complete(window.model.close())
+        window.close()
