@@ -30,6 +30,7 @@ from storage.record import iter_records
 
 log = logging.getLogger(__name__)
 RETRY_PREFIX = "%RETRY%"
+ORDERLY_LOCK_RENEW = 20.0  # seconds; the broker keeps a lock 60 s
 PULL_SUSPEND_MS = 15_000
 PULL_TIMEOUT = 30.0
 REBALANCE_INTERVAL = 20.0
@@ -189,6 +190,7 @@ class _ProcessQueue:
         self.dropped = False
         self.consumed = 0
         self.suggest_broker_id = 0  # where the broker said to pull next (pullFromWhichNodeTable)
+        self.locked = True  # orderly: whether the broker still grants this client the queue
 
     def committed_offset(self) -> int:
         return min(self.in_flight) if self.in_flight else self.next_offset
@@ -207,10 +209,14 @@ class PushConsumer:
         consume_message_batch_max_size: int = 1,
         offset_store_dir: str | None = None,
         max_reconsume_times: int = 16,
+        orderly: bool = False,
         instance: MQClientInstance | None = None,
     ) -> None:
         self.group = group
         self.max_reconsume_times = max_reconsume_times
+        # Orderly: each queue is locked on its broker (renewed every 20 s, the lock lives 60 s)
+        # and consumed one message batch at a time; failures are retried in place, not sent back.
+        self.orderly = orderly
         self.instance = instance or MQClientInstance(namesrv_addr)
         self._own_instance = instance is None
         self.message_model = message_model
@@ -268,6 +274,8 @@ class PushConsumer:
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._rebalance_loop()),
                        loop.create_task(self._persist_loop())]
+        if self.orderly:
+            self._tasks.append(loop.create_task(self._renew_locks_loop()))
 
     async def shutdown(self) -> None:
         self._closing = True
@@ -279,6 +287,8 @@ class PushConsumer:
         # The last commit waits for its answer: a oneway request could still be in a buffer
         # when the connection closes, and the group would consume again what it had.
         await self.persist_offsets(oneway=False)
+        if self.orderly and self.process_queues:
+            await self._lock(list(self.process_queues), unlock=True)  # the next owner need not wait
         self.instance.consumers.pop(self.group, None)
         await self.instance.unregister(consumer_group=self.group)
         if self._own_instance:
@@ -347,7 +357,9 @@ class PushConsumer:
         pq = self.process_queues.pop(mq, None)
         if pq is not None:
             pq.dropped = True
-            await self._commit(mq, pq.committed_offset())
+            await self._commit(mq, pq.committed_offset(), oneway=False)
+            if self.orderly:
+                await self._lock([mq], unlock=True)
 
     # -- pulling and consuming ---------------------------------------------------------------------
     async def _initial_offset(self, mq: MessageQueue) -> int:
@@ -371,7 +383,48 @@ class PushConsumer:
                                               mq, timestamp=when)
         return await queue_offset_request(self.instance, RequestCode.GET_MAX_OFFSET, mq)
 
+    # -- orderly: queue locks on the brokers -------------------------------------------------------
+    async def _lock(self, mqs: list[MessageQueue], unlock: bool = False) -> set[MessageQueue]:
+        """LOCK_BATCH_MQ (or UNLOCK_BATCH_MQ) per broker; returns the queues this client holds."""
+        held: set[MessageQueue] = set()
+        by_broker: dict[str, list[MessageQueue]] = {}
+        for mq in mqs:
+            by_broker.setdefault(mq.broker_name, []).append(mq)
+        for broker, queues in by_broker.items():
+            address = self.instance.master_addr(broker)
+            if address is None:
+                continue
+            body = json.dumps({"consumerGroup": self.group, "clientId": self.instance.client_id,
+                               "mqSet": [{"topic": q.topic, "brokerName": q.broker_name,
+                                          "queueId": q.queue_id} for q in queues]}).encode()
+            code = RequestCode.UNLOCK_BATCH_MQ if unlock else RequestCode.LOCK_BATCH_MQ
+            try:
+                response = await self.instance.remoting.invoke(address, request(code, body=body), 3)
+            except RemotingError as exc:
+                log.warning("%s of %d queue(s) on %s failed: %s", "unlock" if unlock else "lock",
+                            len(queues), broker, exc)
+                continue
+            if not unlock and response.code == ResponseCode.SUCCESS:
+                for item in json.loads(response.body).get("lockOKMQSet") or []:
+                    held.add(MessageQueue(item["topic"], item["brokerName"], int(item["queueId"])))
+        return held
+
+    async def _renew_locks_loop(self) -> None:
+        while not self._closing:
+            await asyncio.sleep(ORDERLY_LOCK_RENEW)
+            owned = list(self.process_queues)
+            if owned:
+                held = await self._lock(owned)
+                for mq in owned:
+                    pq = self.process_queues.get(mq)
+                    if pq is not None:
+                        pq.locked = mq in held
+
     async def _pull_loop(self, mq: MessageQueue, start_offset: int | None = None) -> None:
+        if self.orderly:
+            # Another client may still hold the queue (it was ours a moment ago): wait for it.
+            while not self._closing and mq not in await self._lock([mq]):
+                await asyncio.sleep(1.0)
         pq = None if start_offset is None else _ProcessQueue(start_offset)
         while pq is None:
             try:
@@ -427,9 +480,11 @@ class PushConsumer:
                         break
                     # RECONSUME_LATER: the broker keeps a copy for later (%RETRY%group, then
                     # %DLQ%group); what it cannot take is tried again here after a second.
-                    chunk = await self._send_back(chunk)
-                    if not chunk:
-                        break
+                    # Orderly consumption never skips ahead: it retries in place.
+                    if not self.orderly:
+                        chunk = await self._send_back(chunk)
+                        if not chunk:
+                            break
                     await asyncio.sleep(1.0)
                 for message in chunk:
                     pq.in_flight.discard(message.queue_offset)

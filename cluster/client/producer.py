@@ -21,7 +21,7 @@ from cluster.client.route import MessageQueue, TopicPublishInfo, TopicRouteData
 from cluster.remoting.codec import RemotingCommand, request
 from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.errors import BrokerResponseError, RemotingError
-from storage.message import COMPRESSED_FLAG, properties_to_string
+from storage.message import COMPRESSED_FLAG, java_hash_unsigned, properties_to_string
 from storage.message_id import UniqIdGenerator
 from storage.record import BatchEntry, encode_batch_body
 
@@ -254,3 +254,14 @@ class Producer:
             raise
         self._fault(target.broker_name, begin, isolation=False)
         return self._result(response, target, ",".join(ids))
+
+
+def sharding_key_selector(key: str) -> Callable[[list[MessageQueue]], MessageQueue]:
+    """A selector that sends every message of ``key`` (an order id, say) to the same queue, so
+    an orderly consumer sees them in order."""
+
+    def select(queues: list[MessageQueue]) -> MessageQueue:
+        ordered = sorted(queues, key=lambda q: (q.broker_name, q.queue_id))
+        return ordered[java_hash_unsigned(key) % len(ordered)]
+
+    return select
