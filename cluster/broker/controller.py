@@ -29,6 +29,7 @@ from cluster.broker.slave_sync import SlaveSynchronize
 from cluster.broker.stats import BrokerStats
 from cluster.broker.subscription_group import SubscriptionGroupManager
 from cluster.broker.topic_config import PERM_READ, TopicConfig, TopicConfigManager
+from cluster.broker.transaction import TransactionalMessageService
 from cluster.ha.master import HAService
 from cluster.ha.slave import HAClient
 from cluster.remoting.server import RemotingServer
@@ -62,6 +63,7 @@ class BrokerController:
         self.ha_client: HAClient | None = None
         self.slave_sync: SlaveSynchronize | None = None
         self.schedule: ScheduleMessageService | None = None
+        self.transactions = TransactionalMessageService(self)
         self._tasks: list[asyncio.Task] = []
 
     @property
@@ -96,11 +98,13 @@ class BrokerController:
         if self.is_master:
             self.schedule = ScheduleMessageService(self)
             self.schedule.start()
+            self.transactions.start()
         self.server = RemotingServer(config.bind_address, config.listen_port)
         for processor in (SendMessageProcessor(self), PullMessageProcessor(self),
                           QueryProcessor(self), ClientManageProcessor(self),
                           ClientForwardProcessor(self), AdminBrokerProcessor(self),
-                          ResetOffsetProcessor(self), SendMessageBackProcessor(self)):
+                          ResetOffsetProcessor(self), SendMessageBackProcessor(self),
+                          self.transactions):
             processor.register_with(self.server)
         await self.server.start(sock=sock)
         self.registration = BrokerRegistration(self)
@@ -231,6 +235,7 @@ class BrokerController:
             await self.slave_sync.stop()
         if self.schedule is not None:
             await self.schedule.stop()
+        await self.transactions.stop()
         if self.registration is not None:
             await self.registration.stop()
         if self.ha_client is not None:

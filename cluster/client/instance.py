@@ -92,8 +92,15 @@ class MQClientInstance:
             raise BrokerResponseError(response.code, response.remark, response.code)
         route = TopicRouteData.parse(response.body)
         self.routes[topic] = route
+        known = {a for addrs in self.broker_addrs.values() for a in addrs.values()}
         for name, addrs in route.broker_addrs().items():
             self.broker_addrs[name] = addrs
+        if self._started and any(a not in known for addrs in route.broker_addrs().values()
+                                 for a in addrs.values()):
+            # A broker we did not know: tell it who we are now, not at the next 30 s heartbeat
+            # (it may need to call us back: transaction checks, consumer-id changes).
+            task = asyncio.get_running_loop().create_task(self.send_heartbeat())
+            self._tasks.append(task)
         return route
 
     async def refresh_routes(self) -> None:
@@ -162,6 +169,15 @@ class MQClientInstance:
             if consumer is not None:
                 table = parse_mq_table(command.body.decode()) if command.body else {}
                 consumer.reset_offsets(command.field("topic") or "", table)
+            return None
+        if command.code == RequestCode.CHECK_TRANSACTION_STATE:
+            from storage.record import iter_records
+
+            record = next(iter_records(command.body or b""), None)
+            producer = self.producers.get(record.properties.get("PGROUP", "")) if record else None
+            if producer is not None:
+                asyncio.get_running_loop().create_task(
+                    producer.answer_transaction_check(connection, command, record))
             return None
         if command.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
             consumer = self.consumers.get(command.field("consumerGroup") or "")

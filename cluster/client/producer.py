@@ -12,17 +12,25 @@ import asyncio
 import logging
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from enum import Enum
 
 from cluster.client.fault import LatencyFaultTolerance, select_queue
 from cluster.client.instance import MQClientInstance
-from cluster.client.message import Message, SendResult, SendStatus
+from cluster.client.message import Message, MessageExt, SendResult, SendStatus
 from cluster.client.route import MessageQueue, TopicPublishInfo, TopicRouteData
 from cluster.remoting.codec import RemotingCommand, request
 from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.errors import BrokerResponseError, RemotingError
-from storage.message import COMPRESSED_FLAG, java_hash_unsigned, properties_to_string
-from storage.message_id import UniqIdGenerator
+from storage.message import (
+    COMPRESSED_FLAG,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    java_hash_unsigned,
+    properties_to_string,
+)
+from storage.message_id import UniqIdGenerator, decode_message_id
 from storage.record import BatchEntry, encode_batch_body
 
 log = logging.getLogger(__name__)
@@ -131,6 +139,8 @@ class Producer:
                  ) -> RemotingCommand:
         sys_flag = 0
         data = msg.body if body is None else body
+        if (props or msg.properties).get("TRAN_MSG") == "true":
+            sys_flag |= TRANSACTION_PREPARED_TYPE
         if not batch and len(data) > self.compress_over:
             data = zlib.compress(data, 5)
             sys_flag |= COMPRESSED_FLAG
@@ -254,6 +264,64 @@ class Producer:
             raise
         self._fault(target.broker_name, begin, isolation=False)
         return self._result(response, target, ",".join(ids))
+
+
+class LocalTransactionState(Enum):
+    COMMIT_MESSAGE = TRANSACTION_COMMIT_TYPE
+    ROLLBACK_MESSAGE = TRANSACTION_ROLLBACK_TYPE
+    UNKNOW = 0  # RocketMQ's spelling: the broker will ask again
+
+
+class TransactionProducer(Producer):
+    """Transactional sends: a half message, the local transaction, END_TRANSACTION; and answers
+    to the broker's CHECK_TRANSACTION_STATE through ``transaction_checker``."""
+
+    def __init__(self, group: str, namesrv_addr: str, **kwargs) -> None:
+        super().__init__(group, namesrv_addr, **kwargs)
+        self.transaction_checker: Callable[[MessageExt], Awaitable[LocalTransactionState]] | None = None
+
+    async def send_message_in_transaction(
+        self, msg: Message, execute_local: Callable[[Message, SendResult], Awaitable[LocalTransactionState]]
+    ) -> tuple[SendResult, LocalTransactionState]:
+        msg.properties["TRAN_MSG"] = "true"
+        msg.properties["PGROUP"] = self.group
+        result = await self.send(msg)
+        if result.status is not SendStatus.SEND_OK:
+            state = LocalTransactionState.ROLLBACK_MESSAGE
+        else:
+            try:
+                state = await execute_local(msg, result)
+            except Exception:
+                log.exception("the local transaction failed; the broker will check back")
+                state = LocalTransactionState.UNKNOW
+        address = self.instance.master_addr(result.message_queue.broker_name)
+        if address is not None:
+            await self.instance.remoting.invoke_oneway(address, self._end_request(
+                result.queue_offset, decode_message_id(result.offset_msg_id).offset, state,
+                result.msg_id, result.transaction_id, from_check=False))
+        return result, state
+
+    def _end_request(self, half_offset: int, commit_log_offset: int, state: LocalTransactionState,
+                     msg_id: str, transaction_id: str | None, from_check: bool) -> RemotingCommand:
+        return request(RequestCode.END_TRANSACTION, {
+            "producerGroup": self.group, "tranStateTableOffset": half_offset,
+            "commitLogOffset": commit_log_offset, "commitOrRollback": state.value,
+            "fromTransactionCheck": from_check, "msgId": msg_id, "transactionId": transaction_id},
+            oneway=True)
+
+    async def answer_transaction_check(self, connection, command: RemotingCommand, record) -> None:
+        if self.transaction_checker is None:
+            return
+        message = MessageExt.of(record, MessageQueue(record.properties.get("REAL_TOPIC", record.topic),
+                                                     "", record.queue_id))
+        try:
+            state = await self.transaction_checker(message)
+        except Exception:
+            log.exception("the transaction checker failed; the broker will ask again")
+            return
+        connection.invoke_oneway(self._end_request(
+            int(command.field("tranStateTableOffset") or 0), int(command.field("commitLogOffset") or 0),
+            state, command.field("msgId") or "", command.field("transactionId"), from_check=True))
 
 
 def sharding_key_selector(key: str) -> Callable[[list[MessageQueue]], MessageQueue]:

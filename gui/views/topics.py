@@ -80,6 +80,9 @@ class TopicsView(QWidget):
         left.addWidget(delete)
         left.addWidget(export)
         left.addWidget(self.tail_button)
+        pending = QPushButton("Pending transactions")
+        pending.clicked.connect(self.show_pending_transactions)
+        left.addWidget(pending)
         left.addWidget(create_box)
         layout.addLayout(left, 1)
 
@@ -274,6 +277,18 @@ class TopicsView(QWidget):
                 self.records = (self.records + sorted(fresh, key=lambda r: r.store_timestamp))[-limit:]
                 self._show_results(self.records, announce=False)
             await asyncio.sleep(1.0)
+
+    def show_pending_transactions(self) -> None:
+        """Half messages waiting for END_TRANSACTION or a check-back, in the results table."""
+        if self.model.admin is None:
+            return
+        spawn(self.model.admin.pending_half_messages(), on_done=self._show_pending,
+              on_error=self.model.message.emit)
+
+    def _show_pending(self, records) -> None:
+        self._show_results(records, announce=False)
+        self.model.message.emit(f"{len(records)} transaction(s) pending (half messages; their "
+                                "REAL_TOPIC property names where they go when committed)")
 
     def delete_topic(self) -> None:
         item = self.topics.currentItem()

@@ -320,6 +320,25 @@ def test_the_console_redrives_a_dead_letter(qtbot, loop, pump, home):
         assert delivered[1].body == b"cannot be processed"
         assert delivered[1].topic == "Payments"
         loop.run_until_complete(consumer.shutdown())
+
+        # A transaction left open shows among the pending half messages.
+        from cluster.client.producer import LocalTransactionState, TransactionProducer
+
+        async def open_transaction():
+            producer = TransactionProducer("pg-open", namesrv)
+            await producer.start()
+            try:
+                async def undecided(msg, result):
+                    return LocalTransactionState.UNKNOW
+
+                await producer.send_message_in_transaction(Message("Payments", b"t", keys="tx-1"),
+                                                           undecided)
+            finally:
+                await producer.shutdown()
+
+        loop.run_until_complete(open_transaction())
+        window.topics.show_pending_transactions()
+        pump(lambda: any(r.keys == "tx-1" for r in window.topics.records), 20, "the pending transaction")
     finally:
         done = []
         spawn(window.model.stop_cluster(), on_done=done.append, on_error=done.append)
