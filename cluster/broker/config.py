@@ -47,6 +47,7 @@ class BrokerConfig:
     register_broker_timeout_mills: int = 6000
     register_name_server_period: int = 30_000
     slave_read_enable: bool = False
+    enable_property_filter: bool = False  # SQL92 subscriptions, off by default as in RocketMQ
     transaction_time_out: int = 6000
     transaction_check_max: int = 15
     transaction_check_interval: int = 60_000

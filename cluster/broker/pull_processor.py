@@ -10,6 +10,8 @@ maxOffset and suggestWhichBrokerId, which clients unbox unconditionally.
 from __future__ import annotations
 
 from cluster.broker.headers import Header, HeaderError
+from cluster.filter.message_filter import SqlMessageFilter
+from cluster.filter.sql92 import FilterSyntaxError
 from cluster.remoting.codec import RemotingCommand
 from cluster.remoting.codes import RequestCode, ResponseCode
 from storage.results import GetMessageStatus, TagsFilter
@@ -61,10 +63,23 @@ class PullMessageProcessor:
             return command.make_response(ResponseCode.NO_PERMISSION,
                                          f"subscription group no permission, {group}")
         expression = self._subscription(header, sys_flag, group, topic)
-        if (header.str("expressionType") or "TAG").upper() not in ("TAG", ""):
+        expression_type = (header.str("expressionType") or self._expression_type(group, topic)).upper()
+        if expression_type == "SQL92":
+            if not broker.config.enable_property_filter:
+                return command.make_response(
+                    ResponseCode.SYSTEM_ERROR,
+                    "The broker does not support consumer to filter message by SQL92 "
+                    "(set enablePropertyFilter=true)")
+            try:
+                message_filter = SqlMessageFilter(expression)
+            except FilterSyntaxError as exc:
+                return command.make_response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                                             f"parse the SQL92 expression failed: {exc}")
+        elif expression_type in ("TAG", ""):
+            message_filter = TagsFilter(expression)
+        else:
             return command.make_response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-                                         "only TAG subscriptions are supported by this broker yet")
-        message_filter = TagsFilter(expression)
+                                         f"the expression type {expression_type} is not supported")
         if sys_flag & FLAG_COMMIT_OFFSET and commit_offset >= 0 and broker.is_master:
             broker.offsets.commit_offset(group, topic, queue_id, commit_offset)
 
@@ -92,6 +107,11 @@ class PullMessageProcessor:
             broker.stats.record_get(group, topic, result.message_count, len(body))
         return command.make_response(code, None if code == ResponseCode.SUCCESS else result.status.value,
                                      ext_fields=fields, body=body)
+
+    def _expression_type(self, group: str, topic: str) -> str:
+        info = self.broker.consumers.find(group)
+        sub = info.subscriptions.get(topic) if info else None
+        return sub.expression_type if sub else "TAG"
 
     def _subscription(self, header: Header, sys_flag: int, group: str, topic: str) -> str:
         if sys_flag & FLAG_SUBSCRIPTION:

@@ -75,7 +75,8 @@ def parse_tags(expression: str) -> set[str] | None:
 
 async def pull_message(instance: MQClientInstance, group: str, mq: MessageQueue, expression: str,
                        offset: int, max_nums: int = 32, suspend_ms: int = 0,
-                       commit_offset: int | None = None, broker_id: int = 0) -> PullResult:
+                       commit_offset: int | None = None, broker_id: int = 0,
+                       expression_type: str = "TAG") -> PullResult:
     """One PULL_MESSAGE; messages re-filtered by tag string, as the broker only checks hashes."""
     address = instance.broker_addr(mq.broker_name, broker_id)
     if address is None:
@@ -88,13 +89,13 @@ async def pull_message(instance: MQClientInstance, group: str, mq: MessageQueue,
         "consumerGroup": group, "topic": mq.topic, "queueId": mq.queue_id, "queueOffset": offset,
         "maxMsgNums": max_nums, "sysFlag": sys_flag, "commitOffset": commit_offset or 0,
         "suspendTimeoutMillis": suspend_ms, "subscription": expression or "*",
-        "subVersion": int(time.time() * 1000), "expressionType": "TAG"})
+        "subVersion": int(time.time() * 1000), "expressionType": expression_type})
     timeout = PULL_TIMEOUT if suspend_ms else 10.0
     response = await instance.remoting.invoke(address, command, timeout)
     status = _PULL_STATUS.get(response.code)
     if status is None:
         raise BrokerResponseError(response.code, response.remark, RequestCode.PULL_MESSAGE)
-    tags = parse_tags(expression)
+    tags = parse_tags(expression) if expression_type == "TAG" else None  # SQL92: the broker decided
     messages = []
     if status is PullStatus.FOUND:
         for record in iter_records(response.body):
@@ -225,6 +226,7 @@ class PushConsumer:
         self.pull_batch_size = pull_batch_size
         self.batch_max = consume_message_batch_max_size
         self.subscriptions: dict[str, str] = {}
+        self.expression_types: dict[str, str] = {}
         self.listener: Listener | None = None
         self.process_queues: dict[MessageQueue, _ProcessQueue] = {}
         self._pull_tasks: dict[MessageQueue, asyncio.Task] = {}
@@ -240,8 +242,11 @@ class PushConsumer:
         self.started_at = 0.0
 
     # -- setup ---------------------------------------------------------------------------------
-    def subscribe(self, topic: str, expression: str = "*") -> None:
+    def subscribe(self, topic: str, expression: str = "*", expression_type: str = "TAG") -> None:
+        """``expression``: tags (``TagA || TagB``, ``*``) or, with ``expression_type="SQL92"``, a
+        SQL92 condition on properties (the broker needs enablePropertyFilter=true)."""
         self.subscriptions[topic] = expression or "*"
+        self.expression_types[topic] = expression_type.upper()
 
     def register_listener(self, listener: Listener) -> None:
         self.listener = listener
@@ -249,9 +254,10 @@ class PushConsumer:
     def consumer_data(self) -> dict:
         subs = []
         for topic, expression in self.subscriptions.items():
-            tags = sorted(parse_tags(expression) or [])
+            kind = self.expression_types.get(topic, "TAG")
+            tags = sorted(parse_tags(expression) or []) if kind == "TAG" else []
             subs.append({"classFilterMode": False, "codeSet": [java_hash(t) for t in tags],
-                         "expressionType": "TAG", "subString": expression, "subVersion": 0,
+                         "expressionType": kind, "subString": expression, "subVersion": 0,
                          "tagsSet": tags, "topic": topic})
         return {"groupName": self.group, "consumeType": "CONSUME_PASSIVELY",
                 "messageModel": self.message_model, "consumeFromWhere": self.consume_from_where,
@@ -439,7 +445,8 @@ class PushConsumer:
                 commit = pq.committed_offset() if self.message_model == "CLUSTERING" else None
                 result = await pull_message(self.instance, self.group, mq, expression, pq.next_offset,
                                             self.pull_batch_size, PULL_SUSPEND_MS, commit,
-                                            pq.suggest_broker_id)
+                                            pq.suggest_broker_id,
+                                            self.expression_types.get(mq.topic, "TAG"))
             except asyncio.CancelledError:
                 raise
             except (RemotingError, BrokerResponseError) as exc:
