@@ -238,6 +238,21 @@ class AdminClient:
             offset = result.next_begin_offset
         return records
 
+    async def message_trace(self, msg_id: str) -> list:
+        """The trace events of a message (by its client msgId), oldest first: Pub, then each
+        consumer group's SubBefore/SubAfter."""
+        from cluster.client.trace import TRACE_TOPIC, decode
+
+        events = []
+        try:
+            records = await self.query_by_key(TRACE_TOPIC, msg_id, 64)
+        except BrokerResponseError:
+            return []
+        for record in records:
+            events.extend(e for e in decode(record.body.decode("utf-8", "replace")) if e.msg_id == msg_id)
+        order = {"Pub": 0, "SubBefore": 1, "SubAfter": 2}
+        return sorted(events, key=lambda e: (e.timestamp or 0, order.get(e.kind, 3)))
+
     # -- messages --------------------------------------------------------------------------------------
     async def query_by_key(self, topic: str, key: str, max_num: int = 32, begin: int = 0,
                            end: int | None = None) -> list[MessageRecord]:

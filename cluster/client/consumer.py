@@ -22,6 +22,13 @@ from enum import Enum
 from cluster.client.instance import MQClientInstance
 from cluster.client.message import MessageExt
 from cluster.client.route import MessageQueue, subscribe_queues
+from cluster.client.trace import (
+    TraceDispatcher,
+    encode_sub_after,
+    encode_sub_before,
+    new_request_id,
+    trace_keys,
+)
 from cluster.remoting.codec import request
 from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.errors import BrokerResponseError, RemotingError
@@ -211,6 +218,7 @@ class PushConsumer:
         offset_store_dir: str | None = None,
         max_reconsume_times: int = 16,
         orderly: bool = False,
+        trace: bool = False,
         instance: MQClientInstance | None = None,
     ) -> None:
         self.group = group
@@ -218,6 +226,8 @@ class PushConsumer:
         # Orderly: each queue is locked on its broker (renewed every 20 s, the lock lives 60 s)
         # and consumed one message batch at a time; failures are retried in place, not sent back.
         self.orderly = orderly
+        self.trace = trace  # record deliveries in RMQ_SYS_TRACE_TOPIC (message trace)
+        self.tracer = None
         self.instance = instance or MQClientInstance(namesrv_addr)
         self._own_instance = instance is None
         self.message_model = message_model
@@ -274,6 +284,9 @@ class PushConsumer:
             self.subscriptions.setdefault(RETRY_PREFIX + self.group, "*")
         self.instance.consumers[self.group] = self
         await self.instance.start()
+        if self.trace and self.tracer is None:
+            self.tracer = TraceDispatcher(";".join(self.instance.namesrv_addrs), self.group)
+            await self.tracer.start()
         for topic in self.subscriptions:
             await self.instance.fetch_route(topic)
         await self.instance.send_heartbeat()
@@ -295,6 +308,9 @@ class PushConsumer:
         await self.persist_offsets(oneway=False)
         if self.orderly and self.process_queues:
             await self._lock(list(self.process_queues), unlock=True)  # the next owner need not wait
+        if self.tracer is not None:
+            await self.tracer.stop()
+            self.tracer = None
         self.instance.consumers.pop(self.group, None)
         await self.instance.unregister(consumer_group=self.group)
         if self._own_instance:
@@ -476,6 +492,8 @@ class PushConsumer:
             for start in range(0, len(messages), self.batch_max):
                 chunk = messages[start : start + self.batch_max]
                 while True:
+                    request_id = self._trace_before(chunk)
+                    began = time.monotonic()
                     try:
                         status = await self.listener(chunk)
                     except asyncio.CancelledError:
@@ -483,7 +501,9 @@ class PushConsumer:
                     except Exception:
                         log.exception("the listener of %s raised; consuming again in 1 s", self.group)
                         status = ConsumeStatus.RECONSUME_LATER
-                    if status in (None, True, ConsumeStatus.CONSUME_SUCCESS):
+                    ok = status in (None, True, ConsumeStatus.CONSUME_SUCCESS)
+                    self._trace_after(chunk, request_id, began, ok)
+                    if ok:
                         break
                     # RECONSUME_LATER: the broker keeps a copy for later (%RETRY%group, then
                     # %DLQ%group); what it cannot take is tried again here after a second.
@@ -498,6 +518,23 @@ class PushConsumer:
                 pq.consumed += len(chunk)
         finally:
             pq.in_flight.difference_update(offsets)
+
+    def _trace_before(self, chunk: list[MessageExt]) -> str | None:
+        if self.tracer is None:
+            return None
+        request_id = new_request_id()
+        for m in chunk:
+            self.tracer.submit(encode_sub_before(self.group, request_id, m.msg_id, m.reconsume_times,
+                                                 m.keys), trace_keys(m.msg_id, m.keys))
+        return request_id
+
+    def _trace_after(self, chunk: list[MessageExt], request_id: str | None, began: float, ok: bool) -> None:
+        if self.tracer is None or request_id is None:
+            return
+        cost = int((time.monotonic() - began) * 1000)
+        for m in chunk:
+            self.tracer.submit(encode_sub_after(self.group, request_id, m.msg_id, cost, ok, m.keys),
+                               trace_keys(m.msg_id, m.keys))
 
     async def _send_back(self, messages: list[MessageExt]) -> list[MessageExt]:
         """CONSUMER_SEND_MSG_BACK for each message; returns those the broker did not take."""

@@ -19,6 +19,7 @@ from cluster.client.fault import LatencyFaultTolerance, select_queue
 from cluster.client.instance import MQClientInstance
 from cluster.client.message import Message, MessageExt, SendResult, SendStatus
 from cluster.client.route import MessageQueue, TopicPublishInfo, TopicRouteData
+from cluster.client.trace import encode_pub, trace_keys
 from cluster.remoting.codec import RemotingCommand, request
 from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.errors import BrokerResponseError, RemotingError
@@ -63,9 +64,12 @@ class Producer:
         compress_msg_body_over_howmuch: int = 4096,
         max_message_size: int = 4 * 1024 * 1024,
         default_topic_queue_nums: int = 4,
+        trace: bool = False,
         instance: MQClientInstance | None = None,
     ) -> None:
         self.group = group
+        self.trace = trace  # record sends in RMQ_SYS_TRACE_TOPIC (RocketMQ's message trace)
+        self.tracer = None
         self.instance = instance or MQClientInstance(namesrv_addr)
         self._own_instance = instance is None
         self.send_msg_timeout = send_msg_timeout
@@ -81,10 +85,18 @@ class Producer:
     async def start(self) -> None:
         self.instance.producers[self.group] = self
         await self.instance.start()
+        if self.trace and self.tracer is None:
+            from cluster.client.trace import TraceDispatcher
+
+            self.tracer = TraceDispatcher(";".join(self.instance.namesrv_addrs), self.group)
+            await self.tracer.start()
         self._started = True
 
     async def shutdown(self) -> None:
         self._started = False
+        if self.tracer is not None:
+            await self.tracer.stop()
+            self.tracer = None
         self.instance.producers.pop(self.group, None)
         await self.instance.unregister(producer_group=self.group)
         if self._own_instance:
@@ -200,7 +212,13 @@ class Producer:
             if response.code in RETRY_RESPONSE_CODES:
                 last_error = BrokerResponseError(response.code, response.remark)
                 continue
-            return self._result(response, target, uniq)
+            result = self._result(response, target, uniq)
+            if self.tracer is not None:
+                self.tracer.submit(encode_pub(
+                    self.group, msg.topic, uniq, msg.tags, msg.all_properties().get("KEYS"), address,
+                    len(msg.body), int((time.monotonic() - begin) * 1000), result.offset_msg_id,
+                    result.status is SendStatus.SEND_OK), trace_keys(uniq, msg.all_properties().get("KEYS")))
+            return result
         raise MQClientError(f"send to {msg.topic} failed after retries: {last_error}") from last_error
 
     def _fault(self, broker_name: str, begin: float, isolation: bool) -> None:

@@ -170,7 +170,9 @@ class TopicsView(QWidget):
         export.clicked.connect(lambda: self.export_results(None))
         track = QPushButton("Which groups consumed it?")
         track.clicked.connect(self.track)
-        for widget in (resend, self.resend_group, resend_group, save_body, export, track):
+        trace = QPushButton("Trace")
+        trace.clicked.connect(self.trace)
+        for widget in (resend, self.resend_group, resend_group, save_body, export, track, trace):
             actions.addWidget(widget)
         right.addLayout(actions)
         layout.addLayout(right, 2)
@@ -302,7 +304,8 @@ class TopicsView(QWidget):
 
     # -- messages --------------------------------------------------------------------------------
     async def _send(self, message: Message):
-        async with Producer("rocketdesk-console", self.model.namesrv_addr) as producer:
+        # Messages sent from the console are traced: their detail shows where they went.
+        async with Producer("rocketdesk-console", self.model.namesrv_addr, trace=True) as producer:
             return await producer.send(message)
 
     def send_message(self) -> None:
@@ -501,6 +504,27 @@ class TopicsView(QWidget):
             self.last_track = track
 
         spawn(self.model.admin.message_track(record), on_done=show, on_error=self.model.message.emit)
+
+    def trace(self) -> None:
+        """The message's trace as a timeline (producers and consumers that had tracing on)."""
+        record = self.selected_record()
+        if record is None:
+            self.model.message.emit("select a message first")
+            return
+
+        def show(events):
+            lines = []
+            for e in events:
+                when = format_timestamp(e.timestamp) if e.timestamp else "(time not recorded)"
+                outcome = "" if e.success is None else (" ok" if e.success else " FAILED")
+                cost = "" if e.cost_ms is None else f" in {e.cost_ms} ms"
+                lines.append(f"  {when}  {e.kind:<9} {e.group}{outcome}{cost} {e.detail}".rstrip())
+            self.detail.appendPlainText("\ntrace:\n" + ("\n".join(lines) or
+                                                         "  no trace (tracing was off for it)"))
+            self.last_trace = events
+
+        spawn(self.model.admin.message_trace(record.uniq_key or ""), on_done=show,
+              on_error=self.model.message.emit)
 
     def resend(self) -> None:
         record = self.selected_record()

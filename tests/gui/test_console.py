@@ -78,6 +78,8 @@ def test_console_runs_a_cluster_topics_messages_charts_and_an_export(qtbot, loop
         pump(found, 20, "the message by key")
         assert '"hello": "console"' in topics.detail.toPlainText()
         assert "'shard': '7'" in topics.detail.toPlainText()
+        topics.trace()  # sent from the console, so traced
+        pump(lambda: "Pub       rocketdesk-console ok" in topics.detail.toPlainText(), 20, "the trace")
         topics.resend()
         pump(lambda: "resent to ConsoleTopic: SEND_OK" in window.statusBar().currentMessage(), 20,
              "the resend")
