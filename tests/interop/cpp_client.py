@@ -41,6 +41,8 @@ def produce(args) -> None:
         if args.tags:
             message.set_tags(args.tags)
         message.set_body(f"cpp-{number}")
+        if args.delay_level:
+            message.set_delay_time_level(args.delay_level)
         if args.oneway:
             producer.send_oneway(message)
             emit(event="sent", number=number, oneway=True)
@@ -50,6 +52,33 @@ def produce(args) -> None:
                  offset=result.offset)
     if args.oneway:
         time.sleep(1.0)  # oneway sends are only queued in the core: let them leave before _exit
+    emit(event="done")
+
+
+def transact(args) -> None:
+    """Three transactional sends: committed locally, rolled back locally, and left UNKNOWN for
+    the broker's check-back, which the checker then commits."""
+    from rocketmq.client import Message, TransactionMQProducer, TransactionStatus
+
+    def checker(message):
+        body = message.body.decode() if isinstance(message.body, bytes) else message.body
+        emit(event="checked", body=body)
+        return TransactionStatus.COMMIT if body == "tx-unknown" else TransactionStatus.ROLLBACK
+
+    producer = TransactionMQProducer(args.group, checker)
+    set_namesrv(producer, args.namesrv)
+    producer.start()
+    decisions = {"tx-commit": TransactionStatus.COMMIT, "tx-rollback": TransactionStatus.ROLLBACK,
+                 "tx-unknown": TransactionStatus.UNKNOWN}
+    for body, decision in decisions.items():
+        message = Message(args.topic)
+        message.set_keys(body)
+        message.set_body(body)
+        result = producer.send_message_in_transaction(message, lambda m, a, d=decision: d)
+        emit(event="sent", body=body, status=str(result.status))
+    deadline = time.time() + args.timeout  # stay up to answer the broker's checks
+    while time.time() < deadline:
+        time.sleep(0.1)
     emit(event="done")
 
 
@@ -93,6 +122,12 @@ def main() -> None:
     p.add_argument("--tags")
     p.add_argument("--keys-prefix", default="key-")
     p.add_argument("--oneway", action="store_true")
+    p.add_argument("--delay-level", type=int, default=0)
+    t = sub.add_parser("transact")
+    t.add_argument("namesrv")
+    t.add_argument("topic")
+    t.add_argument("--group", default="PID-tx")
+    t.add_argument("--timeout", type=float, default=8)
     c = sub.add_parser("consume")
     c.add_argument("namesrv")
     c.add_argument("topic")
@@ -103,7 +138,7 @@ def main() -> None:
     c.add_argument("--fail-first", action="store_true", help="ask to reconsume each message once")
     args = parser.parse_args()
     try:
-        (produce if args.mode == "produce" else consume)(args)
+        {"produce": produce, "consume": consume, "transact": transact}[args.mode](args)
     except Exception as exc:  # report, then leave without the wrapper's shutdown
         emit(event="error", error=f"{type(exc).__name__}: {exc}")
         os._exit(1)

@@ -132,3 +132,61 @@ def test_cpp_consumer_retries_through_the_retry_topic(cpp_clients, tmp_path):
         received = sorted(e["body"] for e in got if e["event"] == "received")
         assert failed == received
         assert len(received) == 2
+
+
+def _python_consumer(namesrv: str, topic: str, group: str, count: int, seconds: float) -> dict[str, float]:
+    """Bodies received by a RocketDesk push consumer, with when each arrived."""
+    import time
+
+    from cluster.client.consumer import PushConsumer
+
+    async def main():
+        got: dict[str, float] = {}
+        consumer = PushConsumer(group, namesrv, consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+        consumer.subscribe(topic, "*")
+
+        async def listener(messages):
+            for m in messages:
+                got.setdefault(m.body.decode(), time.time())
+
+        consumer.register_listener(listener)
+        await consumer.start()
+        try:
+            deadline = time.time() + seconds
+            while time.time() < deadline and len(got) < count:
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)
+        finally:
+            await consumer.shutdown()
+        return got
+
+    return asyncio.run(main())
+
+
+def test_cpp_delayed_message_arrives_after_its_level(cpp_clients, tmp_path):
+    import time
+
+    env = {"HOME": str(tmp_path)}
+    with running("cluster.namesrv", "-p", "0", env=env) as ns, \
+            running("cluster.broker", "-c", broker_conf(tmp_path, ns.address, messageDelayLevel="1s 3s 10s"),
+                    env=env):
+        began = time.time()
+        sent = client(cpp_clients["cpp"], tmp_path, "produce", ns.address, "CppDelay", "1",
+                      "--delay-level", "2")
+        assert [e["status"] for e in sent if e["event"] == "sent"] == ["0"]
+        got = _python_consumer(ns.address, "CppDelay", "cg-cpp-delay", 1, 20)
+        assert list(got) == ["cpp-0"]
+        assert got["cpp-0"] - began >= 3.0
+
+
+def test_cpp_transactions_commit_rollback_and_check_back(cpp_clients, tmp_path):
+    env = {"HOME": str(tmp_path)}
+    conf = broker_conf(tmp_path, "", transactionTimeOut="1000", transactionCheckInterval="1000")
+    with running("cluster.namesrv", "-p", "0", env=env) as ns, \
+            running("cluster.broker", "-c", conf, "-n", ns.address, env=env):
+        events = client(cpp_clients["cpp"], tmp_path, "transact", ns.address, "CppTx", "--timeout", "8",
+                        timeout=60)
+        assert len([e for e in events if e["event"] == "sent"]) == 3
+        assert "tx-unknown" in {e["body"] for e in events if e["event"] == "checked"}
+        got = _python_consumer(ns.address, "CppTx", "cg-cpp-tx", 2, 10)
+        assert sorted(got) == ["tx-commit", "tx-unknown"]
