@@ -25,6 +25,17 @@ def every(seconds: float, action) -> None:
         action()
 
 
+def close_console(window, loop, pump) -> None:
+    """Stop the cluster the test started (as the Stop button does) and close the window."""
+    from gui.tasks import spawn
+
+    done = []
+    spawn(window.model.stop_cluster(), on_done=done.append, on_error=done.append)
+    pump(lambda: done, 60, "the cluster to stop")
+    loop.run_until_complete(window.model.close())
+    window.close()
+
+
 def cell(table, row, column) -> str:
     item = table.item(row, column)
     return item.text() if item else ""
@@ -232,13 +243,7 @@ def test_console_runs_a_cluster_topics_messages_charts_and_an_export(qtbot, loop
              "the killed broker marked down")
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     finally:
-        done = []
-        from gui.tasks import spawn
-
-        spawn(window.model.stop_cluster(), on_done=done.append, on_error=done.append)
-        pump(lambda: done, 60, "the cluster to stop")
-        loop.run_until_complete(window.model.close())
-        window.close()
+        close_console(window, loop, pump)
 
 
 def test_a_cluster_designed_in_the_topology_editor_starts(qtbot, loop, pump, home):
@@ -262,20 +267,13 @@ def test_a_cluster_designed_in_the_topology_editor_starts(qtbot, loop, pump, hom
         assert node_row(window, "broker-a-0")["role"] == "SYNC_MASTER"
         assert node_row(window, "broker-a-1")["role"] == "SLAVE"
     finally:
-        done = []
-        from gui.tasks import spawn
-
-        spawn(window.model.stop_cluster(), on_done=done.append, on_error=done.append)
-        pump(lambda: done, 60, "the cluster to stop")
-        loop.run_until_complete(window.model.close())
-        window.close()
+        close_console(window, loop, pump)
 
 
 def test_the_console_redrives_a_dead_letter(qtbot, loop, pump, home):
     from cluster.client.consumer import ConsumeStatus, PushConsumer
     from cluster.client.message import Message
     from cluster.client.producer import Producer
-    from gui.tasks import spawn
 
     window = MainWindow()
     qtbot.addWidget(window)
@@ -342,8 +340,4 @@ def test_the_console_redrives_a_dead_letter(qtbot, loop, pump, home):
         window.topics.show_pending_transactions()
         pump(lambda: any(r.keys == "tx-1" for r in window.topics.records), 20, "the pending transaction")
     finally:
-        done = []
-        spawn(window.model.stop_cluster(), on_done=done.append, on_error=done.append)
-        pump(lambda: done, 60, "the cluster to stop")
-        loop.run_until_complete(window.model.close())
-        window.close()
+        close_console(window, loop, pump)
