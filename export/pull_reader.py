@@ -10,14 +10,13 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterator
 
+from cluster.client.pull import TOOLS_GROUP
 from cluster.remoting.codec import FrameDecoder, RemotingCommand, encode, request
 from cluster.remoting.codes import RequestCode, ResponseCode
 from export.decode import RowBuilder
 from export.errors import DataLossError, ExportError
 from export.options import SourceOptions
 from export.planner import QueueRange
-
-EXPORT_GROUP = "TOOLS_CONSUMER"  # a system group every broker has: reading creates nothing
 
 
 class BlockingRemoting:
@@ -52,7 +51,7 @@ def read_range(rng: QueueRange, options: SourceOptions) -> Iterator:
         offset = rng.start
         while offset < rng.end:
             answer = remoting.invoke(request(RequestCode.PULL_MESSAGE, {
-                "consumerGroup": EXPORT_GROUP, "topic": rng.topic, "queueId": rng.queue_id,
+                "consumerGroup": TOOLS_GROUP, "topic": rng.topic, "queueId": rng.queue_id,
                 "queueOffset": offset, "maxMsgNums": min(options.pull_batch_size, rng.end - offset),
                 "sysFlag": 0x4, "commitOffset": 0, "suspendTimeoutMillis": 0,
                 "subscription": options.tag_expression, "subVersion": 0, "expressionType": "TAG"}))

@@ -13,6 +13,7 @@ from collections import deque
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from cluster.broker.topic_config import is_system_topic
 from cluster.client.admin import AdminClient
 from cluster.supervisor.probe import Prober
 from cluster.supervisor.spec import ClusterSpec, load_profile
@@ -223,19 +224,22 @@ class ClusterModel(QObject):
             if stats:
                 self.lag.setdefault(group, deque(maxlen=HISTORY // 5)).append((now, total))
 
+    def is_internal_topic(self, topic: str) -> bool:
+        """RocketMQ's own topics, and the topic every cluster and broker registers under its name
+        (hidden unless asked for)."""
+        internal = {"DefaultCluster"}
+        if self.supervisor is not None:
+            internal |= {self.supervisor.state.cluster} | {n.group for n in self.supervisor.state.nodes}
+        return is_system_topic(topic) or topic in internal or topic.endswith("_REPLY_TOPIC")
+
     async def _sample_topics(self, now: float) -> None:
         """Messages stored per topic (sum of its queues' max offsets): their rate is its TPS."""
-        from cluster.broker.topic_config import is_system_topic
-
         try:
             topics = await asyncio.wait_for(self.admin.topic_list(), 2)
         except Exception:
             return
-        internal = {"DefaultCluster", "TBW102"}
-        if self.supervisor is not None:
-            internal |= {self.supervisor.state.cluster} | {n.group for n in self.supervisor.state.nodes}
         for topic in topics:
-            if is_system_topic(topic) or topic in internal or topic.endswith("_REPLY_TOPIC"):
+            if self.is_internal_topic(topic):
                 continue
             try:
                 stats = await asyncio.wait_for(self.admin.topic_stats(topic), 2)

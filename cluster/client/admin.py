@@ -208,35 +208,21 @@ class AdminClient:
     async def pending_half_messages(self, limit: int = 1000) -> list[MessageRecord]:
         """Transactional half messages no END_TRANSACTION (or check-back rollback) ended yet:
         the half topic minus what the op topic marks done, read as a tool (nothing committed)."""
-        from cluster.client.consumer import PullStatus, pull_message
+        from cluster.client.pull import read_queue
 
         info = await self.cluster_info()
         pending: list[MessageRecord] = []
         for name, data in sorted(info.get("brokerAddrTable", {}).items()):
             if 0 not in data["brokerAddrs"]:
                 continue
-            done = {int(r.body) for r in await self._read_queue(
-                MessageQueue("RMQ_SYS_TRANS_OP_HALF_TOPIC", name, 0), pull_message, PullStatus, limit * 4)
+            done = {int(r.body) for r in await read_queue(
+                self.instance, MessageQueue("RMQ_SYS_TRANS_OP_HALF_TOPIC", name, 0), limit=limit * 4)
                 if r.body.isdigit()}
-            for record in await self._read_queue(MessageQueue("RMQ_SYS_TRANS_HALF_TOPIC", name, 0),
-                                                 pull_message, PullStatus, limit):
+            for record in await read_queue(self.instance, MessageQueue("RMQ_SYS_TRANS_HALF_TOPIC", name, 0),
+                                           limit=limit):
                 if record.queue_offset not in done:
                     pending.append(record)
         return pending
-
-    async def _read_queue(self, mq: MessageQueue, pull_message, status, limit: int) -> list[MessageRecord]:
-        records: list[MessageRecord] = []
-        offset = 0
-        while len(records) < limit:
-            try:
-                result = await pull_message(self.instance, "TOOLS_CONSUMER", mq, "*", offset, 32)
-            except BrokerResponseError:
-                break  # the topic does not exist on this broker yet
-            if result.status is not status.FOUND or not result.messages:
-                break
-            records.extend(m.record for m in result.messages)
-            offset = result.next_begin_offset
-        return records
 
     async def message_trace(self, msg_id: str) -> list:
         """The trace events of a message (by its client msgId), oldest first: Pub, then each

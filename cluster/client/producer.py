@@ -214,10 +214,11 @@ class Producer:
                 continue
             result = self._result(response, target, uniq)
             if self.tracer is not None:
+                keys = msg.all_properties().get("KEYS")
                 self.tracer.submit(encode_pub(
-                    self.group, msg.topic, uniq, msg.tags, msg.all_properties().get("KEYS"), address,
-                    len(msg.body), int((time.monotonic() - begin) * 1000), result.offset_msg_id,
-                    result.status is SendStatus.SEND_OK), trace_keys(uniq, msg.all_properties().get("KEYS")))
+                    self.group, msg.topic, uniq, msg.tags, keys, address, len(msg.body),
+                    int((time.monotonic() - begin) * 1000), result.offset_msg_id,
+                    result.status is SendStatus.SEND_OK), trace_keys(uniq, keys))
             return result
         raise MQClientError(f"send to {msg.topic} failed after retries: {last_error}") from last_error
 

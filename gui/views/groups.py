@@ -95,10 +95,8 @@ class GroupsView(QWidget):
 
     def _show_groups(self, groups: dict) -> None:
         current = self.groups.currentItem().text() if self.groups.currentItem() else None
-        system = {"TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_GROUP", "CID_ONS-HTTP-PROXY",
-                  "CID_ONSAPI_PULL", "CID_ONSAPI_PERMISSION", "CID_ONSAPI_OWNER", "CID_RMQ_SYS_TRANS"}
         self.groups.clear()
-        self.groups.addItems(sorted(g for g in groups if g not in system))
+        self.groups.addItems(sorted(g for g in groups if g not in self.model.SYSTEM_GROUPS))
         if current:
             for item in self.groups.findItems(current, Qt.MatchFlag.MatchExactly):
                 self.groups.setCurrentItem(item)
@@ -192,24 +190,17 @@ class GroupsView(QWidget):
         spawn(self._dead_letters(group), on_done=self._show_dead, on_error=self.model.message.emit)
 
     async def _dead_letters(self, group: str, limit: int = 1000):
-        from cluster.client.consumer import PullStatus, pull_message
+        from cluster.client.pull import read_queue
         from cluster.client.route import MessageQueue
 
         instance = self.model.admin.instance
         topic = f"%DLQ%{group}"
         route = await instance.fetch_route(topic)
-        if route is None:
-            return []
         found = []
-        for data in route.queue_datas:
+        for data in (route.queue_datas if route else []):
             for queue_id in range(data["readQueueNums"]):
-                mq, offset = MessageQueue(topic, data["brokerName"], queue_id), 0
-                while len(found) < limit:
-                    result = await pull_message(instance, "TOOLS_CONSUMER", mq, "*", offset, 32)
-                    if result.status is not PullStatus.FOUND or not result.messages:
-                        break
-                    found.extend(m.record for m in result.messages)
-                    offset = result.next_begin_offset
+                found += await read_queue(instance, MessageQueue(topic, data["brokerName"], queue_id),
+                                          limit=limit - len(found))
         return found
 
     def _show_dead(self, records) -> None:

@@ -26,7 +26,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from cluster.broker.topic_config import is_system_topic
 from cluster.client.message import Message
 from cluster.client.producer import Producer
 from gui.tasks import spawn
@@ -184,8 +183,8 @@ class TopicsView(QWidget):
         spawn(self.model.admin.topic_list(), on_done=self._show_topics, on_error=self.model.message.emit)
 
     def _show_topics(self, topics: list[str]) -> None:
-        shown = sorted(t for t in topics if self.show_system.isChecked() or (not is_system_topic(t)
-                       and t != self.model.supervisor.state.cluster))
+        shown = sorted(t for t in topics
+                       if self.show_system.isChecked() or not self.model.is_internal_topic(t))
         self.topics.clear()
         self.topics.addItems(shown)
 
@@ -255,7 +254,7 @@ class TopicsView(QWidget):
         where the queues ended when the tail began; nothing committed)."""
         import asyncio
 
-        from cluster.client.consumer import PullStatus, pull_message, queue_offset_request
+        from cluster.client.pull import TOOLS_GROUP, PullStatus, pull_message, queue_offset_request
         from cluster.client.route import MessageQueue
         from cluster.remoting.codes import RequestCode
 
@@ -271,7 +270,7 @@ class TopicsView(QWidget):
         while True:
             fresh = []
             for mq in queues:
-                result = await pull_message(instance, "TOOLS_CONSUMER", mq, "*", positions[mq], 32)
+                result = await pull_message(instance, TOOLS_GROUP, mq, "*", positions[mq], 32)
                 if result.status is PullStatus.FOUND:
                     fresh.extend(m.record for m in result.messages)
                     positions[mq] = result.next_begin_offset
@@ -458,7 +457,7 @@ class TopicsView(QWidget):
                       limit: int = 64):
         """Pull from ``offset`` (or from the first message stored ``minutes`` ago, in every
         queue) as a tool does: the TOOLS_CONSUMER group, nothing committed."""
-        from cluster.client.consumer import PullStatus, pull_message
+        from cluster.client.pull import TOOLS_GROUP, PullStatus, pull_message, queue_offset_request
         from cluster.client.route import MessageQueue
 
         instance = self.model.admin.instance
@@ -468,7 +467,6 @@ class TopicsView(QWidget):
         if minutes:
             import time as _time
 
-            from cluster.client.consumer import queue_offset_request
             from cluster.remoting.codes import RequestCode
 
             queues = [MessageQueue(topic, d["brokerName"], q) for d in route.queue_datas
@@ -482,7 +480,7 @@ class TopicsView(QWidget):
         for mq, start in starts.items():
             position = start
             while len(found) < limit:
-                result = await pull_message(instance, "TOOLS_CONSUMER", mq, "*", position, 32)
+                result = await pull_message(instance, TOOLS_GROUP, mq, "*", position, 32)
                 if result.status is not PullStatus.FOUND or not result.messages:
                     break
                 scanned += len(result.messages)

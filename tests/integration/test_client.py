@@ -7,9 +7,10 @@ import contextlib
 
 import pytest
 
-from cluster.client.consumer import ConsumeStatus, PullConsumer, PullStatus, PushConsumer
+from cluster.client.consumer import ConsumeStatus, PushConsumer
 from cluster.client.message import Message, SendStatus
 from cluster.client.producer import Producer
+from cluster.client.pull import PullConsumer, PullStatus
 from cluster.remoting.client import RemotingClient
 from cluster.remoting.codec import request
 from cluster.remoting.codes import RequestCode, ResponseCode

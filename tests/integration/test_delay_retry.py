@@ -9,9 +9,10 @@ import time
 import pytest
 
 from cluster.client.admin import AdminClient
-from cluster.client.consumer import ConsumeStatus, PullConsumer, PullStatus, PushConsumer
+from cluster.client.consumer import ConsumeStatus, PushConsumer
 from cluster.client.message import Message, SendStatus
 from cluster.client.producer import Producer
+from cluster.client.pull import PullConsumer, PullStatus
 from cluster.client.route import MessageQueue
 from tests.integration.procs import free_port, running
 from tests.integration.test_broker import broker_conf

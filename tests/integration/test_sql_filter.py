@@ -6,9 +6,10 @@ import asyncio
 
 import pytest
 
-from cluster.client.consumer import PullConsumer, PushConsumer, pull_message
+from cluster.client.consumer import PushConsumer
 from cluster.client.message import Message
 from cluster.client.producer import Producer
+from cluster.client.pull import PullConsumer, pull_message
 from cluster.client.route import MessageQueue
 from cluster.remoting.errors import BrokerResponseError
 from tests.integration.procs import running
