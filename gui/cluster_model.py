@@ -171,9 +171,11 @@ class ClusterModel(QObject):
                             else "not answering"
                     continue
                 try:
-                    infos[row["name"]] = await asyncio.wait_for(
+                    infos[row["name"]] = info = await asyncio.wait_for(
                         self.admin.broker_runtime_info(row["address"]), 2)
                     row["health"] = "ok"
+                    if info.get("actingMaster") == "true":  # delivering for a master that is down
+                        row["role"] = f"{row['role']} (acting master)"
                 except Exception:  # a broker that stopped answering: a gap in its charts
                     row["health"] = "not answering"
             self.nodes = rows

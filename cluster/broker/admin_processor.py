@@ -12,6 +12,7 @@ import os
 import time
 
 from cluster.broker.headers import header_processor
+from cluster.broker.schedule import ACTING_MASTER_FIELD
 from cluster.broker.subscription_group import SubscriptionGroupConfig
 from cluster.broker.topic_config import TopicConfig, is_system_topic, validate_topic_name
 from cluster.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode
@@ -183,8 +184,11 @@ class AdminBrokerProcessor:
                 text = handle.read()
         except FileNotFoundError:
             text = ""
+        # A slave delivering for its master says so: the returning master waits for it to stop.
+        acting = self.broker.acting_master is not None and self.broker.acting_master.acting
         return command.make_response(ResponseCode.SUCCESS,
-                                     body=(text.strip() or '{"offsetTable":{}}').encode())
+                                     body=(text.strip() or '{"offsetTable":{}}').encode(),
+                                     ext_fields={ACTING_MASTER_FIELD: str(acting).lower()})
 
     @header_processor
     def get_broker_ha_status(self, command, header):

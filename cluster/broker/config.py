@@ -48,6 +48,10 @@ class BrokerConfig:
     register_name_server_period: int = 30_000
     slave_read_enable: bool = False
     enable_property_filter: bool = False  # SQL92 subscriptions, off by default as in RocketMQ
+    # RocketMQ 5: a slave delivers delayed messages while its master is down, handing them to
+    # another group's master (remote escape); both off by default, as there.
+    enable_slave_acting_master: bool = False
+    enable_remote_escape: bool = False
     transaction_time_out: int = 6000
     transaction_check_max: int = 15
     transaction_check_interval: int = 60_000

@@ -7,6 +7,7 @@ import logging
 import os
 import socket
 
+from cluster.broker.acting_master import ActingMasterService
 from cluster.broker.admin_processor import AdminBrokerProcessor, broker_version_fields
 from cluster.broker.bridge import LoopBridge
 from cluster.broker.client_manager import ConsumerManager, ProducerManager
@@ -63,6 +64,7 @@ class BrokerController:
         self.ha_client: HAClient | None = None
         self.slave_sync: SlaveSynchronize | None = None
         self.schedule: ScheduleMessageService | None = None
+        self.acting_master: ActingMasterService | None = None
         self.transactions = TransactionalMessageService(self)
         self._tasks: list[asyncio.Task] = []
 
@@ -118,6 +120,9 @@ class BrokerController:
             self.registration.on_master_changed = self.ha_client.update_master_address
             self.slave_sync = SlaveSynchronize(self)
             self.slave_sync.start()
+            if config.enable_slave_acting_master:
+                self.acting_master = ActingMasterService(self)
+                self.acting_master.start()
             self.store.add_arrival_listener(lambda r: self._on_replicated_topic(r.topic))
         self._tasks = [
             loop.create_task(self._every(config.flush_consumer_offset_interval / 1000,
@@ -220,7 +225,8 @@ class BrokerController:
             }
         if self.ha_client is not None:
             client = self.ha_client.runtime_info()["haClientRuntimeInfo"]
-            return {
+            acting = self.acting_master.runtime_info() if self.acting_master else {}
+            return {**acting,
                 "haMasterAddr": client["masterAddr"],
                 "haClientState": client["state"],
                 "haTransferredByteInSecond": str(client["transferredByteInSecond"]),
@@ -233,6 +239,8 @@ class BrokerController:
             task.cancel()
         if self.slave_sync is not None:
             await self.slave_sync.stop()
+        if self.acting_master is not None:
+            await self.acting_master.stop()
         if self.schedule is not None:
             await self.schedule.stop()
         await self.transactions.stop()

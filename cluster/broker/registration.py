@@ -60,6 +60,7 @@ class BrokerRegistration:
         fields = {"brokerName": config.broker_name, "brokerAddr": config.broker_addr,
                   "clusterName": config.broker_cluster_name, "haServerAddr": config.ha_server_addr,
                   "brokerId": config.broker_id, "compressed": False,
+                  "enableActingMaster": config.enable_slave_acting_master,
                   "bodyCrc32": zlib.crc32(body) & 0x7FFFFFFF}
         timeout = config.register_broker_timeout_mills / 1000
         results = await asyncio.gather(*(

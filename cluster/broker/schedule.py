@@ -4,8 +4,17 @@ A message with delay level L is stored in ``SCHEDULE_TOPIC_XXXX`` queue L-1, its
 unit carrying the delivery time instead of a tag hash. This service walks each level's queue
 from its offset; a unit that is due is read, rebuilt for ``REAL_TOPIC``/``REAL_QID`` without
 the delay, and stored as a normal message. Offsets per level go to ``config/delayOffset.json``
-every 10 s and at shutdown, so a restart neither loses nor repeats what was delivered. It runs
-on masters only (slaves copy the offsets).
+every 10 s and at shutdown.
+
+It runs on masters, and on a slave acting for a master that is down (``enableSlaveActingMaster``),
+which hands what is due to another group's master through the :class:`EscapeBridge`. Two things
+keep a message from being delivered twice when the service changes hands:
+
+* whoever starts (a restarted master, or a slave that begins acting) may find offsets up to 10 s
+  old; a unit that was already due before it started is delivered only if its real topic holds
+  no copy with the same UNIQ_KEY stored after it was scheduled (the index answers that);
+* a master that comes back takes, level by level, the furthest of its own offsets and those of
+  its slaves, and waits until none of them is acting any more before delivering.
 """
 
 from __future__ import annotations
@@ -15,39 +24,51 @@ import logging
 import os
 import time
 
+from cluster.broker.escape_bridge import NamesrvLookup
 from cluster.broker.json_config import JsonConfigFile
 from cluster.remoting import fastjson
+from cluster.remoting.client import RemotingClient
+from cluster.remoting.codec import request
+from cluster.remoting.codes import RequestCode, ResponseCode
+from cluster.remoting.errors import RemotingError
 from storage.errors import PutMessageError, StoreError
 from storage.message import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     SCHEDULE_TOPIC,
     MessageExtBrokerInner,
     properties_to_string,
     string_to_properties,
 )
+from storage.record import decode_record
 
 log = logging.getLogger(__name__)
 
 POLL_INTERVAL = 0.1  # RocketMQ re-checks a level every 100 ms
 PERSIST_INTERVAL = 10.0
+TAKE_OVER_TIMEOUT = 10.0  # a master waits this long at most for its slaves to stop acting
+# The ext field a broker adds to its GET_ALL_DELAY_OFFSET answer while it delivers as acting master.
+ACTING_MASTER_FIELD = "actingMaster"
 
 
 class ScheduleMessageService:
-    def __init__(self, broker) -> None:
+    def __init__(self, broker, escape=None) -> None:
+        """``escape`` (an EscapeBridge) makes this the service of a slave acting as master."""
         self.broker = broker
-        self.file = JsonConfigFile(os.path.join(broker.store_config.store_path_root_dir, "config",
-                                                "delayOffset.json"))
+        self.escape = escape
+        self.file = JsonConfigFile(delay_offset_path(broker))
         self.levels = len(broker.store_config.delay_levels_ms())
         self.offsets: dict[int, int] = {}
         self.delivered = 0
+        self.skipped_duplicates = 0
+        self.started_ms = 0
         self._dirty = False
         self._task: asyncio.Task | None = None
 
     def load(self) -> None:
-        data = self.file.load() or {}
-        self.offsets = {int(level): int(offset) for level, offset in (data.get("offsetTable") or {}).items()}
+        self.offsets = read_delay_offsets(self.file)
 
     def persist(self) -> None:
         self.file.persist(fastjson.dumps_legacy({"offsetTable": dict(sorted(self.offsets.items()))}))
@@ -55,6 +76,7 @@ class ScheduleMessageService:
 
     def start(self) -> None:
         self.load()
+        self.started_ms = int(time.time() * 1000)
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
@@ -65,10 +87,13 @@ class ScheduleMessageService:
             self.persist()
 
     async def _run(self) -> None:
+        if self.escape is None and self.broker.config.enable_slave_acting_master:
+            await self._take_over_from_slaves()
+        await self._wait_for_dispatch()
         last_persist = time.monotonic()
         while True:
             try:
-                self.deliver_due()
+                await self.deliver_due()
             except Exception:
                 log.exception("delivering delayed messages failed; trying again")
             if self._dirty and time.monotonic() - last_persist >= PERSIST_INTERVAL:
@@ -76,7 +101,61 @@ class ScheduleMessageService:
                 last_persist = time.monotonic()
             await asyncio.sleep(POLL_INTERVAL)
 
-    def deliver_due(self, now_ms: int | None = None) -> int:
+    async def _take_over_from_slaves(self) -> None:
+        """Start from the furthest offsets of this master and its slaves, once none of them
+        delivers for it any more (or after TAKE_OVER_TIMEOUT)."""
+        client = RemotingClient()
+        lookup = NamesrvLookup(self.broker.config.namesrv_list(), client)
+        deadline = time.monotonic() + TAKE_OVER_TIMEOUT
+        try:
+            while time.monotonic() < deadline:
+                try:
+                    addrs = await lookup.broker_addr_table() or {}
+                except RemotingError:
+                    addrs = {}
+                slaves = [a for i, a in (addrs.get(self.broker.config.broker_name) or {}).items()
+                          if i != 0]
+                still_acting = False
+                for address in slaves:
+                    answer = await self._slave_offsets(client, address)
+                    if answer is None:
+                        continue
+                    acting, offsets = answer
+                    still_acting |= acting
+                    for level, offset in offsets.items():
+                        if offset > self.offsets.get(level, 0):
+                            log.info("delay level %d: a slave delivered up to %d; going on from "
+                                     "there", level, offset)
+                            self.offsets[level] = offset
+                            self._dirty = True
+                if not still_acting:
+                    return
+                await asyncio.sleep(0.5)
+            log.warning("a slave still acts as master after %.0f s; delivering anyway",
+                        TAKE_OVER_TIMEOUT)
+        finally:
+            await client.close()
+
+    async def _wait_for_dispatch(self, timeout: float = 30.0) -> None:
+        """Units already due are checked against the index: let recovery's dispatch reach the
+        end of the CommitLog first, or a delivered copy could still be unindexed."""
+        deadline = time.monotonic() + timeout
+        while self.broker.store.dispatch_behind_bytes() > 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+
+    @staticmethod
+    async def _slave_offsets(client, address: str) -> tuple[bool, dict[int, int]] | None:
+        try:
+            response = await client.invoke(address, request(RequestCode.GET_ALL_DELAY_OFFSET), 3)
+        except RemotingError:
+            return None
+        if response.code != ResponseCode.SUCCESS:
+            return None
+        table = (fastjson.loads(response.body.decode()) if response.body else {}).get("offsetTable")
+        offsets = {int(level): int(offset) for level, offset in (table or {}).items()}
+        return response.field(ACTING_MASTER_FIELD) == "true", offsets
+
+    async def deliver_due(self, now_ms: int | None = None) -> int:
         """Deliver every message whose time has come; returns how many."""
         store = self.broker.store
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
@@ -92,29 +171,67 @@ class ScheduleMessageService:
                 if unit is None or unit.tags_code > now_ms:
                     break  # units are in delivery order within a level
                 try:
-                    self._redeliver(store.look_message_by_offset(unit.commit_log_offset, unit.size))
-                except PutMessageError as exc:
-                    log.warning("delayed message at %d not delivered yet: %s", unit.commit_log_offset, exc)
-                    break
+                    record = store.look_message_by_offset(unit.commit_log_offset, unit.size)
                 except StoreError as exc:  # the record is gone (expired): skip it
                     log.warning("delayed message at %d is gone: %s", unit.commit_log_offset, exc)
+                else:
+                    msg = real_message(record)
+                    if unit.tags_code <= self.started_ms and self._delivered_before(msg, record):
+                        self.skipped_duplicates += 1
+                    elif not await self._put(msg, unit.commit_log_offset):
+                        break
+                    else:
+                        count += 1
                 offset += 1
-                count += 1
             if offset != self.offsets.get(level, 0):
                 self.offsets[level] = offset
                 self._dirty = True
         self.delivered += count
         return count
 
-    def _redeliver(self, record) -> None:
-        props = string_to_properties(record.properties_string)
-        topic = props.get(PROPERTY_REAL_TOPIC, record.topic)
-        queue_id = int(props.get(PROPERTY_REAL_QUEUE_ID, record.queue_id))
-        props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
-        msg = MessageExtBrokerInner(
-            topic=topic, body=record.body, queue_id=queue_id, flag=record.flag, properties=props,
-            properties_string=properties_to_string(props), sys_flag=record.sys_flag,
-            born_timestamp=record.born_timestamp, born_host=record.born_host,
-            reconsume_times=record.reconsume_times,
-            prepared_transaction_offset=record.prepared_transaction_offset)
-        self.broker.store.put_message_nowait(msg)
+    async def _put(self, msg: MessageExtBrokerInner, where: int) -> bool:
+        if self.escape is not None:
+            return await self.escape.put(msg)
+        try:
+            self.broker.store.put_message_nowait(msg)
+        except PutMessageError as exc:
+            log.warning("delayed message at %d not delivered yet: %s", where, exc)
+            return False
+        return True
+
+    def _delivered_before(self, msg: MessageExtBrokerInner, record) -> bool:
+        """Whether the real topic already holds this message, put there by whoever delivered
+        before this service started (a master's last 10 s of progress may not be on disk)."""
+        uniq = msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        if not uniq:
+            return False
+        found = self.broker.store.query_message(msg.topic, uniq, 32, begin=record.store_timestamp)
+        for raw in found.messages:
+            copy = decode_record(raw)
+            if copy.uniq_key == uniq and copy.store_timestamp >= record.store_timestamp:
+                log.info("delayed message %s was delivered before; not again", uniq)
+                return True
+        return False
+
+
+def delay_offset_path(broker) -> str:
+    return os.path.join(broker.store_config.store_path_root_dir, "config", "delayOffset.json")
+
+
+def read_delay_offsets(file: JsonConfigFile) -> dict[int, int]:
+    data = file.load() or {}
+    return {int(level): int(offset) for level, offset in (data.get("offsetTable") or {}).items()}
+
+
+def real_message(record) -> MessageExtBrokerInner:
+    """The scheduled record rebuilt for its real topic and queue, without the delay."""
+    props = string_to_properties(record.properties_string)
+    topic = props.get(PROPERTY_REAL_TOPIC, record.topic)
+    queue_id = int(props.get(PROPERTY_REAL_QUEUE_ID, record.queue_id))
+    props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+    return MessageExtBrokerInner(
+        topic=topic, body=record.body, queue_id=queue_id, flag=record.flag, properties=props,
+        properties_string=properties_to_string(props), sys_flag=record.sys_flag,
+        born_timestamp=record.born_timestamp, born_host=record.born_host,
+        reconsume_times=record.reconsume_times,
+        prepared_transaction_offset=record.prepared_transaction_offset)

@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 
 from cluster.broker.json_config import JsonConfigFile
+from cluster.broker.schedule import delay_offset_path, read_delay_offsets
 from cluster.remoting import fastjson
 from cluster.remoting.client import RemotingClient
 from cluster.remoting.codec import request
@@ -127,12 +127,17 @@ class SlaveSynchronize:
                     log.info("handed offset %d of %s queue %d back to the master", offset, key, queue_id)
 
     async def _sync_delay_offsets(self, master: str) -> None:
+        """The master's delay offsets, level by level the furthest of its and this slave's: a
+        slave that delivered while the master was down must not forget how far it went."""
         body = await self._fetch(master, RequestCode.GET_ALL_DELAY_OFFSET)
         if not body:
             return
-        fastjson.loads(body.decode())  # refuse to store what does not parse
-        path = os.path.join(self.broker.store_config.store_path_root_dir, "config", "delayOffset.json")
-        JsonConfigFile(path).persist(body.decode())
+        table = fastjson.loads(body.decode()).get("offsetTable") or {}
+        file = JsonConfigFile(delay_offset_path(self.broker))
+        offsets = read_delay_offsets(file)
+        for level, offset in table.items():
+            offsets[int(level)] = max(int(offset), offsets.get(int(level), 0))
+        file.persist(fastjson.dumps_legacy({"offsetTable": dict(sorted(offsets.items()))}))
 
     async def _sync_groups(self, master: str) -> None:
         body = await self._fetch(master, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
