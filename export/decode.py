@@ -30,12 +30,13 @@ def _host(raw: tuple[str, int]) -> str:
 
 
 class RowBuilder:
-    def __init__(self, broker_name: str, options: SourceOptions) -> None:
+    def __init__(self, broker_name: str, options: SourceOptions | None) -> None:
+        """``options`` None: keep every record (the caller filters)."""
         self.broker_name = broker_name
-        self.tags = options.tags
-        self.keys = options.keys
-        self.since = options.starting_timestamp
-        self.until = options.ending_timestamp
+        self.tags = options.tags if options else None
+        self.keys = options.keys if options else None
+        self.since = options.starting_timestamp if options else None
+        self.until = options.ending_timestamp if options else None
         self._reset_columns()
         self.filtering = any(v is not None for v in (self.tags, self.keys, self.since, self.until))
         self._hosts: dict[tuple, tuple[str, str]] = {}
@@ -199,3 +200,109 @@ class RowBuilder:
                 arrays.append(pa.array(self.columns[field.name], type=field.type))
         self._reset_columns()
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+BATCH_BYTES = 64 << 20  # Arrow's 32-bit offsets: keep a batch's bodies far below 2 GiB
+
+
+class BatchBuilder:
+    """Records collected by location and cut into Arrow batches many at a time.
+
+    Readers add runs of records as (buffer, start positions); a batch is decoded when ~10,000
+    records or 64 MiB are waiting. Runs in one buffer (a mapped CommitLog file) are cut
+    together; separate buffers (pull responses) are joined first. The filters the options ask
+    for are applied to the decoded batch as a whole.
+    """
+
+    def __init__(self, broker_name: str, options: SourceOptions, topic: str | None = None) -> None:
+        from export.columnar import ColumnarDecoder
+
+        self.broker_name = broker_name
+        self.options = options
+        self.decoder = ColumnarDecoder(broker_name, topic)
+        self._runs: list[tuple[object, list]] = []
+        self._pending_rows = 0
+        self._pending_bytes = 0
+        self.rows = 0
+        self.skipped = 0
+        self.filtering = any(v is not None for v in (options.tags, options.keys,
+                                                    options.starting_timestamp,
+                                                    options.ending_timestamp))
+
+    def add(self, data, starts, size: int) -> None:
+        """Records of ``data`` at ``starts`` (a list or numpy array), ``size`` bytes in all."""
+        if not len(starts):
+            return
+        if self._runs and self._runs[-1][0] is data:
+            self._runs[-1][1].append(starts)
+        else:
+            self._runs.append((data, [starts]))
+        self._pending_rows += len(starts)
+        self._pending_bytes += size
+
+    def full(self) -> bool:
+        return self._pending_rows >= BATCH_ROWS or self._pending_bytes >= BATCH_BYTES
+
+    def __len__(self) -> int:
+        return self._pending_rows
+
+    def take_batches(self) -> list:
+        """The waiting records as Arrow batches (usually one), filtered."""
+        import numpy as np
+
+        runs, self._runs = self._runs, []
+        self._pending_rows = self._pending_bytes = 0
+        groups = [(data, np.concatenate([np.asarray(p, dtype=np.int64) for p in parts]))
+                  for data, parts in runs]
+        if len(groups) > 1 and all(isinstance(data, bytes) for data, _ in groups):
+            # Pull responses: one buffer for all, so the batch is cut in one go.
+            shifted, base = [], 0
+            for data, positions in groups:
+                shifted.append(positions + base)
+                base += len(data)
+            groups = [(b"".join(data for data, _ in groups), np.concatenate(shifted))]
+        batches = []
+        for data, positions in groups:
+            buf = np.frombuffer(data, np.uint8)
+            if self.decoder.handles(buf, positions):
+                batch = self.decoder.decode(data, positions)
+            else:
+                batch = self._row_by_row(data, positions.tolist())
+            del buf
+            batch = self._filter(batch)
+            self.rows += batch.num_rows
+            if batch.num_rows:
+                batches.append(batch)
+        return batches
+
+    def _row_by_row(self, data, starts: list[int]):
+        builder = RowBuilder(self.broker_name, None)  # _filter applies the filters after
+        for pos in starts:
+            builder.add_raw(data, pos)
+        return builder.take_batch()
+
+    def _filter(self, batch):
+        if not self.filtering or not batch.num_rows:
+            return batch
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        options = self.options
+        keep = pa.array([True] * batch.num_rows)
+        if options.tags is not None:
+            keep = pc.and_(keep, pc.fill_null(pc.is_in(batch["tags"], value_set=pa.array(
+                sorted(options.tags), pa.string())), False))
+        stored = pc.cast(batch["storeTimestamp"], pa.int64())
+        if options.starting_timestamp is not None:
+            keep = pc.and_(keep, pc.greater_equal(stored, options.starting_timestamp * 1000))
+        if options.ending_timestamp is not None:
+            keep = pc.and_(keep, pc.less(stored, options.ending_timestamp * 1000))
+        if options.keys is not None:
+            wanted = options.keys
+            keys_match = [bool(wanted & set((k or "").split(" "))) or u in wanted
+                          for k, u in zip(batch["keys"].to_pylist(), batch["uniqKey"].to_pylist(),
+                                              strict=True)]
+            keep = pc.and_(keep, pa.array(keys_match))
+        kept = batch.filter(keep)
+        self.skipped += batch.num_rows - kept.num_rows
+        return kept

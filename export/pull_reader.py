@@ -8,12 +8,13 @@ the sans-I/O codec are all it needs (no event loop to start per partition).
 from __future__ import annotations
 
 import socket
+import struct
 from collections.abc import Iterator
 
 from cluster.client.pull import TOOLS_GROUP
 from cluster.remoting.codec import FrameDecoder, RemotingCommand, encode, request
 from cluster.remoting.codes import RequestCode, ResponseCode
-from export.decode import RowBuilder
+from export.decode import BATCH_ROWS, BatchBuilder
 from export.errors import DataLossError, ExportError
 from export.options import SourceOptions
 from export.planner import QueueRange
@@ -45,7 +46,7 @@ class BlockingRemoting:
 
 def read_range(rng: QueueRange, options: SourceOptions) -> Iterator:
     """Arrow batches of the messages of ``rng`` the filters keep."""
-    builder = RowBuilder(rng.broker_name, options)
+    builder = BatchBuilder(rng.broker_name, options, rng.topic)
     remoting = BlockingRemoting(rng.address)
     try:
         offset = rng.start
@@ -58,14 +59,10 @@ def read_range(rng: QueueRange, options: SourceOptions) -> Iterator:
             next_offset = int(answer.field("nextBeginOffset") or offset)
             if answer.code == ResponseCode.SUCCESS:
                 body = answer.body
-                pos = 0
-                while pos < len(body):
-                    size = builder.add_raw(body, pos, rng.end)
-                    if not size:
-                        break
-                    pos += size
+                starts, size = _record_starts(body, rng.end)
+                builder.add(body, starts, size)
                 if builder.full():
-                    yield builder.take_batch()
+                    yield from builder.take_batches()
             elif answer.code == ResponseCode.PULL_OFFSET_MOVED:
                 if options.fail_on_data_loss:
                     raise DataLossError(f"{rng.topic} {rng.broker_name} queue {rng.queue_id}: offset "
@@ -81,25 +78,65 @@ def read_range(rng: QueueRange, options: SourceOptions) -> Iterator:
             offset = next_offset
     finally:
         remoting.close()
-    if len(builder):
-        yield builder.take_batch()
+    yield from builder.take_batches()
+
+
+_SIZE_AND_QUEUE_OFFSET = struct.Struct(">i16xq")  # TOTALSIZE .. QUEUEOFFSET
+
+
+def _record_starts(body: bytes, end: int) -> tuple[list[int], int]:
+    """Where each record of a pull response starts, up to the first at or past queue offset
+    ``end``; and how many bytes those records take."""
+    starts = []
+    pos, limit = 0, len(body) - _SIZE_AND_QUEUE_OFFSET.size
+    unpack = _SIZE_AND_QUEUE_OFFSET.unpack_from
+    while pos <= limit:
+        size, queue_offset = unpack(body, pos)
+        if queue_offset >= end or size <= 0:
+            break
+        starts.append(pos)
+        pos += size
+    return starts, pos
 
 
 def read_store_range(rng: QueueRange, options: SourceOptions) -> Iterator:
     """Arrow batches of ``rng`` read from the store directory ``options.path``."""
+    import numpy as np
+
     from export.store_reader import CommitLogReader, StoreQueue
 
-    builder = RowBuilder(rng.broker_name, options)
+    builder = BatchBuilder(rng.broker_name, options, rng.topic)
     log = CommitLogReader(options.path)
+    offsets, sizes = StoreQueue(options.path, rng.topic, rng.queue_id).unit_arrays(rng.start, rng.end)
     try:
-        for _logical, offset, size in StoreQueue(options.path, rng.topic, rng.queue_id).units(
-                rng.start, rng.end):
-            base, view = log.view_holding(offset)
-            if builder.add_raw(view, offset - base) != size:
-                raise DataLossError(f"the CommitLog holds no {size}-byte record at offset {offset}")
-            if builder.full():
-                yield builder.take_batch()
+        i = 0
+        while i < len(offsets):
+            # The units of one CommitLog file, checked and handed over before it is unmapped.
+            base, view = log.view_holding(int(offsets[i]))
+            j = int(np.searchsorted(offsets, base + len(view), "left"))
+            for k in range(i, j, BATCH_ROWS):
+                positions, lengths = offsets[k:min(j, k + BATCH_ROWS)] - base, sizes[k:min(j, k + BATCH_ROWS)]
+                _check_units(view, positions, lengths, base)
+                builder.add(view, positions, int(lengths.sum()))
+                if builder.full():
+                    yield from builder.take_batches()
+            yield from builder.take_batches()
+            i = j
     finally:
         log.close()
-    if len(builder):
-        yield builder.take_batch()
+
+
+def _check_units(view, positions, lengths, base: int) -> None:
+    """Every unit must point at a record of its size: anything else is data loss, not data."""
+    import numpy as np
+
+    bad = positions + lengths > len(view)
+    if not bad.any():
+        buf = np.frombuffer(view, np.uint8)
+        head = buf[positions[:, None] + np.arange(4)]
+        bad = np.ascontiguousarray(head).view(">i4").ravel() != lengths
+        del buf, head
+    if bad.any():
+        first = int(np.argmax(bad))
+        raise DataLossError(f"the CommitLog holds no {int(lengths[first])}-byte record at offset "
+                            f"{int(positions[first]) + base}")

@@ -13,6 +13,7 @@ from storage.record import MessageRecord, decode_record
 
 UNIT = struct.Struct(">qiq")
 UNIT_SIZE = 20
+_UNIT_DTYPE = [("offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")]
 
 
 def _segments(directory: str) -> list[tuple[int, str]]:
@@ -35,6 +36,26 @@ class StoreQueue:
         for pos in range(0, len(data) - UNIT_SIZE + 1, UNIT_SIZE):
             offset, size, _tags_code = UNIT.unpack_from(data, pos)
             yield (start + pos) // UNIT_SIZE, offset, size
+
+    def unit_arrays(self, start: int, end: int):
+        """(CommitLog offsets, sizes) of the units ``start <= logical < end``, as numpy arrays."""
+        import numpy as np
+
+        offsets, sizes = [], []
+        for file_start, path in self.files:
+            first = file_start // UNIT_SIZE
+            if first >= end:
+                break
+            with open(path, "rb") as handle:
+                data = handle.read()
+            units = np.frombuffer(data, _UNIT_DTYPE, len(data) // UNIT_SIZE)
+            low, high = max(start - first, 0), min(end - first, len(units))
+            if low < high:
+                offsets.append(units["offset"][low:high].astype(np.int64))
+                sizes.append(units["size"][low:high].astype(np.int64))
+        if not offsets:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.concatenate(offsets), np.concatenate(sizes)
 
     def bounds(self) -> tuple[int, int]:
         """(min, max) logical offsets: the first unit that points somewhere, the first empty one."""
@@ -89,6 +110,11 @@ class CommitLogReader:
         if not isinstance(record, MessageRecord) or record.total_size != size:
             raise DataLossError(f"the CommitLog holds no {size}-byte record at offset {offset}")
         return record
+
+    def holds(self, offset: int) -> bool:
+        """Whether the file mapped now holds ``offset``."""
+        current = self._current
+        return current is not None and current[0] <= offset < current[0] + len(current[1])
 
     def view_holding(self, offset: int) -> tuple[int, memoryview]:
         """(start offset of the file, a view of it) for the file holding ``offset``."""

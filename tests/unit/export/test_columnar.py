@@ -1,0 +1,121 @@
+"""The vectorised decoder against the record-by-record one: the same rows, whatever the bytes."""
+
+from __future__ import annotations
+
+import socket
+import zlib
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from export.columnar import ColumnarDecoder, _invalid_start
+from export.decode import BatchBuilder, RowBuilder
+from export.options import SourceOptions
+from storage.message import COMPRESSED_FLAG, properties_to_string
+from storage.record import encode_record
+
+HOST = socket.inet_aton("127.0.0.1") + (10911).to_bytes(4, "big")
+BORN = socket.inet_aton("10.1.2.3") + (50123).to_bytes(4, "big")
+
+bodies = st.one_of(
+    st.binary(max_size=300),
+    st.text(max_size=100).map(lambda t: t.encode()),
+    st.sampled_from([b"", b"\xe0\x80\x80", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"ok\xc3",
+                     b"\xef\xbf\xbd", "Grüße 你好 🎉".encode(), b"\xc0\xaf", b"abc\xff"]),
+)
+prop_text = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=["Cs"]),
+                    max_size=12)
+messages = st.lists(st.tuples(
+    bodies,
+    st.dictionaries(prop_text.filter(bool), prop_text, max_size=4),
+    st.one_of(st.none(), st.sampled_from(["TagA", "TagB"])),
+    st.one_of(st.none(), st.sampled_from(["k1", "k1 k2", "k3"])),
+    st.sampled_from(["T", "T", "Other"]),
+), min_size=1, max_size=40)
+
+
+def _buffer(items, compressed=False):
+    chunks, starts, pos = [], [], 0
+    for i, (body, extra, tags, keys, topic) in enumerate(items):
+        props = dict(extra)
+        if tags:
+            props["TAGS"] = tags
+        if keys:
+            props["KEYS"] = keys
+        props["UNIQ_KEY"] = f"7F00000100002A9F{i:016X}"
+        stored = zlib.compress(body) if compressed else body
+        record = encode_record(
+            topic=topic.encode(), body=stored, queue_id=3, flag=0, queue_offset=100 + i,
+            physical_offset=4096 + pos, sys_flag=COMPRESSED_FLAG if compressed else 0,
+            born_timestamp=1_700_000_000_000 + i, born_host=BORN,
+            store_timestamp=1_700_000_000_500 + i, store_host=HOST,
+            properties=properties_to_string(props).encode(), reconsume_times=i % 3)
+        starts.append(pos)
+        chunks.append(record)
+        pos += len(record)
+    return b"".join(chunks), starts
+
+
+def _rows_by_record(data, starts):
+    builder = RowBuilder("broker-a", None)
+    for pos in starts:
+        builder.add_raw(data, pos)
+    return builder.take_batch().to_pylist()
+
+
+@settings(max_examples=150, deadline=None)
+@given(messages)
+def test_the_columnar_decoder_cuts_the_same_rows_as_the_record_decoder(items):
+    data, starts = _buffer(items)
+    decoder = ColumnarDecoder("broker-a", "T")
+    positions = np.asarray(starts, np.int64)
+    assert decoder.handles(np.frombuffer(data, np.uint8), positions)
+    got = decoder.decode(data, positions).to_pylist()
+    want = _rows_by_record(data, starts)
+    for row in got + want:
+        row["properties"] = sorted(row["properties"])
+    assert got == want
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(bodies, min_size=1, max_size=30))
+def test_a_body_refuted_by_its_first_characters_is_never_utf8(rows):
+    data = b"".join(rows)
+    starts = np.cumsum([0] + [len(r) for r in rows[:-1]]).astype(np.int64)
+    lengths = np.array([len(r) for r in rows], np.int64)
+    refuted = _invalid_start(np.frombuffer(data, np.uint8), starts, lengths)
+    for body, no in zip(rows, refuted, strict=True):
+        if no:
+            try:
+                body.decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            raise AssertionError(f"{body!r} is UTF-8 but was refuted")
+
+
+def test_records_it_does_not_cut_go_through_the_record_decoder_and_filters_apply():
+    items = [(f"body {i}".encode() * 50, {}, "TagA" if i % 2 else "TagB", f"k{i}", "T")
+             for i in range(20)]
+    data, starts = _buffer(items, compressed=True)
+    options = SourceOptions.parse({"nameServer": "h:1", "topic": "T", "tags": "TagA"})
+    builder = BatchBuilder("broker-a", options, "T")
+    assert not builder.decoder.handles(np.frombuffer(data, np.uint8), np.asarray(starts))
+    builder.add(data, starts, len(data))
+    rows = [r for b in builder.take_batches() for r in b.to_pylist()]
+    assert [r["keys"] for r in rows] == [f"k{i}" for i in range(1, 20, 2)]
+    assert rows[0]["body"] == b"body 1" * 50  # decompressed
+    assert builder.skipped == 10
+    assert builder.rows == 10
+
+
+def test_pull_responses_are_joined_into_one_batch_with_their_filters():
+    first, first_starts = _buffer([(b"a", {}, None, "k1", "T"), (b"b", {}, None, "k2", "T")])
+    second, second_starts = _buffer([(b"c", {}, None, "k3 k1", "T")])
+    options = SourceOptions.parse({"nameServer": "h:1", "topic": "T", "keys": "k1"})
+    builder = BatchBuilder("broker-a", options, "T")
+    builder.add(first, first_starts, len(first))
+    builder.add(second, second_starts, len(second))
+    batches = builder.take_batches()
+    assert len(batches) == 1
+    assert [r["body"] for r in batches[0].to_pylist()] == [b"a", b"c"]
