@@ -37,12 +37,12 @@ def _schema() -> pa.Schema:
     return arrow_schema()
 
 
-def _property(properties: pa.MapArray, name: str) -> pa.Array:
-    """One property's value per row (null where absent), picked out of the map column."""
-    keys, values = properties.keys, properties.items
-    hit = pc.equal(keys, name).to_numpy(zero_copy_only=False)
-    rows = np.repeat(np.arange(len(properties)), np.diff(properties.offsets.to_numpy()))[hit]
-    found = values.filter(pa.array(hit))
+def _property(properties: pa.MapArray, entry_rows: np.ndarray, name: str) -> pa.Array:
+    """One property's value per row (null where absent), picked out of the map column;
+    ``entry_rows`` is the row of each map entry."""
+    hit = pc.equal(properties.keys, name).to_numpy(zero_copy_only=False)
+    rows = entry_rows[hit]
+    found = properties.items.filter(pa.array(hit))
     where = np.full(len(properties), -1, np.int64)
     where[rows] = np.arange(len(found))
     return found.take(pa.array(where, mask=where < 0))
@@ -86,6 +86,7 @@ class ColumnarDecoder:
         props.validate(full=True)  # property strings are UTF-8; refuse to hand on anything else
 
         properties = _property_map(props)
+        entry_rows = np.repeat(np.arange(n), np.diff(properties.offsets.to_numpy()))
         msg_id_raw = np.ascontiguousarray(buf[starts[:, None] + _MSG_ID_BYTES])
         msg_id_text = _HEX[msg_id_raw].reshape(n * 32)
         msg_id = pa.Array.from_buffers(
@@ -99,9 +100,9 @@ class ColumnarDecoder:
             "queueOffset": pa.array(fixed(20, 8, ">i8"), pa.int64()),
             "commitLogOffset": pa.array(fixed(28, 8, ">i8"), pa.int64()),
             "msgId": msg_id,
-            "uniqKey": _property(properties, "UNIQ_KEY"),
-            "keys": _property(properties, "KEYS"),
-            "tags": _property(properties, "TAGS"),
+            "uniqKey": _property(properties, entry_rows, "UNIQ_KEY"),
+            "keys": _property(properties, entry_rows, "KEYS"),
+            "tags": _property(properties, entry_rows, "TAGS"),
             "body": body,
             "bodyText": _text(view, body_start, body_len, body_offsets, body_data, n),
             "properties": properties,

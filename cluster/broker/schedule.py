@@ -71,7 +71,7 @@ class ScheduleMessageService:
         self.offsets = read_delay_offsets(self.file)
 
     def persist(self) -> None:
-        self.file.persist(fastjson.dumps_legacy({"offsetTable": dict(sorted(self.offsets.items()))}))
+        self.file.persist(delay_offsets_json(self.offsets))
         self._dirty = False
 
     def start(self) -> None:
@@ -156,8 +156,7 @@ class ScheduleMessageService:
             return None
         if response.code != ResponseCode.SUCCESS:
             return None
-        table = (fastjson.loads(response.body.decode()) if response.body else {}).get("offsetTable")
-        offsets = {int(level): int(offset) for level, offset in (table or {}).items()}
+        offsets = parse_delay_offsets(fastjson.loads(response.body.decode()) if response.body else {})
         return response.field(ACTING_MASTER_FIELD) == "true", offsets
 
     async def deliver_due(self, now_ms: int | None = None) -> int:
@@ -224,8 +223,16 @@ def delay_offset_path(broker) -> str:
 
 
 def read_delay_offsets(file: JsonConfigFile) -> dict[int, int]:
-    data = file.load() or {}
+    return parse_delay_offsets(file.load() or {})
+
+
+def parse_delay_offsets(data: dict) -> dict[int, int]:
+    """delayOffset.json's ``{"offsetTable": {level: offset}}`` (unquoted keys parsed already)."""
     return {int(level): int(offset) for level, offset in (data.get("offsetTable") or {}).items()}
+
+
+def delay_offsets_json(offsets: dict[int, int]) -> str:
+    return fastjson.dumps_legacy({"offsetTable": dict(sorted(offsets.items()))})
 
 
 def real_message(record) -> MessageExtBrokerInner:

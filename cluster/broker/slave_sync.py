@@ -11,7 +11,12 @@ import json
 import logging
 
 from cluster.broker.json_config import JsonConfigFile
-from cluster.broker.schedule import delay_offset_path, read_delay_offsets
+from cluster.broker.schedule import (
+    delay_offset_path,
+    delay_offsets_json,
+    parse_delay_offsets,
+    read_delay_offsets,
+)
 from cluster.remoting import fastjson
 from cluster.remoting.client import RemotingClient
 from cluster.remoting.codec import request
@@ -132,12 +137,12 @@ class SlaveSynchronize:
         body = await self._fetch(master, RequestCode.GET_ALL_DELAY_OFFSET)
         if not body:
             return
-        table = fastjson.loads(body.decode()).get("offsetTable") or {}
+        theirs = parse_delay_offsets(fastjson.loads(body.decode()))
         file = JsonConfigFile(delay_offset_path(self.broker))
         offsets = read_delay_offsets(file)
-        for level, offset in table.items():
-            offsets[int(level)] = max(int(offset), offsets.get(int(level), 0))
-        file.persist(fastjson.dumps_legacy({"offsetTable": dict(sorted(offsets.items()))}))
+        for level, offset in theirs.items():
+            offsets[level] = max(offset, offsets.get(level, 0))
+        file.persist(delay_offsets_json(offsets))
 
     async def _sync_groups(self, master: str) -> None:
         body = await self._fetch(master, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)

@@ -29,6 +29,15 @@ def broker_a_queue(queues: list[MessageQueue]) -> MessageQueue:
     return next(q for q in queues if q.broker_name == "broker-a")
 
 
+async def send_delayed(producer: Producer, kind: str, count: int, level: int) -> None:
+    """``count`` messages keyed ``kind-i`` with delay ``level``, all to broker-a."""
+    for i in range(count):
+        result = await producer.send(
+            Message(TOPIC, kind.encode(), keys=f"{kind}-{i}", delay_time_level=level),
+            selector=broker_a_queue)
+        assert result.status is SendStatus.SEND_OK
+
+
 async def deliveries(admin: AdminClient) -> Counter:
     """How many copies of each key the topic holds, over every queue of both groups."""
     route = await admin.instance.fetch_route(TOPIC)
@@ -70,20 +79,12 @@ def test_a_slave_delivers_delayed_messages_while_its_master_is_down_and_hands_ba
                     await admin.create_topic(TOPIC, 2, 2)
                     # Delivered by the master just before it dies: its delay offsets on disk
                     # (written every 10 s) do not know yet, but the slave has the copies.
-                    for i in range(10):
-                        result = await producer.send(
-                            Message(TOPIC, b"early", keys=f"early-{i}", delay_time_level=1),
-                            selector=broker_a_queue)
-                        assert result.status is SendStatus.SEND_OK
+                    await send_delayed(producer, "early", 10, level=1)
                     await wait_for(lambda: _all_there(admin, "early", 10), timeout=15,
                                    what="the master to deliver the early messages")
                     await wait_for(lambda: slave_in_sync(namesrv), what="the copies to reach the slave")
                     sent_at = time.time()
-                    for i in range(10):
-                        result = await producer.send(
-                            Message(TOPIC, b"late", keys=f"late-{i}", delay_time_level=3),
-                            selector=broker_a_queue)
-                        assert result.status is SendStatus.SEND_OK
+                    await send_delayed(producer, "late", 10, level=3)
                     return sent_at
 
                 async def while_the_master_is_down(admin):
@@ -117,11 +118,7 @@ def test_a_slave_delivers_delayed_messages_while_its_master_is_down_and_hands_ba
                             await wait_for(lambda: _acting(admin, False), timeout=15,
                                            what="the slave to stand down")
                             await wait_for(lambda: slave_in_sync(namesrv), what="the slave to reconnect")
-                            for i in range(5):
-                                result = await producer.send(
-                                    Message(TOPIC, b"after", keys=f"after-{i}", delay_time_level=1),
-                                    selector=broker_a_queue)
-                                assert result.status is SendStatus.SEND_OK
+                            await send_delayed(producer, "after", 5, level=1)
                             await wait_for(lambda: _all_there(admin, "after", 5), timeout=15,
                                            what="the returned master to deliver")
                             await asyncio.sleep(2.0)  # room for any second copy to show up
