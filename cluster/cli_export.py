@@ -84,6 +84,8 @@ def _human(event: dict) -> str | None:
             return (f"exported {event['exported']:,} of {total:,} ({share}%), "
                     f"{event.get('rate', 0):,} msg/s" + (f", ETA {eta:.0f} s" if eta is not None else ""))
         return f"exported {event['exported']:,}"
+    if kind == "verifying":
+        return "written; checking the output against the plan…"
     if kind == "failed":
         return f"failed: {event['error']}"
     if kind == "cancelled":
@@ -120,20 +122,36 @@ def run_export(args) -> int:
         env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # nothing listens beyond loopback
     Path(events_path).touch()
     summary = None
-    with open(log_path, "ab") as log:
-        job = subprocess.Popen(build_command(args, job_args, scratch), stdout=log,
-                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                               cwd=str(ROOT), start_new_session=True)
+    job: subprocess.Popen | None = None
+    cancelled = False
 
     def cancel(signum, frame):
         # The job itself cancels its Spark jobs and removes its staging folder; its JVM and
         # Python workers follow it (the group is killed below if anything lingers).
-        try:
-            job.send_signal(signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+        nonlocal cancelled
+        cancelled = True
+        if job is not None:
+            try:
+                job.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                pass
 
+    # Installed before the job starts: the job runs in its own session, so a SIGTERM that
+    # killed this launcher by default between the two would leave it running on its own,
+    # finishing the export nobody is waiting for.
     previous = {sig: signal.signal(sig, cancel) for sig in (signal.SIGINT, signal.SIGTERM)}
+    if cancelled:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        shutil.rmtree(scratch, ignore_errors=True)
+        print("cancelled", file=sys.stderr)
+        return 130
+    with open(log_path, "ab") as log:
+        job = subprocess.Popen(build_command(args, job_args, scratch), stdout=log,
+                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                               cwd=str(ROOT), start_new_session=True)
+    if cancelled:  # the signal came while the job was being started, before it had a pid here
+        job.send_signal(signal.SIGTERM)
     events_out = open(args.events, "a", buffering=1, encoding="utf-8") if args.events else None  # noqa: SIM115
     try:
         shown = 0.0

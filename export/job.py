@@ -4,8 +4,9 @@ Run as ``python -m export.job …`` (local) or through ``spark-submit`` (a Spark
 plans the ranges itself (so it knows the total), reads them through the ``rocketmq`` source,
 writes Parquet, JSON or CSV into a staging folder renamed into place on success, checks what
 was written against the plan, and reports JSON events (``started``, ``planned``, ``progress``,
-``finished``, ``failed``, ``cancelled``) as JSON lines in a file, never on stdout, which Spark
-clutters. SIGTERM cancels the running Spark jobs and removes the staging folder.
+``verifying``, ``finished``, ``failed``, ``cancelled``) as JSON lines in a file, never on
+stdout, which Spark clutters. SIGTERM cancels the running Spark jobs and removes the staging
+folder; a cancel that arrives once the output is moving into place is too late and ignored.
 """
 
 from __future__ import annotations
@@ -42,6 +43,42 @@ class Events:
             return
         with self.lock:
             self.stream.write(json.dumps({"event": event, "time": time.time(), **values}) + "\n")
+
+
+class Cancellation:
+    """SIGTERM or SIGINT cancels the export: Spark's jobs are cancelled and the driver unwinds
+    with KeyboardInterrupt. Once the output has started to move into place the export is
+    complete, and a cancel that comes later is ignored rather than reported over a finished
+    output. The staging folder is removed after Spark stops: a cancelled task may still be
+    writing into it while the driver unwinds."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.settled = False
+        self.spark = None
+        self.staging: str | None = None
+
+    def install(self) -> None:
+        signal.signal(signal.SIGTERM, self._handle)
+        signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        if self.settled:
+            return
+        self.requested = True
+        if self.spark is not None:
+            self.spark.sparkContext.cancelJobGroup(JOB_GROUP)
+        raise KeyboardInterrupt
+
+    def settle(self) -> None:
+        """From here on the outcome is decided (the output is moving into place, or the driver
+        is already unwinding): a cancel can no longer change it."""
+        self.settled = True
+
+    def remove_staging(self) -> None:
+        if self.staging is not None:
+            shutil.rmtree(self.staging, ignore_errors=True)
+            self.staging = None
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -139,7 +176,7 @@ class Progress(threading.Thread):
                                  tasksTotal=tasks, rate=round(rate), etaSeconds=eta and round(eta, 1))
 
 
-def run_batch(spark, args, events: Events) -> dict:
+def run_batch(spark, args, events: Events, cancellation: Cancellation) -> dict:
     options = source_options(args)
     ranges = plan(SourceOptions.parse(options))
     total = sum(r.count for r in ranges)
@@ -150,6 +187,7 @@ def run_batch(spark, args, events: Events) -> dict:
     options["endingOffsets"] = json.dumps(offsets_json(ranges, "end"))
     staging = os.path.join(os.path.dirname(os.path.abspath(args.out)) or ".",
                            f".staging-{os.path.basename(args.out)}-{uuid.uuid4().hex[:8]}")
+    cancellation.staging = staging
     began = time.monotonic()
     progress = Progress(spark, events, total)
     progress.start()
@@ -162,19 +200,18 @@ def run_batch(spark, args, events: Events) -> dict:
         if args.format == "csv":
             writer = writer.option("header", "true")
         writer.save(staging)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     finally:
         progress.stopped.set()
     seconds = time.monotonic() - began
+    events.emit("verifying")
     check = verify(spark, staging, args.format, total, filtered=_filtered(args))
     if os.path.exists(args.out):
         if os.listdir(args.out):
-            shutil.rmtree(staging, ignore_errors=True)
             raise ExportError(f"{args.out} exists and is not empty; choose another --out")
         os.rmdir(args.out)
+    cancellation.settle()
     os.replace(staging, args.out)
+    cancellation.staging = None
     manifest = {"topics": args.topic, "format": args.format, "planned": total, **check,
                 "startingOffsets": offsets_json(ranges, "start"),
                 "endingOffsets": offsets_json(ranges, "end"), "filters": {
@@ -251,21 +288,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     events = Events(args.events_file)
     events.emit("started", master=args.master)
+    cancellation = Cancellation()
+    cancellation.install()
     spark = None
-    cancelled = threading.Event()
-
-    def cancel(signum, frame):
-        cancelled.set()
-        if spark is not None:
-            spark.sparkContext.cancelJobGroup(JOB_GROUP)
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, cancel)
-    signal.signal(signal.SIGINT, cancel)
     try:
-        spark = session(args)
+        spark = cancellation.spark = session(args)
         events.emit("session", sparkVersion=spark.version)
-        summary = run_incremental(spark, args, events) if args.incremental else run_batch(spark, args, events)
+        summary = (run_incremental(spark, args, events) if args.incremental
+                   else run_batch(spark, args, events, cancellation))
         events.emit("finished", **summary)
         return 0 if summary.get("verified") else 1
     except KeyboardInterrupt:
@@ -273,18 +303,19 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as exc:  # reported to the launcher as a sentence, with the kind of error
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if cancelled.is_set():
+        if cancellation.requested:
             events.emit("cancelled")
             return 130
         events.emit("failed", error=f"{type(exc).__name__}: {message}")
         return 1
     finally:
+        cancellation.settle()
         if spark is not None:
             try:
                 spark.stop()
             except Exception:  # the JVM is already gone (killed with us): nothing to stop
                 pass
-
+        cancellation.remove_staging()
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -84,6 +84,7 @@ class ExportView(QWidget):
         fd, self.events_path = tempfile.mkstemp(prefix="rocketdesk-export-", suffix=".jsonl")
         os.close(fd)
         self._read = 0
+        self.output = None
         args = ["-m", "cluster.cli", "export", "-n", self.model.namesrv_addr, "-t", topic,
                 "--format", self.format.currentText(), "--out", self.out.text(), "--master",
                 self.master.text() or "local[*]", "--events", self.events_path, "--json"]
@@ -139,6 +140,8 @@ class ExportView(QWidget):
             eta = event.get("etaSeconds")
             self.status.setText(f"exported {event['exported']:,} of {event['total']:,}, "
                                 f"{event.get('rate', 0):,} msg/s" + (f", ETA {eta:.0f} s" if eta else ""))
+        elif kind == "verifying":
+            self.status.setText("written; checking the output against the plan…")
         elif kind == "finished":
             self.progress.setRange(0, 1)
             self.progress.setValue(1)
@@ -154,13 +157,14 @@ class ExportView(QWidget):
         self.poll_events()
         self.start_button.setEnabled(True)
         self.cancel_button.setEnabled(False)
-        if self.state == "cancelling" or code == 130:
+        if code == 0 and self.output is not None:
+            # It finished before the cancel reached it: the output is complete, so say so.
+            self.state = "finished"
+        elif self.state == "cancelling" or code == 130:
             self.state = "cancelled"
             self.progress.setRange(0, 1)
             self.progress.setValue(0)
             self.status.setText("cancelled")
-        elif code == 0:
-            self.state = "finished"
         else:
             self.state = "failed"
             if "failed" not in self.status.text():

@@ -175,25 +175,51 @@ def test_incremental_export_picks_up_only_new_messages_exactly_once(cluster, tmp
     assert seqs == list(range(4500))
 
 
-def test_a_cancelled_export_leaves_nothing_behind(cluster, tmp_path):
+def _cancel_point(events: Path, when: str) -> bool:
+    text = events.read_text() if events.exists() else ""
+    if when == "verifying":
+        return '"verifying"' in text
+    # while tasks are writing into the staging folder
+    return any(json.loads(line).get("tasksDone", 0) >= 1 for line in text.splitlines()
+               if '"progress"' in line)
+
+
+@pytest.mark.parametrize("when", ["starting", "writing", "verifying"])
+def test_a_cancelled_export_leaves_nothing_behind(cluster, tmp_path, when):
+    import psutil
+
     out = tmp_path / "cancelled"
     events = tmp_path / "events.jsonl"
     process = subprocess.Popen(
         [sys.executable, "-m", "cluster.cli", "export", "-n", cluster.state.namesrv_addr, "-t", "Orders",
-         "--out", str(out), "--events", str(events), "--partition-size", "2000"],
+         "--out", str(out), "--events", str(events), "--partition-size", "2000", "--master", "local[2]"],
         cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        if events.exists() and '"planned"' in events.read_text():
-            break
-        time.sleep(0.2)
+    if when == "starting":
+        # Around when the launcher starts the job: neither may be left running on its own.
+        time.sleep(0.5)
+    else:
+        deadline = time.time() + 120
+        while time.time() < deadline and not _cancel_point(events, when):
+            time.sleep(0.1)
+        assert _cancel_point(events, when), f"the export never reached {when}"
     process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=60)
-    assert process.returncode == 130, err[-2000:]
-    assert "cancelled" in err
-    assert not out.exists()
+    time.sleep(1.0)
     assert not list(tmp_path.glob(".staging-*"))
+    if process.returncode == 0 and when == "verifying":
+        # The signal came once the output was moving into place: too late, so the export is
+        # complete and says so, and nothing claims it was cancelled.
+        assert "cancelled" not in err
+        assert json.loads((out / "_rocketmq_export.json").read_text())["exported"] == TOTAL
+    else:
+        assert process.returncode in ((130, -signal.SIGTERM) if when == "starting" else (130,)), err[-2000:]
+        if process.returncode == 130:
+            assert "cancelled" in err
+        assert not out.exists()
+    left = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
+            if str(out) in " ".join(p.info["cmdline"] or [])]
+    assert not left, left
 
 
 def test_export_on_a_spark_standalone_master_and_worker(cluster, tmp_path):
