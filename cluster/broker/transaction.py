@@ -3,9 +3,13 @@
 A half message waits in ``RMQ_SYS_TRANS_HALF_TOPIC`` (stored there by the send processor).
 END_TRANSACTION commits it (re-stored for its real topic and queue, transaction bits = commit)
 or rolls it back; either way an op message (``RMQ_SYS_TRANS_OP_HALF_TOPIC``, tag ``d``, body =
-the half message's queue offset) marks it resolved. A half message still unresolved after
-transactionTimeOut is checked back: CHECK_TRANSACTION_STATE goes to a live producer of its group,
-every transactionCheckInterval, and after transactionCheckMax checks it is rolled back.
+the half message's queue offset) marks it ended. A half message still open transactionTimeOut
+after it was born is checked back, as RocketMQ does it: it is put back into the half queue as a
+copy with ``TRANSACTION_CHECK_TIMES`` one higher, and CHECK_TRANSACTION_STATE about the copy
+goes to a live producer of its group; the copy is checked again transactionCheckInterval later,
+and once it has been checked transactionCheckMax times it is rolled back. How far the
+check-back has come is kept as RocketMQ keeps it (see transaction_progress), so a restart
+neither forgets the check counts nor reads the whole history again.
 """
 
 from __future__ import annotations
@@ -16,16 +20,21 @@ import time
 
 from cluster.broker.headers import Header, HeaderError
 from cluster.broker.topic_config import PERM_READ, PERM_WRITE
+from cluster.broker.transaction_progress import TransactionProgress
 from cluster.remoting.codec import RemotingCommand, request
 from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.errors import RemotingError
 from storage.errors import PutMessageError, StoreError
 from storage.message import (
+    PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
+    PROPERTY_TRANSACTION_CHECK_TIMES,
     PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    TRANS_CHECK_GROUP,
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
     TRANSACTION_COMMIT_TYPE,
@@ -38,13 +47,20 @@ from storage.message import (
 
 log = logging.getLogger(__name__)
 OP_TAG = "d"
+# Half messages read per check round at most: the round runs on the broker's event loop.
+MAX_READS_PER_ROUND = 2000
+
+
+def origin_of(record, props: dict[str, str]) -> int:
+    """The half-queue offset the transaction was first stored at (a copy names it)."""
+    value = props.get(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET, "")
+    return int(value) if value.isdigit() else record.queue_offset
 
 
 class TransactionalMessageService:
     def __init__(self, broker) -> None:
         self.broker = broker
-        self.checks: dict[int, int] = {}  # half queue offset -> checks sent (kept in memory)
-        self.last_check: dict[int, float] = {}
+        self.progress: TransactionProgress | None = None
         self._task: asyncio.Task | None = None
 
     # -- END_TRANSACTION ----------------------------------------------------------------------------
@@ -76,15 +92,16 @@ class TransactionalMessageService:
             return command.make_response(ResponseCode.SYSTEM_ERROR,
                                          "the half message does not match producerGroup, "
                                          "tranStateTableOffset and commitLogOffset")
-        if half_offset in self.resolved():
-            return command.make_response(ResponseCode.SUCCESS)  # already ended (a late check answer)
+        ended = self.load().to_end(half_offset, origin_of(record, props))
+        if not ended:
+            return command.make_response(ResponseCode.SUCCESS)  # already ended (a late answer)
         try:
             if decision == TRANSACTION_COMMIT_TYPE:
                 self._commit(record, props)
-            self._write_op(half_offset)
+            for offset in ended:
+                self._write_op(offset)
         except PutMessageError as exc:
             return command.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
-        self.checks.pop(half_offset, None)
         return command.make_response(ResponseCode.SUCCESS)
 
     def _commit(self, record, props: dict[str, str]) -> None:
@@ -96,57 +113,89 @@ class TransactionalMessageService:
             properties_string=properties_to_string(props),
             sys_flag=reset_transaction_type(record.sys_flag, TRANSACTION_COMMIT_TYPE),
             born_timestamp=record.born_timestamp, born_host=record.born_host,
-            reconsume_times=record.reconsume_times)
+            reconsume_times=record.reconsume_times,
+            prepared_transaction_offset=record.commit_log_offset)
         self.broker.store.put_message_nowait(msg)
 
     def _write_op(self, half_offset: int) -> None:
         self.broker.topics.create_in_send_message_back_method(TRANS_OP_HALF_TOPIC, 1,
                                                                PERM_READ | PERM_WRITE)
         props = {"TAGS": OP_TAG}
-        self.broker.store.put_message_nowait(MessageExtBrokerInner(
+        result, _ = self.broker.store.put_message_nowait(MessageExtBrokerInner(
             topic=TRANS_OP_HALF_TOPIC, body=str(half_offset).encode(), queue_id=0, properties=props,
             properties_string=properties_to_string(props), born_timestamp=int(time.time() * 1000)))
+        self.load().on_op(result.append.logics_offset, half_offset)
 
-    # -- what is pending ----------------------------------------------------------------------------
-    def resolved(self) -> set[int]:
-        """Half-queue offsets that an op message marks as ended."""
-        store = self.broker.store
+    # -- where the check-back stands --------------------------------------------------------------
+    def load(self) -> TransactionProgress:
+        """The progress, read from consumerOffset.json and the op messages after it on first use."""
+        if self.progress is not None:
+            return self.progress
+        store, offsets = self.broker.store, self.broker.offsets
+        half = max(offsets.query_offset(TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, 0), 0)
+        op = max(offsets.query_offset(TRANS_CHECK_GROUP, TRANS_OP_HALF_TOPIC, 0), 0)
+        progress = TransactionProgress(half, op)
         queue = store.find_consume_queue(TRANS_OP_HALF_TOPIC, 0, create=False)
-        done: set[int] = set()
-        if queue is None:
-            return done
-        for offset in range(queue.get_min_offset_in_queue(), queue.get_max_offset_in_queue()):
-            unit = queue.get_unit(offset)
-            if unit is None:
-                continue
-            try:
-                done.add(int(store.look_message_by_offset(unit.commit_log_offset, unit.size).body))
-            except (StoreError, ValueError):
-                continue
-        return done
+        if queue is not None:
+            for offset in range(max(op, queue.get_min_offset_in_queue()), queue.get_max_offset_in_queue()):
+                unit = queue.get_unit(offset)
+                if unit is None:
+                    continue
+                try:
+                    body = store.look_message_by_offset(unit.commit_log_offset, unit.size).body
+                except StoreError:
+                    continue
+                if body.isdigit():
+                    progress.on_op(offset, int(body))
+            progress.op_read = max(progress.op_read, queue.get_max_offset_in_queue())
+        self.progress = progress
+        self._register_open()
+        return progress
 
-    def pending(self):
-        """(half queue offset, record) of every half message not yet ended."""
-        store = self.broker.store
+    def _register_open(self) -> None:
+        """Learn which transaction each open half message holds, so that an END_TRANSACTION for
+        an original that was put back before a restart still finds its copy."""
+        progress = self.progress
+        # Ended ones too: a copy ended before the restart still tells which original it
+        # superseded, if the half offset had not moved past that original yet.
+        for offset, record, props in self._half_messages(progress.half_offset, settled_too=True):
+            progress.register(offset, origin_of(record, props))
+
+    def _half_messages(self, start: int, limit: int | None = None, settled_too: bool = False):
+        """(offset, record, properties) of the unsettled half messages from ``start``."""
+        store, progress = self.broker.store, self.progress
         queue = store.find_consume_queue(TRANS_HALF_TOPIC, 0, create=False)
         if queue is None:
-            return []
-        done = self.resolved()
-        found = []
-        for offset in range(queue.get_min_offset_in_queue(), queue.get_max_offset_in_queue()):
-            if offset in done:
+            return
+        if progress.half_offset < queue.get_min_offset_in_queue():
+            progress.jump_to(queue.get_min_offset_in_queue())
+        reads = 0
+        for offset in range(max(start, progress.half_offset), queue.get_max_offset_in_queue()):
+            if progress.is_settled(offset) and not settled_too:
                 continue
+            if limit is not None and reads >= limit:
+                return
             unit = queue.get_unit(offset)
-            if unit is None:
-                continue
             try:
-                found.append((offset, store.look_message_by_offset(unit.commit_log_offset, unit.size)))
+                record = None if unit is None else store.look_message_by_offset(
+                    unit.commit_log_offset, unit.size)
             except StoreError:
+                record = None
+            reads += 1
+            if record is None:
+                progress.skip(offset)
                 continue
-        return found
+            yield offset, record, string_to_properties(record.properties_string)
+
+    def _persist_progress(self) -> None:
+        progress = self.progress
+        progress.advance()
+        self.broker.offsets.commit_offset(TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, 0, progress.half_offset)
+        self.broker.offsets.commit_offset(TRANS_CHECK_GROUP, TRANS_OP_HALF_TOPIC, 0, progress.op_offset())
 
     # -- check-back ---------------------------------------------------------------------------------
     def start(self) -> None:
+        self.load()
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
@@ -164,36 +213,77 @@ class TransactionalMessageService:
                 log.exception("transaction check-back failed; trying again next round")
 
     def check_once(self, now: float | None = None) -> int:
-        """Ask producers about half messages older than transactionTimeOut; returns how many."""
+        """One round through the open half messages; returns how many producers were asked."""
         config = self.broker.config
-        now = time.time() if now is None else now
+        now_ms = int((time.time() if now is None else now) * 1000)
+        progress = self.load()
         asked = 0
-        for offset, record in self.pending():
-            if (now * 1000 - record.store_timestamp) < config.transaction_time_out:
+        for offset, record, props in self._half_messages(progress.half_offset, MAX_READS_PER_ROUND):
+            origin = origin_of(record, props)
+            progress.register(offset, origin)
+            times = int(props.get(PROPERTY_TRANSACTION_CHECK_TIMES, "0") or 0)
+            if times == 0:
+                immunity = config.transaction_time_out
+                seconds = props.get(PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS, "")
+                if seconds.isdigit():
+                    immunity = max(int(seconds) * 1000, immunity)
+                if 0 <= now_ms - record.born_timestamp < immunity:
+                    break  # what follows was stored later: not due either
+            elif now_ms - record.store_timestamp < config.transaction_check_interval:
+                continue  # checked (put back) less than transactionCheckInterval ago
+            if times >= config.transaction_check_max:
+                log.warning("half message %d (first stored at %d) checked %d times: rolled back",
+                            offset, origin, times)
+                for ended in progress.to_end(offset, origin):
+                    self._write_op(ended)
                 continue
-            if now - self.last_check.get(offset, 0) < config.transaction_check_interval / 1000:
+            copy = self._put_back(record, props, origin, times + 1)
+            if copy is None:
                 continue
-            checks = self.checks.get(offset, 0)
-            if checks >= config.transaction_check_max:
-                log.warning("half message %d checked %d times: rolled back", offset, checks)
-                self._write_op(offset)
-                self.checks.pop(offset, None)
-                continue
-            props = string_to_properties(record.properties_string)
+            progress.put_back(offset, origin, copy.queue_offset)
+            # Counted whether or not a producer is there to ask, as in RocketMQ: a transaction
+            # whose producer group is gone for good is rolled back after its checks.
             channel = self.broker.producers.any_channel(props.get(PROPERTY_PRODUCER_GROUP, ""))
             if channel is None:
-                continue  # nobody to ask now; not counted as a check
+                log.info("no producer of %s online to ask about half message %d",
+                         props.get(PROPERTY_PRODUCER_GROUP, ""), origin)
+                continue
             uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "")
             try:
                 channel.connection.invoke_oneway(request(RequestCode.CHECK_TRANSACTION_STATE, {
-                    "tranStateTableOffset": offset, "commitLogOffset": record.commit_log_offset,
-                    "msgId": uniq, "transactionId": uniq, "offsetMsgId": record.msg_id,
+                    "tranStateTableOffset": copy.queue_offset, "commitLogOffset": copy.commit_log_offset,
+                    "msgId": uniq, "transactionId": uniq, "offsetMsgId": copy.msg_id,
                     "topic": props.get(PROPERTY_REAL_TOPIC, "")},
-                    body=self.broker.store.select_one_message_by_offset(record.commit_log_offset)))
+                    body=self.broker.store.select_one_message_by_offset(copy.commit_log_offset)))
             except RemotingError as exc:
                 log.info("could not ask %s about a transaction: %s", channel.client_id, exc)
-                continue
-            self.checks[offset] = checks + 1
-            self.last_check[offset] = now
+                continue  # counted: the copy is checked again after the interval
             asked += 1
+        self._persist_progress()
         return asked
+
+    def _put_back(self, record, props: dict[str, str], origin: int, times: int):
+        """Store a copy of the half message that carries one more check; None when refused."""
+        props = dict(props)
+        props[PROPERTY_TRANSACTION_CHECK_TIMES] = str(times)
+        props[PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET] = str(origin)
+        try:
+            result, _ = self.broker.store.put_message_nowait(MessageExtBrokerInner(
+                topic=TRANS_HALF_TOPIC, body=record.body, queue_id=0, flag=record.flag,
+                properties=props, properties_string=properties_to_string(props),
+                sys_flag=record.sys_flag, born_timestamp=record.born_timestamp,
+                born_host=record.born_host, reconsume_times=record.reconsume_times))
+        except (PutMessageError, StoreError) as exc:
+            log.warning("could not put half message %d back for its check: %s", record.queue_offset, exc)
+            return None
+        append = result.append
+        return _Copy(append.logics_offset, append.wrote_offset, append.msg_id)
+
+
+class _Copy:
+    __slots__ = ("commit_log_offset", "msg_id", "queue_offset")
+
+    def __init__(self, queue_offset: int, commit_log_offset: int, msg_id: str) -> None:
+        self.queue_offset = queue_offset
+        self.commit_log_offset = commit_log_offset
+        self.msg_id = msg_id

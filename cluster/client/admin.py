@@ -15,6 +15,7 @@ from cluster.remoting import fastjson
 from cluster.remoting.codec import RemotingCommand, request
 from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.errors import BrokerResponseError
+from storage.message import TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from storage.message_id import decode_message_id
 from storage.record import MessageRecord, iter_records
 
@@ -206,23 +207,41 @@ class AdminClient:
         return track
 
     async def pending_half_messages(self, limit: int = 1000) -> list[MessageRecord]:
-        """Transactional half messages no END_TRANSACTION (or check-back rollback) ended yet:
-        the half topic minus what the op topic marks done, read as a tool (nothing committed)."""
+        """Open transactions, one record each: per master, the half messages after where the
+        check-back stands (``CID_RMQ_SYS_TRANS``'s offset on the half queue) that no op message
+        ends, the newest copy of each (its ``TRANSACTION_CHECK_TIMES`` says how often it was
+        checked). Read as a tool (nothing committed)."""
         from cluster.client.pull import read_queue
 
         info = await self.cluster_info()
         pending: list[MessageRecord] = []
         for name, data in sorted(info.get("brokerAddrTable", {}).items()):
-            if 0 not in data["brokerAddrs"]:
+            address = data["brokerAddrs"].get(0)
+            if address is None:
                 continue
-            done = {int(r.body) for r in await read_queue(
-                self.instance, MessageQueue("RMQ_SYS_TRANS_OP_HALF_TOPIC", name, 0), limit=limit * 4)
+            half_queue = MessageQueue(TRANS_HALF_TOPIC, name, 0)
+            op_queue = MessageQueue(TRANS_OP_HALF_TOPIC, name, 0)
+            ended = {int(r.body) for r in await read_queue(
+                self.instance, op_queue, await self._check_progress(address, op_queue), limit=1 << 20)
                 if r.body.isdigit()}
-            for record in await read_queue(self.instance, MessageQueue("RMQ_SYS_TRANS_HALF_TOPIC", name, 0),
-                                           limit=limit):
-                if record.queue_offset not in done:
-                    pending.append(record)
-        return pending
+            newest: dict[int, MessageRecord] = {}
+            ended_origins: set[int] = set()
+            for record in await read_queue(self.instance, half_queue,
+                                           await self._check_progress(address, half_queue), limit=1 << 20):
+                origin = record.properties.get("TRAN_PREPARED_QUEUE_OFFSET", "")
+                origin = int(origin) if origin.isdigit() else record.queue_offset
+                if record.queue_offset in ended:
+                    ended_origins.add(origin)
+                else:
+                    newest[origin] = record  # a later copy replaces the one it was put back from
+            pending.extend(r for origin, r in sorted(newest.items()) if origin not in ended_origins)
+        return pending[:limit]
+
+    async def _check_progress(self, address: str, mq: MessageQueue) -> int:
+        response = await self.instance.remoting.invoke(address, request(
+            RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": TRANS_CHECK_GROUP,
+                                                "topic": mq.topic, "queueId": mq.queue_id}), self.timeout)
+        return int(response.field("offset")) if response.code == ResponseCode.SUCCESS else 0
 
     async def message_trace(self, msg_id: str) -> list:
         """The trace events of a message (by its client msgId), oldest first: Pub, then each

@@ -10,6 +10,7 @@ from cluster.client.admin import AdminClient
 from cluster.client.consumer import PushConsumer
 from cluster.client.message import Message, SendStatus
 from cluster.client.producer import LocalTransactionState, TransactionProducer
+from storage.message_id import decode_message_id
 from tests.integration.procs import running
 from tests.integration.test_broker import broker_conf
 from tests.integration.test_client import create_topic, run
@@ -84,3 +85,108 @@ def test_commit_rollback_and_check_back(tmp_path):
                 await producer.shutdown()
 
         run(main(), timeout=90)
+
+
+def test_check_counts_survive_a_restart_and_a_late_answer_commits_once(tmp_path):
+    """The check-back keeps its place and its counts in the store (RocketMQ's way: copies put
+    back with TRANSACTION_CHECK_TIMES, progress as CID_RMQ_SYS_TRANS offsets), so that:
+    a restart neither resets a transaction's checks nor loses one; the producer's own late
+    answer for a transaction already put back for a check, and the answer to that check,
+    commit it once; and the pending list is right past the first thousand transactions."""
+    env = {"HOME": str(tmp_path)}
+    conf = broker_conf(tmp_path, "", transactionTimeOut="1000", transactionCheckInterval="1000",
+                       transactionCheckMax="6")
+    with running("cluster.namesrv", "-p", "0", env=env) as ns:
+        async def pending_by_key():
+            async with AdminClient(ns.address) as admin:
+                return {r.keys: int(r.properties.get("TRANSACTION_CHECK_TIMES", "0"))
+                        for r in await admin.pending_half_messages()}
+
+        async def wait_for(condition, what, seconds=20.0):
+            for _ in range(int(seconds / 0.1)):
+                if await condition():
+                    return
+                await asyncio.sleep(0.1)
+            raise AssertionError(f"timed out waiting for {what}")
+
+        with running("cluster.broker", "-c", conf, "-n", ns.address, env=env) as broker:
+            async def before_restart():
+                await create_topic({"a": broker}, "Payments", 4)
+                received: list[str] = []
+                consumer = PushConsumer("cg-tx2", ns.address, consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+                consumer.subscribe("Payments", "*")
+
+                async def listener(messages):
+                    received.extend(m.keys for m in messages)
+
+                consumer.register_listener(listener)
+                producer = TransactionProducer("pg-tx2", ns.address)
+                decided: dict[str, LocalTransactionState] = {}
+                checked: list[str] = []
+
+                async def checker(message):
+                    checked.append(message.keys)
+                    return decided.get(message.keys, LocalTransactionState.UNKNOW)
+
+                producer.transaction_checker = checker
+                await producer.start()
+                await consumer.start()
+                try:
+                    async def commit(msg, result):
+                        return LocalTransactionState.COMMIT_MESSAGE
+
+                    async def unknown(msg, result):
+                        return LocalTransactionState.UNKNOW
+
+                    for i in range(1100):
+                        await producer.send_message_in_transaction(
+                            Message("Payments", b"x", keys=f"c-{i}"), commit)
+                    late, _ = await producer.send_message_in_transaction(
+                        Message("Payments", b"late", keys="late"), unknown)
+                    await producer.send_message_in_transaction(
+                        Message("Payments", b"abandoned", keys="abandoned"), unknown)
+                    assert set(await pending_by_key()) == {"late", "abandoned"}
+
+                    # "late" is put back and checked; then the producer's own answer for the
+                    # original arrives, and the check is answered with a commit as well.
+                    async def late_checked():
+                        return "late" in checked
+                    await wait_for(late_checked, "the check of 'late'")
+                    await producer.instance.remoting.invoke_oneway(
+                        producer.instance.master_addr("broker-a"), producer._end_request(
+                            late.queue_offset, decode_message_id(late.offset_msg_id).offset,
+                            LocalTransactionState.COMMIT_MESSAGE, late.msg_id, late.transaction_id,
+                            from_check=False))
+                    decided["late"] = LocalTransactionState.COMMIT_MESSAGE
+
+                    async def all_received():
+                        return len(set(received)) == 1101
+                    await wait_for(all_received, "the committed messages", 60)
+                    await asyncio.sleep(3.0)  # three more check rounds
+                    assert received.count("late") == 1
+
+                    async def abandoned_checked_twice():
+                        return (await pending_by_key()).get("abandoned", 0) >= 2
+                    await wait_for(abandoned_checked_twice, "two checks of 'abandoned'")
+                finally:
+                    await consumer.shutdown()
+                    await producer.shutdown()
+
+            run(before_restart(), timeout=120)
+            checks_before = run(pending_by_key())["abandoned"]
+            assert broker.terminate() == 0
+
+        with running("cluster.broker", "-c", conf, "-n", ns.address, env=env):
+            async def after_restart():
+                seen = await pending_by_key()
+                assert set(seen) == {"abandoned"}
+                assert seen["abandoned"] >= checks_before  # not counted from 0 again
+
+                async def rolled_back():
+                    return not await pending_by_key()
+                await wait_for(rolled_back, "'abandoned' to be rolled back after its checks")
+                async with AdminClient(ns.address) as admin:
+                    assert not [r for r in await admin.query_by_key("Payments", "abandoned")
+                                if r.topic == "Payments"]
+
+            run(after_restart(), timeout=60)

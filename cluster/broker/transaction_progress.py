@@ -1,0 +1,107 @@
+"""How far the transaction check-back has come through the half queue (no I/O here).
+
+RocketMQ keeps this as two consumer offsets of the system group ``CID_RMQ_SYS_TRANS``: one on
+the half queue (every half message below it is settled) and one on the op queue (every op
+message below it concerns a settled half message). A half message is settled when an op
+message ends it (commit or rollback), when the check-back puts it back as a newer copy with
+``TRANSACTION_CHECK_TIMES`` one higher, or when it is rolled back after its last check. Both
+offsets live in consumerOffset.json, so the check-back resumes where it stopped after a restart
+and never reads the whole history again; the check count travels in the copies, so it survives
+a restart too.
+
+A transaction may be held by several half messages over its life (the original and its
+copies); each copy names the original's offset in ``TRAN_PREPARED_QUEUE_OFFSET``, its
+*origin*. An END_TRANSACTION for any of them ends the transaction once: the producer's own late
+answer for the original and the answer to a check of a copy cannot both commit it.
+"""
+
+from __future__ import annotations
+
+
+class TransactionProgress:
+    def __init__(self, half_offset: int, op_offset: int) -> None:
+        self.half_offset = half_offset  # every half message below is settled
+        self.op_read = op_offset  # op messages below were read (or written here)
+        self.scanned = half_offset  # half messages in [half_offset, scanned) are registered
+        # Half offset (>= half_offset) -> the op message that ended it, or None when it was
+        # put back, rolled back without an op being read yet, or is a hole in the queue.
+        self.settled: dict[int, int | None] = {}
+        self.live: dict[int, set[int]] = {}  # origin -> its unsettled half offsets
+        self.origin_of: dict[int, int] = {}
+
+    def is_settled(self, offset: int) -> bool:
+        return offset < self.half_offset or offset in self.settled
+
+    def on_op(self, op_offset: int, half_offset: int) -> None:
+        """An op message (read at load, or just written) ends ``half_offset``."""
+        self.op_read = max(self.op_read, op_offset + 1)
+        if half_offset >= self.half_offset:
+            self._settle(half_offset, op_offset)
+
+    def register(self, offset: int, origin: int) -> None:
+        """A half message seen in the queue, holding the transaction first stored at ``origin``.
+
+        Copies are only ever appended after the message they replace, so a later half message
+        of the same transaction supersedes the earlier ones: after a restart from a half offset
+        that had not yet moved past a put-back original, the original is not checked again."""
+        self.scanned = max(self.scanned, offset + 1)
+        for older in [o for o in self.live.get(origin, ()) if o < offset]:
+            self._settle(older, None)
+        if self.is_settled(offset):
+            return
+        self.live.setdefault(origin, set()).add(offset)
+        self.origin_of[offset] = origin
+
+    def skip(self, offset: int) -> None:
+        """Nothing to check there (a hole, an unreadable record)."""
+        self.scanned = max(self.scanned, offset + 1)
+        if offset >= self.half_offset:
+            self._settle(offset, None)
+
+    def put_back(self, offset: int, origin: int, copy: int) -> None:
+        """The check-back stored ``copy`` in place of ``offset`` (one more check counted)."""
+        self._settle(offset, None)
+        self.register(copy, origin)
+
+    def to_end(self, offset: int, origin: int) -> list[int]:
+        """The half offsets an END_TRANSACTION for ``offset`` ends (an op message for each);
+        empty when its transaction is settled already (ended, or rolled back after its checks)."""
+        offsets = set(self.live.get(origin, ()))
+        if offset >= self.scanned and offset not in self.settled:
+            offsets.add(offset)  # arrived after the last scan: not registered yet
+        return sorted(offsets)
+
+    def advance(self) -> int:
+        """Move the half offset over what is settled; returns it."""
+        while self.half_offset in self.settled:
+            del self.settled[self.half_offset]
+            self.half_offset += 1
+        self.scanned = max(self.scanned, self.half_offset)
+        return self.half_offset
+
+    def jump_to(self, offset: int) -> None:
+        """The queue's files below ``offset`` expired: nothing there can be checked any more."""
+        if offset <= self.half_offset:
+            return
+        for gone in [o for o in self.origin_of if o < offset]:
+            self._settle(gone, None)
+        for gone in [o for o in self.settled if o < offset]:
+            del self.settled[gone]
+        self.half_offset = offset
+        self.scanned = max(self.scanned, offset)
+
+    def op_offset(self) -> int:
+        """The op queue's progress: below it, every op message concerns a settled half offset."""
+        pending = [op for op in self.settled.values() if op is not None]
+        return min(pending, default=self.op_read)
+
+    def _settle(self, offset: int, op_offset: int | None) -> None:
+        if self.settled.get(offset) is None:
+            self.settled[offset] = op_offset
+        origin = self.origin_of.pop(offset, None)
+        if origin is not None:
+            copies = self.live.get(origin)
+            if copies is not None:
+                copies.discard(offset)
+                if not copies:
+                    del self.live[origin]

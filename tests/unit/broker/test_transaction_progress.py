@@ -1,0 +1,108 @@
+"""The check-back's bookkeeping: what an END_TRANSACTION ends, and where the two progress
+offsets (half queue, op queue) may move."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cluster.broker.transaction_progress import TransactionProgress
+
+
+def test_an_answer_for_the_original_ends_its_copy_and_a_second_answer_ends_nothing():
+    progress = TransactionProgress(0, 0)
+    progress.register(0, 0)
+    progress.put_back(0, 0, 5)  # checked once: the copy at 5 holds the transaction now
+    assert progress.to_end(0, 0) == [5]  # the producer's own late answer for the original
+    progress.on_op(0, 5)
+    assert progress.to_end(5, 0) == []  # the answer to the check comes too late
+    assert progress.to_end(0, 0) == []
+
+
+def test_a_message_sent_after_the_last_scan_can_be_ended():
+    progress = TransactionProgress(0, 0)
+    assert progress.to_end(3, 3) == [3]
+    progress.on_op(0, 3)
+    assert progress.to_end(3, 3) == []
+
+
+def test_a_rolled_back_transaction_is_not_ended_again():
+    progress = TransactionProgress(0, 0)
+    progress.register(0, 0)
+    progress.on_op(0, 0)  # the rollback after its last check
+    assert progress.advance() == 1
+    assert progress.to_end(0, 0) == []
+
+
+def test_the_half_offset_stops_at_the_first_open_message_and_the_op_offset_before_its_ops():
+    progress = TransactionProgress(0, 0)
+    for offset in range(4):
+        progress.register(offset, offset)
+    progress.on_op(0, 0)
+    progress.on_op(1, 2)  # 2 ends before 1
+    assert progress.advance() == 1  # 1 is still open
+    assert progress.op_offset() == 1  # op 1 (for half 2) is still needed after a restart
+    progress.put_back(1, 1, 4)
+    progress.on_op(2, 3)
+    assert progress.advance() == 4  # 4, the copy of 1, is open
+    assert progress.op_offset() == 3  # every op read concerns a settled offset
+
+
+def test_expired_files_move_the_half_offset_past_what_they_held():
+    progress = TransactionProgress(0, 0)
+    progress.register(0, 0)
+    progress.register(7, 7)
+    progress.jump_to(5)
+    assert progress.half_offset == 5
+    assert progress.to_end(7, 7) == [7]
+    assert progress.to_end(0, 0) == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["send", "check", "end", "round"]), st.integers(0, 30)),
+                max_size=80))
+def test_against_a_model_every_transaction_ends_at_most_once(steps):
+    """Transactions are sent, checked (put back), ended by any of their half messages, in any
+    order: none is ended twice, none that is still open is passed by the half offset, and a
+    restart from the two persisted offsets knows every open one."""
+    progress = TransactionProgress(0, 0)
+    queue: list[int] = []  # half queue: offset -> origin
+    ops: list[int] = []  # op queue: op offset -> half offset
+    ended: set[int] = set()  # origins ended
+    for action, n in steps:
+        if action == "send" or not queue:
+            queue.append(len(queue))
+            continue
+        offset = n % len(queue)
+        origin = queue[offset]
+        if action == "check" and not progress.is_settled(offset):
+            progress.register(offset, origin)
+            queue.append(origin)
+            progress.put_back(offset, origin, len(queue) - 1)
+        elif action == "end":
+            to_end = progress.to_end(offset, origin)
+            if to_end:
+                assert origin not in ended
+                ended.add(origin)
+            for half in to_end:
+                ops.append(half)
+                progress.on_op(len(ops) - 1, half)
+        elif action == "round":
+            for scanned in range(progress.half_offset, len(queue)):
+                progress.register(scanned, queue[scanned])
+            progress.advance()
+        open_offsets = [o for o in range(len(queue))
+                        if queue[o] not in ended and not progress.is_settled(o)]
+        assert all(o >= progress.half_offset for o in open_offsets)
+        # What a restart would rebuild from the persisted offsets.
+        again = TransactionProgress(progress.half_offset, progress.op_offset())
+        for op_offset in range(progress.op_offset(), len(ops)):
+            again.on_op(op_offset, ops[op_offset])
+        for o in range(again.half_offset, len(queue)):
+            again.register(o, queue[o])  # settled ones too: they tell what they superseded
+        for origin in set(queue):
+            holders = [o for o in range(len(queue)) if queue[o] == origin]
+            if origin in ended:
+                assert all(again.to_end(o, origin) == [] for o in holders)
+            else:
+                assert again.to_end(holders[-1], origin) == [holders[-1]]
