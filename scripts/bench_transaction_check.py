@@ -19,13 +19,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from cluster.broker.config import BrokerConfig  # noqa: E402
-from cluster.broker.controller import BrokerController  # noqa: E402
-from cluster.remoting.codec import request  # noqa: E402
-from cluster.remoting.codes import RequestCode  # noqa: E402
-from storage.config import MessageStoreConfig  # noqa: E402
-from storage.message import TRANS_HALF_TOPIC, MessageExtBrokerInner, properties_to_string  # noqa: E402
-from storage.message_store import DefaultMessageStore  # noqa: E402
+from cluster.broker.config import BrokerConfig
+from cluster.broker.controller import BrokerController
+from cluster.remoting.codec import request
+from cluster.remoting.codes import RequestCode
+from storage.config import MessageStoreConfig
+from storage.message import TRANS_HALF_TOPIC, MessageExtBrokerInner, properties_to_string
+from storage.message_store import DefaultMessageStore
 
 
 def half(i: int) -> MessageExtBrokerInner:
