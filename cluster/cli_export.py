@@ -200,7 +200,11 @@ def run_export(args) -> int:
         print(json.dumps(summary, indent=1) if args.json else _summary_text(summary))
         shutil.rmtree(scratch, ignore_errors=True)
         return 0 if summary.get("verified") else 1
-    if code == 130:
+    if code == 130 or cancelled:
+        # A job cancelled before it set up its own handler dies of the SIGTERM (-15) without a
+        # word: still a cancel, not a failure.
+        if code != 130:
+            print("cancelled", file=sys.stderr)
         shutil.rmtree(scratch, ignore_errors=True)
         return 130
     tail = Path(log_path).read_text(errors="replace").splitlines()[-15:] if os.path.exists(log_path) else []
