@@ -13,12 +13,12 @@ from collections import deque
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from cluster.broker.topic_config import is_system_topic
 from cluster.client.admin import AdminClient
 from cluster.supervisor.probe import Prober
 from cluster.supervisor.spec import ClusterSpec, load_profile
 from cluster.supervisor.state import cluster_names
 from cluster.supervisor.supervisor import Supervisor
+from cluster.topic_validator import is_system_topic
 from gui.tasks import spawn
 
 HISTORY = 3600  # one-second samples kept: an hour

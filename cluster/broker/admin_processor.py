@@ -14,8 +14,9 @@ import time
 from cluster.broker.headers import header_processor
 from cluster.broker.schedule import ACTING_MASTER_FIELD
 from cluster.broker.subscription_group import SubscriptionGroupConfig
-from cluster.broker.topic_config import TopicConfig, is_system_topic, validate_topic_name
+from cluster.broker.topic_config import TopicConfig
 from cluster.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode
+from cluster.topic_validator import is_system_topic, validate_topic_name
 
 
 def message_queue_key(topic: str, broker_name: str, queue_id: int) -> str:

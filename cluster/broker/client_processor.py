@@ -8,11 +8,12 @@ import logging
 from cluster.broker.admin_processor import message_queue_key, mq_table_json
 from cluster.broker.client_manager import ClientChannelInfo, SubscriptionData
 from cluster.broker.headers import Header, HeaderError
-from cluster.broker.topic_config import PERM_READ, PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX
+from cluster.broker.topic_config import PERM_READ, PERM_WRITE
 from cluster.remoting import fastjson
 from cluster.remoting.codec import RemotingCommand, request
 from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.errors import RemotingError
+from cluster.topic_validator import RETRY_GROUP_TOPIC_PREFIX
 from storage.errors import StoreError
 from storage.message_id import decode_message_id
 

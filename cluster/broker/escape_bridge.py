@@ -14,13 +14,14 @@ import itertools
 import logging
 import time
 
-from cluster.broker.topic_config import PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX
+from cluster.broker.topic_config import PERM_WRITE
 from cluster.client.route import MASTER_ID, TopicRouteData
 from cluster.remoting import fastjson
 from cluster.remoting.client import RemotingClient
 from cluster.remoting.codec import request
 from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.errors import RemotingError
+from cluster.topic_validator import RETRY_GROUP_TOPIC_PREFIX
 from storage.message import MessageExtBrokerInner, properties_to_string
 
 log = logging.getLogger(__name__)

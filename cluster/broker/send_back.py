@@ -7,14 +7,10 @@ from __future__ import annotations
 import random
 
 from cluster.broker.headers import Header, HeaderError
-from cluster.broker.topic_config import (
-    DLQ_GROUP_TOPIC_PREFIX,
-    PERM_READ,
-    PERM_WRITE,
-    RETRY_GROUP_TOPIC_PREFIX,
-)
+from cluster.broker.topic_config import PERM_READ, PERM_WRITE
 from cluster.remoting.codec import RemotingCommand
 from cluster.remoting.codes import RequestCode, ResponseCode
+from cluster.topic_validator import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 from storage.errors import PutMessageError, StoreError
 from storage.message import (
     PROPERTY_DELAY_TIME_LEVEL,

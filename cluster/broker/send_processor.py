@@ -13,17 +13,16 @@ import logging
 import random
 
 from cluster.broker.headers import SEND_V2_NAMES, Header, HeaderError
-from cluster.broker.topic_config import (
+from cluster.broker.topic_config import PERM_READ, PERM_WRITE
+from cluster.remoting.codec import RemotingCommand
+from cluster.remoting.codes import RequestCode, ResponseCode
+from cluster.topic_validator import (
     DLQ_GROUP_TOPIC_PREFIX,
     NOT_ALLOWED_SEND_TOPICS,
-    PERM_READ,
-    PERM_WRITE,
     RETRY_GROUP_TOPIC_PREFIX,
     TRANS_HALF_TOPIC,
     validate_topic_name,
 )
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import RequestCode, ResponseCode
 from storage.config import BrokerRole
 from storage.errors import (
     MessageIllegalError,

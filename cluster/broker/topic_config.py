@@ -4,47 +4,23 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from cluster.broker.json_config import JsonConfigFile
+from cluster.topic_validator import (
+    AUTO_CREATE_TOPIC_KEY,
+    BENCHMARK_TOPIC,
+    OFFSET_MOVED_EVENT,
+    SCHEDULE_TOPIC,
+    SELF_TEST_TOPIC,
+)
 
 log = logging.getLogger(__name__)
 
 PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 8, 4, 2, 1
-AUTO_CREATE_TOPIC_KEY = "TBW102"
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
-BENCHMARK_TOPIC = "BenchmarkTest"
-OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
-TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
-DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
-_VALID_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-# Clients may not send straight into these.
-NOT_ALLOWED_SEND_TOPICS = {SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC}
-
-
-def validate_topic_name(topic: str) -> str | None:
-    """Why a topic name is not acceptable, or None when it is (``TopicValidator``)."""
-    if not topic:
-        return "the topic name is empty"
-    if len(topic) > 127:
-        return f"the topic name is longer than 127 characters: {topic[:40]}…"
-    if not _VALID_TOPIC.match(topic):
-        return f"the topic name {topic!r} contains characters other than letters, digits, %, -, _ and |"
-    return None
-
-
-def is_system_topic(topic: str) -> bool:
-    return topic in NOT_ALLOWED_SEND_TOPICS or topic in (
-        AUTO_CREATE_TOPIC_KEY, SELF_TEST_TOPIC, BENCHMARK_TOPIC, OFFSET_MOVED_EVENT, TRACE_TOPIC
-    ) or topic.startswith("rmq_sys_")
 
 
 @dataclass(slots=True)
