@@ -18,6 +18,37 @@ from tests.integration.test_client import create_topic, run
 pytestmark = pytest.mark.integration
 
 
+class Parties:
+    """A push consumer of Payments and a transaction producer whose checker answers from
+    ``decided`` (UNKNOW when undecided) and notes every key it was asked about."""
+
+    def __init__(self, namesrv: str, suffix: str) -> None:
+        self.received: list[str] = []
+        self.decided: dict[str, LocalTransactionState] = {}
+        self.checked: list[str] = []
+        self.consumer = PushConsumer(f"cg-{suffix}", namesrv, consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+        self.consumer.subscribe("Payments", "*")
+        self.consumer.register_listener(self._listener)
+        self.producer = TransactionProducer(f"pg-{suffix}", namesrv)
+        self.producer.transaction_checker = self._checker
+
+    async def _listener(self, messages):
+        self.received.extend(m.keys for m in messages)
+
+    async def _checker(self, message):
+        # The broker asks about what the producer left open; it may be decided by now.
+        self.checked.append(message.keys)
+        return self.decided.get(message.keys, LocalTransactionState.UNKNOW)
+
+    async def start(self) -> None:
+        await self.producer.start()
+        await self.consumer.start()
+
+    async def shutdown(self) -> None:
+        await self.consumer.shutdown()
+        await self.producer.shutdown()
+
+
 def test_commit_rollback_and_check_back(tmp_path):
     env = {"HOME": str(tmp_path)}
     conf = broker_conf(tmp_path, "", transactionTimeOut="1000", transactionCheckInterval="1000",
@@ -26,24 +57,9 @@ def test_commit_rollback_and_check_back(tmp_path):
             running("cluster.broker", "-c", conf, "-n", ns.address, env=env) as broker:
         async def main():
             await create_topic({"a": broker}, "Payments", 4)
-            received: list[str] = []
-            consumer = PushConsumer("cg-tx", ns.address, consume_from_where="CONSUME_FROM_FIRST_OFFSET")
-            consumer.subscribe("Payments", "*")
-
-            async def listener(messages):
-                received.extend(m.keys for m in messages)
-
-            consumer.register_listener(listener)
-            producer = TransactionProducer("pg-tx", ns.address)
-            decided: dict[str, LocalTransactionState] = {}
-
-            async def checker(message):
-                # The broker asks about what the producer left open; this one decides now.
-                return decided.get(message.keys, LocalTransactionState.UNKNOW)
-
-            producer.transaction_checker = checker
-            await producer.start()
-            await consumer.start()
+            parties = Parties(ns.address, "tx")
+            producer, received, decided = parties.producer, parties.received, parties.decided
+            await parties.start()
             try:
                 async def local(state):
                     async def run_local(msg, result):
@@ -81,8 +97,7 @@ def test_commit_rollback_and_check_back(tmp_path):
                     raise AssertionError("never-decided was not rolled back after its checks")
                 assert sorted(received) == ["checked", "committed"]
             finally:
-                await consumer.shutdown()
-                await producer.shutdown()
+                await parties.shutdown()
 
         run(main(), timeout=90)
 
@@ -112,25 +127,10 @@ def test_check_counts_survive_a_restart_and_a_late_answer_commits_once(tmp_path)
         with running("cluster.broker", "-c", conf, "-n", ns.address, env=env) as broker:
             async def before_restart():
                 await create_topic({"a": broker}, "Payments", 4)
-                received: list[str] = []
-                consumer = PushConsumer("cg-tx2", ns.address, consume_from_where="CONSUME_FROM_FIRST_OFFSET")
-                consumer.subscribe("Payments", "*")
-
-                async def listener(messages):
-                    received.extend(m.keys for m in messages)
-
-                consumer.register_listener(listener)
-                producer = TransactionProducer("pg-tx2", ns.address)
-                decided: dict[str, LocalTransactionState] = {}
-                checked: list[str] = []
-
-                async def checker(message):
-                    checked.append(message.keys)
-                    return decided.get(message.keys, LocalTransactionState.UNKNOW)
-
-                producer.transaction_checker = checker
-                await producer.start()
-                await consumer.start()
+                parties = Parties(ns.address, "tx2")
+                producer, received, decided, checked = (parties.producer, parties.received,
+                                                        parties.decided, parties.checked)
+                await parties.start()
                 try:
                     async def commit(msg, result):
                         return LocalTransactionState.COMMIT_MESSAGE
@@ -169,8 +169,7 @@ def test_check_counts_survive_a_restart_and_a_late_answer_commits_once(tmp_path)
                         return (await pending_by_key()).get("abandoned", 0) >= 2
                     await wait_for(abandoned_checked_twice, "two checks of 'abandoned'")
                 finally:
-                    await consumer.shutdown()
-                    await producer.shutdown()
+                    await parties.shutdown()
 
             run(before_restart(), timeout=120)
             checks_before = run(pending_by_key())["abandoned"]
