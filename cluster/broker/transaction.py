@@ -134,6 +134,13 @@ class TransactionalMessageService:
         store, offsets = self.broker.store, self.broker.offsets
         half = max(offsets.query_offset(TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, 0), 0)
         op = max(offsets.query_offset(TRANS_CHECK_GROUP, TRANS_OP_HALF_TOPIC, 0), 0)
+        if store.dispatch_behind_bytes() == 0:
+            # Clamped to what the queues hold: a crash can cost the store a tail the offsets
+            # (persisted every few seconds) already counted, and a half message stored again
+            # at those offsets must not pass for settled. Only once the queues are complete:
+            # while dispatch catches up they are shorter than the truth.
+            half = min(half, store.get_max_offset_in_queue(TRANS_HALF_TOPIC, 0))
+            op = min(op, store.get_max_offset_in_queue(TRANS_OP_HALF_TOPIC, 0))
         progress = TransactionProgress(half, op)
         queue = store.find_consume_queue(TRANS_OP_HALF_TOPIC, 0, create=False)
         if queue is not None:
@@ -195,7 +202,6 @@ class TransactionalMessageService:
 
     # -- check-back ---------------------------------------------------------------------------------
     def start(self) -> None:
-        self.load()
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
@@ -205,6 +211,10 @@ class TransactionalMessageService:
 
     async def _run(self) -> None:
         config = self.broker.config
+        deadline = time.monotonic() + 30
+        while self.broker.store.dispatch_behind_bytes() > 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)  # the queues are complete before the progress is read
+        self.load()
         while True:
             await asyncio.sleep(min(config.transaction_check_interval, config.transaction_time_out) / 1000)
             try:

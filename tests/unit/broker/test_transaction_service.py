@@ -1,0 +1,104 @@
+"""The check-back against a real store (no sockets): counts carried by put-back copies, the
+progress kept in the consumer offsets, a fresh service picking both up, and progress offsets
+that a crash left beyond the end of the half queue."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from cluster.broker.config import BrokerConfig
+from cluster.broker.controller import BrokerController
+from cluster.broker.transaction import TransactionalMessageService
+from cluster.remoting.codec import request
+from cluster.remoting.codes import RequestCode, ResponseCode
+from storage.config import MessageStoreConfig
+from storage.message import (
+    TRANS_CHECK_GROUP,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+    TRANSACTION_COMMIT_TYPE,
+    MessageExtBrokerInner,
+    properties_to_string,
+)
+from storage.message_store import DefaultMessageStore
+
+CHECK_MAX = 4
+INTERVAL_MS = 1000
+
+
+@pytest.fixture
+def broker(tmp_path):
+    store_config = MessageStoreConfig(store_path_root_dir=str(tmp_path))
+    config = BrokerConfig(transaction_check_max=CHECK_MAX, transaction_check_interval=INTERVAL_MS,
+                          transaction_time_out=INTERVAL_MS)
+    controller = BrokerController(config, store_config)
+    controller.store = DefaultMessageStore(store_config, ("127.0.0.1", 10911))
+    controller.store.load()
+    controller.store.start()
+    yield controller
+    controller.store.shutdown()
+
+
+def store_half(broker, key: str) -> tuple[int, int]:
+    """A half message as the send processor stores it; its (queue offset, CommitLog offset)."""
+    props = {"PGROUP": "pg", "REAL_TOPIC": "Payments", "REAL_QID": "0", "TRAN_MSG": "true",
+             "KEYS": key, "UNIQ_KEY": key}
+    result, _ = broker.store.put_message_nowait(MessageExtBrokerInner(
+        topic=TRANS_HALF_TOPIC, body=key.encode(), properties=props,
+        properties_string=properties_to_string(props), born_timestamp=int(time.time() * 1000)))
+    assert broker.store.wait_dispatched()
+    return result.append.logics_offset, result.append.wrote_offset
+
+
+def end(service, offsets: tuple[int, int], decision: int = TRANSACTION_COMMIT_TYPE) -> int:
+    response = asyncio.run(service.end_transaction(None, request(RequestCode.END_TRANSACTION, {
+        "producerGroup": "pg", "tranStateTableOffset": offsets[0], "commitLogOffset": offsets[1],
+        "commitOrRollback": decision})))
+    return response.code
+
+
+def rounds_until_rolled_back(broker, service, now: float) -> int:
+    """Check rounds, one interval apart, until the half queue has nothing open; how many."""
+    for checks in range(20):
+        service.check_once(now=now + checks * INTERVAL_MS / 1000)
+        assert broker.store.wait_dispatched()
+        if not service.progress.live and broker.store.get_max_offset_in_queue(TRANS_OP_HALF_TOPIC, 0):
+            return checks + 1
+    raise AssertionError("never rolled back")
+
+
+def test_a_fresh_service_carries_on_with_the_counts_and_progress_it_finds(broker):
+    store_half(broker, "abandoned")
+    now = time.time() + 2
+    service = broker.transactions
+    service.check_once(now=now)
+    assert broker.store.wait_dispatched()
+    service.check_once(now=now + 1.0)
+    assert broker.store.wait_dispatched()
+    copies = broker.store.get_max_offset_in_queue(TRANS_HALF_TOPIC, 0) - 1
+    assert copies == 2  # checked twice: put back twice
+    assert broker.offsets.query_offset(TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, 0) == 2
+
+    again = TransactionalMessageService(broker)  # a restart: nothing kept in memory
+    rounds = rounds_until_rolled_back(broker, again, now + 2.0)
+    assert rounds == CHECK_MAX - 2 + 1  # the two remaining checks, then the rollback
+    assert broker.store.get_max_offset_in_queue("Payments", 0) == 0
+
+
+def test_progress_beyond_a_lost_tail_does_not_hide_new_half_messages(broker):
+    store_half(broker, "a")
+    # As if the offsets were persisted before a crash cost the store its tail.
+    broker.offsets.commit_offset(TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, 0, 50)
+    broker.offsets.commit_offset(TRANS_CHECK_GROUP, TRANS_OP_HALF_TOPIC, 0, 50)
+    service = TransactionalMessageService(broker)
+    service.load()  # at start, before producers send again
+    offsets = store_half(broker, "b")
+    assert end(service, offsets) == ResponseCode.SUCCESS
+    assert broker.store.wait_dispatched()
+    assert broker.store.get_max_offset_in_queue("Payments", 0) == 1  # committed
+    assert end(service, offsets) == ResponseCode.SUCCESS
+    assert broker.store.wait_dispatched()
+    assert broker.store.get_max_offset_in_queue("Payments", 0) == 1  # once
