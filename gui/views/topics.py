@@ -288,8 +288,14 @@ class TopicsView(QWidget):
 
     def _show_pending(self, records) -> None:
         self._show_results(records, announce=False)
-        self.model.message.emit(f"{len(records)} transaction(s) pending (half messages; their "
-                                "REAL_TOPIC property names where they go when committed)")
+        for row, record in enumerate(self.records):
+            # Where it goes when committed, and how often the broker has asked its producer.
+            props = record.properties
+            checks = int(props.get("TRANSACTION_CHECK_TIMES", "0") or 0)
+            self.results.setItem(row, 0, QTableWidgetItem(
+                f"{props.get('REAL_TOPIC', record.topic)} (half, checks: {checks})"))
+        self.model.message.emit(f"{len(records)} transaction(s) pending: half messages waiting for "
+                                "their producer's commit or rollback, or for the broker's check-back")
 
     def delete_topic(self) -> None:
         item = self.topics.currentItem()

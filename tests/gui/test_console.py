@@ -339,5 +339,6 @@ def test_the_console_redrives_a_dead_letter(qtbot, loop, pump, home):
         loop.run_until_complete(open_transaction())
         window.topics.show_pending_transactions()
         pump(lambda: any(r.keys == "tx-1" for r in window.topics.records), 20, "the pending transaction")
+        assert cell(window.topics.results, 0, 0) == "Payments (half, checks: 0)"
     finally:
         close_console(window, loop, pump)
