@@ -54,6 +54,10 @@ class BrokerConfig:
     enable_remote_escape: bool = False
     transaction_time_out: int = 6000
     transaction_check_max: int = 15
+    # How long a queue lock of an orderly consumer lives without renewal (ms). RocketMQ reads
+    # it from the JVM property rocketmq.broker.rebalance.lockMaxLiveTime; here it is a
+    # broker.conf key. A consumer that dies holding locks blocks its queues this long.
+    rebalance_lock_max_live_time: int = 60_000
     transaction_check_interval: int = 60_000
     rocketmq_home: str = field(default_factory=lambda: os.environ.get("ROCKETMQ_HOME", ""))
 

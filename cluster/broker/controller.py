@@ -53,7 +53,7 @@ class BrokerController:
         self.consumers = ConsumerManager()
         self.producers = ProducerManager()
         self.stats = BrokerStats()
-        self.locks = RebalanceLockManager()
+        self.locks = RebalanceLockManager(max_live_seconds=config.rebalance_lock_max_live_time / 1000)
         self.uniq_ids = UniqIdGenerator(config.broker_ip1 if ":" not in config.broker_ip1 else "127.0.0.1")
         self.store: DefaultMessageStore | None = None
         self.server: RemotingServer | None = None

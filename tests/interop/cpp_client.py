@@ -3,8 +3,9 @@
 Run with the wrapper on PYTHONPATH. Prints one JSON object per line; ends with os._exit so the
 2.1.0 core's crash in shutdown cannot fail the run. Usage:
 
-    cpp_client.py produce NAMESRV TOPIC COUNT [--tags T] [--keys-prefix K] [--oneway] [--api new|old]
-    cpp_client.py consume NAMESRV TOPIC GROUP COUNT [--tags EXPR] [--timeout S] [--api new|old]
+    cpp_client.py produce NAMESRV TOPIC COUNT [--tags T] [--keys-prefix K] [--oneway]
+                          [--sharding-keys N]   (orderly: body "<key>:<seq>", N keys in turn)
+    cpp_client.py consume NAMESRV TOPIC GROUP COUNT [--tags EXPR] [--timeout S] [--orderly]
 """
 
 from __future__ import annotations
@@ -32,9 +33,19 @@ def set_namesrv(client, address: str) -> None:
 def produce(args) -> None:
     from rocketmq.client import Message, Producer
 
-    producer = Producer(args.group)
+    producer = Producer(args.group, orderly=bool(args.sharding_keys))
     set_namesrv(producer, args.namesrv)
     producer.start()
+    if args.sharding_keys:
+        for number in range(args.count):
+            key = f"order-{number % args.sharding_keys}"
+            message = Message(args.topic)
+            message.set_keys(key)
+            message.set_body(f"{key}:{number // args.sharding_keys}")
+            result = producer.send_orderly_with_sharding_key(message, key)
+            emit(event="sent", number=number, status=str(result.status), key=key)
+        emit(event="done")
+        return
     for number in range(args.count):
         message = Message(args.topic)
         message.set_keys(f"{args.keys_prefix}{number}")
@@ -101,13 +112,18 @@ def consume(args) -> None:
             message.id, bytes) else message.id)
         return ConsumeStatus.CONSUME_SUCCESS
 
-    consumer = PushConsumer(args.group)
+    consumer = PushConsumer(args.group, orderly=args.orderly)
     set_namesrv(consumer, args.namesrv)
     consumer.subscribe(args.topic, on_message, args.tags or "*")
     consumer.start()
     deadline = time.time() + args.timeout
+    last, last_count = time.time(), 0
     while len(seen) < args.count and time.time() < deadline:
         time.sleep(0.05)
+        if len(seen) != last_count:
+            last, last_count = time.time(), len(seen)
+        elif args.idle and seen and time.time() - last > args.idle:
+            break  # everything there was has come
     emit(event="done", received=len(seen))
 
 
@@ -123,6 +139,7 @@ def main() -> None:
     p.add_argument("--keys-prefix", default="key-")
     p.add_argument("--oneway", action="store_true")
     p.add_argument("--delay-level", type=int, default=0)
+    p.add_argument("--sharding-keys", type=int, default=0, help="orderly sends over N sharding keys")
     t = sub.add_parser("transact")
     t.add_argument("namesrv")
     t.add_argument("topic")
@@ -136,6 +153,8 @@ def main() -> None:
     c.add_argument("--tags")
     c.add_argument("--timeout", type=float, default=30)
     c.add_argument("--fail-first", action="store_true", help="ask to reconsume each message once")
+    c.add_argument("--orderly", action="store_true", help="an orderly push consumer (queue locks)")
+    c.add_argument("--idle", type=float, default=0, help="stop once nothing new came for S seconds")
     args = parser.parse_args()
     try:
         {"produce": produce, "consume": consume, "transact": transact}[args.mode](args)
