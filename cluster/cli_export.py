@@ -123,18 +123,17 @@ def run_export(args) -> int:
     Path(events_path).touch()
     summary = None
     job: subprocess.Popen | None = None
+    driver: int | None = None  # the job's driver process, once its "started" event says
     cancelled = False
 
     def cancel(signum, frame):
-        # The job itself cancels its Spark jobs and removes its staging folder; its JVM and
-        # Python workers follow it (the group is killed below if anything lingers).
+        # The driver itself cancels its Spark jobs and removes its staging folder; its JVM and
+        # Python workers follow it (the group is killed below if anything lingers). Under
+        # spark-submit the driver is the JVM's child, so it is signalled itself once known.
         nonlocal cancelled
         cancelled = True
         if job is not None:
-            try:
-                job.send_signal(signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+            _terminate(driver or job.pid)
 
     # Installed before the job starts: the job runs in its own session, so a SIGTERM that
     # killed this launcher by default between the two would leave it running on its own,
@@ -151,7 +150,7 @@ def run_export(args) -> int:
                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                cwd=str(ROOT), start_new_session=True)
     if cancelled:  # the signal came while the job was being started, before it had a pid here
-        job.send_signal(signal.SIGTERM)
+        _terminate(job.pid)
     events_out = open(args.events, "a", buffering=1, encoding="utf-8") if args.events else None  # noqa: SIM115
     try:
         shown = 0.0
@@ -177,21 +176,29 @@ def run_export(args) -> int:
                         shown = time.monotonic()
                     if event["event"] == "finished":
                         summary = event
+                    elif event["event"] == "started" and event.get("pid"):
+                        driver = int(event["pid"])
+                        if cancelled and driver != job.pid:
+                            _terminate(driver)  # the cancel reached spark-submit before it
         try:
             code = job.wait(30)
         except subprocess.TimeoutExpired:
             os.killpg(job.pid, signal.SIGKILL)
             code = job.wait()
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        # Killed before the handlers are restored: a SIGTERM in between must not end this
+        # launcher and leave the job running on its own.
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
             job.wait()
+        if driver is not None and driver != job.pid:
+            _wait_gone(driver, 30)  # a cancelled driver under spark-submit is still cleaning up
         try:
             os.killpg(job.pid, signal.SIGKILL)  # a JVM or worker left behind by the job
         except (ProcessLookupError, PermissionError):
             pass
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         if events_out is not None:
             events_out.close()
     if summary is not None:
@@ -211,6 +218,26 @@ def run_export(args) -> int:
     print("rocketdesk: the export failed; the last lines of Spark's log (" + log_path + "):\n  "
           + "\n  ".join(tail), file=sys.stderr)
     return 1
+
+
+def _terminate(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+
+
+def _wait_gone(pid: int, seconds: float) -> None:
+    import psutil
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return  # exited; only its reaping is left to whoever adopted it
+        except psutil.Error:
+            return
+        time.sleep(0.1)
 
 
 def _summary_text(summary: dict) -> str:

@@ -63,8 +63,8 @@ class Cancellation:
         signal.signal(signal.SIGINT, self._handle)
 
     def _handle(self, signum, frame) -> None:
-        if self.settled:
-            return
+        if self.settled or self.requested:
+            return  # decided already, or unwinding from the first cancel
         self.requested = True
         if self.spark is not None:
             self.spark.sparkContext.cancelJobGroup(JOB_GROUP)
@@ -287,7 +287,8 @@ def run_incremental(spark, args, events: Events) -> dict:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     events = Events(args.events_file)
-    events.emit("started", master=args.master)
+    # The pid lets the launcher reach this driver under spark-submit, where it is a grandchild.
+    events.emit("started", master=args.master, pid=os.getpid())
     cancellation = Cancellation()
     cancellation.install()
     spark = None

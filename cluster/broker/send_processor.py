@@ -39,6 +39,7 @@ from storage.message import (
     PROPERTY_REAL_TOPIC,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    TRANSACTION_CHECK_PROPERTIES,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_PREPARED_TYPE,
     MessageExtBatch,
@@ -149,6 +150,8 @@ class SendMessageProcessor:
                 return command.make_response(ResponseCode.NO_PERMISSION,
                                              "the broker rejects transactional messages")
             # A half message waits, invisible, in the half topic until END_TRANSACTION.
+            for internal in TRANSACTION_CHECK_PROPERTIES:  # a copy's marks are the broker's to set
+                props.pop(internal, None)
             props[PROPERTY_REAL_TOPIC] = topic
             props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
             sys_flag = reset_transaction_type(sys_flag, TRANSACTION_NOT_TYPE)

@@ -37,6 +37,7 @@ from storage.message import (
     TRANS_CHECK_GROUP,
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
+    TRANSACTION_CHECK_PROPERTIES,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     MessageExtBrokerInner,
@@ -61,6 +62,7 @@ class TransactionalMessageService:
     def __init__(self, broker) -> None:
         self.broker = broker
         self.progress: TransactionProgress | None = None
+        self._unasked: list[tuple[_Copy, dict[str, str]]] = []
         self._task: asyncio.Task | None = None
 
     # -- END_TRANSACTION ----------------------------------------------------------------------------
@@ -108,6 +110,8 @@ class TransactionalMessageService:
         topic = props.pop(PROPERTY_REAL_TOPIC, record.topic)
         queue_id = int(props.pop(PROPERTY_REAL_QUEUE_ID, record.queue_id))
         props.pop(PROPERTY_TRANSACTION_PREPARED, None)
+        for internal in TRANSACTION_CHECK_PROPERTIES:  # the check-back's, not the application's
+            props.pop(internal, None)
         msg = MessageExtBrokerInner(
             topic=topic, body=record.body, queue_id=queue_id, flag=record.flag, properties=props,
             properties_string=properties_to_string(props),
@@ -227,17 +231,21 @@ class TransactionalMessageService:
         config = self.broker.config
         now_ms = int((time.time() if now is None else now) * 1000)
         progress = self.load()
-        asked = 0
+        asked = self._ask_again()
         for offset, record, props in self._half_messages(progress.half_offset, MAX_READS_PER_ROUND):
             origin = origin_of(record, props)
             progress.register(offset, origin)
             times = int(props.get(PROPERTY_TRANSACTION_CHECK_TIMES, "0") or 0)
             if times == 0:
-                immunity = config.transaction_time_out
                 seconds = props.get(PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS, "")
-                if seconds.isdigit():
-                    immunity = max(int(seconds) * 1000, immunity)
-                if 0 <= now_ms - record.born_timestamp < immunity:
+                if seconds.isdigit() and 0 <= now_ms - record.born_timestamp < int(seconds) * 1000:
+                    # Its producer asked for longer than transactionTimeOut: put it back
+                    # unchecked (as RocketMQ does) rather than hold up everything after it.
+                    copy = self._put_back(record, props, origin, times)
+                    if copy is not None:
+                        progress.put_back(offset, origin, copy.queue_offset)
+                    continue
+                if 0 <= now_ms - record.born_timestamp < config.transaction_time_out:
                     break  # what follows was stored later: not due either
             elif now_ms - record.store_timestamp < config.transaction_check_interval:
                 continue  # checked (put back) less than transactionCheckInterval ago
@@ -253,24 +261,41 @@ class TransactionalMessageService:
             progress.put_back(offset, origin, copy.queue_offset)
             # Counted whether or not a producer is there to ask, as in RocketMQ: a transaction
             # whose producer group is gone for good is rolled back after its checks.
-            channel = self.broker.producers.any_channel(props.get(PROPERTY_PRODUCER_GROUP, ""))
-            if channel is None:
-                log.info("no producer of %s online to ask about half message %d",
-                         props.get(PROPERTY_PRODUCER_GROUP, ""), origin)
-                continue
-            uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "")
-            try:
-                channel.connection.invoke_oneway(request(RequestCode.CHECK_TRANSACTION_STATE, {
-                    "tranStateTableOffset": copy.queue_offset, "commitLogOffset": copy.commit_log_offset,
-                    "msgId": uniq, "transactionId": uniq, "offsetMsgId": copy.msg_id,
-                    "topic": props.get(PROPERTY_REAL_TOPIC, "")},
-                    body=self.broker.store.select_one_message_by_offset(copy.commit_log_offset)))
-            except RemotingError as exc:
-                log.info("could not ask %s about a transaction: %s", channel.client_id, exc)
-                continue  # counted: the copy is checked again after the interval
-            asked += 1
+            asked += self._ask(copy, props)
         self._persist_progress()
         return asked
+
+    def _ask(self, copy: _Copy, props: dict[str, str]) -> int:
+        """CHECK_TRANSACTION_STATE about ``copy`` to a producer of its group; 1 when sent."""
+        group = props.get(PROPERTY_PRODUCER_GROUP, "")
+        channel = self.broker.producers.any_channel(group)
+        if channel is None:
+            log.info("no producer of %s online to ask about half message %d", group, copy.queue_offset)
+            return 0
+        try:
+            body = self.broker.store.select_one_message_by_offset(copy.commit_log_offset)
+        except StoreError:
+            # Not readable yet (with transientStorePoolEnable a put is readable once committed
+            # from the write buffer): ask at the start of the next round.
+            self._unasked.append((copy, props))
+            return 0
+        uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "")
+        try:
+            channel.connection.invoke_oneway(request(RequestCode.CHECK_TRANSACTION_STATE, {
+                "tranStateTableOffset": copy.queue_offset, "commitLogOffset": copy.commit_log_offset,
+                "msgId": uniq, "transactionId": uniq, "offsetMsgId": copy.msg_id,
+                "topic": props.get(PROPERTY_REAL_TOPIC, "")}, body=body))
+        except RemotingError as exc:
+            log.info("could not ask %s about a transaction: %s", channel.client_id, exc)
+            return 0  # counted: the copy is checked again after the interval
+        return 1
+
+    def _ask_again(self) -> int:
+        """The asks the last round could not send, unless their transaction has ended since."""
+        waiting, self._unasked = self._unasked, []
+        progress = self.progress
+        return sum(self._ask(copy, props) for copy, props in waiting
+                   if not progress.is_settled(copy.queue_offset))
 
     def _put_back(self, record, props: dict[str, str], origin: int, times: int):
         """Store a copy of the half message that carries one more check; None when refused."""

@@ -22,7 +22,6 @@ class TransactionProgress:
     def __init__(self, half_offset: int, op_offset: int) -> None:
         self.half_offset = half_offset  # every half message below is settled
         self.op_read = op_offset  # op messages below were read (or written here)
-        self.scanned = half_offset  # half messages in [half_offset, scanned) are registered
         # Half offset (>= half_offset) -> the op message that ended it, or None when it was
         # put back, rolled back without an op being read yet, or is a hole in the queue.
         self.settled: dict[int, int | None] = {}
@@ -44,7 +43,6 @@ class TransactionProgress:
         Copies are only ever appended after the message they replace, so a later half message
         of the same transaction supersedes the earlier ones: after a restart from a half offset
         that had not yet moved past a put-back original, the original is not checked again."""
-        self.scanned = max(self.scanned, offset + 1)
         for older in [o for o in self.live.get(origin, ()) if o < offset]:
             self._settle(older, None)
         if self.is_settled(offset):
@@ -54,7 +52,6 @@ class TransactionProgress:
 
     def skip(self, offset: int) -> None:
         """Nothing to check there (a hole, an unreadable record)."""
-        self.scanned = max(self.scanned, offset + 1)
         if offset >= self.half_offset:
             self._settle(offset, None)
 
@@ -67,8 +64,11 @@ class TransactionProgress:
         """The half offsets an END_TRANSACTION for ``offset`` ends (an op message for each);
         empty when its transaction is settled already (ended, or rolled back after its checks)."""
         offsets = set(self.live.get(origin, ()))
-        if offset >= self.scanned and offset not in self.settled:
-            offsets.add(offset)  # arrived after the last scan: not registered yet
+        if not self.is_settled(offset):
+            # Open, registered or not: a half message the check-back has not reached yet (it
+            # stopped early, or the message arrived since) can only be an original, since
+            # copies are registered when they are made.
+            offsets.add(offset)
         return sorted(offsets)
 
     def advance(self) -> int:
@@ -76,7 +76,6 @@ class TransactionProgress:
         while self.half_offset in self.settled:
             del self.settled[self.half_offset]
             self.half_offset += 1
-        self.scanned = max(self.scanned, self.half_offset)
         return self.half_offset
 
     def jump_to(self, offset: int) -> None:
@@ -88,7 +87,6 @@ class TransactionProgress:
         for gone in [o for o in self.settled if o < offset]:
             del self.settled[gone]
         self.half_offset = offset
-        self.scanned = max(self.scanned, offset)
 
     def op_offset(self) -> int:
         """The op queue's progress: below it, every op message concerns a settled half offset."""

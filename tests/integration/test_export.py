@@ -192,7 +192,8 @@ def test_a_cancelled_export_leaves_nothing_behind(cluster, tmp_path, when):
         _cancel_and_check(cluster, tmp_path / f"run-{delay}", when, delay)
 
 
-def _cancel_and_check(cluster, folder: Path, when: str, delay: float | None) -> None:
+def _cancel_and_check(cluster, folder: Path, when: str, delay: float | None,
+                      master: str = "local[2]") -> None:
     import psutil
 
     folder.mkdir()
@@ -200,8 +201,8 @@ def _cancel_and_check(cluster, folder: Path, when: str, delay: float | None) -> 
     events = folder / "events.jsonl"
     process = subprocess.Popen(
         [sys.executable, "-m", "cluster.cli", "export", "-n", cluster.state.namesrv_addr, "-t", "Orders",
-         "--out", str(out), "--events", str(events), "--partition-size", "2000", "--master", "local[2]"],
-        cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE,
+         "--out", str(out), "--events", str(events), "--partition-size", "2000", "--master", master],
+        cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT, SPARK_LOCAL_IP="127.0.0.1"), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)
     if delay is not None:
         time.sleep(delay)
@@ -258,6 +259,9 @@ def test_export_on_a_spark_standalone_master_and_worker(cluster, tmp_path):
         assert summary["exported"] == TOTAL // 2
         assert summary["verified"] is True
         assert len(parquet_rows(out)) == TOTAL // 2
+        # Cancelled while writing: under spark-submit the driver is the JVM's child, and it is
+        # the driver that must hear the cancel to remove its staging folder.
+        _cancel_and_check(cluster, tmp_path / "cancel", "writing", None, f"spark://127.0.0.1:{port}")
     finally:
         for process in (worker, master):
             if process is not None and process.poll() is None:

@@ -19,6 +19,13 @@ def test_an_answer_for_the_original_ends_its_copy_and_a_second_answer_ends_nothi
     assert progress.to_end(0, 0) == []
 
 
+def test_a_message_the_check_back_has_not_reached_can_be_ended_after_a_put_back():
+    progress = TransactionProgress(0, 0)
+    progress.register(0, 0)
+    progress.put_back(0, 0, 2)  # the copy lands after 1, which the round never reached
+    assert progress.to_end(1, 1) == [1]
+
+
 def test_a_message_sent_after_the_last_scan_can_be_ended():
     progress = TransactionProgress(0, 0)
     assert progress.to_end(3, 3) == [3]
@@ -81,9 +88,8 @@ def test_against_a_model_every_transaction_ends_at_most_once(steps):
             progress.put_back(offset, origin, len(queue) - 1)
         elif action == "end":
             to_end = progress.to_end(offset, origin)
-            if to_end:
-                assert origin not in ended
-                ended.add(origin)
+            assert bool(to_end) == (origin not in ended)  # an open one ends, and only once
+            ended.add(origin)
             for half in to_end:
                 ops.append(half)
                 progress.on_op(len(ops) - 1, half)

@@ -42,10 +42,12 @@ def broker(tmp_path):
     controller.store.shutdown()
 
 
-def store_half(broker, key: str) -> tuple[int, int]:
+def store_half(broker, key: str, immunity_seconds: int | None = None) -> tuple[int, int]:
     """A half message as the send processor stores it; its (queue offset, CommitLog offset)."""
     props = {"PGROUP": "pg", "REAL_TOPIC": "Payments", "REAL_QID": "0", "TRAN_MSG": "true",
              "KEYS": key, "UNIQ_KEY": key}
+    if immunity_seconds is not None:
+        props["CHECK_IMMUNITY_TIME_IN_SECONDS"] = str(immunity_seconds)
     result, _ = broker.store.put_message_nowait(MessageExtBrokerInner(
         topic=TRANS_HALF_TOPIC, body=key.encode(), properties=props,
         properties_string=properties_to_string(props), born_timestamp=int(time.time() * 1000)))
@@ -102,3 +104,30 @@ def test_progress_beyond_a_lost_tail_does_not_hide_new_half_messages(broker):
     assert end(service, offsets) == ResponseCode.SUCCESS
     assert broker.store.wait_dispatched()
     assert broker.store.get_max_offset_in_queue("Payments", 0) == 1  # once
+
+
+def test_a_long_immunity_does_not_hold_up_the_transactions_after_it(broker):
+    store_half(broker, "patient", immunity_seconds=3600)
+    store_half(broker, "due")
+    service = broker.transactions
+    service.check_once(now=time.time() + 5)  # past transactionTimeOut, well within the hour
+    assert broker.store.wait_dispatched()
+    copies = {r.keys: props for _, r, props in service._half_messages(0)}
+    assert copies["due"]["TRANSACTION_CHECK_TIMES"] == "1"  # checked
+    assert copies["patient"]["TRANSACTION_CHECK_TIMES"] == "0"  # put back unchecked
+    assert service.progress.half_offset == 2  # past both originals
+
+
+def test_a_committed_message_carries_none_of_the_check_backs_marks(broker):
+    store_half(broker, "checked")
+    service = broker.transactions
+    service.check_once(now=time.time() + 5)
+    assert broker.store.wait_dispatched()
+    (offset, copy, _), = list(service._half_messages(0))
+    assert end(service, (offset, copy.commit_log_offset)) == ResponseCode.SUCCESS
+    assert broker.store.wait_dispatched()
+    queue = broker.store.find_consume_queue("Payments", 0, create=False)
+    unit = queue.get_unit(0)
+    committed = broker.store.look_message_by_offset(unit.commit_log_offset, unit.size)
+    assert committed.keys == "checked"
+    assert not {"TRANSACTION_CHECK_TIMES", "TRAN_PREPARED_QUEUE_OFFSET"} & set(committed.properties)
