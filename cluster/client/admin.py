@@ -238,10 +238,15 @@ class AdminClient:
         return pending[:limit]
 
     async def _check_progress(self, address: str, mq: MessageQueue) -> int:
+        """Where the broker's check-back stands in ``mq``, or the queue's first offset when
+        older files expired before the check-back moved past them."""
         response = await self.instance.remoting.invoke(address, request(
             RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": TRANS_CHECK_GROUP,
                                                 "topic": mq.topic, "queueId": mq.queue_id}), self.timeout)
-        return int(response.field("offset")) if response.code == ResponseCode.SUCCESS else 0
+        progress = int(response.field("offset")) if response.code == ResponseCode.SUCCESS else 0
+        first = await self.instance.remoting.invoke(address, request(
+            RequestCode.GET_MIN_OFFSET, {"topic": mq.topic, "queueId": mq.queue_id}), self.timeout)
+        return max(progress, int(first.field("offset") or 0) if first.code == ResponseCode.SUCCESS else 0)
 
     async def message_trace(self, msg_id: str) -> list:
         """The trace events of a message (by its client msgId), oldest first: Pub, then each
