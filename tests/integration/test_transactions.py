@@ -145,7 +145,9 @@ def test_check_counts_survive_a_restart_and_a_late_answer_commits_once(tmp_path)
                         Message("Payments", b"late", keys="late"), unknown)
                     await producer.send_message_in_transaction(
                         Message("Payments", b"abandoned", keys="abandoned"), unknown)
-                    assert set(await pending_by_key()) == {"late", "abandoned"}
+                    async def both_pending():
+                        return set(await pending_by_key()) == {"late", "abandoned"}
+                    await wait_for(both_pending, "the two open transactions in the pending list", 10)
 
                     # "late" is put back and checked; then the producer's own answer for the
                     # original arrives, and the check is answered with a commit as well.
