@@ -24,6 +24,7 @@ from cluster.broker.transaction_progress import TransactionProgress
 from cluster.remoting.codec import RemotingCommand, request
 from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.errors import RemotingError
+from storage.commitlog import AppendMessageResult
 from storage.errors import PutMessageError, StoreError
 from storage.message import (
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
@@ -62,7 +63,7 @@ class TransactionalMessageService:
     def __init__(self, broker) -> None:
         self.broker = broker
         self.progress: TransactionProgress | None = None
-        self._unasked: list[tuple[_Copy, dict[str, str]]] = []
+        self._unasked: list[tuple[AppendMessageResult, dict[str, str]]] = []
         self._task: asyncio.Task | None = None
 
     # -- END_TRANSACTION ----------------------------------------------------------------------------
@@ -173,7 +174,8 @@ class TransactionalMessageService:
             progress.register(offset, origin_of(record, props))
 
     def _half_messages(self, start: int, limit: int | None = None, settled_too: bool = False):
-        """(offset, record, properties) of the unsettled half messages from ``start``."""
+        """(offset, record, properties) of the unsettled half messages from ``start`` (all of
+        them with ``settled_too``), reading at most ``limit``; holes are settled on the way."""
         store, progress = self.broker.store, self.progress
         queue = store.find_consume_queue(TRANS_HALF_TOPIC, 0, create=False)
         if queue is None:
@@ -243,7 +245,7 @@ class TransactionalMessageService:
                     # unchecked (as RocketMQ does) rather than hold up everything after it.
                     copy = self._put_back(record, props, origin, times)
                     if copy is not None:
-                        progress.put_back(offset, origin, copy.queue_offset)
+                        progress.put_back(offset, origin, copy.logics_offset)
                     continue
                 if 0 <= now_ms - record.born_timestamp < config.transaction_time_out:
                     break  # what follows was stored later: not due either
@@ -258,22 +260,22 @@ class TransactionalMessageService:
             copy = self._put_back(record, props, origin, times + 1)
             if copy is None:
                 continue
-            progress.put_back(offset, origin, copy.queue_offset)
+            progress.put_back(offset, origin, copy.logics_offset)
             # Counted whether or not a producer is there to ask, as in RocketMQ: a transaction
             # whose producer group is gone for good is rolled back after its checks.
             asked += self._ask(copy, props)
         self._persist_progress()
         return asked
 
-    def _ask(self, copy: _Copy, props: dict[str, str]) -> int:
+    def _ask(self, copy: AppendMessageResult, props: dict[str, str]) -> int:
         """CHECK_TRANSACTION_STATE about ``copy`` to a producer of its group; 1 when sent."""
         group = props.get(PROPERTY_PRODUCER_GROUP, "")
         channel = self.broker.producers.any_channel(group)
         if channel is None:
-            log.info("no producer of %s online to ask about half message %d", group, copy.queue_offset)
+            log.info("no producer of %s online to ask about half message %d", group, copy.logics_offset)
             return 0
         try:
-            body = self.broker.store.select_one_message_by_offset(copy.commit_log_offset)
+            body = self.broker.store.select_one_message_by_offset(copy.wrote_offset)
         except StoreError:
             # Not readable yet (with transientStorePoolEnable a put is readable once committed
             # from the write buffer): ask at the start of the next round.
@@ -282,7 +284,7 @@ class TransactionalMessageService:
         uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "")
         try:
             channel.connection.invoke_oneway(request(RequestCode.CHECK_TRANSACTION_STATE, {
-                "tranStateTableOffset": copy.queue_offset, "commitLogOffset": copy.commit_log_offset,
+                "tranStateTableOffset": copy.logics_offset, "commitLogOffset": copy.wrote_offset,
                 "msgId": uniq, "transactionId": uniq, "offsetMsgId": copy.msg_id,
                 "topic": props.get(PROPERTY_REAL_TOPIC, "")}, body=body))
         except RemotingError as exc:
@@ -295,10 +297,11 @@ class TransactionalMessageService:
         waiting, self._unasked = self._unasked, []
         progress = self.progress
         return sum(self._ask(copy, props) for copy, props in waiting
-                   if not progress.is_settled(copy.queue_offset))
+                   if not progress.is_settled(copy.logics_offset))
 
-    def _put_back(self, record, props: dict[str, str], origin: int, times: int):
-        """Store a copy of the half message that carries one more check; None when refused."""
+    def _put_back(self, record, props: dict[str, str], origin: int, times: int) -> AppendMessageResult | None:
+        """Store a copy of the half message carrying ``times`` checks; where it landed, or None
+        when the store refused it."""
         props = dict(props)
         props[PROPERTY_TRANSACTION_CHECK_TIMES] = str(times)
         props[PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET] = str(origin)
@@ -311,14 +314,5 @@ class TransactionalMessageService:
         except (PutMessageError, StoreError) as exc:
             log.warning("could not put half message %d back for its check: %s", record.queue_offset, exc)
             return None
-        append = result.append
-        return _Copy(append.logics_offset, append.wrote_offset, append.msg_id)
+        return result.append
 
-
-class _Copy:
-    __slots__ = ("commit_log_offset", "msg_id", "queue_offset")
-
-    def __init__(self, queue_offset: int, commit_log_offset: int, msg_id: str) -> None:
-        self.queue_offset = queue_offset
-        self.commit_log_offset = commit_log_offset
-        self.msg_id = msg_id
