@@ -28,7 +28,20 @@ def validate_topic_name(topic: str) -> str | None:
     if len(topic) > 127:
         return f"the topic name is longer than 127 characters: {topic[:40]}…"
     if not _VALID_TOPIC.match(topic):
-        return f"the topic name {topic!r} contains characters other than letters, digits, %, -, _ and |"
+        return f"the topic name {topic[:40]!r} contains characters other than letters, digits, %, -, _ and |"
+    return None
+
+
+def validate_group_name(group: str) -> str | None:
+    """Why a group name is not acceptable, or None (the client's ``Validators.checkGroup``: the
+    topic alphabet, at most 255 characters). The broker checks it too: group names become keys
+    of files it persists and rows in every console."""
+    if not group:
+        return "the group name is empty"
+    if len(group) > 255:
+        return f"the group name is longer than 255 characters: {group[:40]}…"
+    if not _VALID_TOPIC.match(group):
+        return f"the group name {group[:40]!r} contains characters other than letters, digits, %, -, _ and |"
     return None
 
 

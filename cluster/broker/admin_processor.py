@@ -11,12 +11,22 @@ import json
 import os
 import time
 
-from cluster.broker.headers import header_processor
+from cluster.broker.headers import (
+    ConsumeStatsRequestHeader,
+    CreateTopicRequestHeader,
+    DeleteSubscriptionGroupRequestHeader,
+    EmptyHeader,
+    GroupRequestHeader,
+    TopicRequestHeader,
+    checked,
+)
 from cluster.broker.schedule import ACTING_MASTER_FIELD
-from cluster.broker.subscription_group import SubscriptionGroupConfig
+from cluster.broker.subscription_group import checked_subscription_group
 from cluster.broker.topic_config import TopicConfig
+from cluster.remoting.body import JsonBody
 from cluster.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode
-from cluster.topic_validator import is_system_topic, validate_topic_name
+from cluster.remoting.header import HeaderError
+from cluster.topic_validator import is_system_topic
 
 
 def message_queue_key(topic: str, broker_name: str, queue_id: int) -> str:
@@ -57,29 +67,22 @@ class AdminBrokerProcessor:
         for code, handler in table.items():
             server.register(code, handler)
 
-    @header_processor
-    def update_and_create_topic(self, command, header):
-        topic = header.str("topic", required=True)
-        problem = validate_topic_name(topic)
-        if problem:
-            return command.make_response(ResponseCode.SYSTEM_ERROR, problem)
+    @checked(CreateTopicRequestHeader)
+    def update_and_create_topic(self, connection, command, header):
+        topic = header.topic
         if topic == self.broker.config.broker_cluster_name:
             return command.make_response(ResponseCode.SYSTEM_ERROR,
                                          f"the topic[{topic}] is conflict with system reserved words.")
         if not self.broker.is_master:
             return command.make_response(ResponseCode.SYSTEM_ERROR, SLAVE_READ_ONLY)
-        config = TopicConfig(
-            topic, header.int("readQueueNums", 16), header.int("writeQueueNums", 16),
-            header.int("perm", 6), header.str("topicFilterType", "SINGLE_TAG"),
-            header.int("topicSysFlag", 0), header.bool("order"))
-        if config.read_queue_nums < 1 or config.write_queue_nums < 1:
-            return command.make_response(ResponseCode.SYSTEM_ERROR, "queue numbers must be positive")
+        config = TopicConfig(topic, header.read_queue_nums, header.write_queue_nums, header.perm,
+                             header.topic_filter_type, header.topic_sys_flag, header.order)
         self.broker.topics.update(config)
         return command.make_response(ResponseCode.SUCCESS)
 
-    @header_processor
-    def delete_topic(self, command, header):
-        topic = header.str("topic", required=True)
+    @checked(TopicRequestHeader)
+    def delete_topic(self, connection, command, header):
+        topic = header.topic
         if is_system_topic(topic):
             return command.make_response(ResponseCode.SYSTEM_ERROR,
                                          f"the topic[{topic}] is a system topic and cannot be deleted")
@@ -88,20 +91,20 @@ class AdminBrokerProcessor:
         self.broker.store.delete_topics({topic})
         return command.make_response(ResponseCode.SUCCESS)
 
-    @header_processor
-    def get_all_topic_config(self, command, header):
+    @checked(EmptyHeader)
+    def get_all_topic_config(self, connection, command, header):
         return command.make_response(ResponseCode.SUCCESS,
                                      body=json.dumps(self.broker.topics.wrapper_json()).encode())
 
-    @header_processor
-    def get_broker_runtime_info(self, command, header):
+    @checked(EmptyHeader)
+    def get_broker_runtime_info(self, connection, command, header):
         return command.make_response(
             ResponseCode.SUCCESS,
             body=json.dumps({"table": self.broker.runtime_info()}, sort_keys=True).encode())
 
-    @header_processor
-    def get_topic_stats_info(self, command, header):
-        topic = header.str("topic", required=True)
+    @checked(TopicRequestHeader)
+    def get_topic_stats_info(self, connection, command, header):
+        topic = header.topic
         config = self.broker.topics.select(topic)
         if config is None:
             return command.make_response(ResponseCode.TOPIC_NOT_EXIST,
@@ -118,10 +121,10 @@ class AdminBrokerProcessor:
         body = '{"offsetTable":' + mq_table_json(entries) + "}"
         return command.make_response(ResponseCode.SUCCESS, body=body.encode())
 
-    @header_processor
-    def get_consume_stats(self, command, header):
-        group = header.str("consumerGroup", required=True)
-        only_topic = header.str("topic")
+    @checked(ConsumeStatsRequestHeader)
+    def get_consume_stats(self, connection, command, header):
+        group = header.consumer_group
+        only_topic = header.topic
         broker = self.broker
         topics = {only_topic} if only_topic else broker.offsets.topics_of_group(group)
         entries = []
@@ -144,9 +147,9 @@ class AdminBrokerProcessor:
         body = '{"consumeTps":' + f"{tps:.1f}" + ',"offsetTable":' + mq_table_json(entries) + "}"
         return command.make_response(ResponseCode.SUCCESS, body=body.encode())
 
-    @header_processor
-    def query_topic_consume_by_who(self, command, header):
-        topic = header.str("topic", required=True)
+    @checked(TopicRequestHeader)
+    def query_topic_consume_by_who(self, connection, command, header):
+        topic = header.topic
         groups = set(self.broker.consumers.groups_of_topic(topic))
         groups |= self.broker.offsets.groups_of_topic(topic)
         return command.make_response(ResponseCode.SUCCESS,
@@ -156,29 +159,27 @@ class AdminBrokerProcessor:
         if not self.broker.is_master:
             return command.make_response(ResponseCode.SYSTEM_ERROR, SLAVE_READ_ONLY)
         try:
-            data = json.loads(command.body)
-            config = SubscriptionGroupConfig.from_json(data)
-        except (ValueError, KeyError, TypeError) as exc:
-            return command.make_response(ResponseCode.SYSTEM_ERROR,
-                                         f"subscription group body does not parse: {exc}")
+            config = checked_subscription_group(JsonBody.parse(command.body, "subscription group"))
+        except HeaderError as exc:
+            return command.make_response(exc.response_code, str(exc))
         self.broker.subscription_groups.update(config)
         return command.make_response(ResponseCode.SUCCESS)
 
-    @header_processor
-    def delete_subscription_group(self, command, header):
-        group = header.str("groupName", required=True)
+    @checked(DeleteSubscriptionGroupRequestHeader)
+    def delete_subscription_group(self, connection, command, header):
+        group = header.group_name
         self.broker.subscription_groups.delete(group)
-        if header.bool("cleanOffset"):
+        if header.clean_offset:
             self.broker.offsets.remove_group(group)
         return command.make_response(ResponseCode.SUCCESS)
 
-    @header_processor
-    def get_all_consumer_offset(self, command, header):
+    @checked(EmptyHeader)
+    def get_all_consumer_offset(self, connection, command, header):
         return command.make_response(ResponseCode.SUCCESS,
                                      body=self.broker.offsets.wrapper_json().encode())
 
-    @header_processor
-    def get_all_delay_offset(self, command, header):
+    @checked(EmptyHeader)
+    def get_all_delay_offset(self, connection, command, header):
         path = os.path.join(self.broker.store_config.store_path_root_dir, "config", "delayOffset.json")
         try:
             with open(path, encoding="utf-8") as handle:
@@ -191,19 +192,19 @@ class AdminBrokerProcessor:
                                      body=(text.strip() or '{"offsetTable":{}}').encode(),
                                      ext_fields={ACTING_MASTER_FIELD: str(acting).lower()})
 
-    @header_processor
-    def get_broker_ha_status(self, command, header):
+    @checked(EmptyHeader)
+    def get_broker_ha_status(self, connection, command, header):
         return command.make_response(ResponseCode.SUCCESS,
                                      body=json.dumps(self.broker.ha_runtime_info()).encode())
 
-    @header_processor
-    def get_all_subscription_group(self, command, header):
+    @checked(EmptyHeader)
+    def get_all_subscription_group(self, connection, command, header):
         return command.make_response(
             ResponseCode.SUCCESS, body=json.dumps(self.broker.subscription_groups.wrapper_json()).encode())
 
-    @header_processor
-    def get_consumer_connection_list(self, command, header):
-        group = header.str("consumerGroup", required=True)
+    @checked(GroupRequestHeader)
+    def get_consumer_connection_list(self, connection, command, header):
+        group = header.consumer_group
         info = self.broker.consumers.find(group)
         if info is None or not info.channels:
             return command.make_response(ResponseCode.CONSUMER_NOT_ONLINE,

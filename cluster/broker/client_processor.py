@@ -6,36 +6,25 @@ import json
 import logging
 
 from cluster.broker.admin_processor import message_queue_key, mq_table_json
-from cluster.broker.client_manager import ClientChannelInfo, SubscriptionData
-from cluster.broker.headers import Header, HeaderError
+from cluster.broker.client_bodies import parse_heartbeat, parse_lock_batch
+from cluster.broker.client_manager import ClientChannelInfo
+from cluster.broker.headers import (
+    ConsumerClientRequestHeader,
+    GroupRequestHeader,
+    ResetOffsetRequestHeader,
+    UnregisterClientRequestHeader,
+    checked,
+)
 from cluster.broker.topic_config import PERM_READ, PERM_WRITE
-from cluster.remoting import fastjson
 from cluster.remoting.codec import RemotingCommand, request
 from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.errors import RemotingError
+from cluster.remoting.header import HeaderError
 from cluster.topic_validator import RETRY_GROUP_TOPIC_PREFIX
 from storage.errors import StoreError
 from storage.message_id import decode_message_id
 
 log = logging.getLogger(__name__)
-
-
-# The C++ client sends these enums as their ordinals; Java and Go send the names.
-CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY", "CONSUME_POP")
-MESSAGE_MODELS = ("BROADCASTING", "CLUSTERING")
-CONSUME_FROM = {0: "CONSUME_FROM_LAST_OFFSET", 1: "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
-                2: "CONSUME_FROM_MIN_OFFSET", 3: "CONSUME_FROM_MAX_OFFSET",
-                4: "CONSUME_FROM_FIRST_OFFSET", 5: "CONSUME_FROM_TIMESTAMP"}
-
-
-def enum_name(value, names, default: str) -> str:
-    """An enum sent as a name or as its ordinal, as its name."""
-    if value is None or value == "":
-        return default
-    if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
-        table = names if isinstance(names, dict) else dict(enumerate(names))
-        return table.get(int(value), default)
-    return str(value)
 
 
 class ClientManageProcessor:
@@ -50,51 +39,45 @@ class ClientManageProcessor:
 
     async def heart_beat(self, connection, command: RemotingCommand) -> RemotingCommand:
         try:
-            data = fastjson.loads(command.body) if command.body else {}
-        except (ValueError, UnicodeDecodeError) as exc:
-            return command.make_response(ResponseCode.SYSTEM_ERROR, f"heartbeat body does not parse: {exc}")
+            heartbeat = parse_heartbeat(command.body, connection.remote_address)
+        except HeaderError as exc:
+            return command.make_response(exc.response_code, str(exc))
         broker = self.broker
-        client_id = str(data.get("clientID") or connection.remote_address)
-        for consumer in data.get("consumerDataSet") or []:
-            group = str(consumer.get("groupName") or "")
-            if not group:
-                continue
+        client_id = heartbeat.client_id
+        for consumer in heartbeat.consumers:
+            group = consumer.group
             group_config = broker.subscription_groups.find(group)
             if group_config is not None:
                 broker.topics.create_in_send_message_back_method(
                     RETRY_GROUP_TOPIC_PREFIX + group, group_config.retry_queue_nums,
                     PERM_READ | PERM_WRITE)
-            subscriptions = [SubscriptionData.from_json(s)
-                             for s in consumer.get("subscriptionDataSet") or []]
             channel = ClientChannelInfo(connection, client_id, command.language, command.version)
             changed = broker.consumers.register(
-                group, channel,
-                enum_name(consumer.get("consumeType"), CONSUME_TYPES, "CONSUME_PASSIVELY"),
-                enum_name(consumer.get("messageModel"), MESSAGE_MODELS, "CLUSTERING"),
-                enum_name(consumer.get("consumeFromWhere"), CONSUME_FROM, "CONSUME_FROM_LAST_OFFSET"),
-                subscriptions)
+                group, channel, consumer.consume_type, consumer.message_model,
+                consumer.consume_from_where, consumer.subscriptions)
             if changed:
                 log.info("consumer group %s: %s joined", group, client_id)
                 self.notify_consumer_ids_changed(group)
-        for producer in data.get("producerDataSet") or []:
-            group = str(producer.get("groupName") or "")
-            if group:
-                broker.producers.register(group, ClientChannelInfo(
-                    connection, client_id, command.language, command.version))
+        for group in heartbeat.producer_groups:
+            broker.producers.register(group, ClientChannelInfo(
+                connection, client_id, command.language, command.version))
         return command.make_response(ResponseCode.SUCCESS)
 
-    async def unregister_client(self, connection, command: RemotingCommand) -> RemotingCommand:
-        header = Header(command)
-        producer_group = header.str("producerGroup")
-        consumer_group = header.str("consumerGroup")
+    @checked(UnregisterClientRequestHeader)
+    async def unregister_client(self, connection, command: RemotingCommand,
+                                header: UnregisterClientRequestHeader) -> RemotingCommand:
+        producer_group = header.producer_group
+        consumer_group = header.consumer_group
         if producer_group:
             self.broker.producers.unregister(producer_group, connection)
         if consumer_group and self.broker.consumers.unregister(consumer_group, connection):
             self.notify_consumer_ids_changed(consumer_group)
         return command.make_response(ResponseCode.SUCCESS)
 
-    async def get_consumer_list_by_group(self, connection, command: RemotingCommand) -> RemotingCommand:
-        group = Header(command).str("consumerGroup") or ""
+    @checked(GroupRequestHeader)
+    async def get_consumer_list_by_group(self, connection, command: RemotingCommand,
+                                         header: GroupRequestHeader) -> RemotingCommand:
+        group = header.consumer_group
         info = self.broker.consumers.find(group)
         if info is None or not info.channels:
             return command.make_response(ResponseCode.SYSTEM_ERROR,
@@ -139,10 +122,9 @@ class ClientForwardProcessor:
         server.register(RequestCode.LOCK_BATCH_MQ, self.lock_batch_mq)
         server.register(RequestCode.UNLOCK_BATCH_MQ, self.unlock_batch_mq)
 
-    def _channel(self, command: RemotingCommand):
-        header = Header(command)
-        group = header.str("consumerGroup") or ""
-        client_id = header.str("clientId") or ""
+    def _channel(self, command: RemotingCommand, header: ConsumerClientRequestHeader):
+        group = header.consumer_group
+        client_id = header.client_id
         channel = self.broker.consumers.find_channel(group, client_id)
         if channel is None:
             return None, command.make_response(
@@ -150,11 +132,13 @@ class ClientForwardProcessor:
                 f"The Consumer <{client_id}> <{group}> not online or not supported")
         return channel, None
 
-    async def consume_message_directly(self, connection, command: RemotingCommand) -> RemotingCommand:
-        channel, error = self._channel(command)
+    @checked(ConsumerClientRequestHeader)
+    async def consume_message_directly(self, connection, command: RemotingCommand,
+                                       header: ConsumerClientRequestHeader) -> RemotingCommand:
+        channel, error = self._channel(command, header)
         if error is not None:
             return error
-        msg_id = Header(command).str("msgId")
+        msg_id = header.msg_id
         try:
             offset = decode_message_id(msg_id or "").offset
             body = self.broker.store.select_one_message_by_offset(offset)
@@ -165,8 +149,10 @@ class ClientForwardProcessor:
         fields["brokerName"] = self.broker.config.broker_name
         return await self._relay(channel, command, fields, body)
 
-    async def get_consumer_running_info(self, connection, command: RemotingCommand) -> RemotingCommand:
-        channel, error = self._channel(command)
+    @checked(ConsumerClientRequestHeader)
+    async def get_consumer_running_info(self, connection, command: RemotingCommand,
+                                        header: ConsumerClientRequestHeader) -> RemotingCommand:
+        channel, error = self._channel(command, header)
         if error is not None:
             return error
         return await self._relay(channel, command, dict(command.ext_fields), command.body)
@@ -181,22 +167,19 @@ class ClientForwardProcessor:
 
     async def lock_batch_mq(self, connection, command: RemotingCommand) -> RemotingCommand:
         try:
-            data = fastjson.loads(command.body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            return command.make_response(ResponseCode.SYSTEM_ERROR, f"lock body does not parse: {exc}")
-        locked = self.broker.locks.try_lock_batch(str(data.get("consumerGroup") or ""),
-                                                  list(data.get("mqSet") or []),
-                                                  str(data.get("clientId") or ""))
+            group, queues, client_id = parse_lock_batch(command.body)
+        except HeaderError as exc:
+            return command.make_response(exc.response_code, str(exc))
+        locked = self.broker.locks.try_lock_batch(group, queues, client_id)
         return command.make_response(ResponseCode.SUCCESS,
                                      body=json.dumps({"lockOKMQSet": locked}).encode())
 
     async def unlock_batch_mq(self, connection, command: RemotingCommand) -> RemotingCommand:
         try:
-            data = fastjson.loads(command.body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            return command.make_response(ResponseCode.SYSTEM_ERROR, f"unlock body does not parse: {exc}")
-        self.broker.locks.unlock_batch(str(data.get("consumerGroup") or ""),
-                                       list(data.get("mqSet") or []), str(data.get("clientId") or ""))
+            group, queues, client_id = parse_lock_batch(command.body)
+        except HeaderError as exc:
+            return command.make_response(exc.response_code, str(exc))
+        self.broker.locks.unlock_batch(group, queues, client_id)
         return command.make_response(ResponseCode.SUCCESS)
 
 
@@ -211,15 +194,10 @@ class ResetOffsetProcessor:
     def register_with(self, server) -> None:
         server.register(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, self.reset_offset)
 
-    async def reset_offset(self, connection, command: RemotingCommand) -> RemotingCommand:
-        try:
-            header = Header(command)
-            topic = header.str("topic", required=True)
-            group = header.str("group", required=True)
-            timestamp = header.int("timestamp", required=True)
-            force = header.bool("isForce", True)
-        except HeaderError as exc:
-            return command.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
+    @checked(ResetOffsetRequestHeader)
+    async def reset_offset(self, connection, command: RemotingCommand,
+                           header: ResetOffsetRequestHeader) -> RemotingCommand:
+        topic, group, timestamp, force = header.topic, header.group, header.timestamp, header.is_force
         broker = self.broker
         config = broker.topics.select(topic)
         if config is None:

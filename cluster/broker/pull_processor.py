@@ -9,7 +9,7 @@ maxOffset and suggestWhichBrokerId, which clients unbox unconditionally.
 
 from __future__ import annotations
 
-from cluster.broker.headers import Header, HeaderError
+from cluster.broker.headers import PullMessageRequestHeader, checked
 from cluster.filter.message_filter import SqlMessageFilter
 from cluster.filter.sql92 import FilterSyntaxError
 from cluster.remoting.codec import RemotingCommand
@@ -29,20 +29,18 @@ class PullMessageProcessor:
     def register_with(self, server) -> None:
         server.register(RequestCode.PULL_MESSAGE, self.process)
 
-    async def process(self, connection, command: RemotingCommand) -> RemotingCommand:
-        try:
-            header = Header(command)
-            group = header.str("consumerGroup", required=True)
-            topic = header.str("topic", required=True)
-            queue_id = header.int("queueId", required=True)
-            offset = header.int("queueOffset", required=True)
-            max_nums = header.int("maxMsgNums", 32)
-            sys_flag = header.int("sysFlag", 0)
-            commit_offset = header.int("commitOffset", -1)
-            suspend_ms = header.int("suspendTimeoutMillis", 15_000)
-        except HeaderError as exc:
-            return command.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
+    @checked(PullMessageRequestHeader)
+    async def process(self, connection, command: RemotingCommand,
+                      header: PullMessageRequestHeader) -> RemotingCommand:
+        group, topic, queue_id = header.consumer_group, header.topic, header.queue_id
+        offset, max_nums, sys_flag = header.queue_offset, header.max_msg_nums, header.sys_flag
+        commit_offset, suspend_ms = header.commit_offset, header.suspend_timeout_millis
         broker = self.broker
+        # One pull never returns more than the transfer counts allow; a bigger ask would only
+        # make a filtered pull scan further on the event loop.
+        store_config = broker.store_config
+        max_nums = min(max_nums, max(store_config.max_transfer_count_on_message_in_memory,
+                                     store_config.max_transfer_count_on_message_in_disk))
         topic_config = broker.topics.select(topic) or broker.replicated_topic_config(topic, queue_id)
         if topic_config is None:
             return command.make_response(ResponseCode.TOPIC_NOT_EXIST,
@@ -63,7 +61,7 @@ class PullMessageProcessor:
             return command.make_response(ResponseCode.NO_PERMISSION,
                                          f"subscription group no permission, {group}")
         expression = self._subscription(header, sys_flag, group, topic)
-        expression_type = (header.str("expressionType") or self._expression_type(group, topic)).upper()
+        expression_type = (header.expression_type or self._expression_type(group, topic)).upper()
         if expression_type == "SQL92":
             if not broker.config.enable_property_filter:
                 return command.make_response(
@@ -113,9 +111,10 @@ class PullMessageProcessor:
         sub = info.subscriptions.get(topic) if info else None
         return sub.expression_type if sub else "TAG"
 
-    def _subscription(self, header: Header, sys_flag: int, group: str, topic: str) -> str:
+    def _subscription(self, header: PullMessageRequestHeader, sys_flag: int, group: str,
+                      topic: str) -> str:
         if sys_flag & FLAG_SUBSCRIPTION:
-            return header.str("subscription", "*") or "*"
+            return header.subscription or "*"
         info = self.broker.consumers.find(group)
         sub = info.subscriptions.get(topic) if info else None
         return sub.sub_string if sub else "*"

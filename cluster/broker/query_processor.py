@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import time
 
-from cluster.broker.headers import header_processor
+from cluster.broker.headers import (
+    EmptyHeader,
+    QueryConsumerOffsetRequestHeader,
+    QueryMessageRequestHeader,
+    QueueRequestHeader,
+    SearchOffsetRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
+    ViewMessageRequestHeader,
+    checked,
+)
 from cluster.remoting.codes import RequestCode, ResponseCode
 from storage.errors import OffsetOutOfRangeError, RecordError
 
@@ -28,15 +37,16 @@ class QueryProcessor:
         for code, handler in table.items():
             server.register(code, handler)
 
-    @header_processor
-    def query_message(self, command, header):
-        topic = header.str("topic", required=True)
-        key = header.str("key", required=True)
-        max_num = header.int("maxNum", 32)
-        if header.bool("_UNIQUE_KEY_QUERY"):
+    @checked(QueryMessageRequestHeader)
+    def query_message(self, connection, command, header):
+        topic, key = header.topic, header.key
+        max_num = min(header.max_num, self.broker.store_config.max_msgs_num_batch)
+        if header.unique_key_query:
             max_num = self.broker.store_config.default_query_max_num
-        begin = header.int("beginTimestamp", 0)
-        end = header.int("endTimestamp", int(time.time() * 1000) + 1000)
+        begin = header.begin_timestamp
+        end = header.end_timestamp
+        if end is None:
+            end = int(time.time() * 1000) + 1000
         result = self.broker.store.query_message(topic, key, max_num, begin, end)
         fields = {"indexLastUpdateTimestamp": result.index_last_update_timestamp,
                   "indexLastUpdatePhyoffset": result.index_last_update_phyoffset}
@@ -46,9 +56,9 @@ class QueryProcessor:
                                          ext_fields=fields)
         return command.make_response(ResponseCode.SUCCESS, ext_fields=fields, body=result.body)
 
-    @header_processor
-    def view_message_by_id(self, command, header):
-        offset = header.int("offset", required=True)
+    @checked(ViewMessageRequestHeader)
+    def view_message_by_id(self, connection, command, header):
+        offset = header.offset
         try:
             body = self.broker.store.select_one_message_by_offset(offset)
         except (OffsetOutOfRangeError, RecordError):
@@ -56,11 +66,9 @@ class QueryProcessor:
                                          f"can not find message by the offset, {offset}")
         return command.make_response(ResponseCode.SUCCESS, body=body)
 
-    @header_processor
-    def query_consumer_offset(self, command, header):
-        group = header.str("consumerGroup", required=True)
-        topic = header.str("topic", required=True)
-        queue_id = header.int("queueId", required=True)
+    @checked(QueryConsumerOffsetRequestHeader)
+    def query_consumer_offset(self, connection, command, header):
+        group, topic, queue_id = header.consumer_group, header.topic, header.queue_id
         offset = self.broker.offsets.query_offset(group, topic, queue_id)
         if offset >= 0:
             return command.make_response(ResponseCode.SUCCESS, ext_fields={"offset": offset})
@@ -70,7 +78,7 @@ class QueryProcessor:
         # (RocketMQ's rule); otherwise the client decides from its consumeFromWhere.
         if min_offset <= 0 and not self._first_message_on_disk(topic, queue_id):
             return command.make_response(ResponseCode.SUCCESS, ext_fields={"offset": 0})
-        if header.bool("setZeroIfNotFound"):
+        if header.set_zero_if_not_found:
             return command.make_response(ResponseCode.SUCCESS, ext_fields={"offset": 0})
         return command.make_response(ResponseCode.QUERY_NOT_FOUND,
                                      "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
@@ -80,45 +88,38 @@ class QueryProcessor:
         phy = store.get_commit_log_offset_in_queue(topic, queue_id, 0)
         return store.get_max_phy_offset() - phy > store.memory_limit
 
-    @header_processor
-    def update_consumer_offset(self, command, header):
-        group = header.str("consumerGroup", required=True)
-        topic = header.str("topic", required=True)
-        queue_id = header.int("queueId", required=True)
-        offset = header.int("commitOffset", required=True)
+    @checked(UpdateConsumerOffsetRequestHeader)
+    def update_consumer_offset(self, connection, command, header):
+        group, topic, queue_id = header.consumer_group, header.topic, header.queue_id
+        offset = header.commit_offset
         self.broker.offsets.commit_offset(group, topic, queue_id, offset)
         return command.make_response(ResponseCode.SUCCESS)
 
-    @header_processor
-    def search_offset_by_timestamp(self, command, header):
-        topic = header.str("topic", required=True)
-        queue_id = header.int("queueId", required=True)
-        timestamp = header.int("timestamp", required=True)
+    @checked(SearchOffsetRequestHeader)
+    def search_offset_by_timestamp(self, connection, command, header):
+        topic, queue_id, timestamp = header.topic, header.queue_id, header.timestamp
         offset = self.broker.store.get_offset_in_queue_by_time(topic, queue_id, timestamp)
         return command.make_response(ResponseCode.SUCCESS, ext_fields={"offset": offset})
 
-    @header_processor
-    def get_max_offset(self, command, header):
-        topic = header.str("topic", required=True)
-        queue_id = header.int("queueId", required=True)
+    @checked(QueueRequestHeader)
+    def get_max_offset(self, connection, command, header):
+        topic, queue_id = header.topic, header.queue_id
         offset = self.broker.store.get_max_offset_in_queue(topic, queue_id)
         return command.make_response(ResponseCode.SUCCESS, ext_fields={"offset": offset})
 
-    @header_processor
-    def get_min_offset(self, command, header):
-        topic = header.str("topic", required=True)
-        queue_id = header.int("queueId", required=True)
+    @checked(QueueRequestHeader)
+    def get_min_offset(self, connection, command, header):
+        topic, queue_id = header.topic, header.queue_id
         offset = self.broker.store.get_min_offset_in_queue(topic, queue_id)
         return command.make_response(ResponseCode.SUCCESS, ext_fields={"offset": offset})
 
-    @header_processor
-    def get_earliest_msg_storetime(self, command, header):
-        topic = header.str("topic", required=True)
-        queue_id = header.int("queueId", required=True)
+    @checked(QueueRequestHeader)
+    def get_earliest_msg_storetime(self, connection, command, header):
+        topic, queue_id = header.topic, header.queue_id
         timestamp = self.broker.store.get_earliest_message_time(topic, queue_id)
         return command.make_response(ResponseCode.SUCCESS, ext_fields={"timestamp": timestamp})
 
-    @header_processor
-    def get_all_consumer_offset(self, command, header):
+    @checked(EmptyHeader)
+    def get_all_consumer_offset(self, connection, command, header):
         return command.make_response(ResponseCode.SUCCESS,
                                      body=self.broker.offsets.wrapper_json().encode())

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 
-from cluster.broker.headers import Header, HeaderError
+from cluster.broker.headers import ConsumerSendMsgBackRequestHeader, checked
 from cluster.broker.topic_config import PERM_READ, PERM_WRITE
 from cluster.remoting.codec import RemotingCommand
 from cluster.remoting.codes import RequestCode, ResponseCode
@@ -31,17 +31,12 @@ class SendMessageBackProcessor:
     def register_with(self, server) -> None:
         server.register(RequestCode.CONSUMER_SEND_MSG_BACK, self.process)
 
-    async def process(self, connection, command: RemotingCommand) -> RemotingCommand:
+    @checked(ConsumerSendMsgBackRequestHeader)
+    async def process(self, connection, command: RemotingCommand,
+                      header: ConsumerSendMsgBackRequestHeader) -> RemotingCommand:
         broker = self.broker
-        try:
-            header = Header(command)
-            offset = header.int("offset", required=True)
-            group = header.str("group", required=True)
-            delay_level = header.int("delayLevel", 0)
-            max_times = header.int("maxReconsumeTimes", -1)
-            origin_msg_id = header.str("originMsgId")
-        except HeaderError as exc:
-            return command.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
+        offset, group, delay_level = header.offset, header.group, header.delay_level
+        max_times, origin_msg_id = header.max_reconsume_times, header.origin_msg_id
         if not broker.is_master:
             return command.make_response(ResponseCode.SLAVE_NOT_AVAILABLE,
                                          "a slave does not take messages back; use the master")

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import random
 
-from cluster.broker.headers import SEND_V2_NAMES, Header, HeaderError
+from cluster.broker.headers import SendMessageRequestHeader, checked
 from cluster.broker.topic_config import PERM_READ, PERM_WRITE
 from cluster.remoting.codec import RemotingCommand
 from cluster.remoting.codes import RequestCode, ResponseCode
@@ -21,7 +21,6 @@ from cluster.topic_validator import (
     NOT_ALLOWED_SEND_TOPICS,
     RETRY_GROUP_TOPIC_PREFIX,
     TRANS_HALF_TOPIC,
-    validate_topic_name,
 )
 from storage.config import BrokerRole
 from storage.errors import (
@@ -33,15 +32,19 @@ from storage.errors import (
     ServiceNotAvailableError,
 )
 from storage.message import (
+    BORNHOST_V6_FLAG,
     PROPERTY_CLUSTER,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    STOREHOSTADDRESS_V6_FLAG,
     TRANSACTION_CHECK_PROPERTIES,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    TRANSACTION_TYPE_MASK,
     MessageExtBatch,
     MessageExtBrokerInner,
     properties_to_string,
@@ -78,23 +81,15 @@ class SendMessageProcessor:
                      RequestCode.SEND_BATCH_MESSAGE):
             server.register(code, self.process)
 
-    async def process(self, connection, command: RemotingCommand) -> RemotingCommand:
-        try:
-            header = Header(command, SEND_V2_NAMES if command.code != RequestCode.SEND_MESSAGE else None)
-            return await self._send(connection, command, header)
-        except HeaderError as exc:
-            return command.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
-
-    async def _send(self, connection, command: RemotingCommand, header: Header) -> RemotingCommand:
+    @checked(SendMessageRequestHeader)
+    async def process(self, connection, command: RemotingCommand,
+                      header: SendMessageRequestHeader) -> RemotingCommand:
         broker = self.broker
-        topic = header.str("topic", required=True)
-        header.str("producerGroup", required=True)  # RocketMQ requires it; nothing else uses it here
-        queue_id = header.int("queueId", -1)
-        sys_flag = header.int("sysFlag", 0)
-        batch = command.code == RequestCode.SEND_BATCH_MESSAGE or header.bool("batch")
-        problem = validate_topic_name(topic)
-        if problem:
-            return command.make_response(ResponseCode.SYSTEM_ERROR, problem)
+        topic = header.topic
+        queue_id = header.queue_id
+        # The IPv6 host bits are the store's to set from the real addresses.
+        sys_flag = header.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
+        batch = command.code == RequestCode.SEND_BATCH_MESSAGE or header.batch
         if topic in NOT_ALLOWED_SEND_TOPICS:
             return command.make_response(ResponseCode.NO_PERMISSION,
                                          f"sending message to topic[{topic}] is forbidden")
@@ -104,14 +99,13 @@ class SendMessageProcessor:
                 f"the broker[{broker.config.broker_ip1}] sending message is forbidden")
         topic_config = broker.topics.select(topic)
         if topic_config is None:
-            topic_sys_flag = 1 if header.bool("unitMode") else 0
+            topic_sys_flag = 1 if header.unit_mode else 0
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 topic_config = broker.topics.create_in_send_message_back_method(
                     topic, 1, PERM_READ | PERM_WRITE, topic_sys_flag)
             else:
                 topic_config = broker.topics.create_in_send_message_method(
-                    topic, header.str("defaultTopic", "TBW102"),
-                    header.int("defaultTopicQueueNums", 4), topic_sys_flag)
+                    topic, header.default_topic, header.default_topic_queue_nums, topic_sys_flag)
             if topic_config is None:
                 return command.make_response(
                     ResponseCode.TOPIC_NOT_EXIST,
@@ -127,15 +121,15 @@ class SendMessageProcessor:
         if queue_id < 0:
             queue_id = random.randrange(topic_config.write_queue_nums)
         born_host = peer_host(connection)
-        born_ts = header.int("bornTimestamp", 0)
+        born_ts = header.born_timestamp
         if batch:
             return await self._send_batch(command, header, topic, queue_id, sys_flag, born_host,
                                           born_ts)
-        props = string_to_properties(header.str("properties", "") or "")
-        reconsume_times = header.int("reconsumeTimes", 0)
+        props = string_to_properties(header.properties)
+        reconsume_times = header.reconsume_times
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             group = topic[len(RETRY_GROUP_TOPIC_PREFIX):]
-            max_times = header.int("maxReconsumeTimes") if command.version >= 121 else None
+            max_times = header.max_reconsume_times if command.version >= 121 else None
             group_config = broker.subscription_groups.find(group)
             if max_times is None:
                 max_times = group_config.retry_max_times if group_config else 16
@@ -158,13 +152,16 @@ class SendMessageProcessor:
             topic, queue_id = TRANS_HALF_TOPIC, 0
             broker.topics.create_in_send_message_back_method(topic, 1, PERM_READ | PERM_WRITE)
         msg = MessageExtBrokerInner(
-            topic=topic, body=command.body, queue_id=queue_id, flag=header.int("flag", 0),
+            topic=topic, body=command.body, queue_id=queue_id, flag=header.flag,
             properties=props, properties_string=properties_to_string(props), sys_flag=sys_flag,
             born_timestamp=born_ts, born_host=born_host, reconsume_times=reconsume_times,
         )
-        if msg.sys_flag & 0xC == TRANSACTION_PREPARED_TYPE and broker.config.reject_transaction_message:
-            return command.make_response(ResponseCode.NO_PERMISSION,
-                                         "the broker rejects transactional messages")
+        if msg.sys_flag & TRANSACTION_TYPE_MASK in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
+            # Prepared and rolled-back records get no queue offset: stored in a real topic they
+            # would be invisible forever. Half messages come only through TRAN_MSG above.
+            return command.make_response(
+                ResponseCode.MESSAGE_ILLEGAL,
+                "a prepared or rolled-back transaction flag needs the TRAN_MSG property")
         try:
             result, waiter = broker.store.put_message_nowait(msg)
         except PutMessageError as exc:
@@ -193,16 +190,19 @@ class SendMessageProcessor:
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             return command.make_response(ResponseCode.MESSAGE_ILLEGAL,
                                          "batch request does not support retry group topics")
-        props_text = header.str("properties", "") or ""
+        if sys_flag & TRANSACTION_TYPE_MASK != TRANSACTION_NOT_TYPE:
+            return command.make_response(ResponseCode.MESSAGE_ILLEGAL,
+                                         "batch messages cannot be transactional")
+        props_text = header.properties
         props = string_to_properties(props_text)
         if property_from_string(props_text, PROPERTY_DELAY_TIME_LEVEL) not in (None, "0"):
             return command.make_response(ResponseCode.MESSAGE_ILLEGAL,
                                          "batch messages cannot carry a delay level")
         props[PROPERTY_CLUSTER] = broker.config.broker_cluster_name
         batch = MessageExtBatch(topic=topic, body=command.body, queue_id=queue_id,
-                                flag=header.int("flag", 0), properties=props, sys_flag=sys_flag,
+                                flag=header.flag, properties=props, sys_flag=sys_flag,
                                 born_timestamp=born_ts, born_host=born_host,
-                                reconsume_times=header.int("reconsumeTimes", 0))
+                                reconsume_times=header.reconsume_times)
         try:
             result, waiter = broker.store.put_messages_nowait(batch)
         except PutMessageError as exc:

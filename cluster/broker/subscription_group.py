@@ -8,6 +8,13 @@ from dataclasses import dataclass
 
 from cluster.broker.json_config import JsonConfigFile
 from cluster.broker.topic_config import DataVersion
+from cluster.remoting.body import JsonBody
+from cluster.remoting.header import HeaderError
+from cluster.topic_validator import validate_group_name
+
+# Also the cap of a topic's queues (cluster/broker/headers.py); kept here so the two agree
+# without this module importing the processors' headers.
+MAX_TOPIC_QUEUE_NUMS = 4096
 
 
 @dataclass(slots=True)
@@ -39,6 +46,24 @@ class SubscriptionGroupConfig:
                    int(data.get("retryQueueNums", 1)), int(data.get("retryMaxTimes", 16)),
                    int(data.get("brokerId", 0)), int(data.get("whichBrokerWhenConsumeSlowly", 1)),
                    bool(data.get("notifyConsumerIdsChangedEnable", True)))
+
+
+def checked_subscription_group(body: JsonBody) -> SubscriptionGroupConfig:
+    """A group config from an UPDATE_AND_CREATE_SUBSCRIPTIONGROUP body, every field checked
+    (raises HeaderError): a string "false" must not read as true, and retry queues become a
+    topic's queues."""
+    name = body.text("groupName", max_length=255)
+    problem = validate_group_name(name)
+    if problem:
+        raise HeaderError(problem)
+    return SubscriptionGroupConfig(
+        name, body.boolean("consumeEnable", True), body.boolean("consumeFromMinEnable", True),
+        body.boolean("consumeBroadcastEnable", True),
+        body.integer("retryQueueNums", 1, minimum=0, maximum=MAX_TOPIC_QUEUE_NUMS),
+        body.integer("retryMaxTimes", 16, minimum=-1),
+        body.integer("brokerId", 0, bits=64, minimum=0),
+        body.integer("whichBrokerWhenConsumeSlowly", 1, bits=64, minimum=0),
+        body.boolean("notifyConsumerIdsChangedEnable", True))
 
 
 class SubscriptionGroupManager:

@@ -18,7 +18,7 @@ import asyncio
 import logging
 import time
 
-from cluster.broker.headers import Header, HeaderError
+from cluster.broker.headers import EndTransactionRequestHeader, checked
 from cluster.broker.topic_config import PERM_READ, PERM_WRITE
 from cluster.broker.transaction_progress import TransactionProgress
 from cluster.remoting.codec import RemotingCommand, request
@@ -70,16 +70,12 @@ class TransactionalMessageService:
     def register_with(self, server) -> None:
         server.register(RequestCode.END_TRANSACTION, self.end_transaction)
 
-    async def end_transaction(self, connection, command: RemotingCommand) -> RemotingCommand:
+    @checked(EndTransactionRequestHeader)
+    async def end_transaction(self, connection, command: RemotingCommand,
+                              header: EndTransactionRequestHeader) -> RemotingCommand:
         broker = self.broker
-        try:
-            header = Header(command)
-            group = header.str("producerGroup", required=True)
-            half_offset = header.int("tranStateTableOffset", required=True)
-            commit_log_offset = header.int("commitLogOffset", required=True)
-            decision = header.int("commitOrRollback", required=True)
-        except HeaderError as exc:
-            return command.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
+        group, half_offset = header.producer_group, header.tran_state_table_offset
+        commit_log_offset, decision = header.commit_log_offset, header.commit_or_rollback
         if not broker.is_master:
             return command.make_response(ResponseCode.SLAVE_NOT_AVAILABLE,
                                          "a slave does not end transactions; use the master")

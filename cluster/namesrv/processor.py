@@ -6,27 +6,31 @@ import json
 import logging
 import zlib
 
+from cluster.namesrv.headers import (
+    BrokerNameRequestHeader,
+    ClusterRequestHeader,
+    DeleteTopicRequestHeader,
+    EmptyHeader,
+    KVConfigRequestHeader,
+    NamespaceRequestHeader,
+    PutKVConfigRequestHeader,
+    RegisterBrokerRequestHeader,
+    TopicRouteRequestHeader,
+    UnregisterBrokerRequestHeader,
+    checked_data_version,
+    checked_filter_servers,
+    checked_topic_config_wrapper,
+)
 from cluster.namesrv.kv_config import ORDER_TOPIC_CONFIG, KVConfigManager
 from cluster.namesrv.route_info import BrokerData, RouteInfoManager
 from cluster.remoting import fastjson
-from cluster.remoting.codec import RemotingCommand
+from cluster.remoting.body import JsonBody
 from cluster.remoting.codes import V3_0_11, V4_9_4, RequestCode, ResponseCode
 from cluster.remoting.connection import RemotingConnection
+from cluster.remoting.header import HeaderError, checked
 from cluster.remoting.server import RemotingServer
 
 log = logging.getLogger(__name__)
-
-
-def _required(command: RemotingCommand, *names: str) -> list[str]:
-    missing = [name for name in names if command.field(name) in (None, "")]
-    if missing:
-        raise _MissingField(missing)
-    return [command.field(name) for name in names]
-
-
-class _MissingField(Exception):
-    def __init__(self, names: list[str]) -> None:
-        super().__init__(f"the request lacks {', '.join(names)}")
 
 
 def broker_data_json(broker_data: BrokerData, standard: bool) -> str:
@@ -76,16 +80,8 @@ class NamesrvProcessor:
             RequestCode.QUERY_DATA_VERSION: self.query_data_version,
         }
         for code, handler in handlers.items():
-            server.register(code, self._guarded(handler))
+            server.register(code, handler)
         server.on_disconnect.append(self._connection_closed)
-
-    def _guarded(self, handler):
-        async def run(connection: RemotingConnection, command: RemotingCommand):
-            try:
-                return handler(connection, command)
-            except _MissingField as exc:
-                return command.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
-        return run
 
     def _connection_closed(self, connection: RemotingConnection) -> None:
         gone = self.routes.on_connection_closed(connection)
@@ -93,32 +89,32 @@ class NamesrvProcessor:
             log.info("connection closed: removed broker(s) %s", ", ".join(gone))
 
     # -- brokers ------------------------------------------------------------------------------
-    def register_broker(self, connection, command):
-        broker_name, broker_addr, cluster, ha_addr, broker_id = _required(
-            command, "brokerName", "brokerAddr", "clusterName", "haServerAddr", "brokerId")
+    @checked(RegisterBrokerRequestHeader)
+    def register_broker(self, connection, command, header: RegisterBrokerRequestHeader):
         body = command.body
-        crc = int(command.field("bodyCrc32") or 0)
+        crc = header.body_crc32
         if crc and body and (zlib.crc32(body) & 0x7FFFFFFF) != crc:
             return command.make_response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
         wrapper, filters = None, []
         if body:
-            if (command.field("compressed") or "").lower() == "true":
+            if header.compressed:
                 return command.make_response(ResponseCode.SYSTEM_ERROR,
                                              "compressed registration is not supported")
             try:
-                data = fastjson.loads(body)
-            except (ValueError, UnicodeDecodeError) as exc:
-                return command.make_response(ResponseCode.SYSTEM_ERROR,
-                                             f"registration body does not parse: {exc}")
-            if command.version >= V3_0_11 and "topicConfigSerializeWrapper" in data:
-                wrapper = data.get("topicConfigSerializeWrapper") or {}
-                filters = data.get("filterServerList") or []
-            else:
-                wrapper = data
+                data = JsonBody.parse(body, "registration")
+                if command.version >= V3_0_11 and "topicConfigSerializeWrapper" in data.data:
+                    wrapper = checked_topic_config_wrapper(
+                        data.obj("topicConfigSerializeWrapper", required=True))
+                    filters = checked_filter_servers(data)
+                else:
+                    wrapper = checked_topic_config_wrapper(data)
+            except HeaderError as exc:
+                return command.make_response(exc.response_code, str(exc))
         else:
             wrapper = {"dataVersion": {}, "topicConfigTable": {}}
-        result = self.routes.register_broker(cluster, broker_addr, broker_name, int(broker_id),
-                                             ha_addr, wrapper, filters, connection)
+        result = self.routes.register_broker(header.cluster_name, header.broker_addr,
+                                             header.broker_name, header.broker_id,
+                                             header.ha_server_addr, wrapper, filters, connection)
         fields = {"haServerAddr": result.ha_server_addr, "masterAddr": result.master_addr}
         body_out = b""
         order = self.kv.get_namespace(ORDER_TOPIC_CONFIG)
@@ -126,19 +122,19 @@ class NamesrvProcessor:
             body_out = json.dumps({"table": order}, separators=(",", ":")).encode()
         return command.make_response(ResponseCode.SUCCESS, ext_fields=fields, body=body_out)
 
-    def unregister_broker(self, connection, command):
-        broker_name, broker_addr, cluster, broker_id = _required(
-            command, "brokerName", "brokerAddr", "clusterName", "brokerId")
-        self.routes.unregister_broker(cluster, broker_addr, broker_name, int(broker_id))
+    @checked(UnregisterBrokerRequestHeader)
+    def unregister_broker(self, connection, command, header: UnregisterBrokerRequestHeader):
+        self.routes.unregister_broker(header.cluster_name, header.broker_addr, header.broker_name,
+                                      header.broker_id)
         return command.make_response(ResponseCode.SUCCESS)
 
-    def query_data_version(self, connection, command):
-        _, broker_addr, _, _ = _required(command, "brokerName", "brokerAddr", "clusterName",
-                                          "brokerId")
-        live = self.routes.broker_live_table.get(broker_addr)
+    @checked(UnregisterBrokerRequestHeader)
+    def query_data_version(self, connection, command, header: UnregisterBrokerRequestHeader):
+        live = self.routes.broker_live_table.get(header.broker_addr)
         try:
-            theirs = fastjson.loads(command.body) if command.body else {}
-        except ValueError:
+            theirs = checked_data_version(JsonBody.parse(command.body, "data version")) \
+                if command.body else {}
+        except HeaderError:
             theirs = {}
         changed = live is None or live.data_version != theirs
         body = json.dumps(live.data_version if live else {}).encode()
@@ -148,20 +144,22 @@ class NamesrvProcessor:
                                      body=body)
 
     # -- routes and topics -------------------------------------------------------------------
-    def get_route_info(self, connection, command):
-        (topic,) = _required(command, "topic")
+    @checked(TopicRouteRequestHeader)
+    def get_route_info(self, connection, command, header: TopicRouteRequestHeader):
+        topic = header.topic
         route = self.routes.pickup_topic_route_data(topic)
         if route is None:
             return command.make_response(
                 ResponseCode.TOPIC_NOT_EXIST,
                 f"No topic route info in name server for the topic: {topic}")
         standard = (command.version >= V4_9_4
-                    or (command.field("acceptStandardJsonOnly") or "").lower() == "true")
+                    or header.accept_standard_json_only)
         order_conf = self.kv.get(ORDER_TOPIC_CONFIG, topic)
         return command.make_response(ResponseCode.SUCCESS,
                                      body=route_json(route, standard, order_conf))
 
-    def get_broker_cluster_info(self, connection, command):
+    @checked(EmptyHeader)
+    def get_broker_cluster_info(self, connection, command, header):
         brokers, clusters = self.routes.get_all_cluster_info()
         # RocketMQ writes this body in the legacy dialect whatever the client version.
         body = ('{"brokerAddrTable":{'
@@ -170,51 +168,54 @@ class NamesrvProcessor:
                 + '},"clusterAddrTable":' + json.dumps(clusters, separators=(",", ":")) + "}")
         return command.make_response(ResponseCode.SUCCESS, body=body.encode())
 
-    def get_all_topic_list(self, connection, command):
+    @checked(EmptyHeader)
+    def get_all_topic_list(self, connection, command, header):
         body = json.dumps({"topicList": self.routes.get_all_topic_list()}).encode()
         return command.make_response(ResponseCode.SUCCESS, body=body)
 
-    def get_topics_by_cluster(self, connection, command):
-        (cluster,) = _required(command, "cluster")
-        body = json.dumps({"topicList": self.routes.get_topics_by_cluster(cluster)}).encode()
+    @checked(ClusterRequestHeader)
+    def get_topics_by_cluster(self, connection, command, header: ClusterRequestHeader):
+        body = json.dumps({"topicList": self.routes.get_topics_by_cluster(header.cluster)}).encode()
         return command.make_response(ResponseCode.SUCCESS, body=body)
 
-    def delete_topic(self, connection, command):
-        (topic,) = _required(command, "topic")
-        self.routes.delete_topic(topic, command.field("clusterName") or None)
+    @checked(DeleteTopicRequestHeader)
+    def delete_topic(self, connection, command, header: DeleteTopicRequestHeader):
+        self.routes.delete_topic(header.topic, header.cluster_name)
         return command.make_response(ResponseCode.SUCCESS)
 
-    def wipe_write_perm(self, connection, command):
-        (broker_name,) = _required(command, "brokerName")
-        count = self.routes.change_write_perm_of_broker(broker_name, add=False)
+    @checked(BrokerNameRequestHeader)
+    def wipe_write_perm(self, connection, command, header: BrokerNameRequestHeader):
+        count = self.routes.change_write_perm_of_broker(header.broker_name, add=False)
         return command.make_response(ResponseCode.SUCCESS, ext_fields={"wipeTopicCount": count})
 
-    def add_write_perm(self, connection, command):
-        (broker_name,) = _required(command, "brokerName")
-        count = self.routes.change_write_perm_of_broker(broker_name, add=True)
+    @checked(BrokerNameRequestHeader)
+    def add_write_perm(self, connection, command, header: BrokerNameRequestHeader):
+        count = self.routes.change_write_perm_of_broker(header.broker_name, add=True)
         return command.make_response(ResponseCode.SUCCESS, ext_fields={"addTopicCount": count})
 
     # -- KV config ------------------------------------------------------------------------------
-    def put_kv_config(self, connection, command):
-        namespace, key, value = _required(command, "namespace", "key", "value")
-        self.kv.put(namespace, key, value)
+    @checked(PutKVConfigRequestHeader)
+    def put_kv_config(self, connection, command, header: PutKVConfigRequestHeader):
+        self.kv.put(header.namespace, header.key, header.value)
         return command.make_response(ResponseCode.SUCCESS)
 
-    def get_kv_config(self, connection, command):
-        namespace, key = _required(command, "namespace", "key")
+    @checked(KVConfigRequestHeader)
+    def get_kv_config(self, connection, command, header: KVConfigRequestHeader):
+        namespace, key = header.namespace, header.key
         value = self.kv.get(namespace, key)
         if value is None:
             return command.make_response(ResponseCode.QUERY_NOT_FOUND,
                                          f"No config item, Namespace: {namespace} Key: {key}")
         return command.make_response(ResponseCode.SUCCESS, ext_fields={"value": value})
 
-    def delete_kv_config(self, connection, command):
-        namespace, key = _required(command, "namespace", "key")
-        self.kv.delete(namespace, key)
+    @checked(KVConfigRequestHeader)
+    def delete_kv_config(self, connection, command, header: KVConfigRequestHeader):
+        self.kv.delete(header.namespace, header.key)
         return command.make_response(ResponseCode.SUCCESS)
 
-    def get_kv_list(self, connection, command):
-        (namespace,) = _required(command, "namespace")
+    @checked(NamespaceRequestHeader)
+    def get_kv_list(self, connection, command, header: NamespaceRequestHeader):
+        namespace = header.namespace
         table = self.kv.get_namespace(namespace)
         if table is None:
             return command.make_response(ResponseCode.QUERY_NOT_FOUND,

@@ -28,10 +28,16 @@ def test_a_locked_queue_goes_to_nobody_else_until_it_expires_or_is_unlocked():
 
 
 def test_heartbeat_enums_are_read_as_names_or_ordinals():
-    from cluster.broker.client_processor import CONSUME_FROM, CONSUME_TYPES, MESSAGE_MODELS, enum_name
+    import json
 
-    assert enum_name(1, CONSUME_TYPES, "?") == "CONSUME_PASSIVELY"  # the C++ client's form
-    assert enum_name("CLUSTERING", MESSAGE_MODELS, "?") == "CLUSTERING"  # Java's
-    assert enum_name(1, MESSAGE_MODELS, "?") == "CLUSTERING"
-    assert enum_name(4, CONSUME_FROM, "?") == "CONSUME_FROM_FIRST_OFFSET"
-    assert enum_name(None, CONSUME_FROM, "CONSUME_FROM_LAST_OFFSET") == "CONSUME_FROM_LAST_OFFSET"
+    from cluster.broker.client_bodies import parse_heartbeat
+
+    def consumer(**fields):
+        body = json.dumps({"clientID": "c", "consumerDataSet": [dict(groupName="g", **fields)]})
+        return parse_heartbeat(body.encode(), "peer").consumers[0]
+
+    assert consumer(consumeType=1).consume_type == "CONSUME_PASSIVELY"  # the C++ client's form
+    assert consumer(messageModel="CLUSTERING").message_model == "CLUSTERING"  # Java's
+    assert consumer(messageModel=1).message_model == "CLUSTERING"
+    assert consumer(consumeFromWhere=4).consume_from_where == "CONSUME_FROM_FIRST_OFFSET"
+    assert consumer(consumeFromWhere=None).consume_from_where == "CONSUME_FROM_LAST_OFFSET"

@@ -1,0 +1,235 @@
+"""Typed, checked request headers (RocketMQ's ``CommandCustomHeader``), sans I/O.
+
+A request's extFields arrive as strings from whoever can reach the port. A processor never reads
+them raw: it declares a header class whose fields say each value's wire name, Java type and
+range, and ``decode`` turns the command into an instance or raises :class:`HeaderError` carrying
+the response code to answer with and a sentence for people. That is what Java's
+``decodeCommandCustomHeader`` + ``checkFields`` give RocketMQ: a value that does not parse as
+the field's Java type (``Integer.parseInt`` on "8589934592") never reaches the store.
+
+Declaring one::
+
+    class PullMessageRequestHeader(RequestHeader):
+        consumer_group: str = text("consumerGroup")
+        queue_id: int = int32("queueId", minimum=0)
+        max_msg_nums: int = int32("maxMsgNums", default=32, minimum=0)
+
+``header = PullMessageRequestHeader.decode(command)`` then gives ``header.queue_id`` as an int.
+Field makers are typed as returning their value type so that checkers read the class as the
+instance it decodes into.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+from cluster.remoting.codes import ResponseCode
+from cluster.remoting.errors import RemotingError
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# What Java's Integer/Long.parseInt accept: an optional sign and ASCII digits, nothing else
+# (Python's int() would also take "1_000", " 7 " and non-ASCII digits).
+_JAVA_INTEGER = re.compile(r"[+-]?[0-9]+\Z")
+_MISSING = object()
+
+
+class HeaderError(RemotingError):
+    """A request header field is missing, malformed or out of range. ``response_code`` is what
+    the peer gets back (SYSTEM_ERROR unless the field says otherwise, as in RocketMQ)."""
+
+    def __init__(self, message: str, response_code: int = ResponseCode.SYSTEM_ERROR) -> None:
+        super().__init__(message)
+        self.response_code = int(response_code)
+
+
+def shown(value: str, limit: int = 40) -> str:
+    """A hostile value quoted for a remark or a log line: bounded and printable."""
+    text = value if len(value) <= limit else value[:limit] + "…"
+    return repr(text)
+
+
+class FieldSpec:
+    """One extFields entry: its wire name, presence and how its text becomes a value."""
+
+    kind = "text"
+
+    def __init__(self, name: str, *, default: Any = _MISSING, error_code: int | None = None,
+                 check: Callable[[Any], str | None] | None = None) -> None:
+        self.name = name
+        self.default = default
+        self.error_code = error_code
+        self.check = check
+        self.attr = ""
+
+    @property
+    def required(self) -> bool:
+        return self.default is _MISSING
+
+    def parse(self, text: str) -> Any:
+        return text
+
+    def fail(self, why: str, header: type[RequestHeader]) -> HeaderError:
+        code = self.error_code if self.error_code is not None else header.error_code
+        return HeaderError(f"the request header field {self.name} {why}", code)
+
+
+class IntField(FieldSpec):
+    """A Java int or long, optionally narrowed to [minimum, maximum]."""
+
+    def __init__(self, name: str, bits: int, *, minimum: int | None = None,
+                 maximum: int | None = None, **kwargs: Any) -> None:
+        super().__init__(name, **kwargs)
+        self.kind = f"int{bits}"
+        self.java_range = (INT32_MIN, INT32_MAX) if bits == 32 else (INT64_MIN, INT64_MAX)
+        self.minimum = self.java_range[0] if minimum is None else minimum
+        self.maximum = self.java_range[1] if maximum is None else maximum
+        self.bits = bits
+
+    def parse(self, text: str) -> int:
+        if not _JAVA_INTEGER.match(text):
+            raise ValueError(f"= {shown(text)} is not an integer")
+        value = int(text)
+        low, high = self.java_range
+        if not low <= value <= high:
+            java = "an int" if self.bits == 32 else "a long"
+            raise ValueError(f"= {shown(text)} does not fit {java} ({self.bits} bits)")
+        if not self.minimum <= value <= self.maximum:
+            raise ValueError(f"= {value} is outside {self.minimum}..{self.maximum}")
+        return value
+
+
+class BoolField(FieldSpec):
+    """Java's Boolean.parseBoolean: "true" in any case is true, anything else false."""
+
+    kind = "bool"
+
+    def parse(self, text: str) -> bool:
+        return text.lower() == "true"
+
+
+class TextField(FieldSpec):
+    """A string, at most ``max_length`` characters."""
+
+    def __init__(self, name: str, *, max_length: int | None = None, **kwargs: Any) -> None:
+        super().__init__(name, **kwargs)
+        self.max_length = max_length
+
+    def parse(self, text: str) -> str:
+        if self.max_length is not None and len(text) > self.max_length:
+            raise ValueError(f"is {len(text)} characters long; the limit is {self.max_length}")
+        return text
+
+
+def int32(name: str, **kwargs: Any) -> Any:
+    """A Java int field (typed Any so that ``x: int = int32(...)`` reads as the decoded value)."""
+    return IntField(name, 32, **kwargs)
+
+
+def int64(name: str, **kwargs: Any) -> Any:
+    """A Java long field."""
+    return IntField(name, 64, **kwargs)
+
+
+def boolean(name: str, default: bool = False, **kwargs: Any) -> Any:
+    """A Java boolean field; absent means ``default``."""
+    return BoolField(name, default=default, **kwargs)
+
+
+def text(name: str, **kwargs: Any) -> Any:
+    """A string field."""
+    return TextField(name, **kwargs)
+
+
+class RequestHeader:
+    """Base of every header class. Subclasses declare fields as class attributes; ``decode``
+    makes an instance whose attributes hold the checked values."""
+
+    fields: ClassVar[tuple[FieldSpec, ...]] = ()
+    # Answered when a field is missing or malformed, unless the field names its own code.
+    error_code: ClassVar[int] = ResponseCode.SYSTEM_ERROR
+    # Short wire names some request codes use instead (SEND_MESSAGE_V2's a, b, c...).
+    aliases: ClassVar[Mapping[str, str]] = {}
+    alias_codes: ClassVar[tuple[int, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        found = {f.attr: f for f in cls.fields}  # inherited ones first
+        for attr, value in list(vars(cls).items()):
+            if isinstance(value, FieldSpec):
+                value.attr = attr
+                found[attr] = value
+        cls.fields = tuple(found.values())
+
+    @classmethod
+    def decode(cls, fields: Mapping[str, str], aliases: Mapping[str, str] | None = None):
+        """Check and convert ``fields`` (a command's extFields); raises HeaderError."""
+        values = dict(fields)
+        for short, long in (aliases or {}).items():
+            if short in values and long not in values:
+                values[long] = values.pop(short)
+        header = cls.__new__(cls)
+        for spec in cls.fields:
+            raw = values.get(spec.name)
+            if raw is None or raw == "":
+                # Java leaves an absent or empty field null; a @CFNotNull one is an error.
+                if spec.required:
+                    raise spec.fail("is missing", cls)
+                value = spec.default
+            else:
+                try:
+                    value = spec.parse(raw)
+                except ValueError as exc:
+                    raise spec.fail(str(exc), cls) from None
+                if spec.check is not None:
+                    problem = spec.check(value)
+                    if problem:
+                        raise spec.fail(f"is not acceptable: {problem}", cls)
+            setattr(header, spec.attr, value)
+        return header
+
+    @classmethod
+    def of(cls, command):
+        """Decode a RemotingCommand's extFields, with this header's aliases for its code."""
+        aliases = cls.aliases if command.code in cls.alias_codes else None
+        return cls.decode(command.ext_fields, aliases)
+
+    def __repr__(self) -> str:
+        shown_fields = ", ".join(f"{f.attr}={getattr(self, f.attr)!r}" for f in self.fields)
+        return f"{type(self).__name__}({shown_fields})"
+
+
+def checked(header_class: type[RequestHeader]):
+    """Decorate a processor method ``m(self, connection, command, header)`` (async or not) into
+    an async processor ``(self, connection, command)`` that gets its decoded header. A header
+    that does not decode is answered with its HeaderError's code and sentence; the method
+    never runs."""
+
+    def wrap(method):
+        is_async = inspect.iscoroutinefunction(method)
+
+        @functools.wraps(method)
+        async def run(self, connection, command):
+            try:
+                header = header_class.of(command)
+            except HeaderError as exc:
+                return command.make_response(exc.response_code, str(exc))
+            if is_async:
+                return await method(self, connection, command, header)
+            return method(self, connection, command, header)
+
+        run.header_class = header_class  # read by the fuzz catalogue and the tests
+        return run
+
+    return wrap
+
+
+__all__ = [
+    "INT32_MAX", "INT32_MIN", "INT64_MAX", "INT64_MIN", "BoolField", "FieldSpec", "HeaderError",
+    "IntField", "RequestHeader", "TextField", "boolean", "checked", "int32", "int64", "shown",
+    "text",
+]
