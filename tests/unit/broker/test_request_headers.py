@@ -1,0 +1,150 @@
+"""Every request code the broker and the name server serve reads a checked header.
+
+A processor registered without ``checked`` (or one of the few whose whole input is a checked
+JSON body) would read raw extFields again: this test names it.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cluster.broker import headers as broker_headers
+from cluster.broker.admin_processor import AdminBrokerProcessor
+from cluster.broker.client_bodies import parse_heartbeat, parse_lock_batch
+from cluster.broker.client_processor import ClientForwardProcessor, ClientManageProcessor, ResetOffsetProcessor
+from cluster.broker.pull_processor import PullMessageProcessor
+from cluster.broker.query_processor import QueryProcessor
+from cluster.broker.send_back import SendMessageBackProcessor
+from cluster.broker.send_processor import SendMessageProcessor
+from cluster.broker.transaction import TransactionalMessageService
+from cluster.namesrv import headers as namesrv_headers
+from cluster.namesrv.processor import NamesrvProcessor
+from cluster.remoting.body import JsonBody
+from cluster.remoting.codes import RequestCode, ResponseCode
+from cluster.remoting.header import HeaderError, RequestHeader
+
+# Processors whose input is a JSON body read through remoting.body's checked getters.
+BODY_ONLY = {"heart_beat", "lock_batch_mq", "unlock_batch_mq", "update_subscription_group"}
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.processors = {}
+        self.on_disconnect = []
+
+    def register(self, code, processor) -> None:
+        self.processors[int(code)] = processor
+
+
+def registered() -> dict[int, object]:
+    server = Recorder()
+    for kind in (SendMessageProcessor, PullMessageProcessor, QueryProcessor, ClientManageProcessor,
+                 ClientForwardProcessor, AdminBrokerProcessor, ResetOffsetProcessor,
+                 SendMessageBackProcessor, TransactionalMessageService):
+        kind(None).register_with(server)
+    broker = dict(server.processors)
+    server = Recorder()
+    NamesrvProcessor(None, None).register_with(server)
+    return broker, server.processors
+
+
+def test_every_request_code_reads_a_checked_header():
+    broker, namesrv = registered()
+    unchecked = [f"{RequestCode(code).name} -> {processor.__name__}"
+                 for code, processor in {**broker, **namesrv}.items()
+                 if not hasattr(processor, "header_class") and processor.__name__ not in BODY_ONLY]
+    assert not unchecked
+    assert len(broker) >= 35 and len(namesrv) >= 14
+
+
+def header_classes() -> list[type[RequestHeader]]:
+    found = []
+    for module in (broker_headers, namesrv_headers):
+        found += [v for v in vars(module).values()
+                  if isinstance(v, type) and issubclass(v, RequestHeader) and v is not RequestHeader]
+    return found
+
+
+hostile_text = st.one_of(
+    st.text(max_size=40),
+    st.integers().map(str),
+    st.sampled_from(["8589934592", "-1", "2147483648", "-9223372036854775809", "1e3", "0x10", "NaN",
+                     "true", "", " ", "\x00", "%RETRY%", "SCHEDULE_TOPIC_XXXX", "a" * 300]),
+)
+
+
+@pytest.mark.parametrize("header_class", header_classes(), ids=lambda c: c.__name__)
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_hostile_values_decode_or_raise_header_error(header_class, data):
+    names = [f.name for f in header_class.fields] + ["x"]
+    fields = data.draw(st.dictionaries(st.sampled_from(names), hostile_text))
+    try:
+        header = header_class.decode(fields)
+    except HeaderError as exc:
+        assert exc.response_code in {c.value for c in ResponseCode}
+        return
+    for spec in header_class.fields:
+        value = getattr(header, spec.attr)
+        if hasattr(spec, "bits") and value is not None:
+            assert spec.minimum <= value <= spec.maximum
+
+
+def test_send_refuses_the_broker_s_own_bits_and_unknown_ones():
+    base = {"producerGroup": "p", "topic": "t", "queueId": "0"}
+    with pytest.raises(HeaderError) as caught:
+        broker_headers.SendMessageRequestHeader.decode({**base, "sysFlag": str(1 << 20)})
+    assert caught.value.response_code == ResponseCode.MESSAGE_ILLEGAL
+    # compressed + multi tags + prepared: a producer's bits
+    assert broker_headers.SendMessageRequestHeader.decode({**base, "sysFlag": "7"}).sys_flag == 7
+    with pytest.raises(HeaderError, match="topic"):
+        broker_headers.SendMessageRequestHeader.decode({**base, "topic": "a/../b"})
+
+
+def test_topic_queue_counts_are_capped():
+    with pytest.raises(HeaderError, match="outside 1..4096"):
+        broker_headers.CreateTopicRequestHeader.decode({"topic": "t", "readQueueNums": "2147483647"})
+
+
+@pytest.mark.parametrize("body", [
+    {"clientID": "c", "consumerDataSet": [{"groupName": "g", "consumeType": 99}]},
+    {"clientID": "c", "consumerDataSet": [{"groupName": "g/../x"}]},
+    {"clientID": "c", "consumerDataSet": [{"groupName": "g", "subscriptionDataSet": [{"topic": ""}]}]},
+    {"clientID": "c", "consumerDataSet": [{"groupName": "g", "subscriptionDataSet": [
+        {"topic": "t", "codeSet": ["x"]}]}]},
+    {"clientID": "c", "consumerDataSet": "all"},
+    {"clientID": {"a": 1}},
+    {"producerDataSet": [{"groupName": 5.5e300}]},
+])
+def test_hostile_heartbeats_are_refused(body):
+    with pytest.raises(HeaderError):
+        parse_heartbeat(json.dumps(body).encode(), "peer")
+
+
+def test_lock_batches_are_checked():
+    good = {"consumerGroup": "g", "clientId": "c",
+            "mqSet": [{"topic": "t", "brokerName": "b", "queueId": 1}]}
+    assert parse_lock_batch(json.dumps(good).encode())[1] == good["mqSet"]
+    for bad in ({**good, "mqSet": [{"topic": "t", "brokerName": "b", "queueId": -1}]},
+                {**good, "mqSet": [7]}, {**good, "mqSet": {"a": 1}}):
+        with pytest.raises(HeaderError):
+            parse_lock_batch(json.dumps(bad).encode())
+
+
+def test_registrations_are_checked():
+    wrapper = {"dataVersion": {"counter": 1, "timestamp": 2},
+               "topicConfigTable": {"t": {"topicName": "t", "readQueueNums": 4, "writeQueueNums": 4,
+                                          "perm": 6}}}
+    checked = namesrv_headers.checked_topic_config_wrapper(JsonBody(wrapper, "r"))
+    assert checked["topicConfigTable"]["t"]["readQueueNums"] == 4
+    for bad in ({"topicConfigTable": {"t": {"readQueueNums": "many"}}},
+                {"topicConfigTable": {"t": {"perm": 99}}},
+                {"topicConfigTable": {"bad topic": {}}},
+                {"topicConfigTable": {"t": [1]}},
+                {"dataVersion": {"counter": "x"}}):
+        with pytest.raises(HeaderError):
+            namesrv_headers.checked_topic_config_wrapper(JsonBody(bad, "r"))
