@@ -120,10 +120,22 @@ def _tokens(text: str) -> list[tuple[str, object, int]]:
 
 
 # -- the parser (recursive descent: OR < AND < NOT < predicate) -------------------------------------
+# How deep an expression may nest (parentheses, NOT, chains of AND/OR). Parsing and evaluation
+# recurse, and an expression comes from any client: "((((…" 5,000 deep must be refused with a
+# sentence, not overflow the interpreter's stack on the broker.
+MAX_DEPTH = 128
+
+
 class _Parser:
     def __init__(self, text: str) -> None:
         self.tokens = _tokens(text)
         self.i = 0
+        self.depth = 0
+
+    def deeper(self) -> None:
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise FilterSyntaxError(f"the expression nests deeper than {MAX_DEPTH} levels")
 
     def peek(self, kind: str, value=None) -> bool:
         token = self.tokens[self.i]
@@ -145,22 +157,31 @@ class _Parser:
 
     def or_expr(self):
         left = self.and_expr()
+        depth = self.depth
         while self.peek("kw", "OR"):
             self.take("kw")
+            self.deeper()  # each OR nests the tree one level deeper on the left
             left = Or(left, self.and_expr())
+        self.depth = depth
         return left
 
     def and_expr(self):
         left = self.not_expr()
+        depth = self.depth
         while self.peek("kw", "AND"):
             self.take("kw")
+            self.deeper()
             left = And(left, self.not_expr())
+        self.depth = depth
         return left
 
     def not_expr(self):
         if self.peek("kw", "NOT"):
             self.take("kw")
-            return Not(self.not_expr())
+            self.deeper()
+            inner = Not(self.not_expr())
+            self.depth -= 1
+            return inner
         return self.predicate()
 
     def operand(self):
@@ -174,8 +195,10 @@ class _Parser:
     def predicate(self):
         if self.peek("op", "("):
             self.take("op")
+            self.deeper()
             inner = self.or_expr()
             self.take("op", ")")
+            self.depth -= 1
             return inner
         left = self.operand()
         if self.peek("op") and self.tokens[self.i][1] in ("=", "<>", ">", ">=", "<", "<="):

@@ -189,14 +189,29 @@ def _int_field(header: dict, name: str, default: int = 0) -> int:
     return number
 
 
+def _java_text(text: str) -> str:
+    """JSON may escape lone UTF-16 surrogates ("\\ud800"), which no UTF-8 encoder takes: Java
+    turns them into '?' when it writes the string out, and so do we, once, here, so that no
+    later .encode() (a property string into the CommitLog, a config file) can fail on them."""
+    if text.isascii():
+        return text
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode()
+    return text
+
+
 def _ext_value(value: object) -> str | None:
     if value is None:
         return None
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, int | float | str):
+    if isinstance(value, str):
+        return _java_text(value)
+    if isinstance(value, int | float):
         return str(value)
-    return json.dumps(value, separators=(",", ":"))
+    return _java_text(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
 
 
 def _decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
@@ -213,7 +228,7 @@ def _decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
     for key, value in ext.items():
         text = _ext_value(value)
         if text is not None:
-            ext_fields[str(key)] = text
+            ext_fields[_java_text(str(key))] = text
     language = data.get("language", "JAVA")
     if isinstance(language, int) and not isinstance(language, bool):
         try:
@@ -221,11 +236,13 @@ def _decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
         except ValueError:
             language = "OTHER"
     remark = data.get("remark")
+    if isinstance(language, str):
+        language = _java_text(language)
     return RemotingCommand(
         code=_int_field(data, "code"),
         opaque=_int_field(data, "opaque"),
         flag=_int_field(data, "flag"),
-        remark=remark if isinstance(remark, str) else None,
+        remark=_java_text(remark) if isinstance(remark, str) else None,
         ext_fields=ext_fields,
         body=body,
         language=language if isinstance(language, str) else "OTHER",

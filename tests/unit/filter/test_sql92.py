@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cluster.filter.sql92 import FilterSyntaxError, SqlFilter, parse
+from cluster.filter.sql92 import FilterSyntaxError, SqlFilter, evaluate, parse
 
 NAMES = ["a", "b", "region", "TAGS"]
 VALUES = ["1", "2", "10", "-3", "2.5", "x", "eu", "it's", "true"]
@@ -139,3 +139,21 @@ def test_examples(text, props, expected):
 def test_malformed_expressions_are_refused_with_a_position(text):
     with pytest.raises(FilterSyntaxError):
         parse(text)
+
+
+@pytest.mark.parametrize("text", [
+    "(" * 5000 + "a = 1" + ")" * 5000,
+    "NOT " * 5000 + "a = 1",
+    " AND ".join(["a = 1"] * 5000),
+    " OR ".join(["a = 1"] * 5000),
+])
+def test_expressions_nested_beyond_the_limit_are_refused_with_a_sentence(text):
+    # Any client can send one: it must not overflow the broker's stack while parsing or later
+    # while evaluating it against every message.
+    with pytest.raises(FilterSyntaxError, match="nests deeper"):
+        parse(text)
+
+
+def test_nesting_within_the_limit_still_parses_and_evaluates():
+    tree = parse("(" * 60 + " AND ".join(["a = 1"] * 60) + ")" * 60)
+    assert evaluate(tree, {"a": "1"}) is True

@@ -15,6 +15,7 @@ from cluster.remoting.codec import (
     FrameDecoder,
     RemotingCommand,
     SerializeType,
+    decode_frame,
     encode,
     request,
 )
@@ -176,3 +177,14 @@ def test_malformed_frames_are_rejected(frame):
 def test_a_frame_too_large_to_send_is_a_local_error():
     with pytest.raises(LocalProtocolError):
         encode(request(10, body=b"x" * FRAME_MAX))
+
+
+def test_lone_surrogates_in_a_json_header_become_question_marks_as_in_java():
+    # JSON can escape half a UTF-16 pair; such a string would fail every later .encode() (the
+    # properties written into the CommitLog, a config file), so it is mended once, on decode.
+    header = json.dumps({"code": 10, "extFields": {"k\ud800": "v\udfff", "n": {"a": "\ud800"}},
+                         "remark": "\ud801", "language": "JAVA"}).encode()
+    command = decode_frame(struct.pack(">i", len(header)) + header)
+    assert command.ext_fields == {"k?": "v?", "n": '{"a":"?"}'}
+    assert command.remark == "?"
+    assert decode_frame(encode(command)[4:]).ext_fields == command.ext_fields
