@@ -10,6 +10,7 @@ import os
 import socket
 from dataclasses import dataclass, field
 
+from cluster.remoting.server import NettyServerConfig, ServerConfigError
 from cluster.settings import SettingError, apply_properties
 from storage.config import BrokerRole, MessageStoreConfig
 from storage.errors import ConfigError
@@ -20,7 +21,9 @@ def _hostname() -> str:
 
 
 @dataclass(slots=True)
-class BrokerConfig:
+class BrokerConfig(NettyServerConfig):
+    """The broker's keys; the remoting server's (serverSocketBacklog, ...) are inherited."""
+
     broker_cluster_name: str = "DefaultCluster"
     broker_name: str = field(default_factory=_hostname)
     broker_id: int = 0
@@ -81,6 +84,10 @@ def load_broker_config(props: dict[str, str]) -> tuple[BrokerConfig, MessageStor
     """Split broker.conf keys between the broker and its store; returns the unknown keys."""
     broker = BrokerConfig()
     broker_unknown = set(apply_properties(broker, props))
+    try:
+        broker.check()
+    except ServerConfigError as exc:
+        raise SettingError(exc.key, str(exc.value), exc.reason) from exc
     store_props = {k: v for k, v in props.items() if k in broker_unknown}
     try:
         store, store_unknown = MessageStoreConfig.from_properties(store_props)

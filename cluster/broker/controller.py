@@ -101,7 +101,7 @@ class BrokerController:
             self.schedule = ScheduleMessageService(self)
             self.schedule.start()
             self.transactions.start()
-        self.server = RemotingServer(config.bind_address, config.listen_port)
+        self.server = RemotingServer(config.bind_address, config.listen_port, config)
         for processor in (SendMessageProcessor(self), PullMessageProcessor(self),
                           QueryProcessor(self), ClientManageProcessor(self),
                           ClientForwardProcessor(self), AdminBrokerProcessor(self),

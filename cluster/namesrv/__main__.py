@@ -13,7 +13,7 @@ from cluster.namesrv.kv_config import KVConfigManager
 from cluster.namesrv.processor import NamesrvProcessor
 from cluster.namesrv.route_info import RouteInfoManager
 from cluster.properties import load_properties
-from cluster.remoting.server import RemotingServer
+from cluster.remoting.server import RemotingServer, ServerConfigError
 from cluster.settings import SettingError, apply_properties
 
 log = logging.getLogger("cluster.namesrv")
@@ -26,7 +26,7 @@ class NamesrvController:
         self.config = config
         self.routes = RouteInfoManager()
         self.kv = KVConfigManager(config.kv_config_path)
-        self.server = RemotingServer(config.bind_address, config.listen_port)
+        self.server = RemotingServer(config.bind_address, config.listen_port, config)
         self._scan_task: asyncio.Task | None = None
 
     async def start(self) -> None:
@@ -60,6 +60,10 @@ def parse_args(argv: list[str] | None) -> tuple[NamesrvConfig, list[str]]:
         unknown = apply_properties(config, load_properties(args.config))
     if args.listen_port is not None:
         config.listen_port = args.listen_port
+    try:
+        config.check()
+    except ServerConfigError as exc:
+        raise SettingError(exc.key, str(exc.value), exc.reason) from exc
     return config, unknown
 
 

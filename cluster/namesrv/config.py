@@ -5,9 +5,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from cluster.remoting.server import NettyServerConfig
+
 
 @dataclass(slots=True)
-class NamesrvConfig:
+class NamesrvConfig(NettyServerConfig):
+    """The name server's keys; the remoting server's (serverSocketBacklog, ...) are inherited."""
+
     listen_port: int = 9876
     # Nothing listens beyond loopback unless the user says so.
     bind_address: str = "127.0.0.1"

@@ -4,19 +4,28 @@ Requests and responses flow both ways on one connection (a broker asks clients t
 are matched by ``opaque``; a pending entry is always removed in ``finally``, so a request that
 timed out or was cancelled can never receive someone else's reply. A frame that does not decode
 closes this connection (failing every waiter once), and nobody else's.
+
+Connections a server accepts get :class:`FlowControl`, so that a peer cannot make us hold
+unbounded memory: reading stops while our write buffer to it is above the high-water mark
+(it does not read its answers) or while too many of its requests are being processed (it
+pipelines faster than we answer); a write buffer past a hard limit ends the connection. Client
+connections have none of this: a client that stopped reading because it could not write would
+deadlock against a server doing the same, and a client only buffers what its own code asked for.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from enum import Enum
 
 from cluster.remoting.codec import FrameDecoder, RemotingCommand, encode
 from cluster.remoting.errors import (
+    LocalProtocolError,
     RemoteProtocolError,
     RemotingConnectError,
     RemotingTimeoutError,
@@ -33,6 +42,34 @@ class CloseReason(Enum):
     OUT_OF_SYNC = "the peer sent a malformed frame"
     LOCAL_CLOSE = "closed locally"
     IDLE = "idle too long"
+    PARTIAL_FRAME = "a partial frame was not completed in time"
+    WRITE_BUFFER_FULL = "the peer does not read its responses"
+    SHUTDOWN = "the server is shutting down"
+
+
+# Reasons for which unsent bytes are dropped at once: waiting to flush them to a peer that
+# does not read would keep the socket (and the buffer) for as long as the peer likes.
+_DISCARD_UNSENT = frozenset({CloseReason.IDLE, CloseReason.PARTIAL_FRAME,
+                             CloseReason.WRITE_BUFFER_FULL, CloseReason.SHUTDOWN})
+
+
+@dataclass(frozen=True, slots=True)
+class FlowControl:
+    """The memory one accepted connection may make a server hold (defaults: NettyServerConfig).
+
+    Reading stops while more than ``write_high_water`` bytes wait to be written to the peer and
+    resumes once they are below ``write_low_water`` (asyncio calls pause_writing and
+    resume_writing). Past ``max_write_buffer`` unsent bytes the connection is dropped: answers
+    to requests read before the pause, and requests the server sends on its own, still pile up.
+    Reading also stops while ``max_inflight_requests`` requests of the peer, or
+    ``max_inflight_bytes`` of their frames, are being processed, and resumes as they finish.
+    """
+
+    write_high_water: int
+    write_low_water: int
+    max_write_buffer: int
+    max_inflight_requests: int
+    max_inflight_bytes: int
 
 
 class RemotingConnection(asyncio.Protocol):
@@ -42,9 +79,14 @@ class RemotingConnection(asyncio.Protocol):
         self,
         handler: RequestHandler | None = None,
         on_close: Callable[[RemotingConnection], None] | None = None,
+        flow: FlowControl | None = None,
     ) -> None:
         self._handler = handler
         self._on_close = on_close
+        self._flow = flow
+        self._inflight_bytes = 0
+        self._write_paused = False  # asyncio said our write buffer is above the high-water mark
+        self._reading_paused = False  # we paused the transport's reading (flow control)
         self._decoder = FrameDecoder()
         self._pending: dict[int, asyncio.Future] = {}
         self._opaques = itertools.count(1)
@@ -54,6 +96,9 @@ class RemotingConnection(asyncio.Protocol):
         self.close_reason: CloseReason | None = None
         self.remote_address = ""
         self.last_active = asyncio.get_running_loop().time()
+        # Loop time at which the first byte of the frame still incomplete arrived; None while
+        # no partial frame is pending or while we are not reading (the peer cannot finish it).
+        self.partial_since: float | None = None
 
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -61,16 +106,24 @@ class RemotingConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         if peer:
             self.remote_address = f"{peer[0]}:{peer[1]}"
+        if self._flow is not None:
+            self._transport.set_write_buffer_limits(self._flow.write_high_water,
+                                                    self._flow.write_low_water)
 
     def data_received(self, data: bytes) -> None:
         self.last_active = asyncio.get_running_loop().time()
         self._decoder.feed(data)
-        try:
-            while (command := self._decoder.next_command()) is not None:
-                self._on_command(command)
-        except RemoteProtocolError as exc:
-            log.warning("closing %s: %s", self.remote_address, exc)
-            self.close(CloseReason.OUT_OF_SYNC)
+        self._drain_decoder()
+
+    def pause_writing(self) -> None:
+        if self._flow is not None:
+            self._write_paused = True
+            self._update_reading()
+
+    def resume_writing(self) -> None:
+        if self._flow is not None:
+            self._write_paused = False
+            self._update_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._fail_all(self.close_reason or CloseReason.PEER_CLOSED)
@@ -81,7 +134,58 @@ class RemotingConnection(asyncio.Protocol):
             self._on_close(self)
 
     # -- incoming --------------------------------------------------------------------------------
-    def _on_command(self, command: RemotingCommand) -> None:
+    def _drain_decoder(self) -> None:
+        """Handle the whole frames received, as many as the in-flight limits allow."""
+        decoder = self._decoder
+        completed = False
+        try:
+            while not self._too_many_inflight():
+                before = decoder.pending
+                command = decoder.next_command()
+                if command is None:
+                    break
+                completed = True
+                self._on_command(command, before - decoder.pending)
+        except RemoteProtocolError as exc:
+            log.warning("closing %s: %s", self.remote_address, exc)
+            self.close(CloseReason.OUT_OF_SYNC)
+            return
+        self._update_reading()
+        if not decoder.pending or self._reading_paused:
+            # Nothing left, or we are not reading: the peer cannot be blamed for what waits.
+            self.partial_since = None
+        elif completed or self.partial_since is None:
+            # A new frame started in this read; a frame still arriving keeps its first time.
+            self.partial_since = asyncio.get_running_loop().time()
+
+    def _too_many_inflight(self) -> bool:
+        flow = self._flow
+        return flow is not None and (len(self._tasks) >= flow.max_inflight_requests
+                                     or self._inflight_bytes >= flow.max_inflight_bytes)
+
+    def _update_reading(self) -> None:
+        """Pause or resume reading from the peer as the flow-control state says."""
+        transport = self._transport
+        if self._flow is None or transport is None or transport.is_closing():
+            return
+        stop = self._write_paused or self._too_many_inflight()
+        if stop and not self._reading_paused:
+            self._reading_paused = True
+            self.partial_since = None
+            transport.pause_reading()
+        elif not stop and self._reading_paused:
+            self._reading_paused = False
+            if self._decoder.pending:  # the peer may finish its frame now: time it afresh
+                self.partial_since = asyncio.get_running_loop().time()
+            transport.resume_reading()
+
+    def _request_done(self, size: int, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        self._inflight_bytes -= size
+        if self._reading_paused and not self.closed.is_set():
+            self._drain_decoder()  # frames held back by the in-flight limit go first
+
+    def _on_command(self, command: RemotingCommand, size: int = 0) -> None:
         if command.is_response:
             future = self._pending.get(command.opaque)
             if future is not None and not future.done():
@@ -94,29 +198,68 @@ class RemotingConnection(asyncio.Protocol):
             return
         task = asyncio.get_running_loop().create_task(self._handle(command))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._inflight_bytes += size
+        task.add_done_callback(functools.partial(self._request_done, size))
 
     async def _handle(self, command: RemotingCommand) -> None:
         try:
             response = await self._handler(self, command)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # a processor bug answers SYSTEM_ERROR; the server goes on
+        except Exception:
+            # A processor bug: the traceback goes to the log, where it is loud; the peer gets
+            # SYSTEM_ERROR with a sentence (never Python's text), and the server goes on.
             log.exception("request %d from %s failed", command.code, self.remote_address)
-            response = command.make_response(1, f"{type(exc).__name__}: {exc}")
-        if response is not None and not command.is_oneway:
+            response = command.make_response(
+                1, f"the server failed to process request code {command.code}; see its log")
+        if response is None or command.is_oneway:
+            return
+        try:
             self.send(response)
+        except LocalProtocolError as exc:  # e.g. a body over the frame limit
+            log.warning("answer to request %d from %s cannot be sent: %s", command.code,
+                        self.remote_address, exc)
+            self.send(command.make_response(1, f"the response cannot be sent: {exc}"))
+        except RemotingConnectError:
+            log.debug("%s left before its answer to request %d", self.remote_address, command.code)
 
     # -- outgoing ---------------------------------------------------------------------------------
     @property
     def is_open(self) -> bool:
         return self._transport is not None and not self._transport.is_closing()
 
+    @property
+    def reading_paused(self) -> bool:
+        """True while flow control keeps us from reading this peer."""
+        return self._reading_paused
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes received that do not make a whole frame yet (or wait for the in-flight limit)."""
+        return self._decoder.pending
+
+    @property
+    def inflight(self) -> int:
+        """Requests of this peer being processed now."""
+        return len(self._tasks)
+
+    @property
+    def write_buffer_size(self) -> int:
+        """Bytes written but not yet taken by the kernel."""
+        return 0 if self._transport is None else self._transport.get_write_buffer_size()
+
     def send(self, command: RemotingCommand) -> None:
         """Write a command (a response, or a oneway request) without waiting."""
         if not self.is_open:
             raise RemotingConnectError(f"connection to {self.remote_address} is closed")
         self._transport.write(encode(command))
+        flow = self._flow
+        buffered = self._transport.get_write_buffer_size()
+        if flow is not None and buffered > flow.max_write_buffer:
+            log.warning("closing %s: %d bytes wait to be written to it, over the limit of %d; "
+                        "it does not read its responses", self.remote_address, buffered,
+                        flow.max_write_buffer)
+            self.close(CloseReason.WRITE_BUFFER_FULL)
 
     async def invoke(self, request: RemotingCommand, timeout: float) -> RemotingCommand:
         """Send a request and wait for its response."""
@@ -140,12 +283,20 @@ class RemotingConnection(asyncio.Protocol):
         self.send(replace(request, opaque=opaque, flag=request.flag | 0b10))
 
     def close(self, reason: CloseReason = CloseReason.LOCAL_CLOSE) -> None:
-        """Close once, failing every waiter with the reason."""
+        """Close once, failing every waiter with the reason.
+
+        Unsent bytes are flushed first, unless the reason says the peer is not reading them.
+        """
         if self.close_reason is None:
             self.close_reason = reason
         self._fail_all(reason)
-        if self._transport is not None:
-            self._transport.close()
+        transport = self._transport
+        if transport is None:
+            return
+        if reason in _DISCARD_UNSENT and transport.get_write_buffer_size():
+            transport.abort()
+        else:
+            transport.close()
 
     def _fail_all(self, reason: CloseReason) -> None:
         pending, self._pending = self._pending, {}

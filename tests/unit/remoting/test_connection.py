@@ -46,6 +46,11 @@ async def _server() -> RemotingServer:
     server.register(1002, broken)
     server.register(1003, oneway)
     server.register(1004, call_back)
+
+    async def too_big(connection, command):
+        return command.make_response(ResponseCode.SUCCESS, body=bytes(17 * 1024 * 1024))
+
+    server.register(1005, too_big)
     server.seen_oneway = seen_oneway
     await server.start()
     return server
@@ -90,7 +95,27 @@ def test_processor_error_answers_system_error():
         try:
             response = await client.invoke(server.address, request(1002))
             assert response.code == ResponseCode.SYSTEM_ERROR
-            assert "processor bug" in response.remark
+            # A sentence for the peer; Python's exception text stays in the server's log.
+            assert "failed to process request code 1002" in response.remark
+            assert "processor bug" not in response.remark and "Error" not in response.remark
+            # The server goes on.
+            assert (await client.invoke(server.address, request(1002))).code == ResponseCode.SYSTEM_ERROR
+        finally:
+            await client.close()
+            await server.stop()
+
+    run(main())
+
+
+def test_an_answer_over_the_frame_limit_becomes_a_system_error_sentence():
+    async def main():
+        server = await _server()
+        client = RemotingClient()
+        try:
+            response = await client.invoke(server.address, request(1005), timeout=10)
+            assert response.code == ResponseCode.SYSTEM_ERROR
+            assert "cannot be sent" in response.remark
+            assert (await client.invoke(server.address, request(1000, {"x": 1}))).code == 0
         finally:
             await client.close()
             await server.stop()
