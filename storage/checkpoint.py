@@ -15,6 +15,8 @@ import mmap
 import os
 import struct
 
+from storage.file_space import allocate
+
 CHECKPOINT_SIZE = 4096
 CHECKPOINT = struct.Struct(">qqqqq")
 # Store times in a file are only trusted to within this much (RocketMQ subtracts 3 s).
@@ -28,9 +30,16 @@ class StoreCheckpoint:
         self.path = path
         exists = os.path.exists(path)
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        if os.fstat(self._fd).st_size < CHECKPOINT_SIZE:
-            os.ftruncate(self._fd, CHECKPOINT_SIZE)
-        self._mm = mmap.mmap(self._fd, CHECKPOINT_SIZE)
+        try:
+            if os.fstat(self._fd).st_size < CHECKPOINT_SIZE:
+                os.ftruncate(self._fd, CHECKPOINT_SIZE)
+            # Claim the page now: a flush through the mapping into a hole of a full disk would
+            # be a SIGBUS (file_space.py), where this is an error at load time.
+            allocate(self._fd, 0, CHECKPOINT_SIZE)
+            self._mm = mmap.mmap(self._fd, CHECKPOINT_SIZE)
+        except BaseException:
+            os.close(self._fd)
+            raise
         if exists:
             (
                 self.physic_msg_timestamp,
@@ -61,6 +70,8 @@ class StoreCheckpoint:
         return min(self.min_timestamp(), self.index_msg_timestamp)
 
     def shutdown(self) -> None:
-        self.flush()
-        self._mm.close()
-        os.close(self._fd)
+        try:
+            self.flush()
+        finally:
+            self._mm.close()
+            os.close(self._fd)

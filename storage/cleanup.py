@@ -7,8 +7,10 @@ Mirrors RocketMQ's ``CleanCommitLogService`` and ``CleanConsumeQueueService``. E
   ``deleteWhen`` hour, when the disk holding the store is more than ``diskMaxUsedSpaceRatio`` %
   used, or when a user asked (``execute_delete_files_manually``). Above
   ``diskSpaceCleanForciblyRatio`` % files go regardless of age.
-* Above ``diskSpaceWarningLevelRatio`` % the store is marked disk-full and refuses writes with
-  SERVICE_NOT_AVAILABLE until usage drops again.
+* Above ``diskSpaceWarningLevelRatio`` % the store raises its DISK_FULL running flag and refuses
+  writes with SERVICE_NOT_AVAILABLE until usage drops again (checked every round, so writes come
+  back within ``cleanResourceInterval`` of space being freed). This is the early refusal; a disk
+  that fills up between two checks is caught by the writers themselves (ENOSPC, file_space.py).
 * ConsumeQueue and index files whose entries all point below the CommitLog's new minimum go too.
 """
 
@@ -20,6 +22,8 @@ import shutil
 import time
 from collections.abc import Callable
 
+from storage.errors import describe_os_error
+from storage.running_flags import DISK_FULL
 from storage.service_thread import ServiceThread
 
 log = logging.getLogger(__name__)
@@ -60,16 +64,22 @@ class CleanService(ServiceThread):
     def check_disk(self) -> tuple[bool, bool]:
         """Update the disk-full flag; returns (space to delete, clean immediately)."""
         config = self.store.config
-        usage = self.usage_of(config.commit_log_dir)
+        try:
+            usage = self.usage_of(config.commit_log_dir)
+        except OSError as exc:  # the store's folder is gone or unreadable: keep the last verdict
+            log.warning("cannot tell how full the disk is: %s", describe_os_error(exc))
+            usage = self.last_usage
         self.last_usage = usage
         percent = usage * 100
         full = percent > config.disk_space_warning_level_ratio
-        if full != self.disk_full:
-            if full:
-                log.error("disk is %.1f%% used (warning level %d%%): refusing writes",
-                          percent, config.disk_space_warning_level_ratio)
-            else:
-                log.info("disk is %.1f%% used: writes accepted again", percent)
+        flags = self.store.running_flags
+        if full:
+            flags.set(DISK_FULL, (
+                f"the disk is {usage:.0%} full, above diskSpaceWarningLevelRatio "
+                f"{config.disk_space_warning_level_ratio}%: writes are refused until space is freed"
+            ))
+        else:
+            flags.clear(DISK_FULL)
         self.disk_full = full
         clean_forcibly = percent > config.disk_space_clean_forcibly_ratio
         return percent > config.disk_max_used_space_ratio or clean_forcibly, clean_forcibly

@@ -2,18 +2,27 @@
 
 The put path (mirrors ``CommitLog.putMessage`` and ``DefaultAppendMessageCallback.doAppend``):
 
-1. outside the lock: delay-level rewrite to SCHEDULE_TOPIC_XXXX, body CRC, the record's tail
-   bytes (body, topic, properties);
+1. outside the lock: every field checked against its slot in the record (put_checks.py), the
+   delay-level rewrite to SCHEDULE_TOPIC_XXXX, body CRC, the record's tail bytes (body, topic,
+   properties);
 2. inside the lock: store timestamp (so store times never decrease along the log), the queue
    offset for (topic, queueId), the physical offset; a record that does not fit (plus the 8-byte
-   blank marker) ends the file with a blank record and goes to the next file;
+   blank marker) ends the file with a blank record and goes to the next file; the blocks are
+   claimed (a full disk is a refusal, not a SIGBUS), the bytes written, and only then the
+   write position moved, which is what makes the record visible;
 3. outside the lock: msgId, and the caller's flush/replication wait.
+
+Exception safety: whatever raises in step 2 (a full disk, a failed file roll, a bug) is rolled
+back before the lock is released: the bytes are zeroed, the queue offset and dispatch's entries
+restored, the in-lock timer cleared; the caller gets a PutMessageError and its message object
+unchanged. A batch is all or nothing.
 
 Prepared and rollback transaction records get queue offset 0 and do not advance the queue.
 """
 
 from __future__ import annotations
 
+import logging
 import struct
 import threading
 import time
@@ -21,12 +30,18 @@ import zlib
 from collections import deque
 from dataclasses import dataclass, field
 
+from storage import put_checks
 from storage.config import MessageStoreConfig
 from storage.errors import (
+    AppendMessageError,
     CreateMappedFileError,
+    DiskNotWritableError,
     MessageIllegalError,
     OffsetOutOfRangeError,
+    PutMessageError,
     StoreError,
+    describe_os_error,
+    is_disk_error,
 )
 from storage.mapped_file import MappedFile, MappedFileQueue, TransientStorePool
 from storage.message import (
@@ -42,21 +57,34 @@ from storage.message import (
     TRANSACTION_ROLLBACK_TYPE,
     MessageExtBatch,
     MessageExtBrokerInner,
+    properties_to_string,
+    string_to_properties,
 )
 from storage.message_id import create_message_id, host_to_bytes, is_ipv6
 from storage.record import (
     END_FILE_MIN_BLANK_LENGTH,
     HEAD,
-    MAX_PROPERTIES_LENGTH,
-    MAX_TOPIC_LENGTH_V1,
     PREFIX_V4,
     decode_batch_body,
     encode_blank,
 )
+from storage.running_flags import LogThrottle
+
+log = logging.getLogger(__name__)
 
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _TAIL_V6 = struct.Struct(">iqi")
+
+
+@dataclass(slots=True)
+class _Record:
+    """One record prepared outside the lock: all but the store time and the offsets."""
+
+    total: int
+    fields: tuple  # crc, queue id, flag, sysFlag, born time, born host, reconsume, prepared, body length
+    tail: bytes  # body, topic and properties with their lengths
+    properties: str
 
 
 @dataclass(slots=True)
@@ -108,14 +136,17 @@ class CommitLog:
         # Bounded: if dispatch falls behind, older entries go and it decodes the log instead.
         self.appended: deque = deque(maxlen=65536)
         self.on_append = None  # set by the store: wakes dispatch
+        self._failures = LogThrottle()
 
     # -- lifecycle -------------------------------------------------------------------------
     def load(self) -> None:
         self.mapped_file_queue.load()
 
     def shutdown(self) -> None:
-        self.mapped_file_queue.flush_all()
-        self.mapped_file_queue.shutdown()
+        try:
+            self.mapped_file_queue.flush_all()
+        finally:
+            self.mapped_file_queue.shutdown()
 
     # -- positions ----------------------------------------------------------------------------
     def get_min_offset(self) -> int:
@@ -134,20 +165,25 @@ class CommitLog:
         return offset + self.mapped_file_size - offset % self.mapped_file_size
 
     # -- the put path -------------------------------------------------------------------------
-    def _rewrite_delay(self, msg: MessageExtBrokerInner) -> None:
+    def _delay_rewrite(self, msg: MessageExtBrokerInner) -> tuple[str, int, str, dict | None]:
+        """(topic, queue id, properties string, properties) the record is written with: a delay
+        level parks the message in SCHEDULE_TOPIC_XXXX. Computed, not applied: the caller's
+        message changes only once the put has succeeded (a refused put leaves it as it was, so
+        whoever retries it does not park an already parked message)."""
+        unchanged = (msg.topic, msg.queue_id, msg.properties_string, None)
         tran_type = msg.sys_flag & 0xC
         if tran_type not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
-            return
+            return unchanged
         level = msg.delay_time_level
         if level <= 0:
-            return
+            return unchanged
+        props = string_to_properties(msg.properties_string)
         if level > self.max_delay_level:
             level = self.max_delay_level
-            msg.put_property(PROPERTY_DELAY_TIME_LEVEL, str(level))
-        msg.put_property(PROPERTY_REAL_TOPIC, msg.topic)
-        msg.put_property(PROPERTY_REAL_QUEUE_ID, str(msg.queue_id))
-        msg.topic = SCHEDULE_TOPIC
-        msg.queue_id = level - 1
+            props[PROPERTY_DELAY_TIME_LEVEL] = str(level)
+        props[PROPERTY_REAL_TOPIC] = msg.topic
+        props[PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
+        return SCHEDULE_TOPIC, level - 1, properties_to_string(props), props
 
     def _host_flags(self, born_host: bytes) -> int:
         flags = 0
@@ -157,115 +193,228 @@ class CommitLog:
             flags |= STOREHOSTADDRESS_V6_FLAG
         return flags
 
-    def _encode_tail(self, body: bytes, topic: bytes, props: bytes) -> bytes:
-        if len(topic) > MAX_TOPIC_LENGTH_V1:
-            raise MessageIllegalError(f"topic is {len(topic)} bytes long; the limit is 127")
-        if len(props) > MAX_PROPERTIES_LENGTH:
-            raise MessageIllegalError(
-                f"properties are {len(props)} bytes long; the limit is {MAX_PROPERTIES_LENGTH}"
-            )
-        return b"".join((body, bytes((len(topic),)), topic, len(props).to_bytes(2, "big"), props))
-
-    def put_message(self, msg: MessageExtBrokerInner) -> AppendMessageResult:
-        """Append one message; raises PutMessageError subclasses when refused."""
-        self._rewrite_delay(msg)
-        tran_type = msg.sys_flag & 0xC
-        born_host = host_to_bytes(*msg.born_host)
-        msg.sys_flag |= self._host_flags(born_host)
-        body = msg.body
+    def _record(
+        self, body: bytes, topic: bytes, props: str, queue_id: int, flag: int, sys_flag: int,
+        born_ts: int, born_host: bytes, reconsume: int, prepared: int,
+    ) -> _Record:
+        props_bytes = put_checks.properties_bytes(props)
+        tail = b"".join((body, bytes((len(topic),)), topic, len(props_bytes).to_bytes(2, "big"),
+                         props_bytes))
         crc = zlib.crc32(body) & 0x7FFFFFFF
-        tail = self._encode_tail(body, msg.topic.encode(), msg.properties_string.encode())
-        fields = (crc, msg.queue_id, msg.flag, msg.sys_flag, msg.born_timestamp, born_host,
-                  msg.reconsume_times, msg.prepared_transaction_offset, len(body))
-        key = (msg.topic, msg.queue_id)
-        advances = tran_type not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
-        total = self._record_total(len(tail), len(born_host))
+        fields = (crc, queue_id, flag, sys_flag, born_ts, born_host, reconsume, prepared, len(body))
+        return _Record(self._record_total(len(tail), len(born_host)), fields, tail, props)
+
+    def _check_fits(self, total: int, what: str) -> None:
         if total + END_FILE_MIN_BLANK_LENGTH > self.mapped_file_size:
             raise MessageIllegalError(
-                f"a record of {total} bytes cannot fit one CommitLog file of {self.mapped_file_size} bytes"
+                f"{what} of {total} bytes cannot fit one CommitLog file of {self.mapped_file_size} bytes"
             )
+
+    def put_message(self, msg: MessageExtBrokerInner) -> AppendMessageResult:
+        """Append one message; raises PutMessageError subclasses when refused.
+
+        A refused put leaves nothing behind: no bytes, no queue offset, nothing for dispatch,
+        and ``msg`` as it was.
+        """
+        try:
+            put_checks.message_fields(msg)
+            topic_bytes = put_checks.topic_bytes(msg.topic)  # the real topic, delayed or not
+            topic, queue_id, props, parsed = self._delay_rewrite(msg)
+            if parsed is not None:
+                topic_bytes = topic.encode()
+            born_host = put_checks.born_host_bytes(msg.born_host)
+            sys_flag = msg.sys_flag | self._host_flags(born_host)
+            record = self._record(
+                put_checks.body_of(msg.body), topic_bytes, props, queue_id,
+                msg.flag, sys_flag, msg.born_timestamp, born_host, msg.reconsume_times,
+                msg.prepared_transaction_offset,
+            )
+        except PutMessageError:
+            raise
+        except Exception as exc:
+            raise MessageIllegalError(f"the message cannot be encoded: {exc}") from exc
+        self._check_fits(record.total, "a record")
+        tran_type = sys_flag & 0xC
+        advances = tran_type not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
         with self.put_lock:
             begin = time.monotonic()
             self.begin_time_in_lock = begin
-            store_ts = int(time.time() * 1000)
-            mapped_file = self._writable_file(total)
-            wrote_offset = mapped_file.file_from_offset + mapped_file.wrote_position
-            queue_offset = self.topic_queue_table.get(key, 0) if advances else 0
-            self._write(mapped_file, total, fields, queue_offset, wrote_offset, store_ts, tail)
-            if advances:
-                self.topic_queue_table[key] = queue_offset + 1
-            mapped_file.store_timestamp = store_ts
-            self.appended.append((wrote_offset, total, store_ts, queue_offset, msg.topic,
-                                  msg.queue_id, msg.sys_flag, msg.prepared_transaction_offset,
-                                  msg.properties_string))
-            self.begin_time_in_lock = 0.0
+            try:
+                store_ts, wrote_offset, queue_offset = self._append_locked(
+                    [record], topic, queue_id, sys_flag, msg.prepared_transaction_offset, advances)
+            finally:
+                # Whatever happened, the lock is no longer held: a put that raised must not
+                # leave the page cache looking busy for ever (OS_PAGECACHE_BUSY on every put).
+                self.begin_time_in_lock = 0.0
             elapsed = time.monotonic() - begin
-        if self.on_append is not None:
-            self.on_append()
+        self._notify_append()
+        if parsed is not None:
+            msg.topic, msg.queue_id = topic, queue_id
+            msg.replace_properties(parsed, props)
+        msg.sys_flag = sys_flag
         msg.store_timestamp = store_ts
         msg.queue_offset = queue_offset
         msg.commit_log_offset = wrote_offset
         return AppendMessageResult(
-            wrote_offset, total, store_ts, queue_offset, 1,
+            wrote_offset, record.total, store_ts, queue_offset, 1,
             [create_message_id(self.store_host_bytes, wrote_offset)],
-            msg.topic, msg.queue_id, elapsed * 1000,
+            topic, queue_id, elapsed * 1000,
         )
 
     def put_messages(self, batch: MessageExtBatch) -> AppendMessageResult:
-        """Append a batch: one record per inner message, consecutive queue offsets, one file."""
-        entries = decode_batch_body(batch.body)
-        born_host = host_to_bytes(*batch.born_host)
-        sys_flag = batch.sys_flag | self._host_flags(born_host)
-        topic = batch.topic.encode()
-        cluster = batch.properties.get("CLUSTER")
-        records = []
-        for entry in entries:
-            props = entry.properties_string
-            if cluster and "CLUSTER\x01" not in props:
-                if props and not props.endswith("\x02"):
-                    props += "\x02"
-                props += f"CLUSTER\x01{cluster}\x02"
-            tail = self._encode_tail(entry.body, topic, props.encode())
-            crc = zlib.crc32(entry.body) & 0x7FFFFFFF
-            fields = (crc, batch.queue_id, entry.flag, sys_flag, batch.born_timestamp, born_host,
-                      batch.reconsume_times, 0, len(entry.body))
-            records.append((self._record_total(len(tail), len(born_host)), fields, tail, props))
-        batch_total = sum(r[0] for r in records)
-        if batch_total + END_FILE_MIN_BLANK_LENGTH > self.mapped_file_size:
-            raise MessageIllegalError(
-                f"batch of {batch_total} bytes cannot fit one CommitLog file of "
-                f"{self.mapped_file_size} bytes"
-            )
-        key = (batch.topic, batch.queue_id)
+        """Append a batch: one record per inner message, consecutive queue offsets, one file.
+        All or nothing: a batch that fails midway leaves none of its records behind."""
+        try:
+            put_checks.batch_fields(batch)
+            born_host = put_checks.born_host_bytes(batch.born_host)
+            sys_flag = batch.sys_flag | self._host_flags(born_host)
+            topic = put_checks.topic_bytes(batch.topic)
+            entries = decode_batch_body(put_checks.body_of(batch.body))
+            cluster = batch.properties.get("CLUSTER")
+            records = []
+            for entry in entries:
+                props = entry.properties_string
+                if cluster and "CLUSTER\x01" not in props:
+                    if props and not props.endswith("\x02"):
+                        props += "\x02"
+                    props += f"CLUSTER\x01{cluster}\x02"
+                records.append(self._record(
+                    entry.body, topic, props, batch.queue_id, entry.flag, sys_flag,
+                    batch.born_timestamp, born_host, batch.reconsume_times, 0,
+                ))
+        except PutMessageError:
+            raise
+        except Exception as exc:
+            raise MessageIllegalError(f"the batch cannot be encoded: {exc}") from exc
+        batch_total = sum(r.total for r in records)
+        self._check_fits(batch_total, "a batch")
         with self.put_lock:
             begin = time.monotonic()
             self.begin_time_in_lock = begin
-            store_ts = int(time.time() * 1000)
-            mapped_file = self._writable_file(batch_total)
-            first_offset = mapped_file.file_from_offset + mapped_file.wrote_position
-            queue_offset = self.topic_queue_table.get(key, 0)
-            wrote_offset = first_offset
-            offsets = []
-            for index, (total, fields, tail, props) in enumerate(records):
-                self._write(mapped_file, total, fields, queue_offset + index, wrote_offset,
-                            store_ts, tail)
-                offsets.append(wrote_offset)
-                self.appended.append((wrote_offset, total, store_ts, queue_offset + index,
-                                      batch.topic, batch.queue_id, sys_flag, 0, props))
-                wrote_offset += total
-            self.topic_queue_table[key] = queue_offset + len(records)
-            mapped_file.store_timestamp = store_ts
-            self.begin_time_in_lock = 0.0
+            try:
+                store_ts, first_offset, queue_offset = self._append_locked(
+                    records, batch.topic, batch.queue_id, sys_flag, 0, True)
+            finally:
+                self.begin_time_in_lock = 0.0
             elapsed = time.monotonic() - begin
-        if self.on_append is not None:
-            self.on_append()
+        self._notify_append()
         batch.store_timestamp = store_ts
         host = self.store_host_bytes
+        offsets = [first_offset]
+        for record in records[:-1]:
+            offsets.append(offsets[-1] + record.total)
         return AppendMessageResult(
             first_offset, batch_total, store_ts, queue_offset, len(records),
             [create_message_id(host, o) for o in offsets], batch.topic, batch.queue_id,
             elapsed * 1000,
         )
+
+    def _append_locked(
+        self, records: list[_Record], topic: str, queue_id: int, sys_flag: int,
+        prepared_offset: int, advances: bool,
+    ) -> tuple[int, int, int]:
+        """Write ``records`` back to back; returns (store time, first offset, first queue offset).
+
+        Under the put lock. The records become visible in one step at the end (the write
+        position moves last); until then readers, dispatch, the commit service and slaves stop
+        short of them. Whatever raises before that step is undone: the queue offset, the
+        entries for dispatch, and the bytes, zeroed so that a crash right after cannot make
+        recovery take a whole but unacknowledged record for a good one.
+        """
+        total = sum(r.total for r in records)
+        key = (topic, queue_id)
+        try:  # nothing to undo yet (ending a full file with a blank is a step of its own)
+            store_ts = int(time.time() * 1000)
+            mapped_file = self._writable_file(total)
+            start = mapped_file.wrote_position
+            base = mapped_file.file_from_offset
+            previous = self.topic_queue_table.get(key)
+            target = mapped_file.write_buffer if mapped_file.write_buffer is not None \
+                else mapped_file.mm
+        except PutMessageError:
+            raise
+        except Exception as exc:
+            raise self._refusal(exc) from exc
+        queue_offset = (previous or 0) if advances else 0
+        previous_ts = mapped_file.store_timestamp
+        claimed = 0
+        try:
+            mapped_file.ensure_allocated(start + total)  # ENOSPC here, not SIGBUS in _write
+            claimed = total
+            entries = []
+            pos = start
+            for index, record in enumerate(records):
+                logical = queue_offset + index if advances else 0
+                self._write(target, pos, record.total, record.fields, logical, base + pos,
+                            store_ts, record.tail)
+                entries.append((base + pos, record.total, store_ts, logical, topic, queue_id,
+                                sys_flag, prepared_offset, record.properties))
+                pos += record.total
+            if advances:
+                self.topic_queue_table[key] = queue_offset + len(records)
+            self.appended.extend(entries)
+            mapped_file.store_timestamp = store_ts
+            mapped_file.wrote_position = pos  # the records are in: visible from here on
+        except BaseException as exc:
+            self._roll_back(mapped_file, target, start, claimed, key, previous, advances)
+            mapped_file.store_timestamp = previous_ts
+            if isinstance(exc, PutMessageError) or not isinstance(exc, Exception):
+                raise
+            raise self._refusal(exc) from exc
+        return store_ts, base + start, queue_offset
+
+    def _roll_back(
+        self, mapped_file: MappedFile, target, start: int, claimed: int, key: tuple[str, int],
+        previous: int | None, advances: bool,
+    ) -> None:
+        """Undo a put that failed before its write position moved (see ``_append_locked``)."""
+        first = mapped_file.file_from_offset + start
+        appended = self.appended
+        # Ours are the newest entries, from ``first`` on (however many an interrupted extend
+        # left); dispatch only takes readable ones from the other end, so it never races us here.
+        while appended:
+            try:
+                if appended[-1][0] < first:
+                    break
+                appended.pop()
+            except IndexError:
+                break
+        if advances:
+            if previous is None:
+                self.topic_queue_table.pop(key, None)
+            else:
+                self.topic_queue_table[key] = previous
+        mapped_file.wrote_position = start
+        if claimed:  # only bytes whose blocks are claimed: zeroing a hole could SIGBUS
+            target[start : start + claimed] = bytes(claimed)
+
+    def _refusal(self, exc: Exception) -> PutMessageError:
+        """The typed refusal for what made a put fail under the lock (already rolled back)."""
+        if is_disk_error(exc):
+            return DiskNotWritableError(
+                f"the CommitLog cannot take the message: {describe_os_error(exc)}; "
+                "writes are refused until space is freed or the disk is writable again"
+            )
+        due, suppressed = self._failures.should_log("append")
+        if due:
+            log.error("a CommitLog append failed and was rolled back (%d like it since the last "
+                      "line)", suppressed + 1, exc_info=exc)
+        return AppendMessageError(
+            f"the CommitLog append failed and was rolled back: {type(exc).__name__}: {exc}"
+        )
+
+    def _notify_append(self) -> None:
+        """Wake dispatch. The put has succeeded whatever this does: dispatch also looks on its
+        own every second, so a failing hook delays the message, it does not lose it."""
+        hook = self.on_append
+        if hook is None:
+            return
+        try:
+            hook()
+        except Exception:
+            due, _ = self._failures.should_log("on_append")
+            if due:
+                log.exception("waking dispatch after a put failed; it catches up on its own")
 
     def _record_total(self, tail_length: int, born_host_length: int) -> int:
         store = 20 if self.store_host_v6 else 8
@@ -279,28 +428,40 @@ class CommitLog:
         try:
             mapped_file = queue.get_last_mapped_file_or_create(0)
             if total + END_FILE_MIN_BLANK_LENGTH > mapped_file.remaining():
-                blank_at = mapped_file.file_from_offset + mapped_file.wrote_position
-                max_blank = mapped_file.remaining()
-                if mapped_file.write_buffer is not None:
-                    mapped_file.write_buffer[mapped_file.wrote_position:
-                                             mapped_file.wrote_position + 8] = encode_blank(max_blank)
-                else:
-                    mapped_file.mm[mapped_file.wrote_position:
-                                   mapped_file.wrote_position + 8] = encode_blank(max_blank)
-                mapped_file.skip_to_end()
-                self.appended.append((blank_at, max_blank, 0, 0, None, 0, 0, 0, ""))
+                self._end_file(mapped_file)
                 mapped_file = queue.get_last_mapped_file_or_create(0)
-        except OSError as exc:
-            raise CreateMappedFileError(f"cannot create the next CommitLog file: {exc}") from exc
+        except PutMessageError:
+            raise
+        except Exception as exc:
+            if is_disk_error(exc):
+                raise DiskNotWritableError(
+                    f"the CommitLog cannot roll to its next file: {describe_os_error(exc)}; "
+                    "writes are refused until space is freed or the disk is writable again"
+                ) from exc
+            if isinstance(exc, OSError | StoreError):
+                raise CreateMappedFileError(f"cannot create the next CommitLog file: {exc}") from exc
+            raise self._refusal(exc) from exc
         return mapped_file
 
+    def _end_file(self, mapped_file: MappedFile) -> None:
+        """End a file with a blank record. It is a whole record of its own: should the put that
+        needed the room fail after it (the next file cannot be created), the file stays ended,
+        as RocketMQ's does, and the next put goes to the next file."""
+        pos = mapped_file.wrote_position
+        max_blank = mapped_file.remaining()
+        mapped_file.ensure_allocated(pos + END_FILE_MIN_BLANK_LENGTH)
+        target = mapped_file.write_buffer if mapped_file.write_buffer is not None else mapped_file.mm
+        target[pos : pos + END_FILE_MIN_BLANK_LENGTH] = encode_blank(max_blank)
+        mapped_file.skip_to_end()  # the blank is in: visible from here on
+        self.appended.append((mapped_file.file_from_offset + pos, max_blank, 0, 0, None, 0, 0, 0, ""))
+
     def _write(
-        self, mapped_file: MappedFile, total: int, fields: tuple, queue_offset: int,
+        self, target, pos: int, total: int, fields: tuple, queue_offset: int,
         wrote_offset: int, store_ts: int, tail: bytes,
     ) -> None:
+        """Encode one record into ``target`` (the mapping or the write buffer) at ``pos``.
+        Moves no cursor: ``_append_locked`` publishes the records once all are written."""
         crc, queue_id, flag, sys_flag, born_ts, born_host, reconsume, prepared, body_len = fields
-        target = mapped_file.write_buffer if mapped_file.write_buffer is not None else mapped_file.mm
-        pos = mapped_file.wrote_position
         if len(born_host) == 8 and not self.store_host_v6:
             PREFIX_V4.pack_into(
                 target, pos, total, 0xDAA320A7, crc, queue_id, flag, queue_offset, wrote_offset,
@@ -323,7 +484,6 @@ class CommitLog:
             _TAIL_V6.pack_into(target, p, reconsume, prepared, body_len)
             start = p + 16
         target[start : start + len(tail)] = tail
-        mapped_file.wrote_position = pos + total
 
     # -- reads ---------------------------------------------------------------------------------
     def get_data(self, offset: int, max_size: int | None = None) -> tuple[bytes, int]:

@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 CQ_STORE_UNIT_SIZE = 20
 CQ_UNIT = struct.Struct(">qiq")
 FILLER_UNIT = CQ_UNIT.pack(0, 0x7FFFFFFF, 0)
+# Blocks claimed ahead of the writer (file_space.py): small, as a broker may hold thousands of queues.
+CQ_ALLOCATE_AHEAD = 64 * 1024
 
 
 class ConsumeQueueUnit(NamedTuple):
@@ -42,7 +44,8 @@ class ConsumeQueue:
         size = mapped_file_size - mapped_file_size % CQ_STORE_UNIT_SIZE
         self.mapped_file_size = size
         self.store_path = os.path.join(root_dir, topic, str(queue_id))
-        self.mapped_file_queue = MappedFileQueue(self.store_path, size, durable_create=False)
+        self.mapped_file_queue = MappedFileQueue(self.store_path, size, durable_create=False,
+                                                 allocate_ahead=CQ_ALLOCATE_AHEAD)
         # End (offset + size) of the last CommitLog record indexed here: dispatch dedup key.
         self.max_physic_offset = -1
         self.min_logic_offset = 0  # bytes
@@ -90,8 +93,10 @@ class ConsumeQueue:
         return self.mapped_file_queue.flush(least_pages)
 
     def shutdown(self) -> None:
-        self.mapped_file_queue.flush_all()
-        self.mapped_file_queue.shutdown()
+        try:
+            self.mapped_file_queue.flush_all()
+        finally:
+            self.mapped_file_queue.shutdown()
 
     def destroy(self) -> None:
         self.mapped_file_queue.destroy()
@@ -102,7 +107,11 @@ class ConsumeQueue:
     def put_message_position_info(
         self, offset: int, size: int, tags_code: int, cq_offset: int
     ) -> None:
-        """Append the unit for logical offset ``cq_offset`` (ignored when already present)."""
+        """Append the unit for logical offset ``cq_offset`` (ignored when already present).
+
+        Raises OSError when the file cannot be created or grown (disk full); nothing has
+        changed then, and dispatch calls again with the same unit later.
+        """
         if offset + size <= self.max_physic_offset:
             return  # dispatched again after recovery: already indexed
         expect_logic = cq_offset * CQ_STORE_UNIT_SIZE
@@ -118,8 +127,9 @@ class ConsumeQueue:
         if expect_logic > current:
             log.error("%s-%d: logic offset gap, expected unit %d, queue ends at %d",
                       self.topic, self.queue_id, cq_offset, current // CQ_STORE_UNIT_SIZE)
-        self.max_physic_offset = offset + size
         mapped_file.append(CQ_UNIT.pack(offset, size, tags_code))
+        # Only once the unit is written: this is what makes a retry skip the record.
+        self.max_physic_offset = offset + size
 
     def _fill_pre_blank(self, mapped_file, until: int) -> None:
         position = until % self.mapped_file_size

@@ -5,6 +5,13 @@ The CommitLog is the only source of truth. ``ReputMessageService`` re-reads it f
 each dispatcher (ConsumeQueue builder, index builder), then tells arrival listeners (the broker
 wakes long-polling pulls). Masters, slaves (raw replicated bytes) and crash recovery all build
 their derived views through this one path.
+
+A dispatcher that fails (the disk is full: no new ConsumeQueue or index file) stops the round
+at that record: nothing after it is dispatched out of order, the record is not counted as
+dispatched, and WRITE_LOGICS_QUEUE_ERROR is raised, which refuses puts until dispatch gets
+through again. Dispatch retries every round (every second, or at once when woken); dispatchers
+skip what they already hold, so a record half dispatched before the failure is not doubled.
+An arrival listener that fails is logged and skipped: the record is in its queue already.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from storage.errors import CorruptRecordError, OffsetOutOfRangeError, TornTailError
+from storage.errors import CorruptRecordError, OffsetOutOfRangeError, TornTailError, describe_os_error
 from storage.message import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
@@ -25,6 +32,7 @@ from storage.message import (
     tags_string_to_tags_code,
 )
 from storage.record import BlankRecord, MessageRecord, decode_record
+from storage.running_flags import WRITE_LOGICS_QUEUE_ERROR, LogThrottle, RunningFlags
 from storage.service_thread import ServiceThread
 
 log = logging.getLogger(__name__)
@@ -110,8 +118,18 @@ def _peek_topic_queue(data: bytes, pos: int, end: int) -> tuple[str, int, int] |
     return topic, queue_id, total
 
 
+def _pop_if_first(appended, item) -> None:
+    """Drop ``item`` from the front, unless a full deque has already pushed it out."""
+    if appended and appended[0] is item:
+        appended.popleft()
+
+
 Dispatcher = Callable[[DispatchRequest], None]
 ArrivalListener = Callable[[DispatchRequest], None]
+
+
+class DispatchFailed(Exception):
+    """A dispatcher could not take a record; the round stops there and is retried."""
 
 
 class ReputMessageService(ServiceThread):
@@ -124,11 +142,14 @@ class ReputMessageService(ServiceThread):
         commit_log,
         dispatchers: list[Dispatcher],
         delay_levels_ms: list[int],
+        flags: RunningFlags | None = None,
     ) -> None:
         super().__init__()
         self.commit_log = commit_log
         self.dispatchers = dispatchers
         self.arrival_listeners: list[ArrivalListener] = []
+        self.flags = flags if flags is not None else RunningFlags()
+        self._listener_failures = LogThrottle()
         self.delay_levels_ms = delay_levels_ms
         self.reput_from_offset = 0
         self.stuck_reason: str | None = None
@@ -149,7 +170,40 @@ class ReputMessageService(ServiceThread):
         self.do_reput()
 
     def do_reput(self) -> int:
-        """Dispatch everything readable now; returns how many records were dispatched."""
+        """Dispatch everything readable now; returns how many records were dispatched.
+
+        Never raises for a dispatcher's failure: that raises WRITE_LOGICS_QUEUE_ERROR and the
+        next round starts again at the record that failed."""
+        try:
+            count = self._reput()
+        except DispatchFailed:
+            return 0
+        self.flags.clear(WRITE_LOGICS_QUEUE_ERROR)
+        return count
+
+    def _dispatch(self, request: DispatchRequest) -> None:
+        """Hand one record to every dispatcher, then to every arrival listener."""
+        for dispatcher in self.dispatchers:
+            try:
+                dispatcher(request)
+            except Exception as exc:
+                reason = describe_os_error(exc) if isinstance(exc, OSError) else \
+                    f"{type(exc).__name__}: {exc}"
+                self.flags.set(WRITE_LOGICS_QUEUE_ERROR,
+                               f"dispatching the message at CommitLog offset "
+                               f"{request.commit_log_offset} ({request.topic}-{request.queue_id}) "
+                               f"failed: {reason}; dispatch retries it every second")
+                if not isinstance(exc, OSError) and self._listener_failures.should_log("dispatch")[0]:
+                    log.error("dispatcher failed", exc_info=exc)  # a bug: show where
+                raise DispatchFailed from exc
+        for listener in self.arrival_listeners:
+            try:
+                listener(request)
+            except Exception:
+                if self._listener_failures.should_log("listener")[0]:
+                    log.exception("an arrival listener failed; the message is dispatched anyway")
+
+    def _reput(self) -> int:
         commit_log = self.commit_log
         count = 0
         if self.reput_from_offset < commit_log.get_min_offset():
@@ -180,8 +234,6 @@ class ReputMessageService(ServiceThread):
         """Fast path: dispatch what the put path just appended, without decoding it again."""
         appended = self.commit_log.appended
         readable = self.commit_log.get_max_offset()
-        dispatchers = self.dispatchers
-        listeners = self.arrival_listeners
         levels = self.delay_levels_ms
         count = 0
         while appended:
@@ -194,17 +246,15 @@ class ReputMessageService(ServiceThread):
                 break  # a gap (entries were dropped): decode the log from here
             if offset + size > readable:
                 break  # not committed yet (transient store pool)
-            appended.popleft()
             topic = item[4]
             if topic is None:
+                _pop_if_first(appended, item)
                 self.reput_from_offset = self.commit_log.roll_next_file(offset)
                 continue
             request = build_dispatch_request(topic, item[5], offset, size, item[2], item[3],
                                              item[6], item[7], item[8], levels)
-            for dispatcher in dispatchers:
-                dispatcher(request)
-            for listener in listeners:
-                listener(request)
+            self._dispatch(request)  # on failure the entry stays for the next round
+            _pop_if_first(appended, item)
             self.reput_from_offset = offset + size
             self.last_store_timestamp = item[2]
             count += 1
@@ -213,8 +263,6 @@ class ReputMessageService(ServiceThread):
     def _dispatch_buffer(self, data: bytes, base: int) -> int:
         pos = 0
         count = 0
-        dispatchers = self.dispatchers
-        listeners = self.arrival_listeners
         levels = self.delay_levels_ms
         end = len(data)
         skip = self.already_dispatched
@@ -239,11 +287,7 @@ class ReputMessageService(ServiceThread):
                 return count
             if not isinstance(record, MessageRecord):
                 break  # zeros: nothing written here yet
-            request = dispatch_request_of(record, levels)
-            for dispatcher in dispatchers:
-                dispatcher(request)
-            for listener in listeners:
-                listener(request)
+            self._dispatch(dispatch_request_of(record, levels))
             pos += record.total_size
             self.reput_from_offset = base + pos
             self.last_store_timestamp = record.store_timestamp

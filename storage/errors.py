@@ -5,10 +5,14 @@
     StoreError
     ├── ConfigError                      a store setting has a bad value (names the key)
     ├── PutMessageError                  a put was refused; .status is RocketMQ's PutMessageStatus
-    │   ├── MessageIllegalError            topic too long, body too large, bad batch
-    │   ├── PropertiesSizeExceededError    properties string longer than 32,767 bytes
-    │   ├── ServiceNotAvailableError       shut down, slave role, or disk nearly full
-    │   └── CreateMappedFileError          the next CommitLog file could not be created
+    │   ├── MessageIllegalError            a field does not fit the record, topic too long, bad batch
+    │   │   └── PropertiesSizeExceededError  properties string longer than 32,767 bytes
+    │   ├── ServiceNotAvailableError       shut down, slave role, disk nearly full, a store
+    │   │   │                                service cannot write (RunningFlags)
+    │   │   └── DiskNotWritableError         the disk refused the put's bytes (full, read-only)
+    │   ├── CreateMappedFileError          the next CommitLog file could not be created
+    │   ├── OSPageCacheBusyError           a put has held the lock for too long
+    │   └── AppendMessageError             the append failed midway; it was rolled back
     ├── RecordError                      a CommitLog record could not be decoded
     │   ├── TornTailError                  bytes end inside a record: truncate and carry on
     │   └── CorruptRecordError             bad magic, size or CRC: stop and report
@@ -21,7 +25,28 @@ different answers.
 
 from __future__ import annotations
 
+import errno
 from enum import Enum
+
+# errno values that mean "this disk takes no more writes for now": writes are refused with
+# SERVICE_NOT_AVAILABLE until a later attempt succeeds, rather than failing as a bug would.
+DISK_ERRNOS = frozenset({
+    errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.EFBIG,
+})
+
+
+def is_disk_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is the disk refusing a write (full, read-only, …) rather than a bug."""
+    return isinstance(exc, OSError) and exc.errno in DISK_ERRNOS
+
+
+def describe_os_error(exc: OSError) -> str:
+    """``No space left on device (ENOSPC) on /store/commitlog/…``: the reason, its errno name
+    (what an operator searches for) and the file, without Python's ``[Errno 28]`` noise."""
+    name = errno.errorcode.get(exc.errno, str(exc.errno)) if exc.errno is not None else "OSError"
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    where = f" on {exc.filename}" if exc.filename else ""
+    return f"{reason} ({name}){where}"
 
 
 class PutMessageStatus(Enum):
@@ -53,7 +78,7 @@ class ConfigError(StoreError):
 
 
 class PutMessageError(StoreError):
-    """A put was refused before anything was written."""
+    """A put was refused: nothing of it was written, or what was written has been undone."""
 
     status = PutMessageStatus.UNKNOWN_ERROR
 
@@ -62,12 +87,16 @@ class MessageIllegalError(PutMessageError):
     status = PutMessageStatus.MESSAGE_ILLEGAL
 
 
-class PropertiesSizeExceededError(PutMessageError):
+class PropertiesSizeExceededError(MessageIllegalError):
     status = PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
 
 
 class ServiceNotAvailableError(PutMessageError):
     status = PutMessageStatus.SERVICE_NOT_AVAILABLE
+
+
+class DiskNotWritableError(ServiceNotAvailableError):
+    """The disk refused the bytes of a put (no space, quota, read-only, permission, I/O error)."""
 
 
 class CreateMappedFileError(PutMessageError):
@@ -76,6 +105,13 @@ class CreateMappedFileError(PutMessageError):
 
 class OSPageCacheBusyError(PutMessageError):
     status = PutMessageStatus.OS_PAGECACHE_BUSY
+
+
+class AppendMessageError(PutMessageError):
+    """Something unexpected failed while a record was written; the write was rolled back
+    (RocketMQ's ``AppendMessageStatus.UNKNOWN_ERROR``)."""
+
+    status = PutMessageStatus.UNKNOWN_ERROR
 
 
 class RecordError(StoreError):

@@ -12,6 +12,12 @@
 
 Waiters may block (``GroupCommitRequest.wait``) or register a callback that runs on the
 service thread (an event loop bridges it with ``call_soon_threadsafe``).
+
+A commit or flush the disk refuses (ENOSPC, EIO, a read-only remount) does not kill or wedge a
+service: it raises a running flag (puts are refused with SERVICE_NOT_AVAILABLE), waiters that
+the failed flush should have covered are answered at once (FLUSH_DISK_TIMEOUT, as RocketMQ's
+GroupCommitService answers a flush that did not reach them), and the next round tries again;
+the first success lowers the flag. Nothing is counted flushed that was not.
 """
 
 from __future__ import annotations
@@ -22,10 +28,28 @@ from collections.abc import Callable
 
 from storage.checkpoint import StoreCheckpoint
 from storage.config import MessageStoreConfig
+from storage.errors import describe_os_error
 from storage.mapped_file import MappedFileQueue
+from storage.running_flags import (
+    COMMIT_COMMIT_LOG_ERROR,
+    FLUSH_COMMIT_LOG_ERROR,
+    FLUSH_CONSUME_QUEUE_ERROR,
+    RunningFlags,
+)
 from storage.service_thread import ServiceThread
 
 RETRY_TIMES_OVER = 10
+
+
+def _guarded(flags: RunningFlags, flag: str, what: str, action: Callable[[], object]) -> bool:
+    """Run ``action``; an OSError raises ``flag`` instead of the exception. True on success."""
+    try:
+        action()
+    except OSError as exc:
+        flags.set(flag, f"{what} failed: {describe_os_error(exc)}")
+        return False
+    flags.clear(flag)
+    return True
 
 
 class GroupCommitRequest:
@@ -85,12 +109,14 @@ class FlushRealTimeService(ServiceThread):
     name = "FlushRealTimeService"
 
     def __init__(
-        self, queue: MappedFileQueue, config: MessageStoreConfig, checkpoint: StoreCheckpoint
+        self, queue: MappedFileQueue, config: MessageStoreConfig, checkpoint: StoreCheckpoint,
+        flags: RunningFlags | None = None,
     ) -> None:
         super().__init__()
         self.queue = queue
         self.config = config
         self.checkpoint = checkpoint
+        self.flags = flags if flags is not None else RunningFlags()
         self._last_thorough = time.monotonic()
 
     def run_once(self) -> None:
@@ -104,13 +130,18 @@ class FlushRealTimeService(ServiceThread):
             self._stopped.wait(config.flush_interval_commit_log / 1000)
         else:
             self.wait_for_running(config.flush_interval_commit_log)
-        self.queue.flush(least_pages)
+        if not self._flush(least_pages):
+            return
         if self.queue.store_timestamp > 0:
             self.checkpoint.physic_msg_timestamp = self.queue.store_timestamp
 
+    def _flush(self, least_pages: int) -> bool:
+        return _guarded(self.flags, FLUSH_COMMIT_LOG_ERROR, "flushing the CommitLog",
+                        lambda: self.queue.flush(least_pages))
+
     def on_shutdown(self) -> None:
         for _ in range(RETRY_TIMES_OVER):
-            if self.queue.flush(0):
+            if not self._flush(0) or self.queue.flushed_where >= self.queue.get_max_offset():
                 break
         if self.queue.store_timestamp > 0:
             self.checkpoint.physic_msg_timestamp = self.queue.store_timestamp
@@ -121,10 +152,13 @@ class GroupCommitService(ServiceThread):
 
     name = "GroupCommitService"
 
-    def __init__(self, queue: MappedFileQueue, checkpoint: StoreCheckpoint) -> None:
+    def __init__(
+        self, queue: MappedFileQueue, checkpoint: StoreCheckpoint, flags: RunningFlags | None = None,
+    ) -> None:
         super().__init__()
         self.queue = queue
         self.checkpoint = checkpoint
+        self.flags = flags if flags is not None else RunningFlags()
         self._requests_write: list[GroupCommitRequest] = []
         self._requests_read: list[GroupCommitRequest] = []
         self._swap_lock = threading.Lock()
@@ -147,27 +181,34 @@ class GroupCommitService(ServiceThread):
         queue = self.queue
         if requests:
             target = max(r.next_offset for r in requests)
+            ok = True
             # A file boundary may sit between flushed_where and the target: at most one
             # flush per file is needed, RocketMQ's "flush at most twice" generalised.
             for _ in range(4):
                 if queue.flushed_where >= target:
                     break
-                queue.flush(0)
+                ok = self._flush()
+                if not ok:
+                    break
             flushed = queue.flushed_where
             now = time.monotonic()
             for request in requests:
                 if flushed >= request.next_offset:
                     request.complete(True)
-                elif now >= request.deadline:
-                    request.complete(False)
+                elif not ok or now >= request.deadline:
+                    request.complete(False)  # the disk refused: FLUSH_DISK_TIMEOUT now, not later
                 else:
                     self.put_request(request)  # not yet: try again next round
-            if queue.store_timestamp > 0:
+            if ok and queue.store_timestamp > 0:
                 self.checkpoint.physic_msg_timestamp = queue.store_timestamp
             requests.clear()
         else:
             # Puts that did not ask to wait (WAIT=false) still get flushed promptly.
-            queue.flush(0)
+            self._flush()
+
+    def _flush(self) -> bool:
+        return _guarded(self.flags, FLUSH_COMMIT_LOG_ERROR, "flushing the CommitLog",
+                        lambda: self.queue.flush(0))
 
     def on_shutdown(self) -> None:
         time.sleep(0.01)
@@ -183,12 +224,14 @@ class CommitRealTimeService(ServiceThread):
     name = "CommitRealTimeService"
 
     def __init__(
-        self, queue: MappedFileQueue, config: MessageStoreConfig, flush_service: ServiceThread
+        self, queue: MappedFileQueue, config: MessageStoreConfig, flush_service: ServiceThread,
+        flags: RunningFlags | None = None,
     ) -> None:
         super().__init__()
         self.queue = queue
         self.config = config
         self.flush_service = flush_service
+        self.flags = flags if flags is not None else RunningFlags()
         self._last_thorough = time.monotonic()
 
     def run_once(self) -> None:
@@ -198,14 +241,25 @@ class CommitRealTimeService(ServiceThread):
         if now >= self._last_thorough + config.commit_commit_log_thorough_interval / 1000:
             self._last_thorough = now
             least_pages = 0
-        if not self.queue.commit(least_pages):
+        if self._commit(least_pages) is False:
             self._last_thorough = time.monotonic()
             self.flush_service.wakeup()
         self.wait_for_running(config.commit_interval_commit_log)
 
+    def _commit(self, least_pages: int) -> bool | None:
+        """What ``queue.commit`` answered (True: nothing moved), or None when the disk refused."""
+        try:
+            idle = self.queue.commit(least_pages)
+        except OSError as exc:
+            self.flags.set(COMMIT_COMMIT_LOG_ERROR,
+                           f"committing the CommitLog failed: {describe_os_error(exc)}")
+            return None
+        self.flags.clear(COMMIT_COMMIT_LOG_ERROR)
+        return idle
+
     def on_shutdown(self) -> None:
         for _ in range(RETRY_TIMES_OVER):
-            if self.queue.commit(0):
+            if self._commit(0) is not False:
                 break
 
 
@@ -217,6 +271,7 @@ class FlushConsumeQueueService(ServiceThread):
     def __init__(self, store) -> None:
         super().__init__()
         self.store = store
+        self.flags: RunningFlags = store.running_flags
         self._last_thorough = time.monotonic()
 
     def run_once(self) -> None:
@@ -236,13 +291,22 @@ class FlushConsumeQueueService(ServiceThread):
             least = 0
         # Read the time before flushing: the checkpoint must never claim more than is on disk.
         dispatched_ts = store.reput.last_store_timestamp
-        for queues in list(store.consume_queue_table.values()):
-            for queue in list(queues.values()):
-                queue.flush(least)
-        index_ts = store.index_service.flush() if config.message_index_enable else 0
-        checkpoint = store.checkpoint
-        if least == 0 and dispatched_ts:
-            checkpoint.logics_msg_timestamp = dispatched_ts
-        if index_ts:
-            checkpoint.index_msg_timestamp = index_ts
-        checkpoint.flush()
+        step = "flushing the ConsumeQueues"
+        try:
+            for queues in list(store.consume_queue_table.values()):
+                for queue in list(queues.values()):
+                    queue.flush(least)
+            step = "flushing the index"
+            index_ts = store.index_service.flush() if config.message_index_enable else 0
+            # Only now: the checkpoint must not claim what did not reach the disk.
+            checkpoint = store.checkpoint
+            if least == 0 and dispatched_ts:
+                checkpoint.logics_msg_timestamp = dispatched_ts
+            if index_ts:
+                checkpoint.index_msg_timestamp = index_ts
+            step = "writing the checkpoint"
+            checkpoint.flush()
+        except OSError as exc:
+            self.flags.set(FLUSH_CONSUME_QUEUE_ERROR, f"{step} failed: {describe_os_error(exc)}")
+            return
+        self.flags.clear(FLUSH_CONSUME_QUEUE_ERROR)

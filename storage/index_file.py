@@ -72,6 +72,7 @@ class IndexFile:
         self.index_num = index_num
         self.mapped_file = _map_index(path, index_file_size(hash_slot_num, index_num))
         self.mm = self.mapped_file.mm
+        # Read with pread: a new file's header is a hole (SIGBUS through the mapping on a full tmpfs).
         (
             self.begin_timestamp,
             self.end_timestamp,
@@ -79,7 +80,7 @@ class IndexFile:
             self.end_phy_offset,
             self.hash_slot_count,
             self.index_count,
-        ) = INDEX_HEADER.unpack_from(self.mm, 0)
+        ) = INDEX_HEADER.unpack(self.mapped_file.read_raw(0, INDEX_HEADER_SIZE))
         if self.index_count == 0:
             self.index_count = 1
         self._entries_base = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
@@ -96,6 +97,8 @@ class IndexFile:
         return self.index_count >= self.index_num
 
     def _write_header(self) -> None:
+        # Header and every hash slot: queries read any slot through the mapping.
+        self.mapped_file.ensure_allocated(self._entries_base)
         INDEX_HEADER.pack_into(
             self.mm, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
             self.end_phy_offset, self.hash_slot_count, self.index_count,
@@ -110,6 +113,10 @@ class IndexFile:
         if self.index_count >= self.index_num:
             return False
         slot_pos = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
+        entry_pos = self._entries_base + self.index_count * INDEX_ENTRY_SIZE
+        # Header, every slot and the entries so far: claimed before a byte goes in (OSError when
+        # the disk is full, rather than a SIGBUS through the mapping).
+        self.mapped_file.ensure_allocated(entry_pos + INDEX_ENTRY_SIZE)
         mm = self.mm
         (slot_value,) = HASH_SLOT.unpack_from(mm, slot_pos)
         if slot_value <= 0 or slot_value > self.index_count:
@@ -119,7 +126,6 @@ class IndexFile:
             self.begin_timestamp = store_timestamp
         time_diff = (store_timestamp - self.begin_timestamp) // 1000 if self.begin_timestamp > 0 else 0
         time_diff = min(max(time_diff, 0), _INT_MAX)
-        entry_pos = self._entries_base + self.index_count * INDEX_ENTRY_SIZE
         INDEX_ENTRY.pack_into(mm, entry_pos, key_hash, phy_offset, time_diff, slot_value)
         HASH_SLOT.pack_into(mm, slot_pos, self.index_count)
         if slot_value == 0:
@@ -249,8 +255,12 @@ class IndexService:
             if previous is not None:
                 index_file.begin_phy_offset = index_file.end_phy_offset = previous.end_phy_offset
                 index_file.begin_timestamp = index_file.end_timestamp = previous.end_timestamp
-                index_file._write_header()
-                previous.flush()
+                try:
+                    index_file._write_header()
+                    previous.flush()
+                except BaseException:
+                    index_file.destroy(0)  # not kept: the retry makes a fresh one
+                    raise
             self.index_files = [*files, index_file]
             return index_file
 
@@ -260,7 +270,6 @@ class IndexService:
         """Index one message's UNIQ_KEY and KEYS (callers skip rollback records)."""
         if phy_offset <= self.last_indexed_offset:
             return  # dispatched again after recovery: already indexed
-        self.last_indexed_offset = phy_offset
         index_file = self._last_file_for_write()
         seed = topic_seed(topic)
         if uniq_key:
@@ -270,6 +279,9 @@ class IndexService:
                 if key:
                     index_file = self._put(index_file, index_key_hash(key, seed), phy_offset,
                                            store_ts)
+        # Only once every key is in: a failure (disk full) before here is retried by dispatch.
+        # A key indexed twice that way finds the same offset twice; queries drop repeats.
+        self.last_indexed_offset = phy_offset
 
     def _put(self, index_file: IndexFile, key_hash: int, phy_offset: int, store_ts: int) -> IndexFile:
         while not index_file.put_key_hash(key_hash, phy_offset, store_ts):
@@ -332,8 +344,10 @@ class IndexService:
 
     def shutdown(self) -> None:
         for index_file in self.index_files:
-            index_file.flush()
-            index_file.close()
+            try:
+                index_file.flush()
+            finally:
+                index_file.close()
 
     def destroy(self) -> None:
         for index_file in self.index_files:

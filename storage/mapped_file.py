@@ -14,7 +14,12 @@ it copies bytes out, and deletion only unmaps once every holder has ``release()`
 ``destroyMapedFileIntervalForcibly`` has passed.
 
 Durability: ``fdatasync`` on the file descriptor writes back the pages dirtied through the shared
-mapping (Linux keeps one page cache), and unlike ``mmap.flush`` it lets other threads run.
+mapping (Linux keeps one page cache), and unlike ``mmap.flush`` it lets other threads run. A
+failed ``fdatasync`` leaves the flushed position where it was and dirties the unflushed pages
+again before the next attempt.
+
+Space: every write claims its blocks first (``ensure_allocated``, file_space.py), so a full disk
+is an ENOSPC the writer can refuse a put with, never a SIGBUS through the mapping.
 """
 
 from __future__ import annotations
@@ -28,11 +33,16 @@ import time
 from collections.abc import Iterator
 
 from storage.errors import OffsetOutOfRangeError, StoreError
+from storage.file_space import claim, create_sized_file
+from storage.transient_pool import TransientStorePool
 
 log = logging.getLogger(__name__)
 
 OS_PAGE_SIZE = 4096
 DELETE_FILES_BATCH_MAX = 10
+# How far ahead of the writer blocks are claimed (file_space.py): one fallocate per this many
+# bytes written, and never more than this much space held but unused per file.
+ALLOCATE_AHEAD = 4 << 20
 _ZERO_CHUNK = bytes(1 << 20)
 
 
@@ -41,47 +51,12 @@ def offset_to_file_name(offset: int) -> str:
     return f"{offset:020d}"
 
 
-class TransientStorePool:
-    """Write buffers that take appends before the commit service copies them to the file.
-
-    RocketMQ's pool holds ``transientStorePoolSize`` locked off-heap buffers of one CommitLog
-    file each; here they are ``bytearray``s, allocated on first use.
-    """
-
-    def __init__(self, pool_size: int, file_size: int) -> None:
-        self.pool_size = pool_size
-        self.file_size = file_size
-        self._free: list[bytearray] = []
-        self._created = 0
-        self._lock = threading.Lock()
-
-    def borrow_buffer(self) -> bytearray | None:
-        """A buffer for a new file, or None when all are lent (the file then writes directly)."""
-        with self._lock:
-            if self._free:
-                return self._free.pop()
-            if self._created < self.pool_size:
-                self._created += 1
-                return bytearray(self.file_size)
-        log.warning("TransientStorePool has no buffer left; writing to the mapped file directly")
-        return None
-
-    def return_buffer(self, buffer: bytearray) -> None:
-        """Give a buffer back once its file is fully committed."""
-        with self._lock:
-            self._free.append(buffer)
-
-    def available_buffer_nums(self) -> int:
-        with self._lock:
-            return len(self._free) + self.pool_size - self._created
-
-
 class MappedFile:
     """One fixed-size segment of a log, mapped into memory."""
 
     def __init__(
         self, path: str, file_size: int, pool: TransientStorePool | None = None,
-        durable_create: bool = True,
+        durable_create: bool = True, allocate_ahead: int = ALLOCATE_AHEAD,
     ) -> None:
         self.path = path
         self.file_size = file_size
@@ -92,13 +67,20 @@ class MappedFile:
             raise StoreError(f"{path}: a store file is named by its 20-digit offset") from exc
         exists = os.path.exists(path)
         if not exists:
-            _create_sized_file(path, file_size, durable_create)
+            create_sized_file(path, file_size, durable_create)
         self._fd = os.open(path, os.O_RDWR)
-        actual = os.fstat(self._fd).st_size
-        if actual != file_size:
-            os.close(self._fd)
-            raise StoreError(f"{path} is {actual} bytes, but its queue's files are {file_size}")
-        self.mm = mmap.mmap(self._fd, file_size)
+        try:
+            actual = os.fstat(self._fd).st_size
+            if actual != file_size:
+                raise StoreError(f"{path} is {actual} bytes, but its queue's files are {file_size}")
+            self.mm = mmap.mmap(self._fd, file_size)
+        except BaseException:
+            os.close(self._fd)  # no descriptor leaks out of a file that never opened
+            raise
+        # Blocks before this position are claimed on disk: writes there cannot SIGBUS.
+        self.allocated_position = 0
+        self.allocate_ahead = allocate_ahead
+        self._flush_failed = False
         self.wrote_position = 0
         self.committed_position = 0
         self.flushed_position = 0
@@ -132,12 +114,24 @@ class MappedFile:
         self.wrote_position = self.committed_position = self.flushed_position = position
 
     # -- writes ------------------------------------------------------------------------------
+    def ensure_allocated(self, end: int) -> None:
+        """Claim disk blocks up to ``end`` (and a little ahead) before anything is written there.
+
+        Raises OSError (ENOSPC, EDQUOT, …) with nothing written when the space is not there:
+        a write through the mapping would get SIGBUS instead (file_space.py).
+        """
+        if end > self.allocated_position:
+            self.allocated_position = claim(self._fd, self.path, self.allocated_position,
+                                            min(end, self.file_size), self.file_size,
+                                            self.allocate_ahead)
+
     def append(self, data: bytes) -> int:
         """Append ``data`` at the wrote position; returns the position it was written at."""
         pos = self.wrote_position
         end = pos + len(data)
         if end > self.file_size:
             raise StoreError(f"{self.path}: {len(data)} bytes do not fit at position {pos}")
+        self.ensure_allocated(end)
         if self.write_buffer is not None:
             self.write_buffer[pos:end] = data
         else:
@@ -197,8 +191,37 @@ class MappedFile:
             self.release()
 
     def read_raw(self, pos: int, size: int) -> bytes:
-        """Copy bytes regardless of cursors (recovery and inspection)."""
-        return self.mm[pos : min(pos + size, self.file_size)]
+        """Copy bytes regardless of cursors (recovery and inspection).
+
+        Read with pread, not through the mapping: on a full tmpfs even *reading* a hole through
+        a shared mapping faults in a page and gets SIGBUS; pread reads a hole as zeros.
+        """
+        size = max(0, min(pos + size, self.file_size) - pos)
+        if not self.hold():
+            return self.mm[pos : pos + size]
+        try:
+            parts = []
+            while size > 0:
+                chunk = os.pread(self._fd, size, pos)
+                if not chunk:
+                    break
+                parts.append(chunk)
+                pos += len(chunk)
+                size -= len(chunk)
+            return b"".join(parts)
+        finally:
+            self.release()
+
+    def data_end(self, start: int = 0) -> int:
+        """Where the bytes written from ``start`` on end: the first hole, page-rounded (the file
+        size where holes cannot be told). Past it the file reads as zeros; scanning there
+        through the mapping would fault pages in (SIGBUS on a full tmpfs) for nothing."""
+        if not hasattr(os, "SEEK_HOLE") or start >= self.file_size:
+            return self.file_size
+        try:
+            return min(os.lseek(self._fd, start, os.SEEK_HOLE), self.file_size)
+        except OSError:
+            return self.file_size
 
     # -- commit and flush -------------------------------------------------------------------
     def _able_to(self, done: int, least_pages: int) -> bool:
@@ -242,13 +265,31 @@ class MappedFile:
             return self.flushed_position
         if self.hold():
             try:
-                os.fdatasync(self._fd)
+                if self._flush_failed:
+                    self._redirty(self.flushed_position, read_pos)
+                try:
+                    os.fdatasync(self._fd)
+                except OSError:
+                    # Linux reports a failed write-back once and may then count those pages as
+                    # clean: the next fdatasync would succeed without writing them. Remember to
+                    # dirty them again before the next attempt.
+                    self._flush_failed = True
+                    raise
+                self._flush_failed = False
                 self.flushed_position = read_pos
             finally:
                 self.release()
         else:
             self.flushed_position = read_pos
         return self.flushed_position
+
+    def _redirty(self, start: int, end: int) -> None:
+        """Write the mapped bytes of [start, end) over themselves, so write-back sees them again."""
+        pos = start - start % OS_PAGE_SIZE
+        while pos < end:
+            stop = min(pos + len(_ZERO_CHUNK), end)
+            os.pwrite(self._fd, self.mm[pos:stop], pos)
+            pos = stop
 
     # -- reference counting and deletion ------------------------------------------------------
     def hold(self) -> bool:
@@ -324,40 +365,16 @@ class MappedFile:
         return os.path.getmtime(self.path)
 
 
-def _create_sized_file(path: str, size: int, durable: bool = True) -> None:
-    # Create under a temporary name and rename, so a crash never leaves a short file behind.
-    # Files rebuilt from the CommitLog anyway (ConsumeQueues) skip the fsyncs: a topic with
-    # 1024 queues would otherwise pay 2048 of them on its first messages.
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.ftruncate(fd, size)
-        if durable:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    if durable:
-        _fsync_dir(os.path.dirname(path))
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path or ".", os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class MappedFileQueue:
     """The ordered segments of one log, with flushed and committed watermarks."""
 
     def __init__(
         self, store_path: str, mapped_file_size: int, pool: TransientStorePool | None = None,
-        durable_create: bool = True,
+        durable_create: bool = True, allocate_ahead: int = ALLOCATE_AHEAD,
     ) -> None:
         self.store_path = store_path
         self.durable_create = durable_create
+        self.allocate_ahead = allocate_ahead
         self.mapped_file_size = mapped_file_size
         self.pool = pool
         # Replaced, never mutated in place, so readers can iterate without a lock.
@@ -383,7 +400,8 @@ class MappedFileQueue:
                 continue
             if not (name.isdigit() and os.path.isfile(path)):
                 continue
-            mapped_file = MappedFile(path, self.mapped_file_size)
+            mapped_file = MappedFile(path, self.mapped_file_size,
+                                     allocate_ahead=self.allocate_ahead)
             mapped_file.set_positions(self.mapped_file_size)
             files.append(mapped_file)
         self.mapped_files = files
@@ -412,7 +430,8 @@ class MappedFileQueue:
                 return last
             os.makedirs(self.store_path, exist_ok=True)
             path = os.path.join(self.store_path, offset_to_file_name(create_offset))
-            mapped_file = MappedFile(path, self.mapped_file_size, self.pool, self.durable_create)
+            mapped_file = MappedFile(path, self.mapped_file_size, self.pool, self.durable_create,
+                                     self.allocate_ahead)
             if not self.mapped_files:
                 mapped_file.first_create_in_queue = True
                 self.flushed_where = self.committed_where = create_offset

@@ -227,6 +227,16 @@ class MessageExtBrokerInner:
         self.properties[name] = value
         self.properties_string = properties_to_string(self.properties)
 
+    def replace_properties(self, properties: dict[str, str], text: str) -> None:
+        """Take ``properties`` and their string ``text`` at once (the store's delay rewrite,
+        applied once the put has succeeded). A parsed view the caller holds is updated in place."""
+        if self._properties is not None and self._properties is not properties:
+            self._properties.clear()
+            self._properties.update(properties)
+        else:
+            self._properties = properties
+        self.properties_string = text
+
     def clear_property(self, name: str) -> None:
         """Remove one property and re-serialise the properties string."""
         if self.properties.pop(name, None) is not None:

@@ -6,7 +6,8 @@ checkpoint, the abort and lock files, and the services: flush (async or group co
 
 Threads: ``put_*`` may be called from any thread (one put lock orders them); dispatch, flush and
 cleaning run in their own service threads. Callers on an event loop use ``put_message_nowait``
-and bridge the returned ``GroupCommitRequest`` with ``call_soon_threadsafe``.
+and bridge the returned ``GroupCommitRequest`` with ``call_soon_threadsafe``. A service the disk
+fails raises one of the ``running_flags`` (running_flags.py); puts are refused until it clears.
 """
 
 from __future__ import annotations
@@ -20,17 +21,16 @@ import time
 from storage.checkpoint import StoreCheckpoint
 from storage.cleanup import CleanService
 from storage.commitlog import AppendMessageResult, CommitLog
-from storage.config import BrokerRole, FlushDiskType, MessageStoreConfig
+from storage.config import FlushDiskType, MessageStoreConfig
 from storage.consume_queue import ConsumeQueue
 from storage.dispatch import DispatchRequest, ReputMessageService
 from storage.errors import (
-    MessageIllegalError,
+    DiskNotWritableError,
     OffsetOutOfRangeError,
-    OSPageCacheBusyError,
-    PropertiesSizeExceededError,
     PutMessageStatus,
     ServiceNotAvailableError,
     StoreLockedError,
+    describe_os_error,
 )
 from storage.flush import (
     CommitRealTimeService,
@@ -50,6 +50,7 @@ from storage.message import (
     MessageExtBrokerInner,
 )
 from storage.message_id import decode_message_id
+from storage.put_checks import check_batch_rules, check_body_size, check_store_status
 from storage.record import MessageRecord, decode_record
 from storage.recovery import recover_store
 from storage.results import (
@@ -58,12 +59,11 @@ from storage.results import (
     PutMessageResult,
     QueryMessageResult,
 )
+from storage.running_flags import WRITE_COMMIT_LOG_ERROR, LogThrottle, RunningFlags
+from storage.runtime_info import store_runtime_info
 from storage.stats import StoreStatsService
 
 log = logging.getLogger(__name__)
-
-MAX_TOPIC_LENGTH = 127
-MAX_PROPERTIES_LENGTH = 32767
 
 
 def _total_physical_memory() -> int:
@@ -88,6 +88,9 @@ class DefaultMessageStore:
             else None
         )
         self.commit_log = CommitLog(config, store_host, self.pool)
+        # What stops writes now (disk full, a service that cannot write), each with its reason.
+        self.running_flags = RunningFlags()
+        self._after_put_failures = LogThrottle()
         self.consume_queue_table: dict[str, dict[int, ConsumeQueue]] = {}
         self._cq_lock = threading.Lock()
         self.index_service = IndexService(
@@ -100,7 +103,8 @@ class DefaultMessageStore:
         dispatchers = [self._dispatch_consume_queue]
         if config.message_index_enable:
             dispatchers.append(self._dispatch_index)
-        self.reput = ReputMessageService(self.commit_log, dispatchers, self.delay_levels_ms)
+        self.reput = ReputMessageService(self.commit_log, dispatchers, self.delay_levels_ms,
+                                         self.running_flags)
         self.commit_log.on_append = self.reput.wakeup
         self.flush_service = None
         self.commit_service = None
@@ -185,12 +189,13 @@ class DefaultMessageStore:
         with open(config.abort_path, "w") as abort:
             abort.write(str(os.getpid()))
         queue = self.commit_log.mapped_file_queue
+        flags = self.running_flags
         if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
-            self.flush_service = GroupCommitService(queue, self.checkpoint)
+            self.flush_service = GroupCommitService(queue, self.checkpoint, flags)
         else:
-            self.flush_service = FlushRealTimeService(queue, config, self.checkpoint)
+            self.flush_service = FlushRealTimeService(queue, config, self.checkpoint, flags)
         if self.pool is not None:
-            self.commit_service = CommitRealTimeService(queue, config, self.flush_service)
+            self.commit_service = CommitRealTimeService(queue, config, self.flush_service, flags)
             self.commit_service.start()
         self.flush_service.start()
         self.reput.start()
@@ -216,21 +221,39 @@ class DefaultMessageStore:
             self._cq_flusher.shutdown()
         elif self.checkpoint is not None:
             self.reput.do_reput()
-        self.commit_log.shutdown()
-        self._flush_consume_queues(0)
+        # A disk that refuses the last flushes must not stop the files from being unmapped and
+        # the lock released; the abort file then stays, and the next start recovers.
+        failed = []
+
+        def step(what: str, action) -> None:
+            try:
+                action()
+            except OSError as exc:
+                failed.append(what)
+                log.error("shutdown: %s failed: %s; keeping the abort file so the next start "
+                          "recovers from the checkpoint", what, describe_os_error(exc))
+
+        step("flushing the CommitLog", self.commit_log.shutdown)
+        step("flushing the ConsumeQueues", lambda: self._flush_consume_queues(0))
         if self.checkpoint is not None:
             ts = self.commit_log.mapped_file_queue.store_timestamp
             if ts:
                 self.checkpoint.physic_msg_timestamp = ts
-            index_ts = self.index_service.flush()
-            if index_ts:
-                self.checkpoint.index_msg_timestamp = index_ts
-            self.checkpoint.shutdown()
+            checkpoint = self.checkpoint
+
+            def flush_index() -> None:
+                index_ts = self.index_service.flush()
+                if index_ts:  # only what reached the disk
+                    checkpoint.index_msg_timestamp = index_ts
+
+            step("flushing the index", flush_index)
+            step("writing the checkpoint", checkpoint.shutdown)
         for queues in self.consume_queue_table.values():
             for queue in queues.values():
-                queue.shutdown()
-        self.index_service.shutdown()
-        if self._started and self.reput.behind() == 0 and self.reput.stuck_reason is None:
+                step("closing a ConsumeQueue", queue.shutdown)
+        step("closing the index", self.index_service.shutdown)
+        if not failed and self._started and self.reput.behind() == 0 \
+                and self.reput.stuck_reason is None:
             try:
                 os.remove(self.config.abort_path)
             except FileNotFoundError:
@@ -248,68 +271,52 @@ class DefaultMessageStore:
         self.index_service.destroy()
 
     # -- the put path -------------------------------------------------------------------------
-    def _check_writable(self, topic: str, properties_string: str | None) -> None:
-        if self._shutdown:
-            raise ServiceNotAvailableError("the message store has shut down")
-        if self.config.broker_role is BrokerRole.SLAVE:
-            raise ServiceNotAvailableError("the message store is a slave: it takes no writes")
-        if self.clean_service.disk_full:
-            raise ServiceNotAvailableError(
-                f"the disk is {self.clean_service.last_usage:.0%} full, above "
-                f"diskSpaceWarningLevelRatio {self.config.disk_space_warning_level_ratio}%: "
-                "writes are refused until space is freed"
-            )
-        if len(topic.encode()) > MAX_TOPIC_LENGTH:
-            raise MessageIllegalError(f"topic {topic[:40]!r}… is longer than 127 bytes")
-        if properties_string and len(properties_string.encode()) > MAX_PROPERTIES_LENGTH:
-            raise PropertiesSizeExceededError(
-                f"properties are longer than {MAX_PROPERTIES_LENGTH} bytes"
-            )
-        begin = self.commit_log.begin_time_in_lock
-        if begin and (time.monotonic() - begin) * 1000 > self.config.os_page_cache_busy_time_out_mills:
-            raise OSPageCacheBusyError("the page cache is busy: a put has held the lock for over 1 s")
-
     def put_message_nowait(
         self, msg: MessageExtBrokerInner
     ) -> tuple[PutMessageResult, GroupCommitRequest | None]:
-        """Append without waiting; returns the result and the flush to wait for (SYNC_FLUSH)."""
-        self._check_writable(msg.topic, msg.properties_string)
-        if len(msg.body) > self.config.max_message_size:
-            raise MessageIllegalError(
-                f"body of {len(msg.body)} bytes exceeds maxMessageSize {self.config.max_message_size}"
-            )
+        """Append without waiting; returns the result and the flush to wait for (SYNC_FLUSH).
+        Raises PutMessageError subclasses only (see commitlog.py: a refusal leaves nothing behind)."""
+        check_store_status(self)
+        check_body_size(msg.body, self.config.max_message_size)
         begin = time.monotonic()
-        try:
-            append = self.commit_log.put_message(msg)
-        except Exception:
-            self.stats.record_put_failure()
-            raise
-        self.stats.record_put(append.topic, 1, append.wrote_bytes, (time.monotonic() - begin) * 1000)
+        append = self._put(self.commit_log.put_message, msg)
+        self._after_put(append, begin)
         return PutMessageResult(PutMessageStatus.PUT_OK, append), self._flush_request(
             append, msg.wait_store_msg_ok
         )
+
+    def _put(self, put, arg) -> AppendMessageResult:
+        try:
+            append = put(arg)
+        except DiskNotWritableError as exc:
+            self.stats.record_put_failure()
+            self.running_flags.set(WRITE_COMMIT_LOG_ERROR, str(exc), refuse_writes=False)
+            raise
+        except Exception:
+            self.stats.record_put_failure()
+            raise
+        self.running_flags.clear(WRITE_COMMIT_LOG_ERROR)
+        return append
+
+    def _after_put(self, append: AppendMessageResult, begin: float) -> None:
+        """Bookkeeping once the message is in: nothing here may turn a stored message into an
+        error for the sender, who would send it again."""
+        try:
+            self.stats.record_put(append.topic, append.msg_num, append.wrote_bytes,
+                                  (time.monotonic() - begin) * 1000)
+        except Exception:
+            if self._after_put_failures.should_log("stats")[0]:
+                log.exception("recording put statistics failed")
 
     def put_messages_nowait(
         self, batch: MessageExtBatch
     ) -> tuple[PutMessageResult, GroupCommitRequest | None]:
         """Batch form of :meth:`put_message_nowait`."""
-        self._check_writable(batch.topic, None)
-        if batch.properties.get("DELAY"):
-            raise MessageIllegalError("a batch cannot carry a delay level")
-        if batch.topic.startswith("%RETRY%"):
-            raise MessageIllegalError("a batch cannot be sent to a retry topic")
-        if len(batch.body) > self.config.max_message_size:
-            raise MessageIllegalError(
-                f"batch of {len(batch.body)} bytes exceeds maxMessageSize {self.config.max_message_size}"
-            )
+        check_store_status(self)
+        check_batch_rules(batch, self.config.max_message_size)
         begin = time.monotonic()
-        try:
-            append = self.commit_log.put_messages(batch)
-        except Exception:
-            self.stats.record_put_failure()
-            raise
-        self.stats.record_put(append.topic, append.msg_num, append.wrote_bytes,
-                              (time.monotonic() - begin) * 1000)
+        append = self._put(self.commit_log.put_messages, batch)
+        self._after_put(append, begin)
         wait = batch.properties.get("WAIT", "true").lower() == "true"
         return PutMessageResult(PutMessageStatus.PUT_OK, append), self._flush_request(append, wait)
 
@@ -485,7 +492,7 @@ class DefaultMessageStore:
         offsets, last_ts, last_phy = self.index_service.query_offset(topic, key, max_num, begin, end)
         found = []
         max_phy = self.commit_log.get_max_offset()
-        for phy in offsets:
+        for phy in dict.fromkeys(offsets):  # a key indexed twice (a retried dispatch) counts once
             if phy >= max_phy:
                 continue
             try:
@@ -572,34 +579,4 @@ class DefaultMessageStore:
 
     def runtime_info(self) -> dict[str, str]:
         """RocketMQ's store runtime keys plus RocketDesk's positions and histogram."""
-        info = self.stats.runtime_info()
-        positions = self.positions()
-        info.update({
-            "commitLogMinOffset": str(positions["min"]),
-            "commitLogMaxOffset": str(positions["max"]),
-            "commitLogCommittedOffset": str(positions["committed"]),
-            "commitLogFlushedOffset": str(positions["flushed"]),
-            "commitLogDispatchedOffset": str(positions["dispatched"]),
-            "dispatchBehindBytes": str(self.reput.behind()),
-            "commitLogDiskRatio": f"{self.clean_service.last_usage:.4f}",
-            "consumeQueueDiskRatio": f"{self.clean_service.last_usage:.4f}",
-            "pageCacheLockTimeMills": str(
-                int((time.monotonic() - self.commit_log.begin_time_in_lock) * 1000)
-                if self.commit_log.begin_time_in_lock else 0
-            ),
-            "remainTransientStoreBufferNumbs": str(
-                self.pool.available_buffer_nums() if self.pool else 0
-            ),
-            "remainHowManyDataToFlush": str(
-                self.commit_log.mapped_file_queue.remain_how_many_data_to_flush()
-            ),
-            "earliestMessageTimeStamp": str(self._earliest_commit_log_time()),
-        })
-        return info
-
-    def _earliest_commit_log_time(self) -> int:
-        first = self.commit_log.mapped_file_queue.get_first_mapped_file()
-        if first is None or first.read_position == 0:
-            return -1
-        stored = self.commit_log.pickup_store_timestamp(first.file_from_offset, 80)
-        return -1 if stored is None else stored
+        return store_runtime_info(self)

@@ -46,25 +46,33 @@ class ScanResult:
 
 def scan_file(mapped_file: MappedFile, start: int = 0, check_crc: bool = True) -> ScanResult:
     """Validate records from ``start`` with no object per record (recovery of 1 GiB must be fast)."""
+    # Only up to the first hole: nothing was written past it, and reading a hole through the
+    # mapping would fault pages in (a SIGBUS when the disk is a full tmpfs).
+    limit = mapped_file.data_end(start)
     # A memoryview lets zlib read bodies in place instead of copying each one out.
     with memoryview(mapped_file.mm) as data:
-        return _scan(data, mapped_file.file_size, start, check_crc)
+        return _scan(data, mapped_file.file_size, start, check_crc, limit)
 
 
-def _scan(data: memoryview, size: int, start: int, check_crc: bool) -> ScanResult:
+def _scan(data: memoryview, size: int, start: int, check_crc: bool, limit: int) -> ScanResult:
     pos = start
     count = 0
     last_ts = 0
     unpack_head = _SIZE_MAGIC.unpack_from
     unpack_v4 = _PREFIX_V4.unpack_from
     crc32 = zlib.crc32
-    prefix_limit = size - 88
+    end = min(size, limit)
+    prefix_limit = end - 88
     while True:
         if pos <= prefix_limit:
             # One call reads everything the checks need (for IPv4 hosts, the common case).
             total, magic, crc, sys_flag, store_ts, body_len = unpack_v4(data, pos)
-        elif pos + 8 > size:
-            return ScanResult(pos, True, None, count, last_ts)
+        elif pos + 8 > end:
+            if end == size:
+                return ScanResult(pos, True, None, count, last_ts)
+            # A hole follows: clean zeros, unless a record header was cut off by it.
+            problem = "record header cut off" if any(data[pos:end]) else None
+            return ScanResult(pos, False, problem, count, last_ts)
         else:
             total, magic = unpack_head(data, pos)
             crc = sys_flag = store_ts = body_len = 0
@@ -77,7 +85,7 @@ def _scan(data: memoryview, size: int, start: int, check_crc: bool) -> ScanResul
             return ScanResult(pos, False, None, count, last_ts)
         if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
             return ScanResult(pos, False, f"bad magic 0x{magic:08X}", count, last_ts)
-        if total < 91 or pos + total > size:
+        if total < 91 or pos + total > end:
             return ScanResult(pos, False, f"record size {total} does not fit", count, last_ts)
         if sys_flag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG):
             (store_ts,) = _I64.unpack_from(data, pos + 48 + (20 if sys_flag & BORNHOST_V6_FLAG else 8))

@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import threading
 
+from storage.running_flags import LogThrottle
+
 log = logging.getLogger(__name__)
 
 
@@ -60,11 +62,24 @@ class ServiceThread:
 
     def _main(self) -> None:
         log.debug("%s service started", self.name)
+        throttle = LogThrottle()
+        failing = None
         while not self._stopped.is_set():
             try:
                 self.run_once()
-            except Exception:
-                log.exception("%s service has exception", self.name)
+            except Exception as exc:
+                # A failure that repeats every round (a disk that stays full) logs its traceback
+                # once, then a line a minute: the log must stay readable while it lasts.
+                key = f"{type(exc).__name__}: {exc}"
+                if key != failing:
+                    throttle.forget(self.name)
+                    failing = key
+                due, suppressed = throttle.should_log(self.name)
+                if due and suppressed == 0:
+                    log.exception("%s service has exception", self.name)
+                elif due:
+                    log.error("%s service still failing (%d times since the last line): %s",
+                              self.name, suppressed + 1, key)
                 self._stopped.wait(0.1)
         try:
             self.on_shutdown()

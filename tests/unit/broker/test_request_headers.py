@@ -15,7 +15,11 @@ from hypothesis import strategies as st
 from cluster.broker import headers as broker_headers
 from cluster.broker.admin_processor import AdminBrokerProcessor
 from cluster.broker.client_bodies import parse_heartbeat, parse_lock_batch
-from cluster.broker.client_processor import ClientForwardProcessor, ClientManageProcessor, ResetOffsetProcessor
+from cluster.broker.client_processor import (
+    ClientForwardProcessor,
+    ClientManageProcessor,
+    ResetOffsetProcessor,
+)
 from cluster.broker.pull_processor import PullMessageProcessor
 from cluster.broker.query_processor import QueryProcessor
 from cluster.broker.send_back import SendMessageBackProcessor
@@ -58,7 +62,8 @@ def test_every_request_code_reads_a_checked_header():
                  for code, processor in {**broker, **namesrv}.items()
                  if not hasattr(processor, "header_class") and processor.__name__ not in BODY_ONLY]
     assert not unchecked
-    assert len(broker) >= 35 and len(namesrv) >= 14
+    assert len(broker) >= 35
+    assert len(namesrv) >= 14
 
 
 def header_classes() -> list[type[RequestHeader]]:
@@ -86,7 +91,8 @@ def test_hostile_values_decode_or_raise_header_error(header_class, data):
     try:
         header = header_class.decode(fields)
     except HeaderError as exc:
-        assert exc.response_code in {c.value for c in ResponseCode}
+        code = exc.response_code
+        assert code in {c.value for c in ResponseCode}
         return
     for spec in header_class.fields:
         value = getattr(header, spec.attr)
@@ -106,7 +112,7 @@ def test_send_refuses_the_broker_s_own_bits_and_unknown_ones():
 
 
 def test_topic_queue_counts_are_capped():
-    with pytest.raises(HeaderError, match="outside 1..4096"):
+    with pytest.raises(HeaderError, match=r"outside 1\.\.4096"):
         broker_headers.CreateTopicRequestHeader.decode({"topic": "t", "readQueueNums": "2147483647"})
 
 

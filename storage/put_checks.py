@@ -1,0 +1,160 @@
+"""Checks a put passes before the put lock is taken.
+
+Two kinds, as in RocketMQ's ``DefaultMessageStore.checkStoreStatus`` and ``checkMessage``:
+
+* the store's state (:func:`check_store_status`): shut down, slave role, a raised running flag
+  (disk full, a service that cannot write), the page cache busy;
+* the message's fields (:func:`message_fields`, :func:`batch_fields`): every value must fit its
+  slot in the record (QUEUEID, FLAG, SYSFLAG and RECONSUMETIMES are int32, BORNTIMESTAMP and
+  PREPARED TX OFFSET int64, BODYLEN int32), the topic 127 bytes of UTF-8 at most, the properties
+  32,767. A value that does not fit is refused here with a sentence that names the field, never
+  found out by ``struct.pack_into`` halfway through writing a record under the lock.
+"""
+
+from __future__ import annotations
+
+import time
+
+from storage.config import BrokerRole
+from storage.errors import (
+    MessageIllegalError,
+    OSPageCacheBusyError,
+    PropertiesSizeExceededError,
+    ServiceNotAvailableError,
+)
+from storage.message_id import host_to_bytes
+from storage.record import MAX_PROPERTIES_LENGTH
+from storage.record import MAX_TOPIC_LENGTH_V1 as MAX_TOPIC_LENGTH
+
+_INT32 = (-(1 << 31), (1 << 31) - 1)
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def check_store_status(store) -> None:
+    """Refuse a put the store cannot take now (``DefaultMessageStore.checkStoreStatus``)."""
+    if store._shutdown:
+        raise ServiceNotAvailableError("the message store has shut down")
+    if store.config.broker_role is BrokerRole.SLAVE:
+        raise ServiceNotAvailableError("the message store is a slave: it takes no writes")
+    refusal = store.running_flags.write_refusal()
+    if refusal is not None:
+        raise ServiceNotAvailableError(refusal)
+    begin = store.commit_log.begin_time_in_lock
+    if begin and (time.monotonic() - begin) * 1000 > store.config.os_page_cache_busy_time_out_mills:
+        raise OSPageCacheBusyError("the page cache is busy: a put has held the lock for over 1 s")
+
+
+def check_body_size(body: object, limit: int) -> None:
+    """Refuse a body over ``maxMessageSize`` (RocketMQ's MESSAGE_ILLEGAL)."""
+    size = len(body_of(body))
+    if size > limit:
+        raise MessageIllegalError(f"body of {size} bytes exceeds maxMessageSize {limit}")
+
+
+def check_batch_rules(batch, limit: int) -> None:
+    """What a batch may not be: delayed, sent to a retry topic, larger than ``maxMessageSize``."""
+    if not isinstance(batch.properties, dict):
+        raise MessageIllegalError("the batch's properties must be a mapping")
+    if batch.properties.get("DELAY"):
+        raise MessageIllegalError("a batch cannot carry a delay level")
+    topic_bytes(batch.topic)
+    if batch.topic.startswith("%RETRY%"):
+        raise MessageIllegalError("a batch cannot be sent to a retry topic")
+    size = len(body_of(batch.body))
+    if size > limit:
+        raise MessageIllegalError(f"batch of {size} bytes exceeds maxMessageSize {limit}")
+
+
+def check_int(name: str, value: object, bits: int = 32) -> int:
+    """``value`` when it is an integer that fits a signed ``bits``-bit field."""
+    low, high = _INT32 if bits == 32 else _INT64
+    if not isinstance(value, int):
+        raise MessageIllegalError(f"{name} must be an integer, not {type(value).__name__}")
+    if not low <= value <= high:
+        raise MessageIllegalError(
+            f"{name} {value} does not fit the record's {bits}-bit field ({low}..{high})"
+        )
+    return value
+
+
+def topic_bytes(topic: object) -> bytes:
+    """The topic as written: UTF-8, at most 127 bytes (TOPICLEN is one byte)."""
+    if not isinstance(topic, str):
+        raise MessageIllegalError(f"the topic must be text, not {type(topic).__name__}")
+    encoded = _utf8("topic", topic)
+    if len(encoded) > MAX_TOPIC_LENGTH:
+        raise MessageIllegalError(
+            f"topic {topic[:40]!r}… is {len(encoded)} bytes long; the limit is {MAX_TOPIC_LENGTH}"
+        )
+    return encoded
+
+
+def properties_bytes(properties: object) -> bytes:
+    """The properties string as written: UTF-8, at most 32,767 bytes (PROPERTIESLEN is an int16)."""
+    if not isinstance(properties, str):
+        raise MessageIllegalError(f"the properties must be text, not {type(properties).__name__}")
+    encoded = _utf8("properties", properties)
+    if len(encoded) > MAX_PROPERTIES_LENGTH:
+        raise PropertiesSizeExceededError(
+            f"properties are {len(encoded)} bytes long; the limit is {MAX_PROPERTIES_LENGTH}"
+        )
+    return encoded
+
+
+def body_of(body: object) -> bytes:
+    """The body as bytes, at most an int32 long."""
+    if not isinstance(body, bytes | bytearray | memoryview):
+        raise MessageIllegalError(f"the body must be bytes, not {type(body).__name__}")
+    body = bytes(body)
+    if len(body) > _INT32[1]:
+        raise MessageIllegalError(f"a body of {len(body)} bytes does not fit BODYLEN (int32)")
+    return body
+
+
+def born_host_bytes(born_host: object) -> bytes:
+    """The 8- or 20-byte BORNHOST of an (ip, port) pair."""
+    try:
+        ip, port = born_host  # type: ignore[misc]
+        check_int("the born host's port", port)
+        return host_to_bytes(ip, port)
+    except MessageIllegalError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise MessageIllegalError(
+            f"born host {born_host!r} is not an IP address and a port"
+        ) from exc
+
+
+def message_fields(msg) -> None:
+    """Refuse a message whose numeric fields do not fit the record."""
+    check_int("queueId", msg.queue_id)
+    check_int("flag", msg.flag)
+    check_int("sysFlag", msg.sys_flag)
+    check_int("reconsumeTimes", msg.reconsume_times)
+    check_int("bornTimestamp", msg.born_timestamp, 64)
+    check_int("preparedTransactionOffset", msg.prepared_transaction_offset, 64)
+    if not isinstance(msg.properties_string, str):
+        raise MessageIllegalError(
+            f"the properties must be text, not {type(msg.properties_string).__name__}"
+        )
+
+
+def batch_fields(batch) -> None:
+    """Refuse a batch whose header fields do not fit the records made of it."""
+    check_int("queueId", batch.queue_id)
+    check_int("flag", batch.flag)
+    check_int("sysFlag", batch.sys_flag)
+    check_int("reconsumeTimes", batch.reconsume_times)
+    check_int("bornTimestamp", batch.born_timestamp, 64)
+    cluster = batch.properties.get("CLUSTER")
+    if cluster is not None and not isinstance(cluster, str):
+        raise MessageIllegalError(f"the CLUSTER property must be text, not {type(cluster).__name__}")
+
+
+def _utf8(what: str, text: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise MessageIllegalError(
+            f"the {what} cannot be written as UTF-8: {exc.reason} at character {exc.start}"
+        ) from exc
