@@ -51,7 +51,7 @@ from storage.message import (
 )
 from storage.message_id import decode_message_id
 from storage.put_checks import check_batch_rules, check_body_size, check_store_status
-from storage.record import MessageRecord, decode_record
+from storage.record import MessageRecord, decode_record, message_size_from_head
 from storage.recovery import recover_store
 from storage.results import (
     GetMessageResult,
@@ -463,11 +463,19 @@ class DefaultMessageStore:
             topic, queue_id, self.get_min_offset_in_queue(topic, queue_id)
         )
 
+    def _record_size_at(self, commit_log_offset: int) -> int:
+        """The size of the message record at ``commit_log_offset``. Offsets come from clients
+        (VIEW_MESSAGE_BY_ID, END_TRANSACTION, send-back): one inside a record must not make us
+        read its bytes as a length, hundreds of MiB of the log into a response."""
+        if commit_log_offset < 0:
+            raise OffsetOutOfRangeError(f"offset {commit_log_offset} is negative")
+        head = self.commit_log.get_message(commit_log_offset, 8)
+        return message_size_from_head(head, commit_log_offset, self.config.max_message_size)
+
     def look_message_by_offset(self, commit_log_offset: int, size: int | None = None) -> MessageRecord:
         """Decode the record at a physical offset (raises OffsetOutOfRangeError / RecordError)."""
         if size is None:
-            head = self.commit_log.get_message(commit_log_offset, 4)
-            size = int.from_bytes(head, "big", signed=True)
+            size = self._record_size_at(commit_log_offset)
         data = self.commit_log.get_message(commit_log_offset, size)
         record = decode_record(data, 0, base_offset=commit_log_offset)
         if not isinstance(record, MessageRecord):
@@ -475,10 +483,13 @@ class DefaultMessageStore:
         return record
 
     def select_one_message_by_offset(self, commit_log_offset: int) -> bytes:
-        """The raw record at a physical offset (VIEW_MESSAGE_BY_ID's body)."""
-        head = self.commit_log.get_message(commit_log_offset, 4)
-        size = int.from_bytes(head, "big", signed=True)
-        return self.commit_log.get_message(commit_log_offset, size)
+        """The raw record at a physical offset (VIEW_MESSAGE_BY_ID's body), checked to be one
+        whole message with its CRC."""
+        size = self._record_size_at(commit_log_offset)
+        data = self.commit_log.get_message(commit_log_offset, size)
+        if not isinstance(decode_record(data, 0, base_offset=commit_log_offset), MessageRecord):
+            raise OffsetOutOfRangeError(f"no message starts at offset {commit_log_offset}")
+        return data
 
     def view_message_by_id(self, msg_id: str) -> MessageRecord:
         """Look a message up by its offset msgId."""

@@ -22,7 +22,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Final
 
-from storage.errors import CorruptRecordError, MessageIllegalError, TornTailError
+from storage.errors import CorruptRecordError, MessageIllegalError, OffsetOutOfRangeError, TornTailError
 from storage.message import (
     BORNHOST_V6_FLAG,
     PROPERTY_KEYS,
@@ -208,6 +208,17 @@ class MessageRecord:
     def client_msg_id(self) -> str:
         """What clients call the msgId: UNIQ_KEY when present, else the offset msgId."""
         return self.uniq_key or self.msg_id
+
+
+def message_size_from_head(head: bytes, offset: int, max_message_size: int) -> int:
+    """The total size in a message record's first 8 bytes, checked against the magic code and
+    the largest record a store with ``max_message_size`` writes (raises OffsetOutOfRangeError:
+    no message starts at ``offset``)."""
+    size, magic = BLANK.unpack_from(head, 0)
+    largest = max_message_size + MAX_TOPIC_LENGTH_V1 + MAX_PROPERTIES_LENGTH + 256  # + hosts etc.
+    if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2) or not 91 <= size <= largest:
+        raise OffsetOutOfRangeError(f"no message starts at offset {offset}")
+    return size
 
 
 def decode_record(
