@@ -38,7 +38,8 @@ class ConsumerOffsetManager:
                 return
             snapshot = {k: dict(sorted(v.items())) for k, v in sorted(self.table.items())}
             self._dirty = False
-        self.file.persist(fastjson.dumps_legacy({"offsetTable": snapshot}))
+        if not self.file.persist(fastjson.dumps_legacy({"offsetTable": snapshot})):
+            self._dirty = True  # not on disk: the next round writes it again
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         key = f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"

@@ -179,15 +179,17 @@ class TopicConfigManager:
             if existing is not None:
                 return existing
             template = self.table.get(default_topic)
+            # debug, not warning: any client can ask for any topic, and one line per request
+            # would let it fill the disk with the log; the client hears why (TOPIC_NOT_EXIST).
             if template is None:
-                log.warning("cannot create topic %s: default topic %s does not exist",
+                log.debug("cannot create topic %s: default topic %s does not exist",
                             topic, default_topic)
                 return None
             perm = template.perm
             if default_topic == AUTO_CREATE_TOPIC_KEY and not self.broker_config.auto_create_topic_enable:
                 perm = PERM_READ | PERM_WRITE
             if not perm & PERM_INHERIT:
-                log.warning("cannot create topic %s: default topic %s is not inheritable",
+                log.debug("cannot create topic %s: default topic %s is not inheritable",
                             topic, default_topic)
                 return None
             queues = max(1, min(client_queue_nums, template.write_queue_nums))
