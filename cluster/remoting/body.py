@@ -11,7 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from cluster.remoting import fastjson
-from cluster.remoting.header import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, HeaderError
+from cluster.remoting.header import (
+    INT32_MAX,
+    INT32_MIN,
+    INT64_MAX,
+    INT64_MIN,
+    HeaderError,
+    java_integer,
+)
 
 _ABSENT = object()
 
@@ -28,8 +35,16 @@ class JsonBody:
         """The body as a JSON object (fastjson's dialect), or HeaderError."""
         try:
             data = fastjson.loads(body)
-        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-            raise HeaderError(f"the {what} body does not parse as JSON: {str(exc)[:120]}") from None
+        except RecursionError:
+            raise HeaderError(f"the {what} body nests too deeply") from None
+        except UnicodeDecodeError:
+            raise HeaderError(f"the {what} body is not UTF-8 text") from None
+        except ValueError as exc:
+            # json's message says where it stopped ("Expecting value: line 1 column 5"), which
+            # is what the sender needs; ours, not Python's, says what it is about.
+            where = getattr(exc, "msg", None) and f"{exc.msg} at character {exc.pos}"
+            raise HeaderError(f"the {what} body does not parse as JSON: {where or 'malformed'}") \
+                from None
         if not isinstance(data, dict):
             raise HeaderError(f"the {what} body is not a JSON object")
         return cls(data, what)
@@ -53,10 +68,10 @@ class JsonBody:
         if isinstance(value, bool):
             raise self._fail(key, "is a boolean where a number goes")
         if isinstance(value, str):
-            text = value.strip()
-            if not text.lstrip("+-").isdigit() or not text.isascii():
+            number = java_integer(value.strip())
+            if number is None:
                 raise self._fail(key, f"= {value[:40]!r} is not an integer")
-            value = int(text)
+            value = number
         if isinstance(value, float):
             if not value.is_integer():
                 raise self._fail(key, f"= {value} is not an integer")
@@ -67,7 +82,8 @@ class JsonBody:
         low = low if minimum is None else max(low, minimum)
         high = high if maximum is None else min(high, maximum)
         if not low <= value <= high:
-            raise self._fail(key, f"= {value} is outside {low}..{high}")
+            shown_value = str(value) if abs(value) < 10**20 else f"{str(value)[:20]}…"
+            raise self._fail(key, f"= {shown_value} is outside {low}..{high}")
         return value
 
     def boolean(self, key: str, default: Any = _ABSENT) -> Any:

@@ -47,6 +47,19 @@ class HeaderError(RemotingError):
         self.response_code = int(response_code)
 
 
+def java_integer(text: str) -> int | None:
+    """``text`` as Java's Long.parseLong reads it (sign, ASCII digits), or None if it is not one.
+    Digits past what any long holds mean "out of range" without asking Python to convert them
+    (it refuses strings over 4,300 digits, with a message about sys.set_int_max_str_digits)."""
+    if not _JAVA_INTEGER.match(text):
+        return None
+    negative = text[0] == "-"
+    digits = text.lstrip("+-").lstrip("0") or "0"
+    if len(digits) > 20:
+        return INT64_MIN * 10 if negative else INT64_MAX * 10  # out of every Java range
+    return -int(digits) if negative else int(digits)
+
+
 def shown(value: str, limit: int = 40) -> str:
     """A hostile value quoted for a remark or a log line: bounded and printable."""
     text = value if len(value) <= limit else value[:limit] + "…"
@@ -91,9 +104,9 @@ class IntField(FieldSpec):
         self.bits = bits
 
     def parse(self, text: str) -> int:
-        if not _JAVA_INTEGER.match(text):
+        value = java_integer(text)
+        if value is None:
             raise ValueError(f"= {shown(text)} is not an integer")
-        value = int(text)
         low, high = self.java_range
         if not low <= value <= high:
             java = "an int" if self.bits == 32 else "a long"

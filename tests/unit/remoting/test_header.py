@@ -131,3 +131,28 @@ def test_json_body_values_bind_as_fastjson_does():
     assert body.boolean("c") is False
     assert body.text("s") == "5"
     assert body.integer("absent", 7) == 7
+
+
+@pytest.mark.parametrize("digits", ["9" * 5000, "-" + "9" * 5000, "0" * 5000 + "7"])
+def test_thousands_of_digits_are_out_of_range_not_a_python_limit(digits):
+    # Python refuses to convert strings over 4,300 digits with a message about
+    # sys.set_int_max_str_digits; Java just says the number is out of range.
+    fields = {"topic": "t", "queueId": "0", "offset": digits}
+    if digits.startswith("0"):
+        assert Sample.decode(fields).offset == 7
+        return
+    with pytest.raises(HeaderError, match="does not fit a long"):
+        Sample.decode(fields)
+    with pytest.raises(HeaderError, match="outside"):
+        JsonBody({"n": digits}, "body").integer("n", bits=64)
+
+
+@pytest.mark.parametrize(("body", "words"), [
+    (b"[" * 100_000, "nests too deeply"),
+    (b"\xff\xfe", "not UTF-8"),
+    (b'{"a":1', "at character"),
+])
+def test_unparsable_bodies_get_our_sentence(body, words):
+    with pytest.raises(HeaderError, match=words) as caught:
+        JsonBody.parse(body, "sample")
+    assert "recursion" not in str(caught.value)
