@@ -245,6 +245,9 @@ class HAService:
         self.port = port
         self.connections: list[HAConnection] = []
         self.rejected: dict[str, RejectedSlave] = {}
+        self._reject_said: dict[str, tuple[str, float]] = {}  # host -> (kind, when said)
+        self._refused = 0
+        self._refused_said = -60.0
         self.push_to_slave_max_offset = 0
         self._server: asyncio.AbstractServer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -258,12 +261,26 @@ class HAService:
         self._loop_thread = threading.get_ident()
         self.waiters = ReplicaWaiters(self._loop)
         self._server = await asyncio.start_server(
-            self._accept, self.bind_address, self.port, reuse_address=True)
+            self._accept, self.bind_address, self.port, reuse_address=True, backlog=1024)
         self.port = self._server.sockets[0].getsockname()[1]
         self._sweeper = self._loop.create_task(self._sweep())
         log.info("HA service listening on %s:%d", self.bind_address, self.port)
 
+    # A master streams to a handful of slaves; anyone can reach the port, so connections
+    # beyond this many are closed at once (said at most once a minute) rather than each
+    # holding a socket, a task and 20 s of housekeeping.
+    MAX_CONNECTIONS = 64
+
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self.connections) >= self.MAX_CONNECTIONS:
+            self._refused += 1
+            now = time.monotonic()
+            if now - self._refused_said > 60:
+                log.warning("HA: %d connection(s) refused: already %d open (the limit)",
+                            self._refused, len(self.connections))
+                self._refused, self._refused_said = 0, now
+            writer.transport.abort()
+            return
         sock = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -313,10 +330,18 @@ class HAService:
                     "the bytes it needs were deleted")
         return None
 
+    # A refused peer that keeps reconnecting (or anyone on the port sending made-up offsets)
+    # is said once per host and kind of refusal, then at most once a minute.
+    REJECT_LOG_SECONDS = 60.0
+
     def reject(self, connection: HAConnection, offset: int, reason: str) -> None:
         host = connection.addr.rsplit(":", 1)[0]
-        if host not in self.rejected or self.rejected[host].reason != reason:
+        kind = reason.split(":", 1)[-1]  # "it holds data…" / "the bytes it needs…": no offsets
+        now = time.monotonic()
+        said = self._reject_said.get(host)
+        if said is None or said[0] != kind or now - said[1] > self.REJECT_LOG_SECONDS:
             log.error("HA: refusing slave %s: %s", connection.addr, reason)
+            self._reject_said[host] = (kind, now)
         connection.state = "REJECTED"
         self.rejected[host] = RejectedSlave(connection.addr, offset, reason, int(time.time() * 1000))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 
 from cluster.ha.master import HAService
@@ -114,6 +115,31 @@ def test_a_slave_ahead_of_the_master_is_refused_and_reported(tmp_path):
     master_store.shutdown()
 
 
+def test_refused_offsets_are_logged_once_per_kind_not_once_per_offset(tmp_path, caplog):
+    # Anyone can reach the HA port: a stream of made-up offsets must not become a stream of
+    # ERROR lines.
+    master_store = open_store(tmp_path / "m")
+    master_store.put_message(make_message())
+
+    async def main():
+        ha = HAService(master_store, master_store.config, "127.0.0.1", 0)
+        await ha.start()
+        try:
+            for extra in range(1, 30):
+                reader, writer = await asyncio.open_connection("127.0.0.1", ha.port)
+                writer.write(encode_report(master_store.get_max_phy_offset() + extra))
+                assert await reader.read(100) == b""
+                writer.close()
+        finally:
+            await ha.stop()
+
+    with caplog.at_level(logging.ERROR, logger="cluster.ha.master"):
+        asyncio.run(main())
+    master_store.shutdown()
+    refusals = [r for r in caplog.records if "refusing slave" in r.getMessage()]
+    assert len(refusals) == 1
+
+
 def test_a_slave_drops_a_master_whose_stream_does_not_continue_its_log(tmp_path):
     slave_store = open_store(tmp_path / "s")
     slave_store.put_message  # noqa: B018 - a slave store takes raw appends only
@@ -175,3 +201,37 @@ def test_nothing_listens_beyond_loopback_by_default(tmp_path):
 
     asyncio.run(main())
     store.shutdown()
+
+
+def test_connections_beyond_the_limit_are_closed_at_once(tmp_path, caplog):
+    master_store = open_store(tmp_path / "m")
+
+    async def main():
+        ha = HAService(master_store, master_store.config, "127.0.0.1", 0)
+        ha.MAX_CONNECTIONS = 3
+        await ha.start()
+        held = []
+        try:
+            for _ in range(3):
+                held.append(await asyncio.open_connection("127.0.0.1", ha.port))
+            while len(ha.connections) < 3:
+                await asyncio.sleep(0.01)
+            refused = []
+            for _ in range(5):
+                reader, writer = await asyncio.open_connection("127.0.0.1", ha.port)
+                try:
+                    refused.append(await asyncio.wait_for(reader.read(10), 5))
+                except ConnectionResetError:  # closed with a reset: refused just the same
+                    refused.append(b"")
+                writer.close()
+            assert refused == [b""] * 5
+            assert len(ha.connections) == 3
+        finally:
+            for _, writer in held:
+                writer.close()
+            await ha.stop()
+
+    with caplog.at_level(logging.WARNING, logger="cluster.ha.master"):
+        asyncio.run(main())
+    master_store.shutdown()
+    assert len([r for r in caplog.records if "connection(s) refused" in r.getMessage()]) == 1
