@@ -17,11 +17,13 @@ from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.header import HeaderError, RequestHeader, boolean, checked, int32, int64, text
 from cluster.topic_validator import validate_group_name, validate_topic_name
 from storage.message import (
+    BORNHOST_V6_FLAG,
     COMPRESSED_FLAG,
     COMPRESSION_TYPE_MASK,
     INNER_BATCH_FLAG,
     MULTI_TAGS_FLAG,
     NEED_UNWRAP_FLAG,
+    STOREHOSTADDRESS_V6_FLAG,
     TRANSACTION_TYPE_MASK,
 )
 
@@ -31,10 +33,12 @@ SEND_V2_NAMES = {
     "e": "queueId", "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties",
     "j": "reconsumeTimes", "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch", "n": "bname",
 }
-# The sysFlag bits a producer may set; the host bits (IPv6 born/store host) are the broker's,
-# computed from the real addresses, and a record whose flags lie about its layout is corrupt.
-CLIENT_SYS_FLAGS = (COMPRESSED_FLAG | MULTI_TAGS_FLAG | TRANSACTION_TYPE_MASK | NEED_UNWRAP_FLAG
-                    | INNER_BATCH_FLAG | COMPRESSION_TYPE_MASK)
+# The sysFlag bits a producer may send. The host bits (IPv6 born/store host) are accepted but
+# the send processor clears them: the store sets them from the real addresses, and a record
+# whose flags lie about its layout would be corrupt.
+CLIENT_SYS_FLAGS = (COMPRESSED_FLAG | MULTI_TAGS_FLAG | TRANSACTION_TYPE_MASK | BORNHOST_V6_FLAG
+                    | STOREHOSTADDRESS_V6_FLAG | NEED_UNWRAP_FLAG | INNER_BATCH_FLAG
+                    | COMPRESSION_TYPE_MASK)
 # Queues a topic may have here. Admin requests loop over a topic's queues on the event loop, so
 # "2147483647 queues" must not be accepted; RocketMQ's own benchmark topic has 1,024.
 MAX_TOPIC_QUEUE_NUMS = SUBSCRIPTION_MAX_QUEUES

@@ -119,6 +119,9 @@ class SendMessageProcessor:
                 ResponseCode.SYSTEM_ERROR,
                 f"request queueId[{queue_id}] is illegal, topic has {queue_nums} queues")
         if queue_id < 0:
+            if topic_config.write_queue_nums < 1:  # a group configured with retryQueueNums=0
+                return command.make_response(
+                    ResponseCode.NO_PERMISSION, f"the topic[{topic}] has no queue to write to")
             queue_id = random.randrange(topic_config.write_queue_nums)
         born_host = peer_host(connection)
         born_ts = header.born_timestamp

@@ -130,7 +130,8 @@ def _encode_json_header(command: RemotingCommand) -> bytes:
         header["remark"] = command.remark
     header["serializeTypeCurrentRPC"] = "JSON"
     header["version"] = command.version
-    return json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode()
+    # "replace": a lone surrogate goes out as '?', as Java's String.getBytes writes it.
+    return json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "replace")
 
 
 def _language_byte(name: str) -> int:
