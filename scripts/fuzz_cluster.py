@@ -429,6 +429,9 @@ class Campaign:
 
 def main(argv=None) -> int:
     def interrupt(signum, frame):
+        # Once: a second SIGTERM (a process group signalled twice) must not cut the clean-up
+        # and the report short.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupt)  # so the nodes are stopped whichever way we end
