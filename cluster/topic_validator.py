@@ -21,28 +21,27 @@ _VALID_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 NOT_ALLOWED_SEND_TOPICS = {SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC}
 
 
+def _name_problem(kind: str, name: str, limit: int) -> str | None:
+    if not name:
+        return f"the {kind} name is empty"
+    if len(name) > limit:
+        return f"the {kind} name is longer than {limit} characters: {name[:40]}…"
+    if not _VALID_TOPIC.match(name):
+        return (f"the {kind} name {name[:40]!r} contains characters other than letters, digits, "
+                "%, -, _ and |")
+    return None
+
+
 def validate_topic_name(topic: str) -> str | None:
     """Why a topic name is not acceptable, or None when it is (``TopicValidator``)."""
-    if not topic:
-        return "the topic name is empty"
-    if len(topic) > 127:
-        return f"the topic name is longer than 127 characters: {topic[:40]}…"
-    if not _VALID_TOPIC.match(topic):
-        return f"the topic name {topic[:40]!r} contains characters other than letters, digits, %, -, _ and |"
-    return None
+    return _name_problem("topic", topic, 127)
 
 
 def validate_group_name(group: str) -> str | None:
     """Why a group name is not acceptable, or None (the client's ``Validators.checkGroup``: the
     topic alphabet, at most 255 characters). The broker checks it too: group names become keys
     of files it persists and rows in every console."""
-    if not group:
-        return "the group name is empty"
-    if len(group) > 255:
-        return f"the group name is longer than 255 characters: {group[:40]}…"
-    if not _VALID_TOPIC.match(group):
-        return f"the group name {group[:40]!r} contains characters other than letters, digits, %, -, _ and |"
-    return None
+    return _name_problem("group", group, 255)
 
 
 def is_system_topic(topic: str) -> bool:

@@ -77,28 +77,23 @@ def check_int(name: str, value: object, bits: int = 32) -> int:
     return value
 
 
+def _text_bytes(name: str, value: object, limit: int, error=MessageIllegalError) -> bytes:
+    if not isinstance(value, str):
+        raise MessageIllegalError(f"the {name} must be text, not {type(value).__name__}")
+    encoded = _utf8(name, value)
+    if len(encoded) > limit:
+        raise error(f"{name} {value[:40]!r}… is {len(encoded)} bytes long; the limit is {limit}")
+    return encoded
+
+
 def topic_bytes(topic: object) -> bytes:
     """The topic as written: UTF-8, at most 127 bytes (TOPICLEN is one byte)."""
-    if not isinstance(topic, str):
-        raise MessageIllegalError(f"the topic must be text, not {type(topic).__name__}")
-    encoded = _utf8("topic", topic)
-    if len(encoded) > MAX_TOPIC_LENGTH:
-        raise MessageIllegalError(
-            f"topic {topic[:40]!r}… is {len(encoded)} bytes long; the limit is {MAX_TOPIC_LENGTH}"
-        )
-    return encoded
+    return _text_bytes("topic", topic, MAX_TOPIC_LENGTH)
 
 
 def properties_bytes(properties: object) -> bytes:
     """The properties string as written: UTF-8, at most 32,767 bytes (PROPERTIESLEN is an int16)."""
-    if not isinstance(properties, str):
-        raise MessageIllegalError(f"the properties must be text, not {type(properties).__name__}")
-    encoded = _utf8("properties", properties)
-    if len(encoded) > MAX_PROPERTIES_LENGTH:
-        raise PropertiesSizeExceededError(
-            f"properties are {len(encoded)} bytes long; the limit is {MAX_PROPERTIES_LENGTH}"
-        )
-    return encoded
+    return _text_bytes("properties", properties, MAX_PROPERTIES_LENGTH, PropertiesSizeExceededError)
 
 
 def body_of(body: object) -> bytes:
