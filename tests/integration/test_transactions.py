@@ -117,7 +117,7 @@ def test_check_counts_survive_a_restart_and_a_late_answer_commits_once(tmp_path)
                 return {r.keys: int(r.properties.get("TRANSACTION_CHECK_TIMES", "0"))
                         for r in await admin.pending_half_messages()}
 
-        async def wait_for(condition, what, seconds=20.0):
+        async def wait_for(condition, what, seconds=45.0):
             for _ in range(int(seconds / 0.1)):
                 if await condition():
                     return
@@ -173,7 +173,7 @@ def test_check_counts_survive_a_restart_and_a_late_answer_commits_once(tmp_path)
                 finally:
                     await parties.shutdown()
 
-            run(before_restart(), timeout=120)
+            run(before_restart(), timeout=200)
             checks_before = run(pending_by_key())["abandoned"]
             assert broker.terminate() == 0
 
@@ -190,4 +190,4 @@ def test_check_counts_survive_a_restart_and_a_late_answer_commits_once(tmp_path)
                     assert not [r for r in await admin.query_by_key("Payments", "abandoned")
                                 if r.topic == "Payments"]
 
-            run(after_restart(), timeout=60)
+            run(after_restart(), timeout=100)
