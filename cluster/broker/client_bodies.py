@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from cluster.broker.client_manager import SubscriptionData
 from cluster.remoting.body import JsonBody
-from cluster.remoting.header import HeaderError
+from cluster.remoting.header import HeaderError, java_integer
 from cluster.topic_validator import validate_group_name, validate_topic_name
 
 # The C++ client sends these enums as their ordinals; Java and Go send the names.
@@ -51,9 +51,10 @@ def enum_name(body: JsonBody, key: str, names: tuple[str, ...], default: str) ->
         return default
     if isinstance(value, str) and value in names:
         return value
-    if isinstance(value, int | str) and not isinstance(value, bool) and str(value).isdigit() \
-            and int(value) < len(names):
-        return names[int(value)]
+    ordinal = value if isinstance(value, int) and not isinstance(value, bool) else \
+        java_integer(value) if isinstance(value, str) else None
+    if ordinal is not None and 0 <= ordinal < len(names):
+        return names[ordinal]
     raise HeaderError(f"{body.path}.{key} = {str(value)[:40]!r} is not one of {', '.join(names)}")
 
 

@@ -24,6 +24,7 @@ from cluster.broker.transaction_progress import TransactionProgress
 from cluster.remoting.codec import RemotingCommand, request
 from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.errors import RemotingError
+from cluster.remoting.header import java_integer
 from storage.commitlog import AppendMessageResult
 from storage.errors import PutMessageError, StoreError
 from storage.message import (
@@ -55,8 +56,8 @@ MAX_READS_PER_ROUND = 2000
 
 def origin_of(record, props: dict[str, str]) -> int:
     """The half-queue offset the transaction was first stored at (a copy names it)."""
-    value = props.get(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET, "")
-    return int(value) if value.isdigit() else record.queue_offset
+    value = java_integer(props.get(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET, ""))
+    return value if value is not None and value >= 0 else record.queue_offset
 
 
 class TransactionalMessageService:
@@ -233,10 +234,11 @@ class TransactionalMessageService:
         for offset, record, props in self._half_messages(progress.half_offset, MAX_READS_PER_ROUND):
             origin = origin_of(record, props)
             progress.register(offset, origin)
-            times = int(props.get(PROPERTY_TRANSACTION_CHECK_TIMES, "0") or 0)
+            times = java_integer(props.get(PROPERTY_TRANSACTION_CHECK_TIMES, "0")) or 0
             if times == 0:
-                seconds = props.get(PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS, "")
-                if seconds.isdigit() and 0 <= now_ms - record.born_timestamp < int(seconds) * 1000:
+                # The producer's own property: "²" or 5,000 digits must not stop every round.
+                seconds = java_integer(props.get(PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS, "")) or 0
+                if seconds > 0 and 0 <= now_ms - record.born_timestamp < seconds * 1000:
                     # Its producer asked for longer than transactionTimeOut: put it back
                     # unchecked (as RocketMQ does) rather than hold up everything after it.
                     copy = self._put_back(record, props, origin, times)

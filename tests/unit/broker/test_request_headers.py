@@ -125,6 +125,8 @@ def test_topic_queue_counts_are_capped():
     {"clientID": "c", "consumerDataSet": "all"},
     {"clientID": {"a": 1}},
     {"producerDataSet": [{"groupName": 5.5e300}]},
+    {"clientID": "c", "consumerDataSet": [{"groupName": "g", "consumeType": "9" * 5000}]},
+    {"clientID": "c", "consumerDataSet": [{"groupName": "g", "messageModel": -1}]},
 ])
 def test_hostile_heartbeats_are_refused(body):
     with pytest.raises(HeaderError):

@@ -42,7 +42,7 @@ def broker(tmp_path):
     controller.store.shutdown()
 
 
-def store_half(broker, key: str, immunity_seconds: int | None = None) -> tuple[int, int]:
+def store_half(broker, key: str, immunity_seconds: int | str | None = None) -> tuple[int, int]:
     """A half message as the send processor stores it; its (queue offset, CommitLog offset)."""
     props = {"PGROUP": "pg", "REAL_TOPIC": "Payments", "REAL_QID": "0", "TRAN_MSG": "true",
              "KEYS": key, "UNIQ_KEY": key}
@@ -116,6 +116,20 @@ def test_a_long_immunity_does_not_hold_up_the_transactions_after_it(broker):
     assert copies["due"]["TRANSACTION_CHECK_TIMES"] == "1"  # checked
     assert copies["patient"]["TRANSACTION_CHECK_TIMES"] == "0"  # put back unchecked
     assert service.progress.half_offset == 2  # past both originals
+
+
+@pytest.mark.parametrize("immunity", ["9" * 5000, "\u00b2", "-5", "x"])
+def test_a_producer_s_odd_immunity_time_does_not_stop_the_check_back(broker, immunity):
+    # The producer sets CHECK_IMMUNITY_TIME_IN_SECONDS: a value int() refuses used to raise in
+    # every round, before any half message after it was checked.
+    store_half(broker, "odd", immunity_seconds=immunity)
+    store_half(broker, "due")
+    service = broker.transactions
+    service.check_once(now=time.time() + 5)
+    assert broker.store.wait_dispatched()
+    copies = {r.keys: props for _, r, props in service._half_messages(0)}
+    assert copies["due"]["TRANSACTION_CHECK_TIMES"] == "1"
+    assert service.progress.half_offset == 2
 
 
 def test_a_committed_message_carries_none_of_the_check_backs_marks(broker):
