@@ -37,11 +37,18 @@ def validate_topic_name(topic: str) -> str | None:
     return _name_problem("topic", topic, 127)
 
 
+# A group's retry topic is "%RETRY%" + its name, and a topic name has at most 127 characters:
+# the client's Validators.checkGroup allows 255, which would make a retry topic no store can
+# hold and no name server can route (120 = 127 - len("%RETRY%")).
+MAX_GROUP_LENGTH = 127 - len(RETRY_GROUP_TOPIC_PREFIX)
+
+
 def validate_group_name(group: str) -> str | None:
     """Why a group name is not acceptable, or None (the client's ``Validators.checkGroup``: the
-    topic alphabet, at most 255 characters). The broker checks it too: group names become keys
-    of files it persists and rows in every console."""
-    return _name_problem("group", group, 255)
+    topic alphabet; at most 120 characters, so that its retry topic is a valid topic). The
+    broker checks it too: group names become topics, keys of files it persists and rows in
+    every console."""
+    return _name_problem("group", group, MAX_GROUP_LENGTH)
 
 
 def is_system_topic(topic: str) -> bool:

@@ -83,31 +83,39 @@ def checked_data_version(body: JsonBody) -> dict:
             "timestamp": body.integer("timestamp", 0, bits=64)}
 
 
-def checked_topic_config_wrapper(body: JsonBody) -> dict:
+def checked_topic_config_wrapper(body: JsonBody, skipped: list[str] | None = None) -> dict:
     """A TopicConfigSerializeWrapper with every topic config checked, in the shape the route
-    table reads (raises HeaderError)."""
+    table reads. A malformed wrapper raises HeaderError; a topic config that is not acceptable
+    is left out, with the reason appended to ``skipped``."""
+    skipped = [] if skipped is None else skipped
     version = body.obj("dataVersion")
     data_version = checked_data_version(version) if version is not None else {}
     table = body.obj("topicConfigTable")
-    topics = {}
+    topics: dict[str, dict] = {}
     if table is not None:
         if len(table.data) > MAX_TOPICS_PER_REGISTRATION:
             raise HeaderError(f"a registration lists {len(table.data)} topics; the limit is "
                               f"{MAX_TOPICS_PER_REGISTRATION}")
         for key in table.data:
-            config = table.obj(key, required=True)
-            name = config.text("topicName", key, max_length=255)
-            problem = validate_topic_name(name)
-            if problem:
-                raise HeaderError(f"{config.path}: {problem}")
-            topics[name] = {
-                "topicName": name,
-                "readQueueNums": config.integer("readQueueNums", 16, minimum=0, maximum=MAX_QUEUE_NUMS),
-                "writeQueueNums": config.integer("writeQueueNums", 16, minimum=0,
-                                                 maximum=MAX_QUEUE_NUMS),
-                "perm": config.integer("perm", 6, minimum=0, maximum=0b1111),
-                "topicSysFlag": config.integer("topicSysFlag", 0),
-            }
+            # One topic config the name server cannot take is left out, not the registration:
+            # refusing it would let the broker's every route expire.
+            try:
+                config = table.obj(key, required=True)
+                name = config.text("topicName", key, max_length=255)
+                problem = validate_topic_name(name)
+                if problem:
+                    raise HeaderError(f"{config.path}: {problem}")
+                topics[name] = {
+                    "topicName": name,
+                    "readQueueNums": config.integer("readQueueNums", 16, minimum=0,
+                                                    maximum=MAX_QUEUE_NUMS),
+                    "writeQueueNums": config.integer("writeQueueNums", 16, minimum=0,
+                                                     maximum=MAX_QUEUE_NUMS),
+                    "perm": config.integer("perm", 6, minimum=0, maximum=0b1111),
+                    "topicSysFlag": config.integer("topicSysFlag", 0),
+                }
+            except HeaderError as exc:
+                skipped.append(str(exc))
     return {"dataVersion": data_version, "topicConfigTable": topics}
 
 

@@ -61,6 +61,7 @@ class NamesrvProcessor:
     def __init__(self, routes: RouteInfoManager, kv: KVConfigManager) -> None:
         self.routes = routes
         self.kv = kv
+        self._skipped_said: dict[str, tuple[str, int]] = {}
 
     def register_with(self, server: RemotingServer) -> None:
         handlers = {
@@ -100,16 +101,19 @@ class NamesrvProcessor:
             if header.compressed:
                 return command.make_response(ResponseCode.SYSTEM_ERROR,
                                              "compressed registration is not supported")
+            skipped: list[str] = []
             try:
                 data = JsonBody.parse(body, "registration")
                 if command.version >= V3_0_11 and "topicConfigSerializeWrapper" in data.data:
                     wrapper = checked_topic_config_wrapper(
-                        data.obj("topicConfigSerializeWrapper", required=True))
+                        data.obj("topicConfigSerializeWrapper", required=True), skipped)
                     filters = checked_filter_servers(data)
                 else:
-                    wrapper = checked_topic_config_wrapper(data)
+                    wrapper = checked_topic_config_wrapper(data, skipped)
             except HeaderError as exc:
                 return command.make_response(exc.response_code, str(exc))
+            if skipped:
+                self._report_skipped(header.broker_name, skipped)
         else:
             wrapper = {"dataVersion": {}, "topicConfigTable": {}}
         result = self.routes.register_broker(header.cluster_name, header.broker_addr,
@@ -121,6 +125,15 @@ class NamesrvProcessor:
         if order:
             body_out = json.dumps({"table": order}, separators=(",", ":")).encode()
         return command.make_response(ResponseCode.SUCCESS, ext_fields=fields, body=body_out)
+
+    @checked(UnregisterBrokerRequestHeader)
+    def _report_skipped(self, broker_name: str, skipped: list[str]) -> None:
+        # Said once per broker and count, not on every 30 s registration.
+        key = (broker_name, len(skipped))
+        if self._skipped_said.get(broker_name) != key:
+            self._skipped_said[broker_name] = key
+            log.warning("broker %s registered %d topic config(s) the routes cannot take, left "
+                        "out; the first: %s", broker_name, len(skipped), skipped[0])
 
     @checked(UnregisterBrokerRequestHeader)
     def unregister_broker(self, connection, command, header: UnregisterBrokerRequestHeader):

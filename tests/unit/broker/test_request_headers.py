@@ -149,10 +149,26 @@ def test_registrations_are_checked():
                                           "perm": 6}}}
     checked = namesrv_headers.checked_topic_config_wrapper(JsonBody(wrapper, "r"))
     assert checked["topicConfigTable"]["t"]["readQueueNums"] == 4
-    for bad in ({"topicConfigTable": {"t": {"readQueueNums": "many"}}},
-                {"topicConfigTable": {"t": {"perm": 99}}},
-                {"topicConfigTable": {"bad topic": {}}},
-                {"topicConfigTable": {"t": [1]}},
-                {"dataVersion": {"counter": "x"}}):
+    # A topic config the routes cannot take is left out, with the reason; the rest registers.
+    for bad in ({"readQueueNums": "many"}, {"perm": 99}, [1]):
+        skipped = []
+        table = {"good": {"topicName": "good"}, "t": bad, "x" * 130: {}}
+        checked = namesrv_headers.checked_topic_config_wrapper(
+            JsonBody({"topicConfigTable": table}, "r"), skipped)
+        assert list(checked["topicConfigTable"]) == ["good"]
+        assert len(skipped) == 2
+    # A wrapper that is not one at all is refused.
+    for bad in ({"dataVersion": {"counter": "x"}}, {"topicConfigTable": [1]}):
         with pytest.raises(HeaderError):
             namesrv_headers.checked_topic_config_wrapper(JsonBody(bad, "r"))
+
+
+def test_a_group_s_retry_topic_is_always_a_valid_topic():
+    from cluster.topic_validator import validate_group_name, validate_topic_name
+
+    longest = "g" * 200
+    while validate_group_name(longest):
+        longest = longest[:-1]
+    assert len(longest) == 120
+    assert validate_topic_name("%RETRY%" + longest) is None
+    assert validate_topic_name("%DLQ%" + longest) is None
