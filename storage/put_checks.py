@@ -120,13 +120,18 @@ def born_host_bytes(born_host: object) -> bytes:
         ) from exc
 
 
-def message_fields(msg) -> None:
-    """Refuse a message whose numeric fields do not fit the record."""
+def _shared_fields(msg) -> None:
+    """The numeric fields a message and a batch both carry into every record."""
     check_int("queueId", msg.queue_id)
     check_int("flag", msg.flag)
     check_int("sysFlag", msg.sys_flag)
     check_int("reconsumeTimes", msg.reconsume_times)
     check_int("bornTimestamp", msg.born_timestamp, 64)
+
+
+def message_fields(msg) -> None:
+    """Refuse a message whose numeric fields do not fit the record."""
+    _shared_fields(msg)
     check_int("preparedTransactionOffset", msg.prepared_transaction_offset, 64)
     if not isinstance(msg.properties_string, str):
         raise MessageIllegalError(
@@ -136,11 +141,7 @@ def message_fields(msg) -> None:
 
 def batch_fields(batch) -> None:
     """Refuse a batch whose header fields do not fit the records made of it."""
-    check_int("queueId", batch.queue_id)
-    check_int("flag", batch.flag)
-    check_int("sysFlag", batch.sys_flag)
-    check_int("reconsumeTimes", batch.reconsume_times)
-    check_int("bornTimestamp", batch.born_timestamp, 64)
+    _shared_fields(batch)
     cluster = batch.properties.get("CLUSTER")
     if cluster is not None and not isinstance(cluster, str):
         raise MessageIllegalError(f"the CLUSTER property must be text, not {type(cluster).__name__}")
