@@ -1,8 +1,8 @@
 """``rocketdesk console``: open the console on the default cluster (started on first run).
 
-Without a display (no DISPLAY or WAYLAND_DISPLAY, and no QT_QPA_PLATFORM chosen) it says so and
-starts the default cluster from the command line instead, so the README's run command works on
-any machine.
+Without a display (no DISPLAY or WAYLAND_DISPLAY, and no QT_QPA_PLATFORM chosen) it cannot open;
+``rocketdesk console`` (rocketdesk/cli.py) then starts the default cluster from the command line
+instead, so the README's run command works on any machine.
 """
 
 from __future__ import annotations
@@ -21,12 +21,11 @@ def has_display() -> bool:
 
 def run_console(args) -> int:
     if not has_display():
-        print("rocketdesk: no display here (DISPLAY is not set), so the console cannot open; "
-              "starting the default cluster from the command line instead", file=sys.stderr)
-        from cluster.cli import main as cli_main
-
-        return cli_main(["up", "--profile", args.profile or DEFAULT_PROFILE]
-                        + (["--name", args.name] if args.name else []))
+        # `rocketdesk console` starts the cluster from the command line instead; run directly,
+        # the console can only say why it does not open.
+        print("rocketdesk console: no display here (DISPLAY is not set), so the console cannot "
+              "open; `rocketdesk up` starts the default cluster without it", file=sys.stderr)
+        return 2
     import qasync
     from PySide6.QtWidgets import QApplication
 

@@ -10,6 +10,6 @@ if len(sys.argv) > 2 and sys.argv[1] == "-m":
     sys.argv = [module, *sys.argv[3:]]
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 else:
-    from cluster.cli import main
+    from rocketdesk.cli import main
 
     sys.exit(main())

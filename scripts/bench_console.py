@@ -35,7 +35,7 @@ async def main(seconds: float) -> None:
     print(f"first window after {time.perf_counter() - STARTED:.2f} s (interpreter start excluded)")
     await window.model.create_and_start("2m-2s-async")
     window.tabs.setCurrentWidget(window.charts)
-    load = subprocess.Popen([sys.executable, "-m", "cluster.cli", "bench", "producer", "-n",
+    load = subprocess.Popen([sys.executable, "-m", "rocketdesk.cli", "bench", "producer", "-n",
                              window.model.namesrv_addr, "-w", "16", "--duration", str(seconds + 10)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     await asyncio.sleep(5)

@@ -85,7 +85,7 @@ class ExportView(QWidget):
         os.close(fd)
         self._read = 0
         self.output = None
-        args = ["-m", "cluster.cli", "export", "-n", self.model.namesrv_addr, "-t", topic,
+        args = ["-m", "rocketdesk.cli", "export", "-n", self.model.namesrv_addr, "-t", topic,
                 "--format", self.format.currentText(), "--out", self.out.text(), "--master",
                 self.master.text() or "local[*]", "--events", self.events_path, "--json"]
         if self.tags.text().strip() not in ("", "*"):

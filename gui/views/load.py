@@ -1,4 +1,4 @@
-"""The load generator: producers and consumers as subprocesses (``python -m cluster.loadgen``),
+"""The load generator: producers and consumers as subprocesses (``python -m rocketdesk.loadgen``),
 their TPS and response times charted live, and the producer's latency-fault table."""
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ class LoadView(QWidget):
             return
         process = QProcess(self)
         process.setProgram(sys.executable)
-        process.setArguments(["-m", "cluster.loadgen", *args, "-n", self.model.namesrv_addr])
+        process.setArguments(["-m", "rocketdesk.loadgen", *args, "-n", self.model.namesrv_addr])
         load = LoadProcess(name, process)
         process.readyReadStandardOutput.connect(lambda: self._read(load))
         process.finished.connect(lambda *_: self._finished(load))

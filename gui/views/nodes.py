@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from cluster.display import human_bytes
+from cluster.supervisor.figures import human_bytes
 from gui.tasks import spawn
 
 COLUMNS = ["node", "role", "address", "HA port", "pid", "state", "health", "CPU %", "RSS", "files", "disk"]

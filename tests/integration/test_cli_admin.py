@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 
 async def cli(env, *args, ok=True):
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "cluster.cli", *args, env=env, cwd=ROOT,
+        sys.executable, "-m", "rocketdesk.cli", *args, env=env, cwd=ROOT,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await process.communicate()
     if ok:

@@ -74,7 +74,7 @@ def cluster(tmp_path_factory):
 
 
 def rocketdesk(*args, timeout=240, env=None):
-    return subprocess.run([sys.executable, "-m", "cluster.cli", *args], cwd=ROOT, text=True,
+    return subprocess.run([sys.executable, "-m", "rocketdesk.cli", *args], cwd=ROOT, text=True,
                           capture_output=True, timeout=timeout,
                           env=dict(os.environ, PYTHONPATH=ROOT, **(env or {})), check=False)
 
@@ -200,7 +200,7 @@ def _cancel_and_check(cluster, folder: Path, when: str, delay: float | None,
     out = folder / "cancelled"
     events = folder / "events.jsonl"
     process = subprocess.Popen(
-        [sys.executable, "-m", "cluster.cli", "export", "-n", cluster.state.namesrv_addr, "-t", "Orders",
+        [sys.executable, "-m", "rocketdesk.cli", "export", "-n", cluster.state.namesrv_addr, "-t", "Orders",
          "--out", str(out), "--events", str(events), "--partition-size", "2000", "--master", master],
         cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT, SPARK_LOCAL_IP="127.0.0.1"), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)

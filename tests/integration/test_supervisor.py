@@ -24,7 +24,7 @@ def rd(tmp_path):
     env.pop("NAMESRV_ADDR", None)
 
     def run(*args, check=True, timeout=90):
-        done = subprocess.run([sys.executable, "-m", "cluster.cli", *args], env=env, cwd=ROOT,
+        done = subprocess.run([sys.executable, "-m", "rocketdesk.cli", *args], env=env, cwd=ROOT,
                               capture_output=True, text=True, timeout=timeout, check=False)
         if check:
             assert done.returncode == 0, (args, done.stdout, done.stderr)

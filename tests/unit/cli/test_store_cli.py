@@ -14,7 +14,7 @@ from tests.conftest import ROOT, make_message, small_config
 
 def rocketdesk(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=ROOT)
-    return subprocess.run([sys.executable, "-m", "cluster.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "rocketdesk.cli", *args], capture_output=True,
                           text=True, env=env, timeout=120, check=False)
 
 

@@ -1,4 +1,4 @@
-"""``python -m cluster.loadgen producer|consumer``: load the console starts and charts.
+"""``python -m rocketdesk.loadgen producer|consumer``: load the console starts and charts.
 
 Each second one JSON line on stdout: TPS, failures, a response-time histogram and, for
 producers, the latency-fault table (broker, current latency, not available until). Consumers
@@ -140,7 +140,7 @@ async def _report(current, faults, duration: float, stop: asyncio.Event) -> None
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cluster.loadgen")
+    parser = argparse.ArgumentParser(prog="python -m rocketdesk.loadgen")
     sub = parser.add_subparsers(dest="role", required=True)
     p = sub.add_parser("producer")
     p.add_argument("-n", "--namesrv", required=True)

@@ -10,12 +10,12 @@ import json
 import time
 from datetime import datetime
 
-from cluster.cli_cluster import namesrv_of
 from cluster.client.admin import AdminClient
 from cluster.client.message import Message
 from cluster.client.producer import Producer
-from cluster.display import run_async
 from cluster.remoting.errors import RemotingError
+from rocketdesk.cli_cluster import namesrv_of
+from rocketdesk.display import run_async
 from storage.inspector import record_to_json
 from storage.record import MessageRecord
 

@@ -1,9 +1,7 @@
-"""Small helpers shared by the command line and the console for showing figures and running
-async handlers from sync entry points."""
+"""Figures of a node's resources as people read them; the command line and the console both show
+the supervisor's status with these."""
 
 from __future__ import annotations
-
-import asyncio
 
 
 def human_bytes(value: float | None) -> str:
@@ -15,12 +13,3 @@ def human_bytes(value: float | None) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return "-"
-
-
-def run_async(handler):
-    """An argparse handler that runs the coroutine ``handler(args)`` to completion."""
-
-    def run(args) -> int:
-        return asyncio.run(handler(args))
-
-    return run

@@ -10,11 +10,12 @@ import os
 import sys
 import time
 
-from cluster.display import human_bytes, run_async
 from cluster.supervisor.errors import SupervisorError
+from cluster.supervisor.figures import human_bytes
 from cluster.supervisor.spec import GroupSpec, load_profile, load_spec, profile_names
 from cluster.supervisor.state import ClusterState, cluster_names
 from cluster.supervisor.supervisor import Supervisor
+from rocketdesk.display import run_async
 
 DEFAULT_PROFILE = "single"
 

@@ -67,7 +67,7 @@ def write_demo_store(root: str, orders: int = 200) -> DefaultMessageStore:
 
 
 def run_demo(directory: str | None) -> int:
-    from cluster.cli import main
+    from rocketdesk.cli import main
 
     root = directory or default_demo_dir()
     print(f"Writing a demo RocketMQ store to {root} …\n")

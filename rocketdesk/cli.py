@@ -81,21 +81,29 @@ def _store_dump(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from cluster.demo import run_demo
+    from rocketdesk.demo import run_demo
 
     return run_demo(args.dir)
 
 
 def _bench_store(args: argparse.Namespace) -> int:
-    from cluster.bench.store import run_store_bench
+    from rocketdesk.bench.store import run_store_bench
 
     return run_store_bench(args)
 
 
 def _console(args: argparse.Namespace) -> int:
-    # The console is its own program (gui imports cluster, never the other way round).
+    # The console is its own program (python -m gui). Without a display it cannot open, so the
+    # README's run command starts the default cluster from the command line instead.
     import os
 
+    from gui.app import DEFAULT_PROFILE, has_display
+
+    if not has_display():
+        print("rocketdesk: no display here (DISPLAY is not set), so the console cannot open; "
+              "starting the default cluster from the command line instead", file=sys.stderr)
+        return main(["up", "--profile", args.profile or DEFAULT_PROFILE]
+                    + (["--name", args.name] if args.name else []))
     argv = [sys.executable, "-m", "gui"] + (["--name", args.name] if args.name else []) + (
         ["--profile", args.profile] if args.profile else [])
     os.execv(sys.executable, argv)
@@ -131,12 +139,12 @@ def build_parser() -> argparse.ArgumentParser:
     dump.add_argument("--no-crc", action="store_true", help="skip body CRC verification")
     dump.set_defaults(func=_store_dump)
 
-    from cluster.cli_admin import add_commands as add_admin_commands
-    from cluster.cli_cluster import add_commands as add_cluster_commands
+    from rocketdesk.cli_admin import add_commands as add_admin_commands
+    from rocketdesk.cli_cluster import add_commands as add_cluster_commands
 
     add_cluster_commands(commands)
     add_admin_commands(commands)
-    from cluster.cli_export import add_command as add_export_command
+    from rocketdesk.cli_export import add_command as add_export_command
 
     add_export_command(commands)
     console = commands.add_parser("console", help="open the desktop console (the default cluster "
@@ -147,22 +155,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser("bench", help="benchmarks that print figures")
     bench_commands = bench.add_subparsers(dest="bench_command", metavar="TARGET", required=True)
-    from cluster.bench.store import add_arguments
+    from rocketdesk.bench.store import add_arguments
 
     add_arguments(bench_commands.add_parser(
         "store", help="message store: async/sync-flush puts, recovery, query by key"))
-    from cluster.bench.client import add_consumer_arguments, add_producer_arguments
+    from rocketdesk.bench.client import add_consumer_arguments, add_producer_arguments
 
     add_producer_arguments(bench_commands.add_parser(
         "producer", help="send load to a cluster: TPS, RT and failures every second"))
     add_consumer_arguments(bench_commands.add_parser(
         "consumer", help="consume from a cluster: TPS and born-to-consume latency every second"))
-    from cluster.bench.export import add_arguments as add_export_bench_arguments
+    from rocketdesk.bench.export import add_arguments as add_export_bench_arguments
 
     add_export_bench_arguments(bench_commands.add_parser(
         "export", help="Spark start-up and export-to-Parquet throughput, apart"))
-    from cluster.bench.cold_start import add_arguments as add_cold_start_arguments
-    from cluster.bench.ha import add_arguments as add_ha_arguments
+    from rocketdesk.bench.cold_start import add_arguments as add_cold_start_arguments
+    from rocketdesk.bench.ha import add_arguments as add_ha_arguments
 
     add_cold_start_arguments(bench_commands.add_parser(
         "cold-start", help="seconds from nothing to every node of a profile ready"))

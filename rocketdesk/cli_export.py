@@ -19,9 +19,9 @@ import time
 import zipfile
 from pathlib import Path
 
-from cluster.cli_admin import parse_time
-from cluster.cli_cluster import namesrv_of
 from export.errors import ExportError
+from rocketdesk.cli_admin import parse_time
+from rocketdesk.cli_cluster import namesrv_of
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("export", "cluster", "storage")

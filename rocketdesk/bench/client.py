@@ -26,7 +26,7 @@ def _target(parser: argparse.ArgumentParser) -> None:
 
 def _resolve(args: argparse.Namespace) -> None:
     if not args.namesrv:
-        from cluster.cli_cluster import namesrv_of
+        from rocketdesk.cli_cluster import namesrv_of
 
         args.namesrv = namesrv_of(args.cluster)
 

@@ -13,9 +13,9 @@ import asyncio
 import tempfile
 from pathlib import Path
 
-from cluster.bench.client import producer_bench
 from cluster.supervisor.spec import ClusterSpec, GroupSpec
 from cluster.supervisor.supervisor import Supervisor
+from rocketdesk.bench.client import producer_bench
 
 MODES = {"sync": ("SYNC_MASTER", "SYNC_FLUSH"), "async": ("ASYNC_MASTER", "ASYNC_FLUSH")}
 
