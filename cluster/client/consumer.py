@@ -21,6 +21,7 @@ from enum import Enum
 
 from cluster.client.instance import MQClientInstance
 from cluster.client.message import MessageExt
+from cluster.client.producer import Producer
 from cluster.client.pull import (
     PullStatus,
     parse_tags,
@@ -32,6 +33,7 @@ from cluster.client.trace import (
     TraceDispatcher,
     encode_sub_after,
     encode_sub_before,
+    inner_producer_group,
     new_request_id,
     trace_keys,
 )
@@ -172,7 +174,8 @@ class PushConsumer:
         self.instance.consumers[self.group] = self
         await self.instance.start()
         if self.trace and self.tracer is None:
-            self.tracer = TraceDispatcher(";".join(self.instance.namesrv_addrs), self.group)
+            self.tracer = TraceDispatcher(Producer(inner_producer_group(self.group),
+                                                   ";".join(self.instance.namesrv_addrs)))
             await self.tracer.start()
         for topic in self.subscriptions:
             await self.instance.fetch_route(topic)

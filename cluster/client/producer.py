@@ -19,7 +19,7 @@ from cluster.client.fault import LatencyFaultTolerance, select_queue
 from cluster.client.instance import MQClientInstance
 from cluster.client.message import Message, MessageExt, SendResult, SendStatus
 from cluster.client.route import MessageQueue, TopicPublishInfo, TopicRouteData
-from cluster.client.trace import encode_pub, trace_keys
+from cluster.client.trace import TraceDispatcher, encode_pub, inner_producer_group, trace_keys
 from cluster.remoting.codec import RemotingCommand, request
 from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.errors import BrokerResponseError, RemotingError
@@ -86,9 +86,8 @@ class Producer:
         self.instance.producers[self.group] = self
         await self.instance.start()
         if self.trace and self.tracer is None:
-            from cluster.client.trace import TraceDispatcher
-
-            self.tracer = TraceDispatcher(";".join(self.instance.namesrv_addrs), self.group)
+            self.tracer = TraceDispatcher(Producer(inner_producer_group(self.group),
+                                                   ";".join(self.instance.namesrv_addrs)))
             await self.tracer.start()
         self._started = True
 

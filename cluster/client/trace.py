@@ -19,6 +19,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from cluster.client.message import Message
+
 log = logging.getLogger(__name__)
 
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
@@ -88,13 +90,20 @@ def trace_keys(msg_id: str, keys: str | None) -> list[str]:
     return [msg_id, *(keys or "").split()]
 
 
+def inner_producer_group(owner_group: str) -> str:
+    """The group of the producer that sends a client's traces (RocketMQ's _INNER_TRACE_PRODUCER)."""
+    return f"_INNER_TRACE_PRODUCER-{owner_group}"
+
+
 class TraceDispatcher:
-    """Collects trace records and sends them in batches with its own producer."""
+    """Collects trace records and sends them in batches with its own producer.
 
-    def __init__(self, namesrv_addr: str, owner_group: str) -> None:
-        from cluster.client.producer import Producer
+    The producer is handed in (the traced client makes it), so that this module, which the
+    producer uses to encode traces, does not import the producer back.
+    """
 
-        self.producer = Producer(f"_INNER_TRACE_PRODUCER-{owner_group}", namesrv_addr)
+    def __init__(self, producer) -> None:
+        self.producer = producer
         self.queue: asyncio.Queue = asyncio.Queue(maxsize=20000)
         self._task: asyncio.Task | None = None
 
@@ -114,8 +123,6 @@ class TraceDispatcher:
             await self._send(batch)
 
     async def _send(self, batch) -> None:
-        from cluster.client.message import Message
-
         body = "".join(record for record, _ in batch).encode()
         keys = sorted({k for _, ks in batch for k in ks if k})
         try:
