@@ -1,61 +1,43 @@
 """Reading a queue range from a broker over PULL_MESSAGE, as a tool does: the TOOLS_CONSUMER
 group, no commit-offset flag, so no consumer's offsets move.
 
-Executors run this in Spark's Python workers, one range at a time: a plain blocking socket and
-the sans-I/O codec are all it needs (no event loop to start per partition).
+Executors run this in Spark's Python workers, one range at a time, over the blocking remoting
+client (no event loop to start per partition) and the client's own pull request.
 """
 
 from __future__ import annotations
 
-import socket
 import struct
 from collections.abc import Iterator
 
-from cluster.client.pull import TOOLS_GROUP
-from cluster.remoting.codec import FrameDecoder, RemotingCommand, encode, request
-from cluster.remoting.codes import RequestCode, ResponseCode
+from cluster.client.pull import TOOLS_GROUP, pull_request
+from cluster.remoting.blocking import BlockingRemotingClient
+from cluster.remoting.codes import ResponseCode
+from cluster.remoting.errors import RemotingError
 from export.decode import BATCH_ROWS, BatchBuilder
 from export.errors import DataLossError, ExportError
 from export.options import SourceOptions
 from export.planner import QueueRange
 
 
-class BlockingRemoting:
-    def __init__(self, address: str, timeout: float = 30.0) -> None:
-        host, port = address.rsplit(":", 1)
-        self.sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.decoder = FrameDecoder()
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def invoke(self, command: RemotingCommand) -> RemotingCommand:
-        self.sock.sendall(encode(command))
-        while True:
-            answer = self.decoder.next_command()
-            if answer is not None:
-                if answer.is_response and answer.opaque == command.opaque:
-                    return answer
-                continue  # a stray request from the broker: tools ignore them
-            data = self.sock.recv(1 << 20)
-            if not data:
-                raise ExportError("the broker closed the connection")
-            self.decoder.feed(data)
-
-
 def read_range(rng: QueueRange, options: SourceOptions) -> Iterator:
     """Arrow batches of the messages of ``rng`` the filters keep."""
     builder = BatchBuilder(rng.broker_name, options, rng.topic)
-    remoting = BlockingRemoting(rng.address)
+    try:
+        remoting = BlockingRemotingClient(rng.address)
+    except RemotingError as exc:
+        raise ExportError(f"cannot read {rng.topic} from {rng.broker_name}: {exc}") from exc
     try:
         offset = rng.start
         while offset < rng.end:
-            answer = remoting.invoke(request(RequestCode.PULL_MESSAGE, {
-                "consumerGroup": TOOLS_GROUP, "topic": rng.topic, "queueId": rng.queue_id,
-                "queueOffset": offset, "maxMsgNums": min(options.pull_batch_size, rng.end - offset),
-                "sysFlag": 0x4, "commitOffset": 0, "suspendTimeoutMillis": 0,
-                "subscription": options.tag_expression, "subVersion": 0, "expressionType": "TAG"}))
+            try:
+                answer = remoting.invoke(pull_request(
+                    TOOLS_GROUP, rng.topic, rng.queue_id, offset,
+                    min(options.pull_batch_size, rng.end - offset),
+                    subscription=options.tag_expression))
+            except RemotingError as exc:
+                raise ExportError(f"reading {rng.topic} queue {rng.queue_id} from "
+                                  f"{rng.broker_name} failed: {exc}") from exc
             next_offset = int(answer.field("nextBeginOffset") or offset)
             if answer.code == ResponseCode.SUCCESS:
                 body = answer.body

@@ -13,12 +13,12 @@ from cluster.broker.headers import PullMessageRequestHeader, checked
 from cluster.filter.message_filter import SqlMessageFilter
 from cluster.filter.sql92 import FilterSyntaxError
 from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import RequestCode, ResponseCode
+from cluster.remoting.codes import PullSysFlag, RequestCode, ResponseCode
 from storage.results import GetMessageStatus, TagsFilter
 
-FLAG_COMMIT_OFFSET = 0x1
-FLAG_SUSPEND = 0x2
-FLAG_SUBSCRIPTION = 0x4
+FLAG_COMMIT_OFFSET = PullSysFlag.COMMIT_OFFSET
+FLAG_SUSPEND = PullSysFlag.SUSPEND
+FLAG_SUBSCRIPTION = PullSysFlag.SUBSCRIPTION
 MAX_HOLD_SECONDS = 25.0  # answer well before the client's 30 s socket timeout
 
 

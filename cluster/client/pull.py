@@ -12,8 +12,8 @@ from enum import Enum
 from cluster.client.instance import MQClientInstance
 from cluster.client.message import MessageExt
 from cluster.client.route import MessageQueue, subscribe_queues
-from cluster.remoting.codec import request
-from cluster.remoting.codes import RequestCode, ResponseCode
+from cluster.remoting.codec import RemotingCommand, request
+from cluster.remoting.codes import PullSysFlag, RequestCode, ResponseCode
 from cluster.remoting.errors import BrokerResponseError, RemotingError
 from storage.record import MessageRecord, iter_records
 
@@ -52,6 +52,23 @@ def parse_tags(expression: str) -> set[str] | None:
     return {t.strip() for t in expression.split("||") if t.strip()}
 
 
+def pull_request(group: str, topic: str, queue_id: int, offset: int, max_nums: int = 32, *,
+                 suspend_ms: int = 0, commit_offset: int | None = None, subscription: str = "*",
+                 expression_type: str = "TAG", sub_version: int = 0) -> RemotingCommand:
+    """PULL_MESSAGE's request: the subscription always travels with it; the broker holds the
+    pull up to ``suspend_ms`` when given, and commits ``commit_offset`` when given."""
+    sys_flag = PullSysFlag.SUBSCRIPTION
+    if suspend_ms:
+        sys_flag |= PullSysFlag.SUSPEND
+    if commit_offset is not None:
+        sys_flag |= PullSysFlag.COMMIT_OFFSET
+    return request(RequestCode.PULL_MESSAGE, {
+        "consumerGroup": group, "topic": topic, "queueId": queue_id, "queueOffset": offset,
+        "maxMsgNums": max_nums, "sysFlag": int(sys_flag), "commitOffset": commit_offset or 0,
+        "suspendTimeoutMillis": suspend_ms, "subscription": subscription or "*",
+        "subVersion": sub_version, "expressionType": expression_type})
+
+
 async def pull_message(instance: MQClientInstance, group: str, mq: MessageQueue, expression: str,
                        offset: int, max_nums: int = 32, suspend_ms: int = 0,
                        commit_offset: int | None = None, broker_id: int = 0,
@@ -63,12 +80,9 @@ async def pull_message(instance: MQClientInstance, group: str, mq: MessageQueue,
         address = instance.broker_addr(mq.broker_name, broker_id)
         if address is None:
             raise RemotingError(f"the broker {mq.broker_name} is not in the routes")
-    sys_flag = 0x4 | (0x2 if suspend_ms else 0) | (0x1 if commit_offset is not None else 0)
-    command = request(RequestCode.PULL_MESSAGE, {
-        "consumerGroup": group, "topic": mq.topic, "queueId": mq.queue_id, "queueOffset": offset,
-        "maxMsgNums": max_nums, "sysFlag": sys_flag, "commitOffset": commit_offset or 0,
-        "suspendTimeoutMillis": suspend_ms, "subscription": expression or "*",
-        "subVersion": int(time.time() * 1000), "expressionType": expression_type})
+    command = pull_request(group, mq.topic, mq.queue_id, offset, max_nums, suspend_ms=suspend_ms,
+                           commit_offset=commit_offset, subscription=expression,
+                           expression_type=expression_type, sub_version=int(time.time() * 1000))
     timeout = PULL_TIMEOUT if suspend_ms else 10.0
     response = await instance.remoting.invoke(address, command, timeout)
     status = _PULL_STATUS.get(response.code)

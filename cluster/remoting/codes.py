@@ -132,6 +132,15 @@ class ResponseCode(IntEnum):
     NO_MESSAGE = 208
 
 
+class PullSysFlag(IntEnum):
+    """PULL_MESSAGE's sysFlag bits (RocketMQ's PullSysFlag), read by the broker, set by clients."""
+
+    COMMIT_OFFSET = 0x1
+    SUSPEND = 0x2
+    SUBSCRIPTION = 0x4
+    CLASS_FILTER = 0x8
+
+
 class LanguageCode(IntEnum):
     JAVA = 0
     CPP = 1
