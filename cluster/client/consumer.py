@@ -1,4 +1,5 @@
-"""The push consumer, with rebalancing and offset tracking (pulling itself is in pull.py).
+"""The push consumer (pulling itself is in pull.py, the group's allocation and queue locks in
+rebalance.py, where offsets are kept in offset_store.py).
 
 Push consumer (``DefaultMQPushConsumer``): every 20 s, and whenever a broker says the group
 changed, each topic's queues are split among the group's clients by average allocation
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import time
@@ -21,6 +21,7 @@ from enum import Enum
 
 from cluster.client.instance import MQClientInstance
 from cluster.client.message import MessageExt
+from cluster.client.offset_store import LocalFileOffsetStore, RemoteBrokerOffsetStore
 from cluster.client.producer import Producer
 from cluster.client.pull import (
     PullStatus,
@@ -28,6 +29,7 @@ from cluster.client.pull import (
     pull_message,
     queue_offset_request,
 )
+from cluster.client.rebalance import allocate_average, consumer_ids, lock_queues
 from cluster.client.route import MessageQueue, subscribe_queues
 from cluster.client.trace import (
     TraceDispatcher,
@@ -54,25 +56,6 @@ PERSIST_INTERVAL = 5.0
 class ConsumeStatus(Enum):
     CONSUME_SUCCESS = "CONSUME_SUCCESS"
     RECONSUME_LATER = "RECONSUME_LATER"
-
-
-def allocate_average(current_id: str, all_ids: list[str], queues: list[MessageQueue]) -> list[MessageQueue]:
-    """``AllocateMessageQueueAveragely``: contiguous ranges, the first clients get one more."""
-    ids = sorted(all_ids)
-    queues = sorted(queues)
-    if current_id not in ids or not queues:
-        return []
-    index = ids.index(current_id)
-    mod = len(queues) % len(ids)
-    if len(queues) <= len(ids):
-        size = 1
-    elif mod > 0 and index < mod:
-        size = len(queues) // len(ids) + 1
-    else:
-        size = len(queues) // len(ids)
-    start = index * size if (mod > 0 and index < mod) else index * size + mod
-    count = min(size, len(queues) - start)
-    return [queues[(start + i) % len(queues)] for i in range(max(count, 0))]
 
 
 Listener = Callable[[list[MessageExt]], Awaitable[ConsumeStatus | bool | None]]
@@ -134,10 +117,12 @@ class PushConsumer:
         # Loops also check this: in 3.11 a cancel that races a wait_for's own result can be lost.
         self._closing = False
         self._tasks: list[asyncio.Task] = []
-        self._offset_file = os.path.join(
-            offset_store_dir or os.path.join(os.path.expanduser("~"), ".rocketmq_offsets"),
-            self.instance.client_id.replace(":", "_"), group, "offsets.json")
-        self._local_offsets: dict[str, int] = {}
+        if message_model == "BROADCASTING":
+            self.offset_store: LocalFileOffsetStore | RemoteBrokerOffsetStore = LocalFileOffsetStore(
+                os.path.join(offset_store_dir or os.path.join(os.path.expanduser("~"), ".rocketmq_offsets"),
+                             self.instance.client_id.replace(":", "_"), group, "offsets.json"))
+        else:
+            self.offset_store = RemoteBrokerOffsetStore(self.instance, group)
         self.started_at = 0.0
 
     # -- setup ---------------------------------------------------------------------------------
@@ -166,9 +151,8 @@ class PushConsumer:
         if self.listener is None:
             raise ValueError("register a listener before starting the consumer")
         self.started_at = time.time()
-        if self.message_model == "BROADCASTING":
-            self._load_local_offsets()
-        else:
+        self.offset_store.load()
+        if self.message_model != "BROADCASTING":
             # Messages sent back come again through the group's retry topic.
             self.subscriptions.setdefault(RETRY_PREFIX + self.group, "*")
         self.instance.consumers[self.group] = self
@@ -238,7 +222,7 @@ class PushConsumer:
             if self.message_model == "BROADCASTING":
                 wanted.update(queues)
                 continue
-            ids = await self._consumer_ids(topic, route)
+            ids = await consumer_ids(self.instance, self.group, route)
             wanted.update(allocate_average(self.instance.client_id, ids, queues))
         if self._closing:
             return
@@ -248,17 +232,6 @@ class PushConsumer:
         for mq in wanted:
             if mq not in self._pull_tasks and not self._closing:
                 self._pull_tasks[mq] = asyncio.get_running_loop().create_task(self._pull_loop(mq))
-
-    async def _consumer_ids(self, topic: str, route) -> list[str]:
-        for address in route.master_addrs().values():
-            try:
-                response = await self.instance.remoting.invoke(address, request(
-                    RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": self.group}))
-            except RemotingError:
-                continue
-            if response.code == ResponseCode.SUCCESS:
-                return list(json.loads(response.body).get("consumerIdList") or [])
-        return [self.instance.client_id]
 
     async def _drop(self, mq: MessageQueue) -> None:
         task = self._pull_tasks.pop(mq, None)
@@ -275,16 +248,7 @@ class PushConsumer:
 
     # -- pulling and consuming ---------------------------------------------------------------------
     async def _initial_offset(self, mq: MessageQueue) -> int:
-        if self.message_model == "BROADCASTING":
-            stored = self._local_offsets.get(str(mq), -1)
-        else:
-            address = self.instance.admin_addr(mq.broker_name)
-            if address is None:
-                raise RemotingError(f"the broker {mq.broker_name} is not in the routes")
-            response = await self.instance.remoting.invoke(address, request(
-                RequestCode.QUERY_CONSUMER_OFFSET,
-                {"consumerGroup": self.group, "topic": mq.topic, "queueId": mq.queue_id}))
-            stored = int(response.field("offset")) if response.code == ResponseCode.SUCCESS else -1
+        stored = await self.offset_store.read(mq)
         if stored >= 0:
             return stored
         if self.consume_from_where == "CONSUME_FROM_FIRST_OFFSET" or mq.topic.startswith(RETRY_PREFIX):
@@ -297,29 +261,7 @@ class PushConsumer:
 
     # -- orderly: queue locks on the brokers -------------------------------------------------------
     async def _lock(self, mqs: list[MessageQueue], unlock: bool = False) -> set[MessageQueue]:
-        """LOCK_BATCH_MQ (or UNLOCK_BATCH_MQ) per broker; returns the queues this client holds."""
-        held: set[MessageQueue] = set()
-        by_broker: dict[str, list[MessageQueue]] = {}
-        for mq in mqs:
-            by_broker.setdefault(mq.broker_name, []).append(mq)
-        for broker, queues in by_broker.items():
-            address = self.instance.master_addr(broker)
-            if address is None:
-                continue
-            body = json.dumps({"consumerGroup": self.group, "clientId": self.instance.client_id,
-                               "mqSet": [{"topic": q.topic, "brokerName": q.broker_name,
-                                          "queueId": q.queue_id} for q in queues]}).encode()
-            code = RequestCode.UNLOCK_BATCH_MQ if unlock else RequestCode.LOCK_BATCH_MQ
-            try:
-                response = await self.instance.remoting.invoke(address, request(code, body=body), 3)
-            except RemotingError as exc:
-                log.warning("%s of %d queue(s) on %s failed: %s", "unlock" if unlock else "lock",
-                            len(queues), broker, exc)
-                continue
-            if not unlock and response.code == ResponseCode.SUCCESS:
-                for item in json.loads(response.body).get("lockOKMQSet") or []:
-                    held.add(MessageQueue(item["topic"], item["brokerName"], int(item["queueId"])))
-        return held
+        return await lock_queues(self.instance, self.group, mqs, unlock)
 
     async def _renew_locks_loop(self) -> None:
         while not self._closing:
@@ -464,40 +406,10 @@ class PushConsumer:
     async def persist_offsets(self, oneway: bool = True) -> None:
         for mq, pq in list(self.process_queues.items()):
             await self._commit(mq, pq.committed_offset(), oneway)
-        if self.message_model == "BROADCASTING":
-            self._save_local_offsets()
+        self.offset_store.persist()
 
     async def _commit(self, mq: MessageQueue, offset: int, oneway: bool = True) -> None:
-        if self.message_model == "BROADCASTING":
-            self._local_offsets[str(mq)] = offset
-            return
-        address = self.instance.admin_addr(mq.broker_name)
-        if address is None:
-            return
-        command = request(RequestCode.UPDATE_CONSUMER_OFFSET, {
-            "consumerGroup": self.group, "topic": mq.topic, "queueId": mq.queue_id,
-            "commitOffset": offset})
-        try:
-            if oneway:
-                await self.instance.remoting.invoke_oneway(address, command)
-            else:
-                await self.instance.remoting.invoke(address, command, 3)
-        except RemotingError as exc:
-            log.debug("offset commit for %s failed: %s", mq, exc)
-
-    def _load_local_offsets(self) -> None:
-        try:
-            with open(self._offset_file, encoding="utf-8") as handle:
-                self._local_offsets = {k: int(v) for k, v in json.load(handle).items()}
-        except (FileNotFoundError, ValueError):
-            self._local_offsets = {}
-
-    def _save_local_offsets(self) -> None:
-        os.makedirs(os.path.dirname(self._offset_file), exist_ok=True)
-        tmp = self._offset_file + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump(self._local_offsets, handle)
-        os.replace(tmp, self._offset_file)
+        await self.offset_store.commit(mq, offset, oneway)
 
     # -- broker requests -----------------------------------------------------------------------------
     def running_info(self) -> dict:

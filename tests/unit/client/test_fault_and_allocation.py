@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.client.consumer import allocate_average
 from cluster.client.fault import LatencyFaultTolerance, compute_not_available_duration, select_queue
 from cluster.client.pull import parse_tags
+from cluster.client.rebalance import allocate_average
 from cluster.client.route import MessageQueue, TopicPublishInfo, TopicRouteData
 
 
