@@ -43,6 +43,7 @@ case "$command" in
   test)
     "$venv/bin/ruff" check .
     "$venv/bin/lint-imports"
+    "$venv/bin/mypy"
     exec "$venv/bin/python" -m pytest "$@"
     ;;
   *)

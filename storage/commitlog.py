@@ -28,6 +28,7 @@ import threading
 import time
 import zlib
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from storage import put_checks
@@ -135,7 +136,7 @@ class CommitLog:
         # topic, queue id, sysFlag, prepared tx offset, properties); topic None marks a blank.
         # Bounded: if dispatch falls behind, older entries go and it decodes the log instead.
         self.appended: deque = deque(maxlen=65536)
-        self.on_append = None  # set by the store: wakes dispatch
+        self.on_append: Callable[[], None] | None = None  # set by the store: wakes dispatch
         self._failures = LogThrottle()
 
     # -- lifecycle -------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import errno
 from enum import Enum
+from typing import TypeGuard
 
 # errno values that mean "this disk takes no more writes for now": writes are refused with
 # SERVICE_NOT_AVAILABLE until a later attempt succeeds, rather than failing as a bug would.
@@ -35,7 +36,7 @@ DISK_ERRNOS = frozenset({
 })
 
 
-def is_disk_error(exc: BaseException) -> bool:
+def is_disk_error(exc: BaseException) -> TypeGuard[OSError]:
     """Whether ``exc`` is the disk refusing a write (full, read-only, …) rather than a bug."""
     return isinstance(exc, OSError) and exc.errno in DISK_ERRNOS
 

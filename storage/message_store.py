@@ -17,6 +17,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 
 from storage.checkpoint import StoreCheckpoint
 from storage.cleanup import CleanService
@@ -100,14 +101,14 @@ class DefaultMessageStore:
         self.checkpoint: StoreCheckpoint | None = None
         self.stats = StoreStatsService()
         self.delay_levels_ms = config.delay_levels_ms()
-        dispatchers = [self._dispatch_consume_queue]
+        dispatchers: list[Callable[[DispatchRequest], None]] = [self._dispatch_consume_queue]
         if config.message_index_enable:
             dispatchers.append(self._dispatch_index)
         self.reput = ReputMessageService(self.commit_log, dispatchers, self.delay_levels_ms,
                                          self.running_flags)
         self.commit_log.on_append = self.reput.wakeup
-        self.flush_service = None
-        self.commit_service = None
+        self.flush_service: GroupCommitService | FlushRealTimeService | None = None
+        self.commit_service: CommitRealTimeService | None = None
         self.clean_service = CleanService(self)
         self._lock_fd: int | None = None
         self.last_exit_ok = True
@@ -185,19 +186,22 @@ class DefaultMessageStore:
         """Start the services and mark the store as running (the abort file)."""
         if self.checkpoint is None:
             self.load()
-        config = self.config
+        checkpoint, config = self.checkpoint, self.config
+        assert checkpoint is not None  # load() made it
         with open(config.abort_path, "w") as abort:
             abort.write(str(os.getpid()))
         queue = self.commit_log.mapped_file_queue
         flags = self.running_flags
+        flush: GroupCommitService | FlushRealTimeService
         if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
-            self.flush_service = GroupCommitService(queue, self.checkpoint, flags)
+            flush = GroupCommitService(queue, checkpoint, flags)
         else:
-            self.flush_service = FlushRealTimeService(queue, config, self.checkpoint, flags)
+            flush = FlushRealTimeService(queue, config, checkpoint, flags)
+        self.flush_service = flush
         if self.pool is not None:
-            self.commit_service = CommitRealTimeService(queue, config, self.flush_service, flags)
+            self.commit_service = CommitRealTimeService(queue, config, flush, flags)
             self.commit_service.start()
-        self.flush_service.start()
+        flush.start()
         self.reput.start()
         self._cq_flusher = FlushConsumeQueueService(self)
         self._cq_flusher.start()
@@ -217,7 +221,8 @@ class DefaultMessageStore:
             if self.commit_service is not None:
                 self.commit_service.shutdown()
             self.reput.shutdown()
-            self.flush_service.shutdown()
+            if self.flush_service is not None:
+                self.flush_service.shutdown()
             self._cq_flusher.shutdown()
         elif self.checkpoint is not None:
             self.reput.do_reput()
@@ -373,12 +378,12 @@ class DefaultMessageStore:
             return queue
 
     def _dispatch_consume_queue(self, request: DispatchRequest) -> None:
-        tran_type = request.sys_flag & 0xC
-        if tran_type in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
-            self.find_consume_queue(request.topic, request.queue_id).put_message_position_info(
-                request.commit_log_offset, request.msg_size, request.tags_code,
-                request.consume_queue_offset,
-            )
+        if request.sys_flag & 0xC not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
+            return  # prepared and rolled-back records take no queue slot
+        queue = self.find_consume_queue(request.topic, request.queue_id)
+        if queue is not None:  # always, with create=True
+            queue.put_message_position_info(request.commit_log_offset, request.msg_size,
+                                            request.tags_code, request.consume_queue_offset)
 
     def _dispatch_index(self, request: DispatchRequest) -> None:
         if request.sys_flag & 0xC == TRANSACTION_ROLLBACK_TYPE:

@@ -14,6 +14,7 @@ Two kinds, as in RocketMQ's ``DefaultMessageStore.checkStoreStatus`` and ``check
 from __future__ import annotations
 
 import time
+from typing import cast
 
 from storage.config import BrokerRole
 from storage.errors import (
@@ -109,7 +110,7 @@ def body_of(body: object) -> bytes:
 def born_host_bytes(born_host: object) -> bytes:
     """The 8- or 20-byte BORNHOST of an (ip, port) pair."""
     try:
-        ip, port = born_host  # type: ignore[misc]
+        ip, port = cast("tuple[str, int]", born_host)  # any shape: a bad one raises below
         check_int("the born host's port", port)
         return host_to_bytes(ip, port)
     except MessageIllegalError:

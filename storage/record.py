@@ -17,6 +17,7 @@ House rule: decoding never returns half a record. Bytes that end inside a record
 
 from __future__ import annotations
 
+import mmap
 import struct
 import zlib
 from dataclasses import dataclass
@@ -222,7 +223,7 @@ def message_size_from_head(head: bytes, offset: int, max_message_size: int) -> i
 
 
 def decode_record(
-    buf: bytes | bytearray | memoryview,
+    buf: bytes | bytearray | memoryview | mmap.mmap,
     pos: int = 0,
     *,
     check_crc: bool = True,

@@ -228,8 +228,8 @@ class AdminClient:
             ended_origins: set[int] = set()
             for record in await read_queue(self.instance, half_queue,
                                            await self._check_progress(address, half_queue), limit=1 << 20):
-                origin = record.properties.get("TRAN_PREPARED_QUEUE_OFFSET", "")
-                origin = int(origin) if origin.isdigit() else record.queue_offset
+                mark = record.properties.get("TRAN_PREPARED_QUEUE_OFFSET", "")
+                origin = int(mark) if mark.isdigit() else record.queue_offset
                 if record.queue_offset in ended:
                     ended_origins.add(origin)
                 else:
@@ -243,7 +243,7 @@ class AdminClient:
         response = await self.instance.remoting.invoke(address, request(
             RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": TRANS_CHECK_GROUP,
                                                 "topic": mq.topic, "queueId": mq.queue_id}), self.timeout)
-        progress = int(response.field("offset")) if response.code == ResponseCode.SUCCESS else 0
+        progress = int(response.field("offset") or 0) if response.code == ResponseCode.SUCCESS else 0
         first = await self.instance.remoting.invoke(address, request(
             RequestCode.GET_MIN_OFFSET, {"topic": mq.topic, "queueId": mq.queue_id}), self.timeout)
         return max(progress, int(first.field("offset") or 0) if first.code == ResponseCode.SUCCESS else 0)
@@ -253,7 +253,7 @@ class AdminClient:
         consumer group's SubBefore/SubAfter."""
         from cluster.client.trace import TRACE_TOPIC, decode
 
-        events = []
+        events: list = []
         try:
             records = await self.query_by_key(TRACE_TOPIC, msg_id, 64)
         except BrokerResponseError:

@@ -99,7 +99,7 @@ class PushConsumer:
         # and consumed one message batch at a time; failures are retried in place, not sent back.
         self.orderly = orderly
         self.trace = trace  # record deliveries in RMQ_SYS_TRACE_TOPIC (message trace)
-        self.tracer = None
+        self.tracer: TraceDispatcher | None = None
         self.instance = instance or MQClientInstance(namesrv_addr)
         self._own_instance = instance is None
         self.message_model = message_model
@@ -326,6 +326,7 @@ class PushConsumer:
                 while True:
                     request_id = self._trace_before(chunk)
                     began = time.monotonic()
+                    assert self.listener is not None  # start() insists on one
                     try:
                         status = await self.listener(chunk)
                     except asyncio.CancelledError:
@@ -452,6 +453,7 @@ class PushConsumer:
                     "order": False, "autoCommit": True, "spentTimeMills": 0}
         record = records[0]
         mq = MessageQueue(record.topic, broker_name or "", record.queue_id)
+        assert self.listener is not None
         try:
             status = await self.listener([MessageExt.of(record, mq)])
             ok = status in (None, True, ConsumeStatus.CONSUME_SUCCESS)

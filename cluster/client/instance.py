@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import socket
+from typing import Any
 
 from cluster.client.route import TopicRouteData, parse_mq_table
 from cluster.remoting.client import RemotingClient
@@ -40,8 +41,9 @@ class MQClientInstance:
         self.remoting = RemotingClient(self._on_server_request)
         self.routes: dict[str, TopicRouteData] = {}
         self.broker_addrs: dict[str, dict[int, str]] = {}
-        self.producers: dict[str, object] = {}
-        self.consumers: dict[str, object] = {}
+        # Producers and consumers register themselves (they import this module, not the reverse).
+        self.producers: dict[str, Any] = {}
+        self.consumers: dict[str, Any] = {}
         self._namesrv_index = 0
         self._tasks: list[asyncio.Task] = []
         self._started = False

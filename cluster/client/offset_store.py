@@ -34,7 +34,9 @@ class RemoteBrokerOffsetStore:
         response = await self.instance.remoting.invoke(address, request(
             RequestCode.QUERY_CONSUMER_OFFSET,
             {"consumerGroup": self.group, "topic": mq.topic, "queueId": mq.queue_id}))
-        return int(response.field("offset")) if response.code == ResponseCode.SUCCESS else -1
+        if response.code != ResponseCode.SUCCESS:
+            return -1
+        return int(response.field("offset") or -1)
 
     async def commit(self, mq: MessageQueue, offset: int, oneway: bool = True) -> None:
         address = self.instance.admin_addr(mq.broker_name)

@@ -42,7 +42,7 @@ RETRY_RESPONSE_CODES = {ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_A
                         ResponseCode.SYSTEM_ERROR, ResponseCode.NO_PERMISSION,
                         ResponseCode.NO_BUYER_ID, ResponseCode.NOT_IN_CURRENT_UNIT,
                         ResponseCode.SYSTEM_BUSY}
-_STATUS = {ResponseCode.SUCCESS: SendStatus.SEND_OK,
+_STATUS: dict[int, SendStatus] = {ResponseCode.SUCCESS: SendStatus.SEND_OK,
            ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
            ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
            ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE}
@@ -69,7 +69,7 @@ class Producer:
     ) -> None:
         self.group = group
         self.trace = trace  # record sends in RMQ_SYS_TRACE_TOPIC (RocketMQ's message trace)
-        self.tracer = None
+        self.tracer: TraceDispatcher | None = None
         self.instance = instance or MQClientInstance(namesrv_addr)
         self._own_instance = instance is None
         self.send_msg_timeout = send_msg_timeout
@@ -232,7 +232,7 @@ class Producer:
         if callback is not None:
             task.add_done_callback(lambda t: callback(
                 None if t.cancelled() or t.exception() else t.result(),
-                None if t.cancelled() else t.exception()))
+                None if t.cancelled() else t.exception()))  # type: ignore[arg-type]
         return task
 
     async def send_oneway(self, msg: Message) -> None:

@@ -28,9 +28,10 @@ class PullStatus(Enum):
     OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
 
 
-_PULL_STATUS = {ResponseCode.SUCCESS: PullStatus.FOUND, ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
-                ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
-                ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL}
+_PULL_STATUS: dict[int, PullStatus] = {
+    ResponseCode.SUCCESS: PullStatus.FOUND, ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
+    ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
+    ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL}
 
 
 class PullResult:
@@ -57,7 +58,7 @@ def pull_request(group: str, topic: str, queue_id: int, offset: int, max_nums: i
                  expression_type: str = "TAG", sub_version: int = 0) -> RemotingCommand:
     """PULL_MESSAGE's request: the subscription always travels with it; the broker holds the
     pull up to ``suspend_ms`` when given, and commits ``commit_offset`` when given."""
-    sys_flag = PullSysFlag.SUBSCRIPTION
+    sys_flag = int(PullSysFlag.SUBSCRIPTION)
     if suspend_ms:
         sys_flag |= PullSysFlag.SUSPEND
     if commit_offset is not None:
@@ -148,6 +149,8 @@ class PullConsumer:
 
     async def commit_offset(self, mq: MessageQueue, offset: int) -> None:
         address = self.instance.master_addr(mq.broker_name)
+        if address is None:
+            raise RemotingError(f"the broker {mq.broker_name} is not in the routes")
         await self.instance.remoting.invoke(address, request(RequestCode.UPDATE_CONSUMER_OFFSET, {
             "consumerGroup": self.group, "topic": mq.topic, "queueId": mq.queue_id,
             "commitOffset": offset}))

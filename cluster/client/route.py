@@ -7,6 +7,7 @@ import json
 import random
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from cluster.remoting import fastjson
 
@@ -102,8 +103,9 @@ def subscribe_queues(topic: str, route: TopicRouteData) -> list[MessageQueue]:
 _MQ_KEY = re.compile(r'\{"brokerName":"([^"]*)","queueId":(\d+),"topic":"([^"]*)"\}:')
 
 
-def parse_mq_table(text: str) -> dict[MessageQueue, dict]:
-    """Read a fastjson map keyed by MessageQueue objects (topic stats, consume stats)."""
+def parse_mq_table(text: str) -> dict[MessageQueue, Any]:
+    """Read a fastjson map keyed by MessageQueue objects (topic stats and consume stats: an
+    object a queue; a reset's offset table: a number)."""
     result = {}
     for match in _MQ_KEY.finditer(text):
         decoder = json.JSONDecoder()

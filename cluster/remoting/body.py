@@ -8,6 +8,7 @@ checks their type and range, and raises :class:`HeaderError` with a sentence nam
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from cluster.remoting import fastjson
@@ -39,10 +40,13 @@ class JsonBody:
             raise HeaderError(f"the {what} body nests too deeply") from None
         except UnicodeDecodeError:
             raise HeaderError(f"the {what} body is not UTF-8 text") from None
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             # json's message says where it stopped ("Expecting value: line 1 column 5"), which
             # is what the sender needs; ours, not Python's, says what it is about.
-            where = getattr(exc, "msg", None) and f"{exc.msg} at character {exc.pos}"
+            raise HeaderError(f"the {what} body does not parse as JSON: {exc.msg} at character "
+                              f"{exc.pos}") from None
+        except ValueError:
+            where = None
             raise HeaderError(f"the {what} body does not parse as JSON: {where or 'malformed'}") \
                 from None
         if not isinstance(data, dict):

@@ -107,8 +107,8 @@ class RemotingConnection(asyncio.Protocol):
         if peer:
             self.remote_address = f"{peer[0]}:{peer[1]}"
         if self._flow is not None:
-            self._transport.set_write_buffer_limits(self._flow.write_high_water,
-                                                    self._flow.write_low_water)
+            transport.set_write_buffer_limits(  # type: ignore[attr-defined]
+                self._flow.write_high_water, self._flow.write_low_water)
 
     def data_received(self, data: bytes) -> None:
         self.last_active = asyncio.get_running_loop().time()
@@ -202,6 +202,7 @@ class RemotingConnection(asyncio.Protocol):
         task.add_done_callback(functools.partial(self._request_done, size))
 
     async def _handle(self, command: RemotingCommand) -> None:
+        assert self._handler is not None  # only connections with a handler take requests
         try:
             response = await self._handler(self, command)
         except asyncio.CancelledError:
@@ -250,11 +251,12 @@ class RemotingConnection(asyncio.Protocol):
 
     def send(self, command: RemotingCommand) -> None:
         """Write a command (a response, or a oneway request) without waiting."""
-        if not self.is_open:
+        transport = self._transport
+        if transport is None or transport.is_closing():
             raise RemotingConnectError(f"connection to {self.remote_address} is closed")
-        self._transport.write(encode(command))
+        transport.write(encode(command))
         flow = self._flow
-        buffered = self._transport.get_write_buffer_size()
+        buffered = transport.get_write_buffer_size()
         if flow is not None and buffered > flow.max_write_buffer:
             log.warning("closing %s: %d bytes wait to be written to it, over the limit of %d; "
                         "it does not read its responses", self.remote_address, buffered,
