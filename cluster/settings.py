@@ -6,8 +6,10 @@ import re
 from dataclasses import fields
 from enum import Enum
 
+from common.errors import RocketDeskError
 
-class SettingError(ValueError):
+
+class SettingError(RocketDeskError, ValueError):
     """A setting with a value that cannot be used; names the key as the user wrote it."""
 
     def __init__(self, key: str, value: str, reason: str) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from common.errors import RocketDeskError
 
-class ExportError(Exception):
+
+class ExportError(RocketDeskError):
     """Base of export errors."""
 
 

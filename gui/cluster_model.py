@@ -19,7 +19,7 @@ from cluster.supervisor.spec import ClusterSpec, load_profile
 from cluster.supervisor.state import cluster_names
 from cluster.supervisor.supervisor import Supervisor
 from cluster.topic_validator import is_system_topic
-from gui.tasks import spawn
+from gui.tasks import ConsoleError, spawn
 
 HISTORY = 3600  # one-second samples kept: an hour
 
@@ -83,7 +83,7 @@ class ClusterModel(QObject):
         """Watch a cluster started elsewhere (a Java RocketMQ, another machine): everything
         over the protocol, no process control."""
         if not namesrv.strip():
-            raise ValueError("give a name-server address (host:port;host:port)")
+            raise ConsoleError("give a name-server address (host:port;host:port)")
         self.supervisor = None
         self.external = namesrv.strip()
         self._new_admin()
@@ -120,7 +120,7 @@ class ClusterModel(QObject):
     async def node_action(self, action: str, node: str) -> None:
         supervisor = self.supervisor
         if supervisor is None:
-            raise RuntimeError("no cluster is open")
+            raise ConsoleError("no cluster is open")
         if action == "kill":
             await supervisor.kill(node)
         elif action == "pause":

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
 
 from cluster.supervisor.spec import profile_names
 from gui.cluster_model import ClusterModel
-from gui.tasks import spawn
+from gui.tasks import ConsoleError, spawn
 from gui.views.charts import ChartsView
 from gui.views.export_view import ExportView
 from gui.views.groups import GroupsView
@@ -148,7 +148,7 @@ class MainWindow(QMainWindow):
     def connect_external(self) -> None:
         try:
             self.model.connect_external(self.external.text())
-        except ValueError as exc:
+        except ConsoleError as exc:
             self.show_message(str(exc))
 
     def design_cluster(self) -> None:

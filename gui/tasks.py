@@ -11,12 +11,32 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
+from common.errors import RocketDeskError
+
 log = logging.getLogger(__name__)
 _running: set[asyncio.Task] = set()
 
 
+class ConsoleError(RocketDeskError):
+    """Something the console cannot do right now (no cluster open, no route, nobody online);
+    its message is what the status bar says."""
+
+
 def user_message(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
+    """The console's one place that turns an error into a sentence. RocketDesk's own errors
+    carry theirs; the system's (a refused connection, a full disk) say what the system said;
+    anything else is a bug, said as one (its traceback goes to the log)."""
+    if isinstance(exc, RocketDeskError):
+        text = str(exc).strip() or type(exc).__name__
+    elif isinstance(exc, OSError):
+        text = exc.strerror or str(exc)
+        if exc.filename:
+            text += f": {exc.filename}"
+    elif isinstance(exc, TimeoutError):
+        text = "no answer in time"
+    else:
+        log.error("unexpected error in the console", exc_info=exc)
+        text = f"unexpected error ({type(exc).__name__}); the details are in the log"
     return text.splitlines()[0]
 
 

@@ -11,10 +11,7 @@ import json
 import logging
 import sys
 
-from cluster.remoting.errors import BrokerResponseError, RemotingError
-from cluster.supervisor.errors import SupervisorError
-from export.errors import ExportError
-from storage.errors import StoreError
+from common.errors import RocketDeskError
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
@@ -190,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         return args.func(args)
-    except (StoreError, SupervisorError, RemotingError, BrokerResponseError, ExportError) as exc:
+    except RocketDeskError as exc:  # every error tree hangs here; its message is a sentence
         print(f"rocketdesk: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     except BrokenPipeError:

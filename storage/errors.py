@@ -29,6 +29,8 @@ import errno
 from enum import Enum
 from typing import TypeGuard
 
+from common.errors import RocketDeskError
+
 # errno values that mean "this disk takes no more writes for now": writes are refused with
 # SERVICE_NOT_AVAILABLE until a later attempt succeeds, rather than failing as a bug would.
 DISK_ERRNOS = frozenset({
@@ -65,7 +67,7 @@ class PutMessageStatus(Enum):
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
 
 
-class StoreError(Exception):
+class StoreError(RocketDeskError):
     """Base of every error raised by the message store."""
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 
+from cluster.client.errors import ClientArgumentError
 from cluster.client.instance import MQClientInstance
 from cluster.client.route import MessageQueue, parse_mq_table
 from cluster.remoting import fastjson
@@ -281,7 +282,8 @@ class AdminClient:
         """The record an offset msgId points at, read from the broker the id names."""
         decoded = decode_message_id(offset_msg_id)
         if not 0 < decoded.port < 65536:
-            raise ValueError(f"{offset_msg_id} is not an offset msgId (it names port {decoded.port})")
+            raise ClientArgumentError(
+                f"{offset_msg_id} is not an offset msgId (it names port {decoded.port})")
         host = f"[{decoded.ip}]" if ":" in decoded.ip else decoded.ip
         response = await self._broker(f"{host}:{decoded.port}", request(
             RequestCode.VIEW_MESSAGE_BY_ID, {"offset": decoded.offset}))

@@ -19,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from enum import Enum
 
+from cluster.client.errors import ClientArgumentError
 from cluster.client.instance import MQClientInstance
 from cluster.client.message import MessageExt
 from cluster.client.offset_store import LocalFileOffsetStore, RemoteBrokerOffsetStore
@@ -149,7 +150,7 @@ class PushConsumer:
 
     async def start(self) -> None:
         if self.listener is None:
-            raise ValueError("register a listener before starting the consumer")
+            raise ClientArgumentError("register a listener before starting the consumer")
         self.started_at = time.time()
         self.offset_store.load()
         if self.message_model != "BROADCASTING":

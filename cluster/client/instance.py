@@ -14,6 +14,7 @@ import os
 import socket
 from typing import Any
 
+from cluster.client.errors import ClientArgumentError
 from cluster.client.route import TopicRouteData, parse_mq_table
 from cluster.remoting.client import RemotingClient
 from cluster.remoting.codec import RemotingCommand, request
@@ -36,7 +37,7 @@ class MQClientInstance:
     def __init__(self, namesrv_addr: str, instance_name: str = "DEFAULT") -> None:
         self.namesrv_addrs = [a.strip() for a in namesrv_addr.split(";") if a.strip()]
         if not self.namesrv_addrs:
-            raise ValueError("a name server address (host:port) is needed")
+            raise ClientArgumentError("a name server address (host:port) is needed")
         self.client_id = f"{local_ip()}@{os.getpid()}#{instance_name}"
         self.remoting = RemotingClient(self._on_server_request)
         self.routes: dict[str, TopicRouteData] = {}

@@ -15,6 +15,7 @@ import zlib
 from collections.abc import Awaitable, Callable
 from enum import Enum
 
+from cluster.client.errors import MQClientError
 from cluster.client.fault import LatencyFaultTolerance, select_queue
 from cluster.client.instance import MQClientInstance
 from cluster.client.message import Message, MessageExt, SendResult, SendStatus
@@ -46,10 +47,6 @@ _STATUS: dict[int, SendStatus] = {ResponseCode.SUCCESS: SendStatus.SEND_OK,
            ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
            ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
            ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE}
-
-
-class MQClientError(Exception):
-    """A send or client call that could not be done; says why in a sentence."""
 
 
 class Producer:

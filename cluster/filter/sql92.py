@@ -16,8 +16,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from common.errors import RocketDeskError
 
-class FilterSyntaxError(ValueError):
+
+class FilterSyntaxError(RocketDeskError, ValueError):
     """An expression that is not RocketMQ SQL92; the message says where."""
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from common.errors import RocketDeskError
 
-class HAError(Exception):
+
+class HAError(RocketDeskError):
     """Base of replication errors."""
 
 

@@ -12,8 +12,10 @@
 
 from __future__ import annotations
 
+from common.errors import RocketDeskError
 
-class RemotingError(Exception):
+
+class RemotingError(RocketDeskError):
     """Base of every remoting error."""
 
 

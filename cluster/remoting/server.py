@@ -20,6 +20,7 @@ from dataclasses import dataclass, fields
 from cluster.remoting.codec import RemotingCommand
 from cluster.remoting.codes import ResponseCode
 from cluster.remoting.connection import CloseReason, FlowControl, RemotingConnection
+from cluster.remoting.errors import RemotingError
 
 try:
     import resource
@@ -39,7 +40,7 @@ MIN_DERIVED_CONNECTIONS = 32
 REFUSAL_LOG_INTERVAL = 10.0  # seconds between two "refusing connections" lines
 
 
-class ServerConfigError(ValueError):
+class ServerConfigError(RemotingError, ValueError):
     """A NettyServerConfig value the server cannot run with; names the key as RocketMQ spells it."""
 
     def __init__(self, key: str, value: int, reason: str) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from common.errors import RocketDeskError
 
-class SupervisorError(Exception):
+
+class SupervisorError(RocketDeskError):
     """Base of supervisor errors."""
 
 

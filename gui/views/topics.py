@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
 
 from cluster.client.message import Message
 from cluster.client.producer import Producer
-from gui.tasks import spawn
+from gui.tasks import ConsoleError, spawn
 from storage.inspector import format_timestamp, record_to_json
 
 RESULT_COLUMNS = ["topic", "queue", "offset", "keys", "tags", "msgId", "stored", "body"]
@@ -261,7 +261,7 @@ class TopicsView(QWidget):
         instance = self.model.admin.instance
         route = await instance.fetch_route(topic)
         if route is None:
-            raise RuntimeError(f"no route for topic {topic}")
+            raise ConsoleError(f"no route for topic {topic}")
         queues = [MessageQueue(topic, d["brokerName"], q) for d in route.queue_datas
                   for q in range(d["readQueueNums"])]
         positions = {mq: await queue_offset_request(instance, RequestCode.GET_MAX_OFFSET, mq)
@@ -437,7 +437,7 @@ class TopicsView(QWidget):
             connections = await self.model.admin.consumer_connections(group)
             clients = [c["clientId"] for c in connections.get("connectionSet", [])]
             if not clients:
-                raise RuntimeError(f"no consumer of {group} is online")
+                raise ConsoleError(f"no consumer of {group} is online")
             return await self.model.admin.consume_message_directly(group, clients[0], record.msg_id)
 
         spawn(run(), on_done=lambda r: self.model.message.emit(
@@ -469,7 +469,7 @@ class TopicsView(QWidget):
         instance = self.model.admin.instance
         route = await instance.fetch_route(topic)
         if route is None:
-            raise RuntimeError(f"no route for topic {topic}")
+            raise ConsoleError(f"no route for topic {topic}")
         if minutes:
             import time as _time
 
