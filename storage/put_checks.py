@@ -47,7 +47,9 @@ def check_store_status(store) -> None:
 
 def check_body_size(body: object, limit: int) -> None:
     """Refuse a body over ``maxMessageSize`` (RocketMQ's MESSAGE_ILLEGAL)."""
-    size = len(body_of(body))
+    if not isinstance(body, bytes | bytearray | memoryview):
+        raise MessageIllegalError(f"the body must be bytes, not {type(body).__name__}")
+    size = len(body)
     if size > limit:
         raise MessageIllegalError(f"body of {size} bytes exceeds maxMessageSize {limit}")
 
@@ -98,10 +100,11 @@ def properties_bytes(properties: object) -> bytes:
 
 
 def body_of(body: object) -> bytes:
-    """The body as bytes, at most an int32 long."""
-    if not isinstance(body, bytes | bytearray | memoryview):
-        raise MessageIllegalError(f"the body must be bytes, not {type(body).__name__}")
-    body = bytes(body)
+    """The body as bytes, at most an int32 long (bytes are taken as they are: no copy)."""
+    if type(body) is not bytes:
+        if not isinstance(body, bytes | bytearray | memoryview):
+            raise MessageIllegalError(f"the body must be bytes, not {type(body).__name__}")
+        body = bytes(body)
     if len(body) > _INT32[1]:
         raise MessageIllegalError(f"a body of {len(body)} bytes does not fit BODYLEN (int32)")
     return body
