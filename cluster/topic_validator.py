@@ -37,6 +37,10 @@ def validate_topic_name(topic: str) -> str | None:
     return _name_problem("topic", topic, 127)
 
 
+# The most queues a topic may have here (the broker's headers, group configs, the name server's
+# registrations agree on it). Admin requests loop over a topic's queues on the event loop, so
+# "2147483647 queues" must not be accepted; RocketMQ's own benchmark topic has 1,024.
+MAX_TOPIC_QUEUE_NUMS = 4096
 # A group's retry topic is "%RETRY%" + its name, and a topic name has at most 127 characters:
 # the client's Validators.checkGroup allows 255, which would make a retry topic no store can
 # hold and no name server can route (120 = 127 - len("%RETRY%")).

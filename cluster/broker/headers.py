@@ -12,10 +12,9 @@ TOPIC_NOT_EXIST on reads (no such topic can exist).
 
 from __future__ import annotations
 
-from cluster.broker.subscription_group import MAX_TOPIC_QUEUE_NUMS as SUBSCRIPTION_MAX_QUEUES
 from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.header import HeaderError, RequestHeader, boolean, checked, int32, int64, text
-from cluster.topic_validator import validate_group_name, validate_topic_name
+from cluster.topic_validator import MAX_TOPIC_QUEUE_NUMS, validate_group_name, validate_topic_name
 from storage.message import (
     BORNHOST_V6_FLAG,
     COMPRESSED_FLAG,
@@ -39,9 +38,6 @@ SEND_V2_NAMES = {
 CLIENT_SYS_FLAGS = (COMPRESSED_FLAG | MULTI_TAGS_FLAG | TRANSACTION_TYPE_MASK | BORNHOST_V6_FLAG
                     | STOREHOSTADDRESS_V6_FLAG | NEED_UNWRAP_FLAG | INNER_BATCH_FLAG
                     | COMPRESSION_TYPE_MASK)
-# Queues a topic may have here. Admin requests loop over a topic's queues on the event loop, so
-# "2147483647 queues" must not be accepted; RocketMQ's own benchmark topic has 1,024.
-MAX_TOPIC_QUEUE_NUMS = SUBSCRIPTION_MAX_QUEUES
 # PERM_PRIORITY | PERM_READ | PERM_WRITE | PERM_INHERIT
 PERM_ALL = 0b1111
 

@@ -16,9 +16,6 @@ from cluster.remoting.codec import RemotingCommand
 from cluster.remoting.codes import PullSysFlag, RequestCode, ResponseCode
 from storage.results import GetMessageStatus, TagsFilter
 
-FLAG_COMMIT_OFFSET = PullSysFlag.COMMIT_OFFSET
-FLAG_SUSPEND = PullSysFlag.SUSPEND
-FLAG_SUBSCRIPTION = PullSysFlag.SUBSCRIPTION
 MAX_HOLD_SECONDS = 25.0  # answer well before the client's 30 s socket timeout
 
 
@@ -78,11 +75,11 @@ class PullMessageProcessor:
         else:
             return command.make_response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
                                          f"the expression type {expression_type} is not supported")
-        if sys_flag & FLAG_COMMIT_OFFSET and commit_offset >= 0 and broker.is_master:
+        if sys_flag & PullSysFlag.COMMIT_OFFSET and commit_offset >= 0 and broker.is_master:
             broker.offsets.commit_offset(group, topic, queue_id, commit_offset)
 
         result = broker.store.get_message(group, topic, queue_id, offset, max_nums, message_filter)
-        hold = sys_flag & FLAG_SUSPEND and result.status in (
+        hold = sys_flag & PullSysFlag.SUSPEND and result.status in (
             GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.NO_MESSAGE_IN_QUEUE,
             GetMessageStatus.NO_MATCHED_LOGIC_QUEUE) and offset == result.max_offset
         if hold:
@@ -113,7 +110,7 @@ class PullMessageProcessor:
 
     def _subscription(self, header: PullMessageRequestHeader, sys_flag: int, group: str,
                       topic: str) -> str:
-        if sys_flag & FLAG_SUBSCRIPTION:
+        if sys_flag & PullSysFlag.SUBSCRIPTION:
             return header.subscription or "*"
         info = self.broker.consumers.find(group)
         sub = info.subscriptions.get(topic) if info else None

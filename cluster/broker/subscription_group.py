@@ -10,11 +10,7 @@ from cluster.broker.json_config import JsonConfigFile
 from cluster.broker.topic_config import DataVersion
 from cluster.remoting.body import JsonBody
 from cluster.remoting.header import HeaderError
-from cluster.topic_validator import validate_group_name
-
-# Also the cap of a topic's queues (cluster/broker/headers.py); kept here so the two agree
-# without this module importing the processors' headers.
-MAX_TOPIC_QUEUE_NUMS = 4096
+from cluster.topic_validator import MAX_TOPIC_QUEUE_NUMS, validate_group_name
 
 
 @dataclass(slots=True)

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from cluster.remoting.body import JsonBody
 from cluster.remoting.header import HeaderError, RequestHeader, boolean, int32, int64, text
-from cluster.topic_validator import validate_topic_name
+from cluster.topic_validator import MAX_TOPIC_QUEUE_NUMS, validate_topic_name
 
-MAX_QUEUE_NUMS = 4096  # as the broker's cap on a topic's queues
 MAX_TOPICS_PER_REGISTRATION = 100_000
 
 
@@ -108,9 +107,9 @@ def checked_topic_config_wrapper(body: JsonBody, skipped: list[str] | None = Non
                 topics[name] = {
                     "topicName": name,
                     "readQueueNums": config.integer("readQueueNums", 16, minimum=0,
-                                                    maximum=MAX_QUEUE_NUMS),
+                                                    maximum=MAX_TOPIC_QUEUE_NUMS),
                     "writeQueueNums": config.integer("writeQueueNums", 16, minimum=0,
-                                                     maximum=MAX_QUEUE_NUMS),
+                                                     maximum=MAX_TOPIC_QUEUE_NUMS),
                     "perm": config.integer("perm", 6, minimum=0, maximum=0b1111),
                     "topicSysFlag": config.integer("topicSysFlag", 0),
                 }
