@@ -4,6 +4,7 @@ topics unless asked."""
 
 from __future__ import annotations
 
+import functools
 import re
 
 AUTO_CREATE_TOPIC_KEY = "TBW102"
@@ -21,6 +22,9 @@ _VALID_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 NOT_ALLOWED_SEND_TOPICS = {SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC}
 
 
+# Every send checks its topic: the answer for a name seen before is a lookup (bounded, so that
+# a flood of invented names only churns the cache).
+@functools.lru_cache(maxsize=4096)
 def _name_problem(kind: str, name: str, limit: int) -> str | None:
     if not name:
         return f"the {kind} name is empty"

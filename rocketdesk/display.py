@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
+from cluster.remoting import event_loop
 
 
 def run_async(handler):
     """An argparse handler that runs the coroutine ``handler(args)`` to completion."""
 
     def run(args) -> int:
-        return asyncio.run(handler(args))
+        return event_loop.run(handler(args))
 
     return run

@@ -18,6 +18,7 @@ import time
 from cluster.client.consumer import ConsumeStatus, PushConsumer
 from cluster.client.message import Message, SendStatus
 from cluster.client.producer import Producer
+from cluster.remoting import event_loop
 
 # Upper bounds (ms) of the response-time buckets; the last one is open.
 RT_BUCKETS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000]
@@ -164,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--fail-every", type=int, default=0, help="every Nth delivery asks to reconsume")
     c.add_argument("--duration", type=float, default=0)
     args = parser.parse_args(argv)
-    asyncio.run(produce(args) if args.role == "producer" else consume(args))
+    event_loop.run(produce(args) if args.role == "producer" else consume(args))
     return 0
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import struct
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -157,6 +158,11 @@ class ReputMessageService(ServiceThread):
         # Optional: (topic, queue_id, offset, size) -> True when every view already holds the
         # record. Recovery re-reads from the checkpoint; this lets it skip without decoding.
         self.already_dispatched: Callable[[str, int, int, int], bool] | None = None
+        # Dispatch runs on whichever thread asks: the broker's event loop right after a burst
+        # of puts (no other thread woken, no interpreter lock handed over), this service's own
+        # thread for what nobody dispatched inline (a slave's replicated bytes, a backstop
+        # round every second). The lock keeps them from dispatching one record twice.
+        self._reput_lock = threading.Lock()
 
     def behind(self) -> int:
         """Bytes written to the CommitLog but not yet dispatched."""
@@ -174,6 +180,21 @@ class ReputMessageService(ServiceThread):
 
         Never raises for a dispatcher's failure: that raises WRITE_LOGICS_QUEUE_ERROR and the
         next round starts again at the record that failed."""
+        with self._reput_lock:
+            return self._reput_guarded()
+
+    def reput_inline(self) -> None:
+        """Dispatch now on the caller's thread, unless a round is already running elsewhere:
+        then that round is told to go once more, so the caller never waits for it."""
+        if self._reput_lock.acquire(blocking=False):
+            try:
+                self._reput_guarded()
+            finally:
+                self._reput_lock.release()
+        else:
+            self.wakeup()
+
+    def _reput_guarded(self) -> int:
         try:
             count = self._reput()
         except DispatchFailed:

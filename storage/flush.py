@@ -29,7 +29,7 @@ from collections.abc import Callable
 from storage.checkpoint import StoreCheckpoint
 from storage.config import MessageStoreConfig
 from storage.errors import describe_os_error
-from storage.mapped_file import MappedFileQueue
+from storage.mapped_file import OS_PAGE_SIZE, MappedFileQueue
 from storage.running_flags import (
     COMMIT_COMMIT_LOG_ERROR,
     FLUSH_COMMIT_LOG_ERROR,
@@ -134,6 +134,14 @@ class FlushRealTimeService(ServiceThread):
             return
         if self.queue.store_timestamp > 0:
             self.checkpoint.physic_msg_timestamp = self.queue.store_timestamp
+
+    def wakeup_if_due(self) -> None:
+        """After a put: wake the flush only once it has ``flushCommitLogLeastPages`` to write.
+        A wakeup per put would find nothing to flush most of the time and still take the
+        interpreter lock from the put path on every message."""
+        least = self.config.flush_commit_log_least_pages * OS_PAGE_SIZE
+        if self.queue.get_max_offset() - self.queue.flushed_where >= least:
+            self.wakeup()
 
     def _flush(self, least_pages: int) -> bool:
         return _guarded(self.flags, FLUSH_COMMIT_LOG_ERROR, "flushing the CommitLog",

@@ -340,7 +340,7 @@ class DefaultMessageStore:
         if self.commit_service is not None:
             self.commit_service.wakeup()
         elif service is not None:
-            service.wakeup()
+            service.wakeup_if_due()
         return None
 
     def put_message(self, msg: MessageExtBrokerInner) -> PutMessageResult:

@@ -11,6 +11,7 @@ import sys
 from cluster.broker.config import load_broker_config
 from cluster.broker.controller import BrokerController
 from cluster.properties import load_properties
+from cluster.remoting import event_loop
 from cluster.settings import SettingError
 from storage.errors import StoreError
 
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         log.warning("unknown setting %s ignored", key)
     sys.setswitchinterval(0.001)  # let the store's flush and dispatch threads in promptly
     try:
-        asyncio.run(run(BrokerController(config, store_config)))
+        event_loop.run(run(BrokerController(config, store_config)))
     except StoreError as exc:
         print(f"rocketdesk-broker: {exc}", file=sys.stderr)
         return 1

@@ -9,6 +9,7 @@ import socket
 
 from cluster.broker.acting_master import ActingMasterService
 from cluster.broker.admin_processor import AdminBrokerProcessor, broker_version_fields
+from cluster.broker.append_notifier import AppendNotifier
 from cluster.broker.bridge import LoopBridge
 from cluster.broker.client_manager import ConsumerManager, ProducerManager
 from cluster.broker.client_processor import (
@@ -96,6 +97,8 @@ class BrokerController:
         hold = self.pull_hold
         self.store.add_arrival_listener(
             lambda r: hold.notify_from_thread(r.topic, r.queue_id, r.consume_queue_offset + 1))
+        self.append_notifier = AppendNotifier(loop, self.store)
+        self.store.commit_log.on_append = self.append_notifier.on_append
         await self._start_replication()
         if self.is_master:
             self.schedule = ScheduleMessageService(self)
@@ -139,14 +142,7 @@ class BrokerController:
             self.ha_service = HAService(store, self.store_config, self.config.bind_address, port)
             await self.ha_service.start()
             self.config.ha_listen_port = self.ha_service.port
-            reput_wakeup = store.commit_log.on_append
-            ha = self.ha_service
-
-            def on_append() -> None:
-                reput_wakeup()
-                ha.wakeup()
-
-            store.commit_log.on_append = on_append
+            self.append_notifier.after_dispatch.append(self.ha_service.wakeup)
         else:
             self.offsets.track_local_commits = True
             self.ha_client = HAClient(store, self.store_config)

@@ -1,9 +1,9 @@
 """Long polling: a pull that finds nothing new waits until a message lands or time runs out.
 
 Mirrors RocketMQ's ``PullRequestHoldService``, on the event loop: a held pull is a future keyed
-by (topic, queueId) and the offset it waits past. The store's dispatch thread reports arrivals;
-they are handed to the loop once per burst (not once per message) and wake exactly the pulls
-waiting on those queues.
+by (topic, queueId) and the offset it waits past. Dispatch reports arrivals: on the loop
+they wake the pulls waiting on that queue at once; from the store's dispatch thread they are
+handed to the loop once per burst (not once per message).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ class PullRequestHoldService:
         self._arrived: dict[tuple[str, int], int] = {}
         self._arrived_lock = threading.Lock()
         self._scheduled = False
+        self._loop_thread = threading.get_ident()  # built on the loop it serves
 
     async def wait_for_arrival(self, topic: str, queue_id: int, offset: int, timeout: float) -> bool:
         """Wait until the queue's max offset passes ``offset``; False on timeout."""
@@ -38,7 +39,13 @@ class PullRequestHoldService:
                     del self._waiting[key]
 
     def notify_from_thread(self, topic: str, queue_id: int, max_offset: int) -> None:
-        """Called by the store's dispatch thread for every new message."""
+        """Called by dispatch for every new message, on the loop or on the dispatch thread."""
+        if threading.get_ident() == self._loop_thread:
+            # On the loop nothing can start waiting between this check and the wakeup, so a
+            # queue nobody waits on costs nothing (the common case under a steady load).
+            if (topic, queue_id) in self._waiting:
+                self.notify(topic, queue_id, max_offset)
+            return
         with self._arrived_lock:
             key = (topic, queue_id)
             if max_offset > self._arrived.get(key, -1):

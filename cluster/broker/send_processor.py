@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Awaitable
 
 from cluster.broker.headers import SendMessageRequestHeader, checked
 from cluster.broker.topic_config import PERM_READ, PERM_WRITE
@@ -65,6 +66,9 @@ _STATUS_CODES = {
 
 def peer_host(connection) -> tuple[str, int]:
     """The client's address as the broker records it (bornHost)."""
+    peer = getattr(connection, "peer", None)
+    if peer is not None:
+        return peer
     host, _, port = connection.remote_address.rpartition(":")
     try:
         return host.strip("[]") or "127.0.0.1", int(port)
@@ -82,8 +86,10 @@ class SendMessageProcessor:
             server.register(code, self.process)
 
     @checked(SendMessageRequestHeader)
-    async def process(self, connection, command: RemotingCommand,
-                      header: SendMessageRequestHeader) -> RemotingCommand:
+    def process(self, connection, command: RemotingCommand,
+                header: SendMessageRequestHeader) -> RemotingCommand | Awaitable[RemotingCommand]:
+        """The response at once, unless it must wait for the disk or a slave (then an
+        awaitable of it): a send to an ASYNC_FLUSH, ASYNC_MASTER broker takes no task."""
         broker = self.broker
         topic = header.topic
         queue_id = header.queue_id
@@ -126,8 +132,7 @@ class SendMessageProcessor:
         born_host = peer_host(connection)
         born_ts = header.born_timestamp
         if batch:
-            return await self._send_batch(command, header, topic, queue_id, sys_flag, born_host,
-                                          born_ts)
+            return self._send_batch(command, header, topic, queue_id, sys_flag, born_host, born_ts)
         props = string_to_properties(header.properties)
         reconsume_times = header.reconsume_times
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
@@ -142,7 +147,8 @@ class SendMessageProcessor:
                 queue_id = 0
                 props[PROPERTY_DELAY_TIME_LEVEL] = "-1"
         self._complete_properties(props)
-        if props.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true":
+        prepared = props.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true"
+        if prepared:
             if broker.config.reject_transaction_message:
                 return command.make_response(ResponseCode.NO_PERMISSION,
                                              "the broker rejects transactional messages")
@@ -170,16 +176,27 @@ class SendMessageProcessor:
         except PutMessageError as exc:
             return command.make_response(_refusal_code(exc), str(exc))
         transaction_id = None
-        if props.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true":
+        if prepared:
             transaction_id = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-        return await self._answer(command, msg.topic, result, waiter, msg.wait_store_msg_ok,
-                                  transaction_id)
+        return self._answer(command, msg.topic, result, waiter, msg.wait_store_msg_ok,
+                            transaction_id)
 
-    async def _answer(self, command, topic, result, waiter, wait: bool,
-                      transaction_id=None) -> RemotingCommand:
+    def _answer(self, command, topic, result, waiter, wait: bool,
+                transaction_id=None) -> RemotingCommand | Awaitable[RemotingCommand]:
         """The SendMessageResponseHeader, once the put is as durable as the config asks."""
-        config = self.broker.config
+        sync_master = (self.broker.ha_service is not None and wait
+                       and self.broker.store_config.broker_role is BrokerRole.SYNC_MASTER)
+        if waiter is None and not sync_master:
+            return self._response(command, topic, result, result.status, transaction_id)
+        return self._answer_when_durable(command, topic, result, waiter, wait, transaction_id)
+
+    async def _answer_when_durable(self, command, topic, result, waiter, wait: bool,
+                                   transaction_id) -> RemotingCommand:
         status = await self._await_durable(result, waiter, wait)
+        return self._response(command, topic, result, status, transaction_id)
+
+    def _response(self, command, topic, result, status, transaction_id) -> RemotingCommand:
+        config = self.broker.config
         append = result.append
         fields = {"msgId": append.msg_id, "queueId": append.queue_id,
                   "queueOffset": append.logics_offset, "MSG_REGION": config.region_id,
@@ -188,7 +205,7 @@ class SendMessageProcessor:
         return command.make_response(_STATUS_CODES.get(status, ResponseCode.SYSTEM_ERROR),
                                      ext_fields=fields)
 
-    async def _send_batch(self, command, header, topic, queue_id, sys_flag, born_host, born_ts):
+    def _send_batch(self, command, header, topic, queue_id, sys_flag, born_host, born_ts):
         broker = self.broker
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             return command.make_response(ResponseCode.MESSAGE_ILLEGAL,
@@ -211,7 +228,7 @@ class SendMessageProcessor:
         except PutMessageError as exc:
             return command.make_response(_refusal_code(exc), str(exc))
         wait = props.get("WAIT", "true").lower() == "true"
-        return await self._answer(command, topic, result, waiter, wait)
+        return self._answer(command, topic, result, waiter, wait)
 
     def _complete_properties(self, props: dict[str, str]) -> None:
         if not props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX):

@@ -13,6 +13,7 @@ from cluster.namesrv.kv_config import KVConfigManager
 from cluster.namesrv.processor import NamesrvProcessor
 from cluster.namesrv.route_info import RouteInfoManager
 from cluster.properties import load_properties
+from cluster.remoting import event_loop
 from cluster.remoting.server import RemotingServer, ServerConfigError
 from cluster.settings import SettingError, apply_properties
 
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     for key in unknown:
         log.warning("unknown setting %s ignored", key)
     try:
-        asyncio.run(run(config))
+        event_loop.run(run(config))
     except OSError as exc:
         print(f"rocketdesk-namesrv: cannot listen on {config.bind_address}:{config.listen_port}: "
               f"{exc.strerror or exc}", file=sys.stderr)

@@ -51,6 +51,8 @@ def java_integer(text: str) -> int | None:
     """``text`` as Java's Long.parseLong reads it (sign, ASCII digits), or None if it is not one.
     Digits past what any long holds mean "out of range" without asking Python to convert them
     (it refuses strings over 4,300 digits, with a message about sys.set_int_max_str_digits)."""
+    if len(text) < 19 and text.isascii() and text.isdigit():
+        return int(text)  # what almost every request carries: a few plain digits
     if not _JAVA_INTEGER.match(text):
         return None
     negative = text[0] == "-"
@@ -104,6 +106,10 @@ class IntField(FieldSpec):
         self.bits = bits
 
     def parse(self, text: str) -> int:
+        if len(text) < 10 and text.isascii() and text.isdigit():
+            value = int(text)  # below 10^9: no Java range can be missed; only the bounds apply
+            if self.minimum <= value <= self.maximum:
+                return value
         value = java_integer(text)
         if value is None:
             raise ValueError(f"= {shown(text)} is not an integer")
@@ -177,17 +183,33 @@ class RequestHeader:
                 value.attr = attr
                 found[attr] = value
         cls.fields = tuple(found.values())
+        # Each field's short wire name, if it has one: read after the long name, which wins
+        # when a request carries both (so no renamed copy of the fields is made per request).
+        short_of = {long: short for short, long in cls.aliases.items()}
+        cls._aliased_fields = tuple((spec, short_of.get(spec.name)) for spec in cls.fields)
+
+    _aliased_fields: ClassVar[tuple[tuple[FieldSpec, str | None], ...]] = ()
 
     @classmethod
     def decode(cls, fields: Mapping[str, str], aliases: Mapping[str, str] | None = None):
         """Check and convert ``fields`` (a command's extFields); raises HeaderError."""
+        if aliases is None or aliases is cls.aliases:
+            return cls._decode(fields, aliases is not None)
         values = dict(fields)
-        for short, long in (aliases or {}).items():
+        for short, long in aliases.items():
             if short in values and long not in values:
                 values[long] = values.pop(short)
+        return cls._decode(values, False)
+
+    @classmethod
+    def _decode(cls, values: Mapping[str, str], aliased: bool):
         header = cls.__new__(cls)
-        for spec in cls.fields:
-            raw = values.get(spec.name)
+        slots = header.__dict__
+        get = values.get
+        for spec, short in cls._aliased_fields:
+            raw = get(spec.name)
+            if raw is None and aliased and short is not None:
+                raw = get(short)
             if raw is None or raw == "":
                 # Java leaves an absent or empty field null; a @CFNotNull one is an error.
                 if spec.required:
@@ -202,7 +224,7 @@ class RequestHeader:
                     problem = spec.check(value)
                     if problem:
                         raise spec.fail(f"is not acceptable: {problem}", cls)
-            setattr(header, spec.attr, value)
+            slots[spec.attr] = value
         return header
 
     @classmethod
@@ -216,27 +238,37 @@ class RequestHeader:
         return f"{type(self).__name__}({shown_fields})"
 
 
+def _refused(command, exc: HeaderError):
+    return command.make_response(exc.response_code, str(exc))
+
+
 def checked(header_class: type[RequestHeader]):
     """Decorate a processor method ``m(self, connection, command, header)`` (async or not) into
-    an async processor ``(self, connection, command)`` that gets its decoded header. A header
+    a processor ``(self, connection, command)`` of the same kind that gets its decoded header. A header
     that does not decode is answered with its HeaderError's code and sentence; the method
     never runs."""
 
     def wrap(method):
-        is_async = inspect.iscoroutinefunction(method)
-
+        # A plain method stays plain: the server answers its result at once, without a task.
         @functools.wraps(method)
-        async def run(self, connection, command):
+        def run(self, connection, command):
             try:
                 header = header_class.of(command)
             except HeaderError as exc:
-                return command.make_response(exc.response_code, str(exc))
-            if is_async:
-                return await method(self, connection, command, header)
+                return _refused(command, exc)
             return method(self, connection, command, header)
 
-        run.header_class = header_class  # read by the fuzz catalogue and the tests
-        return run
+        @functools.wraps(method)
+        async def run_async(self, connection, command):
+            try:
+                header = header_class.of(command)
+            except HeaderError as exc:
+                return _refused(command, exc)
+            return await method(self, connection, command, header)
+
+        chosen = run_async if inspect.iscoroutinefunction(method) else run
+        chosen.header_class = header_class  # read by the fuzz catalogue and the tests
+        return chosen
 
     return wrap
 

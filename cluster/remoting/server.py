@@ -14,12 +14,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 from cluster.remoting.codec import RemotingCommand
 from cluster.remoting.codes import ResponseCode
-from cluster.remoting.connection import CloseReason, FlowControl, RemotingConnection
+from cluster.remoting.connection import (
+    CloseReason,
+    FlowControl,
+    HandlerResult,
+    RemotingConnection,
+)
 from cluster.remoting.errors import RemotingError
 
 try:
@@ -29,7 +34,8 @@ except ImportError:  # Windows: no RLIMIT_NOFILE
 
 log = logging.getLogger(__name__)
 
-Processor = Callable[[RemotingConnection, RemotingCommand], Awaitable[RemotingCommand | None]]
+# A response now, or an awaitable of it (see connection.RequestHandler).
+Processor = Callable[[RemotingConnection, RemotingCommand], HandlerResult]
 IDLE_SECONDS = 120  # serverChannelMaxIdleTimeSeconds
 DEFAULT_MAX_CONNECTIONS = 10_000
 # File descriptors left for everything but client connections when the cap is derived from
@@ -213,13 +219,12 @@ class RemotingServer:
             except Exception:
                 log.exception("disconnect callback failed")
 
-    async def _dispatch(self, connection: RemotingConnection,
-                        command: RemotingCommand) -> RemotingCommand | None:
+    def _dispatch(self, connection: RemotingConnection, command: RemotingCommand) -> HandlerResult:
         processor = self.processors.get(command.code)
         if processor is None:
             return command.make_response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                          f" request type {command.code} not supported")
-        return await processor(connection, command)
+        return processor(connection, command)
 
     async def _close_idle(self) -> None:
         idle = self.config.server_channel_max_idle_time_seconds

@@ -16,6 +16,7 @@ import time
 from cluster.client.consumer import ConsumeStatus, PushConsumer
 from cluster.client.message import Message, SendStatus
 from cluster.client.producer import Producer
+from cluster.remoting import event_loop
 
 
 def _target(parser: argparse.ArgumentParser) -> None:
@@ -157,11 +158,11 @@ async def consumer_bench(args: argparse.Namespace, out=print) -> dict:
 
 def run_producer_bench(args: argparse.Namespace) -> int:
     _resolve(args)
-    summary = asyncio.run(producer_bench(args))
+    summary = event_loop.run(producer_bench(args))
     return 0 if summary["messages"] else 1
 
 
 def run_consumer_bench(args: argparse.Namespace) -> int:
     _resolve(args)
-    asyncio.run(consumer_bench(args))
+    event_loop.run(consumer_bench(args))
     return 0

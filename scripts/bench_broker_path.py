@@ -1,0 +1,133 @@
+"""CPU a broker spends on one SEND_MESSAGE_V2, measured in-process with no client and no socket.
+
+A real BrokerController (store, dispatch, index) on a temporary folder; pre-encoded frames are
+fed to one of its RemotingConnections through a transport that only counts the bytes written,
+``--burst`` frames per read as a pipelining client sends them. What is left is the broker's own
+work a message: frame split, header decode and checks, the put, dispatch and the encoded answer.
+
+    python scripts/bench_broker_path.py [--messages 50000] [--burst 32] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import os
+import pstats
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from cluster.broker.config import load_broker_config  # noqa: E402
+from cluster.broker.controller import BrokerController  # noqa: E402
+from cluster.remoting import event_loop  # noqa: E402
+from cluster.remoting.codec import encode, request  # noqa: E402
+from cluster.remoting.codes import RequestCode  # noqa: E402
+from storage.message import properties_to_string  # noqa: E402
+from storage.message_id import UniqIdGenerator  # noqa: E402
+
+
+class CountingTransport:
+    """What RemotingConnection needs of a transport; the answers are counted, not sent."""
+
+    def __init__(self) -> None:
+        self.written = 0
+        self.writes = 0
+
+    def write(self, data: bytes) -> None:
+        self.written += len(data)
+        self.writes += 1
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def set_write_buffer_limits(self, high=None, low=None) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_extra_info(self, name, default=None):
+        return ("127.0.0.1", 54321) if name == "peername" else default
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def send_frames(count: int, size: int) -> list[bytes]:
+    ids = UniqIdGenerator()
+    body = os.urandom(size)
+    frames = []
+    for i in range(count):
+        props = {"UNIQ_KEY": ids.next_id(), "WAIT": "true"}
+        fields = {"a": "benchmark_producer", "b": "BenchmarkTest", "c": "TBW102", "d": 4,
+                  "e": i % 4, "f": 0, "g": int(time.time() * 1000), "h": 0,
+                  "i": properties_to_string(props), "j": 0, "k": False, "m": False}
+        frames.append(encode(request(RequestCode.SEND_MESSAGE_V2, fields, body, opaque=i + 1)))
+    return frames
+
+
+async def measure(args: argparse.Namespace, folder: str) -> None:
+    config, store_config, _ = load_broker_config({
+        "brokerName": "bench", "listenPort": "0", "storePathRootDir": folder,
+        "autoCreateTopicEnable": "true", "brokerIP1": "127.0.0.1",
+    })
+    broker = BrokerController(config, store_config)
+    await broker.start()
+    try:
+        connection = broker.server._new_connection()
+        transport = CountingTransport()
+        connection.connection_made(transport)
+        warm = send_frames(2000, args.size)
+        for frame in warm:
+            connection.data_received(frame)
+        await asyncio.sleep(0.2)
+        frames = send_frames(args.messages, args.size)
+        reads = [b"".join(frames[i:i + args.burst]) for i in range(0, len(frames), args.burst)]
+        profiler = cProfile.Profile() if args.profile else None
+        before = transport.written
+        start = time.process_time()
+        if profiler:
+            profiler.enable()
+        for data in reads:
+            connection.data_received(data)
+            await asyncio.sleep(0)  # the iteration's end: answers written, dispatch run
+        await asyncio.sleep(0)
+        if profiler:
+            profiler.disable()
+        cpu = time.process_time() - start
+        broker.store.wait_dispatched()
+        print(f"{args.messages} sends in bursts of {args.burst}, {args.size}-byte bodies, "
+              f"loop {event_loop.loop_name()}: {cpu / args.messages * 1e6:.1f} µs CPU a send "
+              f"({args.messages / cpu:,.0f} sends/s of one core); {transport.written - before:,} "
+              f"answer bytes in {transport.writes} writes")
+        if profiler:
+            pstats.Stats(profiler).sort_stats("tottime").print_stats(args.top)
+    finally:
+        await broker.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=50000)
+    parser.add_argument("--burst", type=int, default=32)
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--profile", action="store_true", help="print a cProfile of the run")
+    parser.add_argument("--top", type=int, default=30)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-broker-") as folder:
+        event_loop.run(measure(args, folder))
+
+
+if __name__ == "__main__":
+    main()
