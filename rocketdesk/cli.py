@@ -107,12 +107,35 @@ def _console(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: the version, then what runs underneath (worked out only when asked)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        from cluster.remoting.event_loop import loop_name
+        from common import speedups
+
+        try:
+            number = version("rocketdesk")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            number = "(not installed)"
+        python = ".".join(map(str, sys.version_info[:3]))
+        sys.stdout.write(f"rocketdesk {number} (Python {python})\n"
+                         f"codec and hashing: {speedups.describe()}\n"
+                         f"event loop: {loop_name()}\n")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rocketdesk",
         description="RocketDesk: a local RocketMQ-compatible cluster and its console.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log what happens")
+    parser.add_argument("--version", action=_VersionAction, nargs=0,
+                        help="print the version, whether the compiled core and uvloop are in use")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     demo = commands.add_parser("demo", help="write a demo store and inspect it")
@@ -174,6 +197,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_ha_arguments(bench_commands.add_parser(
         "ha", help="replication: SYNC_MASTER+SYNC_FLUSH against ASYNC_MASTER+ASYNC_FLUSH"))
+    from rocketdesk.bench.peers import add_arguments as add_peers_arguments
+
+    add_peers_arguments(bench_commands.add_parser(
+        "peers", help="RocketDesk side by side with NATS JetStream and Redis Streams, started here"))
     return parser
 
 

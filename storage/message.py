@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from operator import mul
 
+from common import speedups
+
 # --- property keys (MessageConst) ---------------------------------------------------------
 PROPERTY_KEYS = "KEYS"
 PROPERTY_TAGS = "TAGS"
@@ -129,7 +131,7 @@ def _utf16_units(text: str) -> array:
     return units
 
 
-def java_hash_unsigned(text: str, seed: int = 0) -> int:
+def java_hash_unsigned_pure(text: str, seed: int = 0) -> int:
     """Java's ``String.hashCode`` as an unsigned 32-bit int, continuing from hash ``seed``.
 
     ``java_hash_unsigned(b, java_hash_unsigned(a)) == java_hash_unsigned(a + b)``: the index
@@ -142,6 +144,12 @@ def java_hash_unsigned(text: str, seed: int = 0) -> int:
     if seed:
         h += seed * pow(31, n, 1 << 32)
     return h & _MASK32
+
+
+# The compiled twin when it is built (common/speedups.py): the same results, the same errors,
+# without a Python-level loop. Chosen once, here; callers import the name below.
+java_hash_unsigned = (java_hash_unsigned_pure if speedups.core is None
+                      else speedups.core.java_hash_unsigned)
 
 
 def java_hash(text: str) -> int:

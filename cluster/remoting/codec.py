@@ -13,19 +13,25 @@ ROCKETMQ binary header::
 JSON header: the fastjson bean ``{"code","extFields","flag","language","opaque","remark",
 "serializeTypeCurrentRPC","version"}``. Peers send extFields values as strings, numbers or
 booleans; we accept all three and always write strings (the Go and C++ clients need them).
+
+The header functions below are the reference. When the compiled core is built
+(common/speedups.py) the frame functions call its twins instead, which return the same values
+and hand back to the reference (by returning None) whatever they do not reproduce exactly.
 """
 
 from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
-from typing import Final
+from types import ModuleType
+from typing import Final, NamedTuple
 
 from cluster.remoting.codes import CURRENT_VERSION, LanguageCode
 from cluster.remoting.errors import LocalProtocolError, RemoteProtocolError
+from common import speedups
 
 LENGTH: Final = struct.Struct(">i")  # frame length, not counting these 4 bytes
 HEADER_MARK: Final = struct.Struct(">i")  # serialize type in the high byte, header length below
@@ -42,6 +48,11 @@ _I16 = struct.Struct(">h")
 class SerializeType(IntEnum):
     JSON = 0
     ROCKETMQ = 1
+
+
+# Per frame, an enum member's lookup costs more than the comparison it is for.
+_JSON, _ROCKETMQ = SerializeType.JSON, SerializeType.ROCKETMQ
+_FRAME_PREFIX = struct.Struct(">ii")  # LENGTH and HEADER_MARK at once
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,17 +116,18 @@ def stringify(values: Mapping[str, object]) -> dict[str, str]:
 # --- encoding ----------------------------------------------------------------------------
 def encode(command: RemotingCommand) -> bytes:
     """The whole frame for ``command`` in its serialize type."""
-    if command.serialize_type is SerializeType.ROCKETMQ:
-        header = _encode_binary_header(command)
+    serialize_type = command.serialize_type
+    if serialize_type is _ROCKETMQ:
+        header = _encode_binary(command)
     else:
-        header = _encode_json_header(command)
+        header = _encode_json(command)
     if len(header) > HEADER_MAX:
         raise LocalProtocolError(f"header of {len(header)} bytes exceeds the 16 MiB limit")
     total = 4 + len(header) + len(command.body)
     if total > FRAME_MAX:
         raise LocalProtocolError(f"frame of {total} bytes exceeds the {FRAME_MAX}-byte limit")
-    mark = (int(command.serialize_type) << 24) | len(header)
-    return b"".join((LENGTH.pack(total), HEADER_MARK.pack(mark), header, command.body))
+    mark = (int(serialize_type) << 24) | len(header)
+    return b"".join((_FRAME_PREFIX.pack(total, mark), header, command.body))
 
 
 def _encode_json_header(command: RemotingCommand) -> bytes:
@@ -170,10 +182,10 @@ def decode_frame(frame: bytes | memoryview) -> RemotingCommand:
             f"header length {header_length} exceeds the frame's {len(frame) - 4} bytes")
     header = bytes(frame[4 : 4 + header_length])
     body = bytes(frame[4 + header_length :])
-    if serialize == SerializeType.JSON:
-        return _decode_json_header(header, body)
-    if serialize == SerializeType.ROCKETMQ:
-        return _decode_binary_header(header, body)
+    if serialize == _JSON:
+        return _decode_json(header, body)
+    if serialize == _ROCKETMQ:
+        return _decode_binary(header, body)
     raise RemoteProtocolError(f"unknown serialize type {serialize}")
 
 
@@ -183,7 +195,7 @@ def _int_field(header: dict, name: str, default: int = 0) -> int:
         raise RemoteProtocolError(f"header field {name} is not a number")
     try:
         number = int(value)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: int(1e999)
         raise RemoteProtocolError(f"header field {name} is not a number") from exc
     if not -(2**31) <= number < 2**31:
         raise RemoteProtocolError(f"header field {name} is out of range")
@@ -292,6 +304,67 @@ def _decode_binary_header(header: bytes, body: bytes) -> RemotingCommand:
                            version=version, serialize_type=SerializeType.ROCKETMQ)
 
 
+# --- the implementation that runs ---------------------------------------------------------
+class HeaderCodec(NamedTuple):
+    """The four header functions the frame functions call."""
+
+    decode_json: Callable[[bytes, bytes], RemotingCommand]
+    decode_binary: Callable[[bytes, bytes], RemotingCommand]
+    encode_json: Callable[[RemotingCommand], bytes]
+    encode_binary: Callable[[RemotingCommand], bytes]
+
+
+PURE: Final = HeaderCodec(_decode_json_header, _decode_binary_header, _encode_json_header,
+                          _encode_binary_header)
+
+_LANGUAGE_BYTES: Final = {member.name: member.value for member in LanguageCode}
+
+
+def _compiled(core: ModuleType) -> HeaderCodec:
+    """The compiled core's header functions, each falling back to its pure twin on None."""
+    decode_json, decode_binary = core.decode_json_header, core.decode_binary_header
+    encode_json, encode_binary = core.encode_json_header, core.encode_binary_header
+    other = LanguageCode.OTHER.value
+
+    def decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
+        fields = decode_json(header)
+        if fields is None:  # not the common subset, or not valid: the reference decides
+            return _decode_json_header(header, body)
+        code, opaque, flag, remark, ext_fields, language, version = fields
+        return RemotingCommand(code, opaque, flag, remark, ext_fields, body, language, version,
+                               _JSON)
+
+    def decode_binary_header(header: bytes, body: bytes) -> RemotingCommand:
+        fields = decode_binary(header)
+        if fields is None:  # the reference raises the precise error
+            return _decode_binary_header(header, body)
+        code, opaque, flag, remark, ext_fields, language, version = fields
+        return RemotingCommand(code, opaque, flag, remark, ext_fields, body, language, version,
+                               _ROCKETMQ)
+
+    def encode_json_header(command: RemotingCommand) -> bytes:
+        header = encode_json(command.code, command.ext_fields, command.flag, command.language,
+                             command.opaque, command.remark, command.version)
+        return _encode_json_header(command) if header is None else header
+
+    def encode_binary_header(command: RemotingCommand) -> bytes:
+        try:
+            language = _LANGUAGE_BYTES.get(command.language, other)  # _language_byte
+        except TypeError:  # not even hashable: the reference says what is wrong
+            return _encode_binary_header(command)
+        header = encode_binary(command.code, language, command.version, command.opaque,
+                               command.flag, command.remark, command.ext_fields)
+        return _encode_binary_header(command) if header is None else header
+
+    return HeaderCodec(decode_json_header, decode_binary_header, encode_json_header,
+                       encode_binary_header)
+
+
+COMPILED: Final = None if speedups.core is None else _compiled(speedups.core)
+# Resolved once, here: the frame functions read these module globals (tests swap them).
+_decode_json, _decode_binary, _encode_json, _encode_binary = COMPILED or PURE
+
+
 class FrameDecoder:
     """Turn a byte stream into RemotingCommands. Holds at most one partial frame.
 
@@ -337,6 +410,6 @@ class FrameDecoder:
 
 
 __all__ = [
-    "FRAME_MAX", "ONEWAY_FLAG", "RESPONSE_FLAG", "FrameDecoder", "RemotingCommand",
-    "SerializeType", "decode_frame", "encode", "replace", "request", "stringify",
+    "COMPILED", "FRAME_MAX", "ONEWAY_FLAG", "PURE", "RESPONSE_FLAG", "FrameDecoder", "HeaderCodec",
+    "RemotingCommand", "SerializeType", "decode_frame", "encode", "replace", "request", "stringify",
 ]

@@ -22,7 +22,7 @@ import itertools
 import logging
 import os
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import Enum
 
 from cluster.remoting.codec import FrameDecoder, RemotingCommand, encode
@@ -43,7 +43,7 @@ RequestHandler = Callable[["RemotingConnection", RemotingCommand], HandlerResult
 
 
 # At most this many frames wait for one write (see RemotingConnection.send).
-CORK_FRAMES = int(os.environ.get("ROCKETDESK_CORK_FRAMES", "8"))
+CORK_FRAMES = int(os.environ.get("ROCKETDESK_CORK_FRAMES", "4"))
 
 
 class CloseReason(Enum):
@@ -329,7 +329,7 @@ class RemotingConnection(asyncio.Protocol):
         # cancellation round trip for each of thousands of requests a second.
         expiry = loop.call_later(timeout, _expire, future)
         try:
-            self.send(replace(request, opaque=opaque, flag=request.flag & ~0b10))
+            self.send(_with_opaque(request, opaque, request.flag & ~0b10))
             return await future
         except _Expired as exc:
             raise RemotingTimeoutError(
@@ -342,7 +342,7 @@ class RemotingConnection(asyncio.Protocol):
     def invoke_oneway(self, request: RemotingCommand) -> None:
         """Send a request that gets no response."""
         opaque = next(self._opaques) & 0x7FFFFFFF
-        self.send(replace(request, opaque=opaque, flag=request.flag | 0b10))
+        self.send(_with_opaque(request, opaque, request.flag | 0b10))
 
     def close(self, reason: CloseReason = CloseReason.LOCAL_CLOSE) -> None:
         """Close once, failing every waiter with the reason.
@@ -377,3 +377,10 @@ class _Expired(Exception):
 def _expire(future: asyncio.Future) -> None:
     if not future.done():
         future.set_exception(_Expired())
+
+
+def _with_opaque(request: RemotingCommand, opaque: int, flag: int) -> RemotingCommand:
+    # What dataclasses.replace does, without its per-call look at the fields (a few µs a send).
+    return RemotingCommand(request.code, opaque, flag, request.remark, request.ext_fields,
+                           request.body, request.language, request.version,
+                           request.serialize_type)

@@ -107,9 +107,9 @@ class IntField(FieldSpec):
 
     def parse(self, text: str) -> int:
         if len(text) < 10 and text.isascii() and text.isdigit():
-            value = int(text)  # below 10^9: no Java range can be missed; only the bounds apply
-            if self.minimum <= value <= self.maximum:
-                return value
+            small = int(text)  # below 10^9: no Java range can be missed; only the bounds apply
+            if self.minimum <= small <= self.maximum:
+                return small
         value = java_integer(text)
         if value is None:
             raise ValueError(f"= {shown(text)} is not an integer")

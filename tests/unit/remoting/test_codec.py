@@ -21,6 +21,9 @@ from cluster.remoting.codec import (
 )
 from cluster.remoting.errors import LocalProtocolError, RemoteProtocolError
 
+# Every test here runs twice: on the compiled core and on the pure reference (conftest.py).
+pytestmark = pytest.mark.usefixtures("header_codec")
+
 JSON_VECTOR = bytes.fromhex("0000008700000083") + (
     b'{"code":105,"extFields":{"topic":"TopicTest"},"flag":0,"language":"JAVA","opaque":7,'
     b'"serializeTypeCurrentRPC":"JSON","version":407}'

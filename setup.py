@@ -1,0 +1,21 @@
+"""The compiled core (common/_speedups.c); everything else is declared in pyproject.toml.
+
+``optional=True``: where no C compiler is found the install still succeeds, and
+common/speedups.py runs the pure-Python twins instead. An editable install
+(``pip install -e .``, as ./dev.sh does) builds the module next to its source.
+"""
+
+import sys
+
+from setuptools import Extension, setup
+
+if sys.platform == "win32":
+    _FLAGS = ["/O2"]
+else:
+    _FLAGS = ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"]
+
+setup(
+    ext_modules=[
+        Extension("common._speedups", ["common/_speedups.c"], extra_compile_args=_FLAGS, optional=True),
+    ],
+)
