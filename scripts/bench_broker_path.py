@@ -106,6 +106,7 @@ async def measure(args: argparse.Namespace, folder: str) -> None:
         profiler = cProfile.Profile() if args.profile else None
         before = transport.written
         start = time.process_time()
+        start_loop = time.thread_time()
         if profiler:
             profiler.enable()
         for data in reads:
@@ -115,12 +116,14 @@ async def measure(args: argparse.Namespace, folder: str) -> None:
         if profiler:
             profiler.disable()
         cpu = time.process_time() - start
+        loop_cpu = time.thread_time() - start_loop
         broker.store.wait_dispatched()
         loop = event_loop.loop_name() if event_loop else "asyncio"
         print(f"{args.messages} sends in bursts of {args.burst}, {args.size}-byte bodies, "
               f"loop {loop}, {core}: {cpu / args.messages * 1e6:.1f} µs CPU a send "
               f"({args.messages / cpu:,.0f} sends/s of one core); {transport.written - before:,} "
-              f"answer bytes in {transport.writes} writes")
+              f"answer bytes in {transport.writes} writes; {loop_cpu / args.messages * 1e6:.1f} µs "
+              f"of it on the event loop's thread")
         if profiler:
             pstats.Stats(profiler).sort_stats("tottime").print_stats(args.top)
     finally:

@@ -1,0 +1,66 @@
+"""Dispatch on the event loop: a burst of puts is dispatched once, after the burst, without
+the store's dispatch thread (issue 14: no thread handoff per message)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from cluster.broker.append_notifier import AppendNotifier
+from cluster.broker.long_polling import PullRequestHoldService
+from tests.conftest import make_message
+
+
+def _queue_max(store, topic="TopicTest", queue_id=0) -> int:
+    return store.get_max_offset_in_queue(topic, queue_id)
+
+
+def test_a_burst_is_dispatched_on_the_loop_after_the_burst(store_factory):
+    # Not started: no dispatch thread runs, so only the loop can dispatch these.
+    store = store_factory(start=False)
+    woken = []
+    store.reput.wakeup = lambda: woken.append(threading.get_ident())
+
+    async def scenario() -> tuple[int, int, int]:
+        notifier = AppendNotifier(asyncio.get_running_loop(), store)
+        store.commit_log.on_append = notifier.on_append
+        rounds = []
+        notifier.after_dispatch.append(lambda: rounds.append(_queue_max(store)))
+        for i in range(10):
+            store.put_message_nowait(make_message(body=b"m%d" % i, keys=f"k{i}"))
+        during = _queue_max(store)  # the burst is not dispatched while it is being put
+        await asyncio.sleep(0)
+        return during, _queue_max(store), len(rounds)
+
+    during, after, rounds = asyncio.run(scenario())
+    assert during == 0
+    assert after == 10
+    assert rounds == 1  # one dispatch (and one HA wakeup) for the whole burst
+    assert woken == []  # the dispatch thread was not woken
+    assert store.query_message("TopicTest", "k7", 4).messages  # the index too
+
+
+def test_appends_from_another_thread_wake_the_dispatch_thread(store_factory):
+    store = store_factory(start=False)
+    woken = []
+    store.reput.wakeup = lambda: woken.append(True)
+
+    async def scenario() -> None:
+        notifier = AppendNotifier(asyncio.get_running_loop(), store)
+        store.commit_log.on_append = notifier.on_append
+        await asyncio.to_thread(store.put_message_nowait, make_message())
+
+    asyncio.run(scenario())
+    assert woken == [True]
+
+
+def test_an_arrival_on_the_loop_wakes_a_held_pull_at_once():
+    async def scenario() -> bool:
+        hold = PullRequestHoldService(asyncio.get_running_loop())
+        waiting = asyncio.ensure_future(hold.wait_for_arrival("T", 0, 5, timeout=5))
+        await asyncio.sleep(0)
+        hold.notify_from_thread("T", 1, 9)  # another queue: nothing happens
+        hold.notify_from_thread("T", 0, 6)
+        return await asyncio.wait_for(waiting, 1)
+
+    assert asyncio.run(scenario()) is True

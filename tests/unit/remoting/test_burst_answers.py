@@ -1,0 +1,90 @@
+"""A burst of pipelined requests: answered without a task each, in few writes (issue 14)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from cluster.remoting.codec import FrameDecoder, encode, request
+from cluster.remoting.connection import CORK_FRAMES, RemotingConnection
+
+
+class RecordingTransport:
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_extra_info(self, name, default=None):
+        return ("127.0.0.1", 1234) if name == "peername" else default
+
+    def close(self) -> None:
+        pass
+
+
+def _answers(writes: list[bytes]) -> list[int]:
+    decoder = FrameDecoder()
+    decoder.feed(b"".join(writes))
+    opaques = []
+    while (command := decoder.next_command()) is not None:
+        opaques.append(command.opaque)
+    return opaques
+
+
+def test_answers_at_once_take_no_task_and_leave_in_few_writes():
+    async def scenario():
+        tasks_before = len(asyncio.all_tasks())
+        seen_tasks = []
+
+        def handler(connection, command):  # a processor that answers at once
+            seen_tasks.append(len(asyncio.all_tasks()) - tasks_before)
+            return command.make_response(0)
+
+        connection = RemotingConnection(handler)
+        transport = RecordingTransport()
+        connection.connection_made(transport)
+        burst = b"".join(encode(request(1000, {"n": i}, opaque=i + 1)) for i in range(10))
+        connection.data_received(burst)
+        await asyncio.sleep(0)
+        return seen_tasks, transport.writes, connection.inflight
+
+    seen_tasks, writes, inflight = asyncio.run(scenario())
+    assert seen_tasks == [0] * 10
+    assert inflight == 0
+    assert _answers(writes) == list(range(1, 11))  # every answer, in order
+    assert len(writes) == -(-10 // CORK_FRAMES)  # one write per CORK_FRAMES answers
+
+
+def test_an_answer_that_must_wait_gets_a_task_and_still_arrives():
+    async def scenario():
+        release = asyncio.Event()
+
+        async def later(command):
+            await release.wait()
+            return command.make_response(0, "late")
+
+        def handler(connection, command):
+            return later(command) if command.code == 1001 else command.make_response(0)
+
+        connection = RemotingConnection(handler)
+        transport = RecordingTransport()
+        connection.connection_made(transport)
+        connection.data_received(encode(request(1001, opaque=1)) + encode(request(1000, opaque=2)))
+        await asyncio.sleep(0)
+        first = _answers(transport.writes)
+        waiting = connection.inflight
+        release.set()
+        for _ in range(3):
+            await asyncio.sleep(0)
+        return first, waiting, _answers(transport.writes)
+
+    first, waiting, answers = asyncio.run(scenario())
+    assert first == [2]  # the quick one did not wait for the slow one
+    assert waiting == 1
+    assert answers == [2, 1]
