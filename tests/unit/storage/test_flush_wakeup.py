@@ -24,4 +24,5 @@ def test_the_flush_is_woken_once_least_pages_are_dirty(store_factory):
     assert wakeups == []
     while store.commit_log.get_max_offset() < least + 2000:
         store.put_message_nowait(make_message(body=body))
-    assert wakeups and wakeups[0] >= least
+    assert wakeups
+    assert wakeups[0] >= least
