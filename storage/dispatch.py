@@ -181,26 +181,35 @@ class ReputMessageService(ServiceThread):
         Never raises for a dispatcher's failure: that raises WRITE_LOGICS_QUEUE_ERROR and the
         next round starts again at the record that failed."""
         with self._reput_lock:
-            return self._reput_guarded()
+            try:
+                count = self._reput()
+            except DispatchFailed:
+                return 0
+            self.flags.clear(WRITE_LOGICS_QUEUE_ERROR)
+            return count
 
     def reput_inline(self) -> None:
-        """Dispatch now on the caller's thread, unless a round is already running elsewhere:
-        then that round is told to go once more, so the caller never waits for it."""
-        if self._reput_lock.acquire(blocking=False):
-            try:
-                self._reput_guarded()
-            finally:
-                self._reput_lock.release()
-        else:
+        """Dispatch, on the caller's thread, what the put path has just appended, and nothing
+        else: records that must be decoded from the log (a slave's replicated bytes, a backlog
+        after a restart or a failed round) are this service's thread's work, however many,
+        so a caller on the event loop is never held by them. Whatever is left, or a round
+        already running elsewhere, is handed to the thread; the caller never waits."""
+        if not self._reput_lock.acquire(blocking=False):
             self.wakeup()
-
-    def _reput_guarded(self) -> int:
+            return
         try:
-            count = self._reput()
-        except DispatchFailed:
-            return 0
-        self.flags.clear(WRITE_LOGICS_QUEUE_ERROR)
-        return count
+            try:
+                self._dispatch_appended()
+            except DispatchFailed:
+                self.wakeup()  # the flag is raised; the thread retries every second
+                return
+            left = self.reput_from_offset < self.commit_log.get_max_offset()
+            if not left:  # caught up: whatever failed before has been dispatched since
+                self.flags.clear(WRITE_LOGICS_QUEUE_ERROR)
+        finally:
+            self._reput_lock.release()
+        if left:
+            self.wakeup()
 
     def _dispatch(self, request: DispatchRequest) -> None:
         """Hand one record to every dispatcher, then to every arrival listener."""

@@ -52,7 +52,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for key in unknown:
         log.warning("unknown setting %s ignored", key)
-    sys.setswitchinterval(0.001)  # let the store's flush and dispatch threads in promptly
+    # Let the store's threads (group commit, a slave's dispatch) have the interpreter lock
+    # promptly when their system call returns: a SYNC_FLUSH sender waits on them.
+    sys.setswitchinterval(0.001)
     try:
         event_loop.run(run(BrokerController(config, store_config)))
     except StoreError as exc:

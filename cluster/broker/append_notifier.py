@@ -4,8 +4,10 @@ Puts run on the event loop. Dispatching what they appended on the loop too, once
 (``call_soon`` after the first put of a loop iteration, so every request read in that iteration
 is in), builds the ConsumeQueue and index entries without waking the store's dispatch thread
 and without handing it the interpreter lock: with a thread, each message cost two wakeups and
-lock handoffs that the sender waited on. Appends made on another thread (none on a master
-today) still wake the dispatch thread, which also keeps its backstop round every second.
+lock handoffs that the sender waited on. Only what the put path has just appended is
+dispatched here; records that must be decoded from the log (a slave's replicated bytes, a
+backlog after a restart) and appends made on another thread are left to the dispatch thread,
+which also keeps its backstop round every second.
 """
 
 from __future__ import annotations

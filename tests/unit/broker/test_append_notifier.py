@@ -64,3 +64,27 @@ def test_an_arrival_on_the_loop_wakes_a_held_pull_at_once():
         return await asyncio.wait_for(waiting, 1)
 
     assert asyncio.run(scenario()) is True
+
+
+def test_a_backlog_in_the_log_is_left_to_the_dispatch_thread(store_factory):
+    # Records the put path did not just hand over (a restart's backlog, a slave's replicated
+    # bytes) must be decoded from the log: however many, that is the thread's work, never the
+    # event loop's.
+    store = store_factory(start=False)
+    for i in range(20):
+        store.put_message_nowait(make_message(body=b"old%d" % i))
+    store.commit_log.appended.clear()  # only the log holds them now
+    woken = []
+    store.reput.wakeup = lambda: woken.append(True)
+
+    async def scenario() -> None:
+        notifier = AppendNotifier(asyncio.get_running_loop(), store)
+        store.commit_log.on_append = notifier.on_append
+        store.put_message_nowait(make_message(body=b"new"))
+        await asyncio.sleep(0)
+
+    asyncio.run(scenario())
+    assert _queue_max(store) == 0  # nothing dispatched on the loop
+    assert woken  # the thread was told
+    assert store.reput.do_reput() == 21  # and it dispatches the backlog and the new record
+    assert _queue_max(store) == 21
