@@ -1,4 +1,5 @@
-"""The compiled core (common/_speedups.c); everything else is declared in pyproject.toml.
+"""The compiled core (common/_speedups.c for the remoting codec, common/_storecore.c for the
+store's per-record work); everything else is declared in pyproject.toml.
 
 ``optional=True``: where no C compiler is found the install still succeeds, and
 common/speedups.py runs the pure-Python twins instead. An editable install
@@ -17,5 +18,6 @@ else:
 setup(
     ext_modules=[
         Extension("common._speedups", ["common/_speedups.c"], extra_compile_args=_FLAGS, optional=True),
+        Extension("common._storecore", ["common/_storecore.c"], extra_compile_args=_FLAGS, optional=True),
     ],
 )

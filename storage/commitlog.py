@@ -64,10 +64,9 @@ from storage.message import (
 from storage.message_id import create_message_id, host_to_bytes, is_ipv6
 from storage.record import (
     END_FILE_MIN_BLANK_LENGTH,
-    HEAD,
-    PREFIX_V4,
     decode_batch_body,
     encode_blank,
+    encode_record_into,
 )
 from storage.running_flags import LogThrottle
 
@@ -75,7 +74,6 @@ log = logging.getLogger(__name__)
 
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
-_TAIL_V6 = struct.Struct(">iqi")
 
 
 @dataclass(slots=True)
@@ -83,8 +81,17 @@ class _Record:
     """One record prepared outside the lock: all but the store time and the offsets."""
 
     total: int
-    fields: tuple  # crc, queue id, flag, sysFlag, born time, born host, reconsume, prepared, body length
-    tail: bytes  # body, topic and properties with their lengths
+    crc: int
+    queue_id: int
+    flag: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: bytes
+    reconsume_times: int
+    prepared_transaction_offset: int
+    body: bytes
+    topic: bytes
+    properties_bytes: bytes
     properties: str
 
 
@@ -199,11 +206,10 @@ class CommitLog:
         born_ts: int, born_host: bytes, reconsume: int, prepared: int,
     ) -> _Record:
         props_bytes = put_checks.properties_bytes(props)
-        tail = b"".join((body, bytes((len(topic),)), topic, len(props_bytes).to_bytes(2, "big"),
-                         props_bytes))
-        crc = zlib.crc32(body) & 0x7FFFFFFF
-        fields = (crc, queue_id, flag, sys_flag, born_ts, born_host, reconsume, prepared, len(body))
-        return _Record(self._record_total(len(tail), len(born_host)), fields, tail, props)
+        total = self._record_total(len(body) + 1 + len(topic) + 2 + len(props_bytes),
+                                   len(born_host))
+        return _Record(total, zlib.crc32(body) & 0x7FFFFFFF, queue_id, flag, sys_flag, born_ts,
+                       born_host, reconsume, prepared, body, topic, props_bytes, props)
 
     def _check_fits(self, total: int, what: str) -> None:
         if total + END_FILE_MIN_BLANK_LENGTH > self.mapped_file_size:
@@ -340,14 +346,18 @@ class CommitLog:
         previous_ts = mapped_file.store_timestamp
         claimed = 0
         try:
-            mapped_file.ensure_allocated(start + total)  # ENOSPC here, not SIGBUS in _write
+            mapped_file.ensure_allocated(start + total)  # ENOSPC here, not SIGBUS while encoding
             claimed = total
+            store_host = self.store_host_bytes
             entries = []
             pos = start
             for index, record in enumerate(records):
                 logical = queue_offset + index if advances else 0
-                self._write(target, pos, record.total, record.fields, logical, base + pos,
-                            store_ts, record.tail)
+                encode_record_into(
+                    target, pos, record.crc, record.queue_id, record.flag, logical, base + pos,
+                    record.sys_flag, record.born_timestamp, record.born_host, store_ts,
+                    store_host, record.reconsume_times, record.prepared_transaction_offset,
+                    record.body, record.topic, record.properties_bytes)
                 entries.append((base + pos, record.total, store_ts, logical, topic, queue_id,
                                 sys_flag, prepared_offset, record.properties))
                 pos += record.total
@@ -455,36 +465,6 @@ class CommitLog:
         target[pos : pos + END_FILE_MIN_BLANK_LENGTH] = encode_blank(max_blank)
         mapped_file.skip_to_end()  # the blank is in: visible from here on
         self.appended.append((mapped_file.file_from_offset + pos, max_blank, 0, 0, None, 0, 0, 0, ""))
-
-    def _write(
-        self, target, pos: int, total: int, fields: tuple, queue_offset: int,
-        wrote_offset: int, store_ts: int, tail: bytes,
-    ) -> None:
-        """Encode one record into ``target`` (the mapping or the write buffer) at ``pos``.
-        Moves no cursor: ``_append_locked`` publishes the records once all are written."""
-        crc, queue_id, flag, sys_flag, born_ts, born_host, reconsume, prepared, body_len = fields
-        if len(born_host) == 8 and not self.store_host_v6:
-            PREFIX_V4.pack_into(
-                target, pos, total, 0xDAA320A7, crc, queue_id, flag, queue_offset, wrote_offset,
-                sys_flag, born_ts, born_host[:4], _I32.unpack(born_host[4:])[0], store_ts,
-                self.store_host_bytes[:4], _I32.unpack(self.store_host_bytes[4:])[0],
-                reconsume, prepared, body_len,
-            )
-            start = pos + 88
-        else:
-            HEAD.pack_into(target, pos, total, 0xDAA320A7, crc, queue_id, flag, queue_offset,
-                           wrote_offset, sys_flag, born_ts)
-            p = pos + 48
-            target[p : p + len(born_host)] = born_host
-            p += len(born_host)
-            _I64.pack_into(target, p, store_ts)
-            p += 8
-            host = self.store_host_bytes
-            target[p : p + len(host)] = host
-            p += len(host)
-            _TAIL_V6.pack_into(target, p, reconsume, prepared, body_len)
-            start = p + 16
-        target[start : start + len(tail)] = tail
 
     # -- reads ---------------------------------------------------------------------------------
     def get_data(self, offset: int, max_size: int | None = None) -> tuple[bytes, int]:

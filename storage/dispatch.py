@@ -23,15 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from storage.errors import CorruptRecordError, OffsetOutOfRangeError, TornTailError, describe_os_error
-from storage.message import (
-    PROPERTY_DELAY_TIME_LEVEL,
-    PROPERTY_KEYS,
-    PROPERTY_TAGS,
-    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-    SCHEDULE_TOPIC,
-    property_from_string,
-    tags_string_to_tags_code,
-)
+from storage.message import SCHEDULE_TOPIC, dispatch_properties, tags_string_to_tags_code
 from storage.record import BlankRecord, MessageRecord, decode_record
 from storage.running_flags import WRITE_LOGICS_QUEUE_ERROR, LogThrottle, RunningFlags
 from storage.service_thread import ServiceThread
@@ -70,18 +62,16 @@ def build_dispatch_request(
     sys_flag: int, prepared_transaction_offset: int, props: str, delay_levels_ms: list[int],
 ) -> DispatchRequest:
     """The request for one record (``CommitLog.checkMessageAndReturnSize``'s second half)."""
-    tags_code = tags_string_to_tags_code(property_from_string(props, PROPERTY_TAGS))
+    tags, keys, uniq_key, level_text = dispatch_properties(props)
+    tags_code = tags_string_to_tags_code(tags)
     if topic == SCHEDULE_TOPIC:
         # A parked delayed message is keyed by when it is due, not by its tag.
-        level_text = property_from_string(props, PROPERTY_DELAY_TIME_LEVEL)
         level = int(level_text) if level_text and level_text.isdigit() else 0
         level = min(level, len(delay_levels_ms))
         if level > 0:
             tags_code = store_timestamp + delay_levels_ms[level - 1]
     return DispatchRequest(
-        topic, queue_id, offset, size, tags_code, store_timestamp, queue_offset,
-        property_from_string(props, PROPERTY_KEYS),
-        property_from_string(props, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
+        topic, queue_id, offset, size, tags_code, store_timestamp, queue_offset, keys, uniq_key,
         sys_flag, prepared_transaction_offset, props,
     )
 

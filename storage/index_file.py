@@ -25,6 +25,7 @@ import time
 from datetime import datetime
 from functools import lru_cache
 
+from common import speedups
 from storage.mapped_file import MappedFile
 from storage.message import java_hash_unsigned
 
@@ -37,6 +38,8 @@ HASH_SLOT_SIZE = 4
 INDEX_ENTRY = struct.Struct(">iqii")
 INDEX_ENTRY_SIZE = 20
 _INT_MAX = 0x7FFFFFFF
+# The compiled twin of put_key_hash over all of one message's keys (common/_storecore.c).
+_index_put_keys = None if speedups.store_core is None else speedups.store_core.index_put_keys
 
 
 def index_key_hash(key: str, seed: int = 0) -> int:
@@ -131,6 +134,41 @@ class IndexFile:
         if slot_value == 0:
             self.hash_slot_count += 1
         self.index_count += 1
+        self.end_phy_offset = phy_offset
+        self.end_timestamp = store_timestamp
+        self._write_header()
+        return True
+
+    def put_keys(
+        self, seed: int, uniq_key: str | None, keys: str | None, phy_offset: int,
+        store_timestamp: int,
+    ) -> bool:
+        """Index one message's UNIQ_KEY and KEYS in one compiled call, exactly as
+        :meth:`put_key_hash` would key by key. False, with nothing written, when the file has
+        no room for all of them or the compiled core is not in use: the caller goes key by key.
+        """
+        if _index_put_keys is None:
+            return False
+        count = self.index_count
+        most = count + 1 + (keys.count(" ") + 1 if keys else 0)
+        self.mapped_file.ensure_allocated(
+            self._entries_base + min(most, self.index_num) * INDEX_ENTRY_SIZE)
+        first = count <= 1
+        begin = store_timestamp if first else self.begin_timestamp
+        time_diff = (store_timestamp - begin) // 1000 if begin > 0 else 0
+        time_diff = min(max(time_diff, 0), _INT_MAX)
+        done = _index_put_keys(self.mm, self.hash_slot_num, self.index_num, count, seed,
+                               uniq_key, keys, phy_offset, time_diff)
+        if done is None:
+            return False
+        new_count, new_slots = done
+        if new_count == count:
+            return True  # no key to index
+        if first:
+            self.begin_phy_offset = phy_offset
+            self.begin_timestamp = store_timestamp
+        self.index_count = new_count
+        self.hash_slot_count += new_slots
         self.end_phy_offset = phy_offset
         self.end_timestamp = store_timestamp
         self._write_header()
@@ -272,6 +310,9 @@ class IndexService:
             return  # dispatched again after recovery: already indexed
         index_file = self._last_file_for_write()
         seed = topic_seed(topic)
+        if index_file.put_keys(seed, uniq_key, keys, phy_offset, store_ts):
+            self.last_indexed_offset = phy_offset
+            return
         if uniq_key:
             index_file = self._put(index_file, index_key_hash(uniq_key, seed), phy_offset, store_ts)
         if keys:

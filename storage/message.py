@@ -111,6 +111,30 @@ def property_from_string(text: str, name: str) -> str | None:
         stop = i + len(needle) - 1
 
 
+def dispatch_properties_pure(text: str) -> tuple[str | None, str | None, str | None, str | None]:
+    """(TAGS, KEYS, UNIQ_KEY, DELAY) of a properties string: what dispatch reads of a record."""
+    return (
+        property_from_string(text, PROPERTY_TAGS),
+        property_from_string(text, PROPERTY_KEYS),
+        property_from_string(text, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
+        property_from_string(text, PROPERTY_DELAY_TIME_LEVEL),
+    )
+
+
+def dispatch_properties(text: str) -> tuple[str | None, str | None, str | None, str | None]:
+    """:func:`dispatch_properties_pure` in one pass of C when the compiled core is built (it
+    returns None for text it cannot read as UTF-8: the pure scan copes with that)."""
+    if _dispatch_properties_compiled is not None:
+        found = _dispatch_properties_compiled(text)
+        if found is not None:
+            return found
+    return dispatch_properties_pure(text)
+
+
+_dispatch_properties_compiled = (None if speedups.store_core is None
+                                 else speedups.store_core.dispatch_properties)
+
+
 # --- Java String.hashCode -------------------------------------------------------------------
 _MASK32 = 0xFFFFFFFF
 _POWERS: list[tuple[int, ...]] = [()]

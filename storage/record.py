@@ -23,6 +23,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Final
 
+from common import speedups
 from storage.errors import CorruptRecordError, MessageIllegalError, OffsetOutOfRangeError, TornTailError
 from storage.message import (
     BORNHOST_V6_FLAG,
@@ -51,6 +52,7 @@ _I64 = struct.Struct(">q")
 _I16 = struct.Struct(">h")
 _U16 = struct.Struct(">H")
 _B = struct.Struct(">b")
+_TAIL_FIXED = struct.Struct(">iqi")  # RECONSUMETIMES, PREPARED TX OFFSET, BODYLEN
 
 MAX_TOPIC_LENGTH_V1: Final = 127
 MAX_PROPERTIES_LENGTH: Final = 32767
@@ -127,6 +129,60 @@ def encode_record(
             properties,
         )
     )
+
+
+def encode_record_into_pure(
+    target, pos: int, crc: int, queue_id: int, flag: int, queue_offset: int, physical_offset: int,
+    sys_flag: int, born_timestamp: int, born_host: bytes, store_timestamp: int, store_host: bytes,
+    reconsume_times: int, prepared_transaction_offset: int, body, topic: bytes, properties: bytes,
+) -> int:
+    """Write one v1 record into the writable buffer ``target`` (a mapping, a write buffer) at
+    ``pos``, straight from its fields: no intermediate bytes. Returns its TOTALSIZE.
+
+    The put path's encoder (``encode_record`` builds the same bytes as a value, for tests and
+    tools). Hosts are their 8- or 20-byte forms; sysFlag must carry the V6 bits."""
+    born_len, store_len = len(born_host), len(store_host)
+    if born_len not in (8, 20) or store_len not in (8, 20):
+        raise ValueError("a host is 8 or 20 bytes")
+    if len(topic) > MAX_TOPIC_LENGTH_V1 or len(properties) > MAX_PROPERTIES_LENGTH:
+        raise ValueError("the topic or the properties are too long for a record")
+    body_len = len(body)
+    total = 72 + born_len + store_len + body_len + 1 + len(topic) + 2 + len(properties)
+    if pos < 0 or total > len(target) - pos:
+        raise ValueError("the record does not fit the buffer")
+    if born_len == 8 and store_len == 8:
+        PREFIX_V4.pack_into(
+            target, pos, total, MESSAGE_MAGIC_CODE, crc, queue_id, flag, queue_offset,
+            physical_offset, sys_flag, born_timestamp, born_host[:4],
+            _I32.unpack(born_host[4:])[0], store_timestamp, store_host[:4],
+            _I32.unpack(store_host[4:])[0], reconsume_times, prepared_transaction_offset, body_len,
+        )
+        p = pos + 88
+    else:
+        HEAD.pack_into(target, pos, total, MESSAGE_MAGIC_CODE, crc, queue_id, flag, queue_offset,
+                       physical_offset, sys_flag, born_timestamp)
+        p = pos + 48
+        target[p : p + born_len] = born_host
+        p += born_len
+        _I64.pack_into(target, p, store_timestamp)
+        p += 8
+        target[p : p + store_len] = store_host
+        p += store_len
+        _TAIL_FIXED.pack_into(target, p, reconsume_times, prepared_transaction_offset, body_len)
+        p += 16
+    target[p : p + body_len] = body
+    p += body_len
+    target[p] = len(topic)
+    target[p + 1 : p + 1 + len(topic)] = topic
+    p += 1 + len(topic)
+    _U16.pack_into(target, p, len(properties))
+    target[p + 2 : p + 2 + len(properties)] = properties
+    return total
+
+
+# The compiled twin when it is built (common/speedups.py): the same bytes, the same refusals.
+encode_record_into = (encode_record_into_pure if speedups.store_core is None
+                      else speedups.store_core.encode_record_into)
 
 
 def encode_blank(max_blank: int) -> bytes:
@@ -235,6 +291,27 @@ def decode_record(
     ``base_offset`` is the physical offset of ``buf[0]``, used only in error messages.
     Returns :data:`END_OF_DATA` for zero bytes where a record would start.
     """
+    if _decode_fields is not None:
+        fields = _decode_fields(buf, pos, read_body or check_crc)
+        if fields is not None and (not check_crc or body_crc(fields[14]) == fields[2]):
+            record = MessageRecord(*fields)
+            if not read_body:
+                record.body = b""
+            return record
+        # Anything else (a marker, a bad record, a CRC mismatch): the reference says what it is.
+    return decode_record_pure(buf, pos, check_crc=check_crc, read_body=read_body,
+                              base_offset=base_offset)
+
+
+def decode_record_pure(
+    buf: bytes | bytearray | memoryview | mmap.mmap,
+    pos: int = 0,
+    *,
+    check_crc: bool = True,
+    read_body: bool = True,
+    base_offset: int = 0,
+) -> MessageRecord | BlankRecord | _EndOfData:
+    """:func:`decode_record` in Python: the reference the compiled decoder agrees with."""
     limit = len(buf)
     where = base_offset + pos
     if pos + 8 > limit:
@@ -319,6 +396,9 @@ def decode_record(
         born_raw, store_ts, store_raw, reconsume, prepared, body if read_body else b"", topic,
         props,
     )
+
+
+_decode_fields = None if speedups.store_core is None else speedups.store_core.decode_record_fields
 
 
 def iter_records(buf: bytes | bytearray | memoryview, *, check_crc: bool = False):

@@ -62,52 +62,48 @@ def _emfile(*_args, **_kwargs):
 
 # -- faults: each installs itself with a monkeypatch context --------------------------------------
 def _fault_pack_into(store, mp):
-    # The original bug: PREFIX_V4.pack_into raising struct.error under the lock.
-    class Failing:
-        size = commitlog_module.PREFIX_V4.size
+    # The original bug: the record encoder (then PREFIX_V4.pack_into) raising under the lock.
+    def failing(*_args):
+        raise struct.error("argument out of range")
 
-        @staticmethod
-        def pack_into(*_args):
-            raise struct.error("argument out of range")
-
-    mp.setattr(commitlog_module, "PREFIX_V4", Failing)
+    mp.setattr(commitlog_module, "encode_record_into", failing)
 
 
 def _fault_torn_write(store, mp):
-    real = commitlog_module.CommitLog._write
+    real = commitlog_module.encode_record_into
 
-    def torn(self, target, pos, total, *rest):
-        scratch = bytearray(pos + total)
-        real(self, scratch, pos, total, *rest)
+    def torn(target, pos, *rest):
+        scratch = bytearray(len(target))
+        total = real(scratch, pos, *rest)
         half = total // 2
         target[pos : pos + half] = scratch[pos : pos + half]
         raise RuntimeError("injected: the write stopped halfway")
 
-    mp.setattr(commitlog_module.CommitLog, "_write", torn)
+    mp.setattr(commitlog_module, "encode_record_into", torn)
 
 
 def _fault_whole_write(store, mp):
-    real = commitlog_module.CommitLog._write
+    real = commitlog_module.encode_record_into
 
-    def whole(self, *args):
-        real(self, *args)
+    def whole(*args):
+        real(*args)
         raise RuntimeError("injected: failed after the record's last byte")
 
-    mp.setattr(commitlog_module.CommitLog, "_write", whole)
+    mp.setattr(commitlog_module, "encode_record_into", whole)
 
 
 def _fault_second_record(store, mp):
     # A batch written halfway: the first record is whole, the second fails.
-    real = commitlog_module.CommitLog._write
+    real = commitlog_module.encode_record_into
     calls = []
 
-    def second(self, *args):
+    def second(*args):
         calls.append(1)
         if len(calls) >= 2:
             raise RuntimeError("injected: the second record failed")
-        real(self, *args)
+        return real(*args)
 
-    mp.setattr(commitlog_module.CommitLog, "_write", second)
+    mp.setattr(commitlog_module, "encode_record_into", second)
 
 
 def _fault_claim(store, mp):
@@ -185,7 +181,7 @@ def _fault_interrupt(store, mp):
     def interrupted(*_args, **_kwargs):
         raise Interrupt
 
-    mp.setattr(commitlog_module.CommitLog, "_write", interrupted)
+    mp.setattr(commitlog_module, "encode_record_into", interrupted)
 
 
 # fault -> (install, what the put raises: None when it succeeds, or a callable of the case)

@@ -1,0 +1,554 @@
+/*
+ * common._storecore: the compiled core of the message store's per-record work.
+ *
+ * The CommitLog record layout, ConsumeQueue dispatch's property scan and the index's slot and
+ * entry writes, in C. Each function has a pure-Python twin that stays the reference
+ * (storage/record.py, storage/message.py, storage/index_file.py); common/speedups.py decides
+ * which one runs. The contract, checked by tests/unit/storage/test_storecore.py with hypothesis:
+ *
+ *   - every result is exactly what the pure function computes, and every byte written is the
+ *     byte the pure function writes;
+ *   - a function returns None, having written nothing, for anything it does not reproduce
+ *     exactly (a record that will not decode, text that is not UTF-8, an index file without
+ *     room for every key): the caller then runs the pure function, which handles the case or
+ *     raises its precise error.
+ *
+ * Records are read from files and from peers (a slave's replicated bytes, a pull result): every
+ * read is bounds-checked against the buffer's end. Plain C99 and the CPython C API only.
+ *
+ * The record (big-endian; hosts are 4+4 bytes, or 16+4 with the sysFlag's V6 bits):
+ *
+ *   TOTALSIZE i32 | MAGICCODE u32 | BODYCRC i32 | QUEUEID i32 | FLAG i32 | QUEUEOFFSET i64 |
+ *   PHYSICALOFFSET i64 | SYSFLAG i32 | BORNTIMESTAMP i64 | BORNHOST 8/20 | STORETIMESTAMP i64 |
+ *   STOREHOST 8/20 | RECONSUMETIMES i32 | PREPARED TX OFFSET i64 | BODYLEN i32 | BODY |
+ *   TOPICLEN i8 (v1) or i16 (v2) | TOPIC | PROPERTIESLEN i16 | PROPERTIES
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MAGIC_V1 0xDAA320A7u
+#define MAGIC_V2 0xDAA320ABu
+#define BORNHOST_V6_FLAG 0x10
+#define STOREHOST_V6_FLAG 0x20
+#define MIN_RECORD 91
+
+static void
+put_u32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+static void
+put_u64(unsigned char *p, uint64_t v)
+{
+    put_u32(p, (uint32_t)(v >> 32));
+    put_u32(p + 4, (uint32_t)v);
+}
+
+static uint32_t
+get_u32(const unsigned char *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+static uint64_t
+get_u64(const unsigned char *p)
+{
+    return ((uint64_t)get_u32(p) << 32) | get_u32(p + 4);
+}
+
+/* A Python int that fits a signed field of `bits` bits; -1 with ValueError set when it does not
+ * (struct.error in the pure twin: either way the put path has checked every value before). */
+static int
+int_field(PyObject *value, int bits, int64_t *out)
+{
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow || (bits == 32 && (v < INT32_MIN || v > INT32_MAX))) {
+        PyErr_Format(PyExc_ValueError, "%R does not fit a %d-bit record field", value, bits);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* encode_record_into                                                                           */
+
+PyDoc_STRVAR(encode_record_into_doc,
+"encode_record_into(target, pos, crc, queue_id, flag, queue_offset, physical_offset, sys_flag,\n"
+"                   born_timestamp, born_host, store_timestamp, store_host, reconsume_times,\n"
+"                   prepared_transaction_offset, body, topic, properties) -> int\n\n"
+"Write one v1 record into the writable buffer `target` at `pos`; returns its TOTALSIZE\n"
+"(storage.record.encode_record_into_pure). Raises ValueError, writing nothing, when a value\n"
+"does not fit its field or the record does not fit the buffer.");
+
+#define ENCODE_ARGS 17
+
+static PyObject *
+encode_record_into(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != ENCODE_ARGS) {
+        PyErr_Format(PyExc_TypeError, "encode_record_into() takes %d arguments (%zd given)",
+                     ENCODE_ARGS, nargs);
+        return NULL;
+    }
+    int64_t pos, crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts, store_ts;
+    int64_t reconsume, prepared;
+    if (int_field(args[1], 64, &pos) < 0 || int_field(args[2], 32, &crc) < 0
+        || int_field(args[3], 32, &queue_id) < 0 || int_field(args[4], 32, &flag) < 0
+        || int_field(args[5], 64, &queue_offset) < 0 || int_field(args[6], 64, &physical_offset) < 0
+        || int_field(args[7], 32, &sys_flag) < 0 || int_field(args[8], 64, &born_ts) < 0
+        || int_field(args[10], 64, &store_ts) < 0 || int_field(args[12], 32, &reconsume) < 0
+        || int_field(args[13], 64, &prepared) < 0)
+        return NULL;
+    PyObject *born_host = args[9], *store_host = args[11], *topic = args[15], *props = args[16];
+    if (!PyBytes_Check(born_host) || !PyBytes_Check(store_host) || !PyBytes_Check(topic)
+        || !PyBytes_Check(props)) {
+        PyErr_SetString(PyExc_TypeError, "hosts, topic and properties must be bytes");
+        return NULL;
+    }
+    Py_ssize_t born_len = PyBytes_GET_SIZE(born_host), store_len = PyBytes_GET_SIZE(store_host);
+    Py_ssize_t topic_len = PyBytes_GET_SIZE(topic), props_len = PyBytes_GET_SIZE(props);
+    if ((born_len != 8 && born_len != 20) || (store_len != 8 && store_len != 20)) {
+        PyErr_SetString(PyExc_ValueError, "a host is 8 or 20 bytes");
+        return NULL;
+    }
+    if (topic_len > 127 || props_len > 32767) {
+        PyErr_SetString(PyExc_ValueError, "the topic or the properties are too long for a record");
+        return NULL;
+    }
+    Py_buffer body;
+    if (PyObject_GetBuffer(args[14], &body, PyBUF_SIMPLE) < 0)
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&body);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    int64_t total = 72 + born_len + store_len + (int64_t)body.len + 1 + topic_len + 2 + props_len;
+    if (body.len > INT32_MAX || total > INT32_MAX || pos < 0 || pos > (int64_t)view.len
+        || total > (int64_t)view.len - pos) {
+        PyErr_SetString(PyExc_ValueError, "the record does not fit the buffer");
+        goto done;
+    }
+    unsigned char *p = (unsigned char *)view.buf + pos;
+    put_u32(p, (uint32_t)total);
+    put_u32(p + 4, MAGIC_V1);
+    put_u32(p + 8, (uint32_t)crc);
+    put_u32(p + 12, (uint32_t)queue_id);
+    put_u32(p + 16, (uint32_t)flag);
+    put_u64(p + 20, (uint64_t)queue_offset);
+    put_u64(p + 28, (uint64_t)physical_offset);
+    put_u32(p + 36, (uint32_t)sys_flag);
+    put_u64(p + 40, (uint64_t)born_ts);
+    p += 48;
+    memcpy(p, PyBytes_AS_STRING(born_host), (size_t)born_len);
+    p += born_len;
+    put_u64(p, (uint64_t)store_ts);
+    p += 8;
+    memcpy(p, PyBytes_AS_STRING(store_host), (size_t)store_len);
+    p += store_len;
+    put_u32(p, (uint32_t)reconsume);
+    put_u64(p + 4, (uint64_t)prepared);
+    put_u32(p + 12, (uint32_t)body.len);
+    p += 16;
+    memcpy(p, body.buf, (size_t)body.len);
+    p += body.len;
+    *p++ = (unsigned char)topic_len;
+    memcpy(p, PyBytes_AS_STRING(topic), (size_t)topic_len);
+    p += topic_len;
+    p[0] = (unsigned char)(props_len >> 8);
+    p[1] = (unsigned char)props_len;
+    memcpy(p + 2, PyBytes_AS_STRING(props), (size_t)props_len);
+    result = PyLong_FromLongLong(total);
+done:
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&body);
+    return result;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* decode_record_fields                                                                         */
+
+/* Strict UTF-8 text; NULL with no exception set when the bytes are not UTF-8. */
+static PyObject *
+decode_text(const unsigned char *p, Py_ssize_t n)
+{
+    PyObject *s = PyUnicode_DecodeUTF8((const char *)p, n, "strict");
+    if (s == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+        PyErr_Clear();
+    return s;
+}
+
+PyDoc_STRVAR(decode_record_fields_doc,
+"decode_record_fields(buf, pos, read_body) -> tuple | None\n\n"
+"The 17 fields of the whole, well-formed message record at buf[pos], in MessageRecord's order\n"
+"(the body is b'' unless `read_body`), or None for anything else: a blank or end-of-data\n"
+"marker, a torn or corrupt record, text that is not UTF-8. The body CRC is not checked.");
+
+static PyObject *
+decode_record_fields(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "decode_record_fields() takes 3 arguments");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    if (pos == -1 && PyErr_Occurred())
+        return NULL;
+    int read_body = PyObject_IsTrue(args[2]);
+    if (read_body < 0)
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    PyObject *result = NULL;
+    PyObject *born = NULL, *store = NULL, *body = NULL, *topic = NULL, *props = NULL;
+    const unsigned char *base = (const unsigned char *)view.buf;
+    Py_ssize_t limit = view.len;
+    if (pos < 0 || pos > limit - 8)
+        goto none;
+    const unsigned char *r = base + pos;
+    int64_t total = (int32_t)get_u32(r);
+    uint32_t magic = get_u32(r + 4);
+    if ((magic != MAGIC_V1 && magic != MAGIC_V2) || total < MIN_RECORD || total > limit - pos)
+        goto none;
+    const unsigned char *end = r + total;
+    int32_t sys_flag = (int32_t)get_u32(r + 36);
+    Py_ssize_t born_len = (sys_flag & BORNHOST_V6_FLAG) ? 20 : 8;
+    Py_ssize_t store_len = (sys_flag & STOREHOST_V6_FLAG) ? 20 : 8;
+    const unsigned char *p = r + 48;
+    if (born_len + 8 + store_len + 16 + 3 > end - p)
+        goto none;
+    const unsigned char *born_at = p;
+    p += born_len;
+    int64_t store_ts = (int64_t)get_u64(p);
+    p += 8;
+    const unsigned char *store_at = p;
+    p += store_len;
+    int32_t reconsume = (int32_t)get_u32(p);
+    int64_t prepared = (int64_t)get_u64(p + 4);
+    int32_t body_len = (int32_t)get_u32(p + 12);
+    p += 16;
+    Py_ssize_t topic_prefix = magic == MAGIC_V1 ? 1 : 2;
+    if (body_len < 0 || body_len + topic_prefix + 2 > end - p)
+        goto none;
+    const unsigned char *body_at = p;
+    p += body_len;
+    Py_ssize_t topic_len;
+    if (magic == MAGIC_V1) {
+        topic_len = *p++;
+        if (topic_len > 127)
+            goto none;
+    }
+    else {
+        topic_len = ((Py_ssize_t)p[0] << 8) | p[1];
+        p += 2;
+    }
+    if (topic_len + 2 > end - p)
+        goto none;
+    const unsigned char *topic_at = p;
+    p += topic_len;
+    Py_ssize_t props_len = (int16_t)(((uint16_t)p[0] << 8) | p[1]);
+    p += 2;
+    if (props_len < 0 || props_len > end - p)
+        goto none;
+    const unsigned char *props_at = p;
+    p += props_len;
+    if (p != end)
+        goto none;
+    topic = decode_text(topic_at, topic_len);
+    if (topic == NULL)
+        goto error_or_none;
+    props = decode_text(props_at, props_len);
+    if (props == NULL)
+        goto error_or_none;
+    born = PyBytes_FromStringAndSize((const char *)born_at, born_len);
+    store = PyBytes_FromStringAndSize((const char *)store_at, store_len);
+    body = PyBytes_FromStringAndSize(read_body ? (const char *)body_at : "", read_body ? body_len : 0);
+    if (born == NULL || store == NULL || body == NULL)
+        goto error;
+    result = Py_BuildValue(
+        "(LkiiiLLiLNLNiLNNN)",
+        (long long)total, (unsigned long)magic, (int)(int32_t)get_u32(r + 8),
+        (int)(int32_t)get_u32(r + 12), (int)(int32_t)get_u32(r + 16),
+        (long long)(int64_t)get_u64(r + 20), (long long)(int64_t)get_u64(r + 28), (int)sys_flag,
+        (long long)(int64_t)get_u64(r + 40), born, (long long)store_ts, store, (int)reconsume,
+        (long long)prepared, body, topic, props);
+    /* "N" stole the references, or released them if building the tuple failed. */
+    PyBuffer_Release(&view);
+    return result;
+error_or_none:
+    if (PyErr_Occurred())
+        goto error;
+none:
+    Py_XDECREF(topic);
+    Py_XDECREF(props);
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+error:
+    Py_XDECREF(born);
+    Py_XDECREF(store);
+    Py_XDECREF(body);
+    Py_XDECREF(topic);
+    Py_XDECREF(props);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* dispatch_properties                                                                          */
+
+PyDoc_STRVAR(dispatch_properties_doc,
+"dispatch_properties(text) -> (tags, keys, uniq_key, delay) | None\n\n"
+"What dispatch reads from a properties string, in one pass: the values of TAGS, KEYS,\n"
+"UNIQ_KEY and DELAY, each as storage.message.property_from_string finds it (the last\n"
+"non-empty occurrence wins) or None; None for text that cannot be read as UTF-8.");
+
+static PyObject *
+dispatch_properties(PyObject *module, PyObject *text)
+{
+    (void)module;
+    if (!PyUnicode_Check(text)) {
+        PyErr_Format(PyExc_TypeError, "dispatch_properties() needs a str, not %.100s",
+                     Py_TYPE(text)->tp_name);
+        return NULL;
+    }
+    Py_ssize_t n;
+    const char *s = PyUnicode_AsUTF8AndSize(text, &n);
+    if (s == NULL) { /* a lone surrogate: the pure scan copes with it */
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    static const char *const names[4] = {"TAGS", "KEYS", "UNIQ_KEY", "DELAY"};
+    static const Py_ssize_t name_lengths[4] = {4, 4, 8, 5};
+    const char *found[4] = {NULL, NULL, NULL, NULL};
+    Py_ssize_t found_len[4] = {0, 0, 0, 0};
+    const char *end = s + n;
+    const char *segment = s;
+    while (segment <= end) {
+        const char *stop = memchr(segment, '\x02', (size_t)(end - segment));
+        if (stop == NULL)
+            stop = end;
+        const char *sep = memchr(segment, '\x01', (size_t)(stop - segment));
+        if (sep != NULL && sep + 1 < stop) { /* a name, then a non-empty value */
+            Py_ssize_t name_len = sep - segment;
+            for (int i = 0; i < 4; i++) {
+                if (name_len == name_lengths[i] && memcmp(segment, names[i], (size_t)name_len) == 0) {
+                    found[i] = sep + 1;
+                    found_len[i] = stop - sep - 1;
+                    break;
+                }
+            }
+        }
+        segment = stop + 1;
+    }
+    PyObject *result = PyTuple_New(4);
+    if (result == NULL)
+        return NULL;
+    for (int i = 0; i < 4; i++) {
+        PyObject *value;
+        if (found[i] == NULL) {
+            value = Py_None;
+            Py_INCREF(value);
+        }
+        else {
+            value = PyUnicode_DecodeUTF8(found[i], found_len[i], "strict");
+            if (value == NULL) {
+                Py_DECREF(result);
+                return NULL;
+            }
+        }
+        PyTuple_SET_ITEM(result, i, value);
+    }
+    return result;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* index_put_keys                                                                               */
+
+static int
+str_ready(PyObject *s)
+{
+#if PY_VERSION_HEX < 0x030C0000
+    return PyUnicode_READY(s);
+#else
+    (void)s;
+    return 0;
+#endif
+}
+
+/* The index's non-negative hash of topic#key: Java's hashCode continued from `seed` (the hash
+ * of "topic#") over the UTF-16 units of text[begin:end], then abs with MIN_VALUE as 0. Returns
+ * -1 for a lone surrogate (the pure hash refuses it). */
+static int64_t
+index_hash(int kind, const void *data, Py_ssize_t begin, Py_ssize_t end, uint32_t seed)
+{
+    uint32_t h = seed;
+    for (Py_ssize_t i = begin; i < end; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c < 0x10000) {
+            if (c >= 0xD800 && c <= 0xDFFF)
+                return -1;
+            h = 31 * h + c;
+        }
+        else {
+            c -= 0x10000;
+            h = 31 * h + (0xD800 + (c >> 10));
+            h = 31 * h + (0xDC00 + (c & 0x3FF));
+        }
+    }
+    if (h == 0x80000000u)
+        return 0;
+    return (h & 0x80000000u) ? (int64_t)(0x100000000ull - h) : (int64_t)h;
+}
+
+#define INDEX_HEADER_SIZE 40
+#define INDEX_ENTRY_SIZE 20
+#define MAX_KEYS 1024
+
+PyDoc_STRVAR(index_put_keys_doc,
+"index_put_keys(buf, hash_slot_num, index_num, index_count, seed, uniq_key, keys,\n"
+"               phy_offset, time_diff) -> (index_count, new_slots) | None\n\n"
+"Index one message in an index file's mapping: its UNIQ_KEY, then each non-empty\n"
+"space-separated KEYS value, as storage.index_file.IndexFile.put_key_hash does key by key\n"
+"(the header is the caller's). Returns the new entry count and how many empty slots were\n"
+"filled, or None, writing nothing, when the file has no room for every key or a key cannot\n"
+"be hashed.");
+
+static PyObject *
+index_put_keys(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "index_put_keys() takes 9 arguments");
+        return NULL;
+    }
+    int64_t hash_slot_num, index_num, index_count, seed, phy_offset, time_diff;
+    if (int_field(args[1], 32, &hash_slot_num) < 0 || int_field(args[2], 32, &index_num) < 0
+        || int_field(args[3], 32, &index_count) < 0 || int_field(args[4], 64, &seed) < 0
+        || int_field(args[7], 64, &phy_offset) < 0 || int_field(args[8], 32, &time_diff) < 0)
+        return NULL;
+    if (hash_slot_num <= 0 || index_count < 1) {
+        PyErr_SetString(PyExc_ValueError, "an index file has slots and counts entries from 1");
+        return NULL;
+    }
+    PyObject *texts[2] = {args[5], args[6]};
+    /* (text, begin, end) of every key, in the order the pure path indexes them. */
+    PyObject *key_text[MAX_KEYS];
+    Py_ssize_t key_begin[MAX_KEYS], key_end[MAX_KEYS];
+    int64_t key_hash[MAX_KEYS];
+    int count = 0;
+    for (int t = 0; t < 2; t++) {
+        PyObject *text = texts[t];
+        if (text == Py_None)
+            continue;
+        if (!PyUnicode_Check(text))
+            Py_RETURN_NONE;
+        if (str_ready(text) < 0)
+            return NULL;
+        Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+        int kind = PyUnicode_KIND(text);
+        const void *data = PyUnicode_DATA(text);
+        if (t == 0) { /* the UNIQ_KEY: whole, when not empty */
+            if (n == 0)
+                continue;
+            if (count == MAX_KEYS)
+                Py_RETURN_NONE;
+            key_text[count] = text;
+            key_begin[count] = 0;
+            key_end[count++] = n;
+            continue;
+        }
+        Py_ssize_t begin = 0;
+        for (Py_ssize_t i = 0; i <= n; i++) {
+            if (i == n || PyUnicode_READ(kind, data, i) == ' ') {
+                if (i > begin) {
+                    if (count == MAX_KEYS)
+                        Py_RETURN_NONE;
+                    key_text[count] = text;
+                    key_begin[count] = begin;
+                    key_end[count++] = i;
+                }
+                begin = i + 1;
+            }
+        }
+    }
+    if (index_count + count > index_num)
+        Py_RETURN_NONE;
+    for (int k = 0; k < count; k++) {
+        PyObject *text = key_text[k];
+        key_hash[k] = index_hash(PyUnicode_KIND(text), PyUnicode_DATA(text), key_begin[k],
+                                 key_end[k], (uint32_t)seed);
+        if (key_hash[k] < 0)
+            Py_RETURN_NONE;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0)
+        return NULL;
+    int64_t entries_base = INDEX_HEADER_SIZE + hash_slot_num * 4;
+    if ((int64_t)view.len < entries_base + (index_count + count) * INDEX_ENTRY_SIZE) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "the index file's mapping is too small");
+        return NULL;
+    }
+    unsigned char *buf = (unsigned char *)view.buf;
+    long new_slots = 0;
+    for (int k = 0; k < count; k++) {
+        unsigned char *slot = buf + INDEX_HEADER_SIZE + (key_hash[k] % hash_slot_num) * 4;
+        int64_t previous = (int32_t)get_u32(slot);
+        if (previous <= 0 || previous > index_count)
+            previous = 0;
+        unsigned char *entry = buf + entries_base + index_count * INDEX_ENTRY_SIZE;
+        put_u32(entry, (uint32_t)key_hash[k]);
+        put_u64(entry + 4, (uint64_t)phy_offset);
+        put_u32(entry + 12, (uint32_t)time_diff);
+        put_u32(entry + 16, (uint32_t)previous);
+        put_u32(slot, (uint32_t)index_count);
+        if (previous == 0)
+            new_slots++;
+        index_count++;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(Ll)", (long long)index_count, new_slots);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
+static PyMethodDef methods[] = {
+    {"encode_record_into", (PyCFunction)(void (*)(void))encode_record_into, METH_FASTCALL,
+     encode_record_into_doc},
+    {"decode_record_fields", (PyCFunction)(void (*)(void))decode_record_fields, METH_FASTCALL,
+     decode_record_fields_doc},
+    {"dispatch_properties", (PyCFunction)dispatch_properties, METH_O, dispatch_properties_doc},
+    {"index_put_keys", (PyCFunction)(void (*)(void))index_put_keys, METH_FASTCALL,
+     index_put_keys_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    "common._storecore",
+    "The compiled core of the store's per-record work (see common/speedups.py).",
+    -1,
+    methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__storecore(void)
+{
+    return PyModule_Create(&module_def);
+}
