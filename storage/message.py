@@ -284,6 +284,8 @@ class MessageExtBrokerInner:
 
     @property
     def delay_time_level(self) -> int:
+        if self._properties is None and "DELAY\x01" not in self.properties_string:
+            return 0  # the put path asks this of every message; most have no delay
         value = self.get_property(PROPERTY_DELAY_TIME_LEVEL)
         try:
             return int(value) if value else 0
@@ -293,6 +295,8 @@ class MessageExtBrokerInner:
     @property
     def wait_store_msg_ok(self) -> bool:
         """RocketMQ waits for flush/replication unless WAIT is present and not "true"."""
+        if self._properties is None and "WAIT\x01" not in self.properties_string:
+            return True
         value = self.get_property(PROPERTY_WAIT_STORE_MSG_OK)
         return value is None or value.lower() == "true"
 

@@ -14,6 +14,7 @@ Two kinds, as in RocketMQ's ``DefaultMessageStore.checkStoreStatus`` and ``check
 from __future__ import annotations
 
 import time
+from functools import lru_cache
 from typing import cast
 
 from storage.config import BrokerRole
@@ -91,6 +92,14 @@ def _text_bytes(name: str, value: object, limit: int, error=MessageIllegalError)
 
 def topic_bytes(topic: object) -> bytes:
     """The topic as written: UTF-8, at most 127 bytes (TOPICLEN is one byte)."""
+    if type(topic) is str:
+        return _topic_bytes_cached(topic)
+    return _text_bytes("topic", topic, MAX_TOPIC_LENGTH)
+
+
+@lru_cache(maxsize=4096)
+def _topic_bytes_cached(topic: str) -> bytes:
+    # A broker writes the same few topics all day (a refusal raises, and is not cached).
     return _text_bytes("topic", topic, MAX_TOPIC_LENGTH)
 
 
@@ -135,6 +144,18 @@ def _shared_fields(msg) -> None:
 
 def message_fields(msg) -> None:
     """Refuse a message whose numeric fields do not fit the record."""
+    queue_id, flag, sys_flag = msg.queue_id, msg.flag, msg.sys_flag
+    reconsume, born, prepared = msg.reconsume_times, msg.born_timestamp, msg.prepared_transaction_offset
+    if (  # every field fits: one test (the put path runs it for every message)
+        type(queue_id) is int and type(flag) is int and type(sys_flag) is int
+        and type(reconsume) is int and type(born) is int and type(prepared) is int
+        and type(msg.properties_string) is str
+        and -0x80000000 <= queue_id <= 0x7FFFFFFF and -0x80000000 <= flag <= 0x7FFFFFFF
+        and -0x80000000 <= sys_flag <= 0x7FFFFFFF and -0x80000000 <= reconsume <= 0x7FFFFFFF
+        and _INT64[0] <= born <= _INT64[1] and _INT64[0] <= prepared <= _INT64[1]
+    ):
+        return
+    # Something does not: find which, and say so.
     _shared_fields(msg)
     check_int("preparedTransactionOffset", msg.prepared_transaction_offset, 64)
     if not isinstance(msg.properties_string, str):
