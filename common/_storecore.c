@@ -526,8 +526,384 @@ index_put_keys(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* batches: SEND_BATCH_MESSAGE bodies to records                                                */
+
+/* RocketMQ's body CRC is zlib's CRC-32 (reflected 0xEDB88320), top bit cleared. Slicing by 8. */
+static uint32_t crc_table[8][256];
+
+static void
+crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int t = 1; t < 8; t++)
+            crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xFF];
+}
+
+static uint32_t
+crc32_of(const unsigned char *p, Py_ssize_t n)
+{
+    uint32_t c = 0xFFFFFFFFu;
+    while (n >= 8) {
+        uint32_t lo = c ^ ((uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16)
+                           | ((uint32_t)p[3] << 24));
+        uint32_t hi = (uint32_t)p[4] | ((uint32_t)p[5] << 8) | ((uint32_t)p[6] << 16)
+                      | ((uint32_t)p[7] << 24);
+        c = crc_table[7][lo & 0xFF] ^ crc_table[6][(lo >> 8) & 0xFF] ^ crc_table[5][(lo >> 16) & 0xFF]
+            ^ crc_table[4][lo >> 24] ^ crc_table[3][hi & 0xFF] ^ crc_table[2][(hi >> 8) & 0xFF]
+            ^ crc_table[1][(hi >> 16) & 0xFF] ^ crc_table[0][hi >> 24];
+        p += 8;
+        n -= 8;
+    }
+    while (n-- > 0)
+        c = crc_table[0][(c ^ *p++) & 0xFF] ^ (c >> 8);
+    return c ^ 0xFFFFFFFFu;
+}
+
+PyDoc_STRVAR(body_crc_doc,
+"body_crc(body) -> int\n\nRocketMQ's body CRC: zlib's CRC-32 with the top bit cleared (storage.record.body_crc).");
+
+static PyObject *
+body_crc(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    uint32_t c = crc32_of((const unsigned char *)view.buf, view.len) & 0x7FFFFFFFu;
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(c);
+}
+
+static const char CLUSTER_NEEDLE[] = "CLUSTER\x01";
+#define CLUSTER_NEEDLE_LEN 8
+
+static int
+contains(const unsigned char *hay, Py_ssize_t n, const char *needle, Py_ssize_t m)
+{
+    for (Py_ssize_t i = 0; i + m <= n; i++)
+        if (hay[i] == (unsigned char)needle[0] && memcmp(hay + i, needle, (size_t)m) == 0)
+            return 1;
+    return 0;
+}
+
+/* One entry of a batch body:
+ * | TOTALSIZE i32 | MAGICCODE i32 | BODYCRC i32 | FLAG i32 | BODYLEN i32 | BODY | PROPSLEN i16 | PROPS | */
+typedef struct {
+    int32_t flag;
+    const unsigned char *body;
+    Py_ssize_t body_len;
+    const unsigned char *props;
+    Py_ssize_t props_len;
+    int add_separator; /* the CLUSTER property is appended: after a \x02 first */
+    int add_cluster;
+    Py_ssize_t next;   /* where the next entry starts */
+} BatchEntry;
+
+/* The entry at `pos`, as storage.record.decode_batch_body reads it; 0 when malformed. */
+static int
+batch_entry(const unsigned char *b, Py_ssize_t n, Py_ssize_t pos, BatchEntry *e)
+{
+    if (pos + 20 > n)
+        return 0;
+    int32_t size = (int32_t)get_u32(b + pos);
+    int32_t body_len = (int32_t)get_u32(b + pos + 16);
+    if (size < 22 || size > n - pos || body_len < 0 || 20 + (int64_t)body_len + 2 > size)
+        return 0;
+    Py_ssize_t p = pos + 20;
+    e->flag = (int32_t)get_u32(b + pos + 12);
+    e->body = b + p;
+    e->body_len = body_len;
+    p += body_len;
+    int16_t props_len = (int16_t)(((uint16_t)b[p] << 8) | b[p + 1]);
+    p += 2;
+    if (props_len < 0 || p + props_len != pos + size)
+        return 0;
+    e->props = b + p;
+    e->props_len = props_len;
+    e->next = pos + size;
+    return 1;
+}
+
+/* Whether p[0:n] is UTF-8 that Python's strict codec accepts. */
+static int
+valid_utf8(const unsigned char *p, Py_ssize_t n)
+{
+    Py_ssize_t i = 0;
+    while (i < n && p[i] < 0x80)
+        i++;
+    if (i == n)
+        return 1;
+    PyObject *s = PyUnicode_DecodeUTF8((const char *)p, n, "strict");
+    if (s == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_DECREF(s);
+    return 1;
+}
+
+/* The properties written for entry `e`: its own, plus CLUSTER when the batch names one and the
+ * entry does not (CommitLog.put_messages' rule). Returns their length, or -1 when they are not
+ * UTF-8 or would pass 32767 bytes. */
+static Py_ssize_t
+entry_props(BatchEntry *e, Py_ssize_t cluster_len, int has_cluster, int check_utf8)
+{
+    if (check_utf8 && !valid_utf8(e->props, e->props_len))
+        return -1;
+    e->add_cluster = has_cluster && !contains(e->props, e->props_len, CLUSTER_NEEDLE, CLUSTER_NEEDLE_LEN);
+    e->add_separator = e->add_cluster && e->props_len > 0 && e->props[e->props_len - 1] != 0x02;
+    Py_ssize_t len = e->props_len + e->add_separator
+                     + (e->add_cluster ? CLUSTER_NEEDLE_LEN + cluster_len + 1 : 0);
+    return len > 32767 ? -1 : len;
+}
+
+/* The cluster name's UTF-8 bytes, or none (NULL cluster, 0 length) for None. */
+static int
+cluster_arg(PyObject *arg, const unsigned char **cluster, Py_ssize_t *len)
+{
+    *cluster = NULL;
+    *len = 0;
+    if (arg == Py_None)
+        return 0;
+    if (!PyBytes_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "the cluster must be bytes or None");
+        return -1;
+    }
+    *cluster = (const unsigned char *)PyBytes_AS_STRING(arg);
+    *len = PyBytes_GET_SIZE(arg);
+    return 0;
+}
+
+PyDoc_STRVAR(batch_layout_doc,
+"batch_layout(body, cluster, overhead) -> (count, total) | None\n\n"
+"How many records a SEND_BATCH_MESSAGE body makes and how many CommitLog bytes they take, each\n"
+"record `overhead` bytes plus its body and properties (with CLUSTER added where missing when\n"
+"`cluster` is not None), as storage.batch_record.batch_layout_pure counts them; None for any\n"
+"body that one refuses.");
+
+static PyObject *
+batch_layout(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "batch_layout() takes 3 arguments");
+        return NULL;
+    }
+    const unsigned char *cluster;
+    Py_ssize_t cluster_len;
+    if (cluster_arg(args[1], &cluster, &cluster_len) < 0)
+        return NULL;
+    Py_ssize_t overhead = PyLong_AsSsize_t(args[2]);
+    if (overhead == -1 && PyErr_Occurred())
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *b = (const unsigned char *)view.buf;
+    Py_ssize_t n = view.len, pos = 0, count = 0;
+    int64_t total = 0;
+    BatchEntry e;
+    while (pos < n) {
+        if (!batch_entry(b, n, pos, &e))
+            goto refuse;
+        Py_ssize_t props_len = entry_props(&e, cluster_len, cluster != NULL, 1);
+        if (props_len < 0)
+            goto refuse;
+        total += overhead + e.body_len + props_len;
+        count++;
+        pos = e.next;
+    }
+    PyBuffer_Release(&view);
+    if (count == 0)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(nL)", count, (long long)total);
+refuse:
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
+static const char HEX[] = "0123456789ABCDEF";
+
+/* The offset msgId: the store host's bytes, then the offset as 8 big-endian bytes, in hex. */
+static PyObject *
+message_id(const unsigned char *host, Py_ssize_t host_len, int64_t offset)
+{
+    unsigned char raw[28];
+    memcpy(raw, host, (size_t)host_len);
+    put_u64(raw + host_len, (uint64_t)offset);
+    Py_ssize_t n = host_len + 8;
+    PyObject *id = PyUnicode_New(2 * n, 127);
+    if (id == NULL)
+        return NULL;
+    Py_UCS1 *out = PyUnicode_1BYTE_DATA(id);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        out[2 * i] = (Py_UCS1)HEX[raw[i] >> 4];
+        out[2 * i + 1] = (Py_UCS1)HEX[raw[i] & 0xF];
+    }
+    return id;
+}
+
+PyDoc_STRVAR(encode_batch_into_doc,
+"encode_batch_into(target, pos, body, cluster, topic, topic_name, queue_id, queue_offset,\n"
+"                  physical_offset, sys_flag, born_timestamp, born_host, store_timestamp,\n"
+"                  store_host, reconsume_times) -> (entries, msg_ids)\n\n"
+"Write the records of a batch body that batch_layout accepted into `target` at `pos`, back to\n"
+"back with consecutive queue offsets (storage.batch_record.encode_batch_into_pure). Returns\n"
+"dispatch's entry for each (CommitLog.appended's layout) and each record's offset msgId.\n"
+"Raises ValueError, writing nothing, for a body batch_layout refuses or records that do not\n"
+"fit the buffer.");
+
+#define BATCH_ARGS 15
+
+static PyObject *
+encode_batch_into(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != BATCH_ARGS) {
+        PyErr_Format(PyExc_TypeError, "encode_batch_into() takes %d arguments (%zd given)",
+                     BATCH_ARGS, nargs);
+        return NULL;
+    }
+    int64_t pos, queue_id, queue_offset, physical_offset, sys_flag, born_ts, store_ts, reconsume;
+    if (int_field(args[1], 64, &pos) < 0 || int_field(args[6], 32, &queue_id) < 0
+        || int_field(args[7], 64, &queue_offset) < 0 || int_field(args[8], 64, &physical_offset) < 0
+        || int_field(args[9], 32, &sys_flag) < 0 || int_field(args[10], 64, &born_ts) < 0
+        || int_field(args[12], 64, &store_ts) < 0 || int_field(args[14], 32, &reconsume) < 0)
+        return NULL;
+    const unsigned char *cluster;
+    Py_ssize_t cluster_len;
+    if (cluster_arg(args[3], &cluster, &cluster_len) < 0)
+        return NULL;
+    PyObject *topic = args[4], *topic_name = args[5], *born_host = args[11], *store_host = args[13];
+    if (!PyBytes_Check(topic) || !PyUnicode_Check(topic_name) || !PyBytes_Check(born_host)
+        || !PyBytes_Check(store_host)) {
+        PyErr_SetString(PyExc_TypeError, "topic, hosts must be bytes and the topic name a str");
+        return NULL;
+    }
+    Py_ssize_t born_len = PyBytes_GET_SIZE(born_host), store_len = PyBytes_GET_SIZE(store_host);
+    Py_ssize_t topic_len = PyBytes_GET_SIZE(topic);
+    if ((born_len != 8 && born_len != 20) || (store_len != 8 && store_len != 20) || topic_len > 127) {
+        PyErr_SetString(PyExc_ValueError, "a host is 8 or 20 bytes, a topic at most 127");
+        return NULL;
+    }
+    Py_buffer src;
+    if (PyObject_GetBuffer(args[2], &src, PyBUF_SIMPLE) < 0)
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&src);
+        return NULL;
+    }
+    PyObject *entries = NULL, *ids = NULL, *result = NULL;
+    const unsigned char *b = (const unsigned char *)src.buf;
+    Py_ssize_t n = src.len, at;
+    Py_ssize_t overhead = 72 + born_len + store_len + 1 + topic_len + 2;
+    BatchEntry e;
+    /* First pass: every entry is whole and the records fit, before a byte is written. */
+    int64_t total = 0;
+    Py_ssize_t count = 0;
+    for (at = 0; at < n; at = e.next, count++) {
+        Py_ssize_t props_len;
+        if (!batch_entry(b, n, at, &e)
+            || (props_len = entry_props(&e, cluster_len, cluster != NULL, 1)) < 0) {
+            PyErr_SetString(PyExc_ValueError, "the batch body is malformed");
+            goto done;
+        }
+        total += overhead + e.body_len + props_len;
+    }
+    if (count == 0 || pos < 0 || total > (int64_t)view.len - pos) {
+        PyErr_SetString(PyExc_ValueError, "the batch makes no record, or does not fit the buffer");
+        goto done;
+    }
+    entries = PyList_New(count);
+    ids = PyList_New(count);
+    if (entries == NULL || ids == NULL)
+        goto done;
+    unsigned char *p = (unsigned char *)view.buf + pos;
+    int64_t physical = physical_offset;
+    Py_ssize_t i = 0;
+    for (at = 0; at < n; at = e.next, i++) {
+        batch_entry(b, n, at, &e);
+        Py_ssize_t props_len = entry_props(&e, cluster_len, cluster != NULL, 0);
+        int64_t record = overhead + e.body_len + props_len;
+        put_u32(p, (uint32_t)record);
+        put_u32(p + 4, MAGIC_V1);
+        put_u32(p + 8, crc32_of(e.body, e.body_len) & 0x7FFFFFFFu);
+        put_u32(p + 12, (uint32_t)queue_id);
+        put_u32(p + 16, (uint32_t)e.flag);
+        put_u64(p + 20, (uint64_t)(queue_offset + i));
+        put_u64(p + 28, (uint64_t)physical);
+        put_u32(p + 36, (uint32_t)sys_flag);
+        put_u64(p + 40, (uint64_t)born_ts);
+        p += 48;
+        memcpy(p, PyBytes_AS_STRING(born_host), (size_t)born_len);
+        p += born_len;
+        put_u64(p, (uint64_t)store_ts);
+        p += 8;
+        memcpy(p, PyBytes_AS_STRING(store_host), (size_t)store_len);
+        p += store_len;
+        put_u32(p, (uint32_t)reconsume);
+        put_u64(p + 4, 0);
+        put_u32(p + 12, (uint32_t)e.body_len);
+        p += 16;
+        memcpy(p, e.body, (size_t)e.body_len);
+        p += e.body_len;
+        *p++ = (unsigned char)topic_len;
+        memcpy(p, PyBytes_AS_STRING(topic), (size_t)topic_len);
+        p += topic_len;
+        p[0] = (unsigned char)(props_len >> 8);
+        p[1] = (unsigned char)props_len;
+        p += 2;
+        unsigned char *props_at = p;
+        memcpy(p, e.props, (size_t)e.props_len);
+        p += e.props_len;
+        if (e.add_separator)
+            *p++ = 0x02;
+        if (e.add_cluster) {
+            memcpy(p, CLUSTER_NEEDLE, CLUSTER_NEEDLE_LEN);
+            p += CLUSTER_NEEDLE_LEN;
+            memcpy(p, cluster, (size_t)cluster_len);
+            p += cluster_len;
+            *p++ = 0x02;
+        }
+        PyObject *props = PyUnicode_DecodeUTF8((const char *)props_at, props_len, "strict");
+        if (props == NULL)
+            goto done;
+        PyObject *entry = Py_BuildValue("(LLLLOiiiN)", (long long)physical, (long long)record,
+                                        (long long)store_ts, (long long)(queue_offset + i),
+                                        topic_name, (int)queue_id, (int)sys_flag, 0, props);
+        if (entry == NULL)
+            goto done;
+        PyList_SET_ITEM(entries, i, entry);
+        PyObject *id = message_id((const unsigned char *)PyBytes_AS_STRING(store_host), store_len,
+                                  physical);
+        if (id == NULL)
+            goto done;
+        PyList_SET_ITEM(ids, i, id);
+        physical += record;
+    }
+    result = PyTuple_Pack(2, entries, ids);
+done:
+    Py_XDECREF(entries);
+    Py_XDECREF(ids);
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&src);
+    return result;
+}
+
+/* ------------------------------------------------------------------------------------------ */
 
 static PyMethodDef methods[] = {
+    {"body_crc", (PyCFunction)body_crc, METH_O, body_crc_doc},
+    {"batch_layout", (PyCFunction)(void (*)(void))batch_layout, METH_FASTCALL, batch_layout_doc},
+    {"encode_batch_into", (PyCFunction)(void (*)(void))encode_batch_into, METH_FASTCALL,
+     encode_batch_into_doc},
     {"encode_record_into", (PyCFunction)(void (*)(void))encode_record_into, METH_FASTCALL,
      encode_record_into_doc},
     {"decode_record_fields", (PyCFunction)(void (*)(void))decode_record_fields, METH_FASTCALL,
@@ -550,5 +926,6 @@ static struct PyModuleDef module_def = {
 PyMODINIT_FUNC
 PyInit__storecore(void)
 {
+    crc_init();
     return PyModule_Create(&module_def);
 }

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from storage import put_checks
+from storage.batch_record import batch_layout, encode_batch_into
 from storage.config import MessageStoreConfig
 from storage.errors import (
     AppendMessageError,
@@ -64,7 +65,6 @@ from storage.message import (
 from storage.message_id import create_message_id, host_to_bytes, is_ipv6
 from storage.record import (
     END_FILE_MIN_BLANK_LENGTH,
-    decode_batch_body,
     encode_blank,
     encode_record_into,
 )
@@ -243,12 +243,24 @@ class CommitLog:
         self._check_fits(record.total, "a record")
         tran_type = sys_flag & 0xC
         advances = tran_type not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
+        prepared = msg.prepared_transaction_offset
+        host = self.store_host_bytes
+
+        def write(target, start: int, base: int, queue_offset: int, store_ts: int) -> list:
+            encode_record_into(
+                target, start, record.crc, queue_id, record.flag, queue_offset, base + start,
+                sys_flag, record.born_timestamp, record.born_host, store_ts, host,
+                record.reconsume_times, prepared, record.body, record.topic,
+                record.properties_bytes)
+            return [(base + start, record.total, store_ts, queue_offset, topic, queue_id,
+                     sys_flag, prepared, props)]
+
         with self.put_lock:
             begin = time.monotonic()
             self.begin_time_in_lock = begin
             try:
                 store_ts, wrote_offset, queue_offset = self._append_locked(
-                    [record], topic, queue_id, sys_flag, msg.prepared_transaction_offset, advances)
+                    record.total, write, topic, queue_id, advances)
             finally:
                 # Whatever happened, the lock is no longer held: a put that raised must not
                 # leave the page cache looking busy for ever (OS_PAGECACHE_BUSY on every put).
@@ -276,51 +288,51 @@ class CommitLog:
             born_host = put_checks.born_host_bytes(batch.born_host)
             sys_flag = batch.sys_flag | self._host_flags(born_host)
             topic = put_checks.topic_bytes(batch.topic)
-            entries = decode_batch_body(put_checks.body_of(batch.body))
+            body = put_checks.body_of(batch.body)
             cluster = batch.properties.get("CLUSTER")
-            records = []
-            for entry in entries:
-                props = entry.properties_string
-                if cluster and "CLUSTER\x01" not in props:
-                    if props and not props.endswith("\x02"):
-                        props += "\x02"
-                    props += f"CLUSTER\x01{cluster}\x02"
-                records.append(self._record(
-                    entry.body, topic, props, batch.queue_id, entry.flag, sys_flag,
-                    batch.born_timestamp, born_host, batch.reconsume_times, 0,
-                ))
+            cluster_bytes = put_checks.utf8("CLUSTER property", cluster) if cluster else None
+            # Each record: the fixed fields and hosts, then the topic with its length byte and
+            # the properties' length; bodies and properties come from the batch.
+            overhead = self._record_total(1 + len(topic) + 2, len(born_host))
+            count, batch_total = batch_layout(body, cluster_bytes, overhead)
         except PutMessageError:
             raise
         except Exception as exc:
             raise MessageIllegalError(f"the batch cannot be encoded: {exc}") from exc
-        batch_total = sum(r.total for r in records)
         self._check_fits(batch_total, "a batch")
+        host = self.store_host_bytes
+        ids: list[str] = []
+
+        def write(target, start: int, base: int, queue_offset: int, store_ts: int) -> list:
+            entries, msg_ids = encode_batch_into(
+                target, start, body, cluster_bytes, topic, batch.topic, batch.queue_id,
+                queue_offset, base + start, sys_flag, batch.born_timestamp, born_host, store_ts,
+                host, batch.reconsume_times)
+            ids.extend(msg_ids)
+            return entries
+
         with self.put_lock:
             begin = time.monotonic()
             self.begin_time_in_lock = begin
             try:
                 store_ts, first_offset, queue_offset = self._append_locked(
-                    records, batch.topic, batch.queue_id, sys_flag, 0, True)
+                    batch_total, write, batch.topic, batch.queue_id, True)
             finally:
                 self.begin_time_in_lock = 0.0
             elapsed = time.monotonic() - begin
         self._notify_append()
         batch.store_timestamp = store_ts
-        host = self.store_host_bytes
-        offsets = [first_offset]
-        for record in records[:-1]:
-            offsets.append(offsets[-1] + record.total)
         return AppendMessageResult(
-            first_offset, batch_total, store_ts, queue_offset, len(records),
-            [create_message_id(host, o) for o in offsets], batch.topic, batch.queue_id,
-            elapsed * 1000,
+            first_offset, batch_total, store_ts, queue_offset, count, ids, batch.topic,
+            batch.queue_id, elapsed * 1000,
         )
 
     def _append_locked(
-        self, records: list[_Record], topic: str, queue_id: int, sys_flag: int,
-        prepared_offset: int, advances: bool,
+        self, total: int, write: Callable[..., list], topic: str, queue_id: int, advances: bool,
     ) -> tuple[int, int, int]:
-        """Write ``records`` back to back; returns (store time, first offset, first queue offset).
+        """Write ``total`` bytes of records with ``write(target, position, file base, first
+        queue offset, store time)``, which returns their entries for dispatch; returns (store
+        time, first offset, first queue offset).
 
         Under the put lock. The records become visible in one step at the end (the write
         position moves last); until then readers, dispatch, the commit service and slaves stop
@@ -328,7 +340,6 @@ class CommitLog:
         entries for dispatch, and the bytes, zeroed so that a crash right after cannot make
         recovery take a whole but unacknowledged record for a good one.
         """
-        total = sum(r.total for r in records)
         key = (topic, queue_id)
         try:  # nothing to undo yet (ending a full file with a blank is a step of its own)
             store_ts = int(time.time() * 1000)
@@ -348,24 +359,12 @@ class CommitLog:
         try:
             mapped_file.ensure_allocated(start + total)  # ENOSPC here, not SIGBUS while encoding
             claimed = total
-            store_host = self.store_host_bytes
-            entries = []
-            pos = start
-            for index, record in enumerate(records):
-                logical = queue_offset + index if advances else 0
-                encode_record_into(
-                    target, pos, record.crc, record.queue_id, record.flag, logical, base + pos,
-                    record.sys_flag, record.born_timestamp, record.born_host, store_ts,
-                    store_host, record.reconsume_times, record.prepared_transaction_offset,
-                    record.body, record.topic, record.properties_bytes)
-                entries.append((base + pos, record.total, store_ts, logical, topic, queue_id,
-                                sys_flag, prepared_offset, record.properties))
-                pos += record.total
+            entries = write(target, start, base, queue_offset, store_ts)
             if advances:
-                self.topic_queue_table[key] = queue_offset + len(records)
+                self.topic_queue_table[key] = queue_offset + len(entries)
             self.appended.extend(entries)
             mapped_file.store_timestamp = store_ts
-            mapped_file.wrote_position = pos  # the records are in: visible from here on
+            mapped_file.wrote_position = start + total  # the records are in: visible from here on
         except BaseException as exc:
             self._roll_back(mapped_file, target, start, claimed, key, previous, advances)
             mapped_file.store_timestamp = previous_ts

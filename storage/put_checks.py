@@ -84,7 +84,7 @@ def check_int(name: str, value: object, bits: int = 32) -> int:
 def _text_bytes(name: str, value: object, limit: int, error=MessageIllegalError) -> bytes:
     if not isinstance(value, str):
         raise MessageIllegalError(f"the {name} must be text, not {type(value).__name__}")
-    encoded = _utf8(name, value)
+    encoded = utf8(name, value)
     if len(encoded) > limit:
         raise error(f"{name} {value[:40]!r}… is {len(encoded)} bytes long; the limit is {limit}")
     return encoded
@@ -172,7 +172,7 @@ def batch_fields(batch) -> None:
         raise MessageIllegalError(f"the CLUSTER property must be text, not {type(cluster).__name__}")
 
 
-def _utf8(what: str, text: str) -> bytes:
+def utf8(what: str, text: str) -> bytes:
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError as exc:

@@ -67,43 +67,56 @@ def _fault_pack_into(store, mp):
         raise struct.error("argument out of range")
 
     mp.setattr(commitlog_module, "encode_record_into", failing)
+    mp.setattr(commitlog_module, "encode_batch_into", failing)
+
+
+def _encode_aside(real, target, pos, rest) -> tuple[bytearray, list[int]]:
+    """Run an encoder into a scratch copy; returns it and the sizes of the records written."""
+    scratch = bytearray(len(target))
+    written = real(scratch, pos, *rest)
+    sizes = [written] if isinstance(written, int) else [entry[1] for entry in written[0]]
+    return scratch, sizes
+
+
+def _patch_encoders(mp, make):
+    for name in ("encode_record_into", "encode_batch_into"):
+        mp.setattr(commitlog_module, name, make(getattr(commitlog_module, name)))
 
 
 def _fault_torn_write(store, mp):
-    real = commitlog_module.encode_record_into
+    def make(real):
+        def torn(target, pos, *rest):
+            scratch, sizes = _encode_aside(real, target, pos, rest)
+            half = sum(sizes) // 2
+            target[pos : pos + half] = scratch[pos : pos + half]
+            raise RuntimeError("injected: the write stopped halfway")
+        return torn
 
-    def torn(target, pos, *rest):
-        scratch = bytearray(len(target))
-        total = real(scratch, pos, *rest)
-        half = total // 2
-        target[pos : pos + half] = scratch[pos : pos + half]
-        raise RuntimeError("injected: the write stopped halfway")
-
-    mp.setattr(commitlog_module, "encode_record_into", torn)
+    _patch_encoders(mp, make)
 
 
 def _fault_whole_write(store, mp):
-    real = commitlog_module.encode_record_into
+    def make(real):
+        def whole(*args):
+            real(*args)
+            raise RuntimeError("injected: failed after the record's last byte")
+        return whole
 
-    def whole(*args):
-        real(*args)
-        raise RuntimeError("injected: failed after the record's last byte")
-
-    mp.setattr(commitlog_module, "encode_record_into", whole)
+    _patch_encoders(mp, make)
 
 
 def _fault_second_record(store, mp):
     # A batch written halfway: the first record is whole, the second fails.
-    real = commitlog_module.encode_record_into
-    calls = []
+    real = commitlog_module.encode_batch_into
 
-    def second(*args):
-        calls.append(1)
-        if len(calls) >= 2:
-            raise RuntimeError("injected: the second record failed")
-        return real(*args)
+    def second(target, pos, *rest):
+        scratch, sizes = _encode_aside(real, target, pos, rest)
+        if len(sizes) < 2:
+            return real(target, pos, *rest)
+        target[pos : pos + sizes[0]] = scratch[pos : pos + sizes[0]]
+        raise RuntimeError("injected: the second record failed")
 
-    mp.setattr(commitlog_module, "encode_record_into", second)
+    mp.setattr(commitlog_module, "encode_batch_into", second)
 
 
 def _fault_claim(store, mp):
@@ -161,6 +174,7 @@ def _fault_encoder(store, mp):
         raise ValueError("injected encoder failure")
 
     mp.setattr(store.commit_log, "_record", failing)
+    mp.setattr(commitlog_module, "batch_layout", failing)
 
 
 def _fault_checks(store, mp):
@@ -168,13 +182,15 @@ def _fault_checks(store, mp):
         raise RuntimeError("injected check failure")
 
     mp.setattr(put_checks, "properties_bytes", failing)
+    mp.setattr(put_checks, "batch_fields", failing)
 
 
 def _fault_batch_decoder(store, mp):
     def failing(_body):
         raise struct.error("injected decoder failure")
 
-    mp.setattr(commitlog_module, "decode_batch_body", failing)
+    # batch_layout reads the body before the lock (in C when built, else decode_batch_body)
+    mp.setattr(commitlog_module, "batch_layout", lambda body, *_: failing(body))
 
 
 def _fault_interrupt(store, mp):
@@ -182,6 +198,7 @@ def _fault_interrupt(store, mp):
         raise Interrupt
 
     mp.setattr(commitlog_module, "encode_record_into", interrupted)
+    mp.setattr(commitlog_module, "encode_batch_into", interrupted)
 
 
 # fault -> (install, what the put raises: None when it succeeds, or a callable of the case)
