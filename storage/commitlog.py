@@ -63,6 +63,7 @@ from storage.message import (
     string_to_properties,
 )
 from storage.message_id import create_message_id, host_to_bytes, is_ipv6
+from storage.page_warmer import PageWarmer
 from storage.record import (
     END_FILE_MIN_BLANK_LENGTH,
     encode_blank,
@@ -145,6 +146,7 @@ class CommitLog:
         self.appended: deque = deque(maxlen=65536)
         self.on_append: Callable[[], None] | None = None  # set by the store: wakes dispatch
         self._failures = LogThrottle()
+        self.page_warmer: PageWarmer | None = None  # set by the store where it can run
 
     # -- lifecycle -------------------------------------------------------------------------
     def load(self) -> None:
@@ -359,6 +361,9 @@ class CommitLog:
         try:
             mapped_file.ensure_allocated(start + total)  # ENOSPC here, not SIGBUS while encoding
             claimed = total
+            if self.page_warmer is not None and target is mapped_file.mm:
+                mapped_file.claim_early(start + total)
+                self.page_warmer.after_claim(mapped_file, start + total)
             entries = write(target, start, base, queue_offset, store_ts)
             if advances:
                 self.topic_queue_table[key] = queue_offset + len(entries)

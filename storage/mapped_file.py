@@ -125,6 +125,17 @@ class MappedFile:
                                             min(end, self.file_size), self.file_size,
                                             self.allocate_ahead)
 
+    def claim_early(self, end: int) -> None:
+        """Claim the next step of blocks once a writer at ``end`` is within half a step of the
+        claimed end, so that what lies ahead of it is claimed before it gets there (the page
+        warmer populates only claimed blocks). A failure here changes nothing: the claim a
+        write needs (``ensure_allocated``) raises it when it matters."""
+        if end + self.allocate_ahead // 2 > self.allocated_position < self.file_size:
+            try:
+                self.ensure_allocated(self.allocated_position + 1)
+            except OSError:
+                pass
+
     def append(self, data: bytes) -> int:
         """Append ``data`` at the wrote position; returns the position it was written at."""
         pos = self.wrote_position
