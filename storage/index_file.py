@@ -136,7 +136,10 @@ class IndexFile:
         self.index_count += 1
         self.end_phy_offset = phy_offset
         self.end_timestamp = store_timestamp
-        self._write_header()
+        # The header reaches the mapping at flush (every second, and at shutdown), describing
+        # what is flushed. Queries read these attributes; after a crash, recovery trusts the
+        # header, slots pointing past its count read as empty, and dispatch indexes again from
+        # the checkpoint (the same as a crash between an entry and its header write).
         return True
 
     def put_keys(
@@ -171,8 +174,7 @@ class IndexFile:
         self.hash_slot_count += new_slots
         self.end_phy_offset = phy_offset
         self.end_timestamp = store_timestamp
-        self._write_header()
-        return True
+        return True  # the header: at flush, as in put_key_hash
 
     def is_time_matched(self, begin: int, end: int) -> bool:
         """Whether [begin, end] overlaps the times this file covers."""

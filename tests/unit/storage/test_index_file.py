@@ -25,6 +25,12 @@ def _raw(index: IndexFile) -> bytes:
         return f.read()
 
 
+def _flushed(index: IndexFile) -> bytes:
+    """The file once flushed (the header is written then)."""
+    index.flush()
+    return _raw(index)
+
+
 def _entry(raw: bytes, slots: int, number: int) -> tuple[int, int, int, int]:
     return struct.unpack_from(">iqii", raw, 40 + slots * 4 + number * 20)
 
@@ -44,8 +50,11 @@ def test_file_is_header_then_slot_table_then_entries(tmp_path):
 def test_header_is_begin_end_times_begin_end_offsets_slot_count_and_index_count(tmp_path):
     index = _index(tmp_path)
     assert index.put_key("T#a", 100, T0)
+    assert struct.unpack(">qqqqii", _raw(index)[:40]) == (0,) * 6  # written at flush
+    index.flush()
     assert struct.unpack(">qqqqii", _raw(index)[:40]) == (T0, T0, 100, 100, 1, 2)
     assert index.put_key("T#a", 250, T0 + 7_000)
+    index.flush()
     assert struct.unpack(">qqqqii", _raw(index)[:40]) == (T0, T0 + 7_000, 100, 250, 1, 3)
 
 
@@ -54,7 +63,7 @@ def test_slots_point_at_the_newest_entry_and_entries_hold_hash_offset_seconds_an
     keys = ["T#a", "T#b", "T#a"]
     for number, key in enumerate(keys, start=1):
         index.put_key(key, number * 1000, T0 + number * 2_500)
-    raw = _raw(index)
+    raw = _flushed(index)
     ha, hb = index_key_hash("T#a"), index_key_hash("T#b")
     assert ha % 8 != hb % 8  # the keys land in different slots
     assert _slot(raw, ha % 8) == 3
@@ -98,7 +107,7 @@ def test_colliding_keys_chain_newest_first_and_only_matching_hashes_return(tmp_p
     keys = ["T#x", "T#y", "T#x", "T#z", "T#x", "T#y"]
     for number, key in enumerate(keys, start=1):
         index.put_key(key, number * 10, T0 + number * 1000)
-    raw = _raw(index)
+    raw = _flushed(index)
     assert _slot(raw, 0) == 6
     assert [_entry(raw, 1, n)[3] for n in range(1, 7)] == [0, 1, 2, 3, 4, 5]
     assert struct.unpack_from(">i", raw, 32)[0] == 1
