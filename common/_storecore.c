@@ -385,6 +385,56 @@ dispatch_properties(PyObject *module, PyObject *text)
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* properties_normalized                                                                        */
+
+#define MAX_NORMAL_SEGMENTS 64
+
+PyDoc_STRVAR(properties_normalized_doc,
+"properties_normalized(text) -> bool\n\n"
+"Whether parsing `text` as properties and writing them back gives `text` again\n"
+"(storage.message.properties_normalized_pure): pairs 'name\\x01value\\x02' with a name and a\n"
+"value, no name twice. False for anything else, and for over 64 pairs.");
+
+static PyObject *
+properties_normalized(PyObject *module, PyObject *text)
+{
+    (void)module;
+    if (!PyUnicode_Check(text)) {
+        PyErr_Format(PyExc_TypeError, "properties_normalized() needs a str, not %.100s",
+                     Py_TYPE(text)->tp_name);
+        return NULL;
+    }
+    Py_ssize_t n;
+    const char *s = PyUnicode_AsUTF8AndSize(text, &n);
+    if (s == NULL) { /* a lone surrogate: not what a client sends; the slow path copes */
+        PyErr_Clear();
+        Py_RETURN_FALSE;
+    }
+    if (n == 0)
+        Py_RETURN_TRUE;
+    if (s[n - 1] != '\x02')
+        Py_RETURN_FALSE;
+    const char *names[MAX_NORMAL_SEGMENTS];
+    Py_ssize_t name_lengths[MAX_NORMAL_SEGMENTS];
+    int count = 0;
+    const char *segment = s, *end = s + n;
+    while (segment < end) {
+        const char *stop = memchr(segment, '\x02', (size_t)(end - segment)); /* found: ends in one */
+        const char *sep = memchr(segment, '\x01', (size_t)(stop - segment));
+        if (sep == NULL || sep == segment || sep + 1 == stop || count == MAX_NORMAL_SEGMENTS)
+            Py_RETURN_FALSE;
+        Py_ssize_t name_len = sep - segment;
+        for (int i = 0; i < count; i++)
+            if (name_lengths[i] == name_len && memcmp(names[i], segment, (size_t)name_len) == 0)
+                Py_RETURN_FALSE;
+        names[count] = segment;
+        name_lengths[count++] = name_len;
+        segment = stop + 1;
+    }
+    Py_RETURN_TRUE;
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* index_put_keys                                                                               */
 
 static int
@@ -973,6 +1023,7 @@ static PyMethodDef methods[] = {
     {"decode_record_fields", (PyCFunction)(void (*)(void))decode_record_fields, METH_FASTCALL,
      decode_record_fields_doc},
     {"dispatch_properties", (PyCFunction)dispatch_properties, METH_O, dispatch_properties_doc},
+    {"properties_normalized", (PyCFunction)properties_normalized, METH_O, properties_normalized_doc},
     {"index_put_keys", (PyCFunction)(void (*)(void))index_put_keys, METH_FASTCALL,
      index_put_keys_doc},
     {NULL, NULL, 0, NULL},

@@ -91,6 +91,22 @@ def string_to_properties(text: str) -> dict[str, str]:
     return result
 
 
+def properties_normalized_pure(text: str) -> bool:
+    """Whether ``text`` is already what :func:`properties_to_string` writes for its own parse:
+    a message whose properties are can be stored with the string as it came (see
+    :func:`properties_normalized`)."""
+    return properties_to_string(string_to_properties(text)) == text
+
+
+def properties_normalized(text: str) -> bool:
+    """:func:`properties_normalized_pure`, in one pass of C when the compiled core is built
+    (which may say False for what it does not check itself, such as over 64 pairs; a False is
+    only ever a slower path, never a different result)."""
+    if _properties_normalized_compiled is not None:
+        return _properties_normalized_compiled(text)
+    return properties_normalized_pure(text)
+
+
 def property_from_string(text: str, name: str) -> str | None:
     """One property's value without parsing the whole string (the put and dispatch paths).
 
@@ -133,6 +149,8 @@ def dispatch_properties(text: str) -> tuple[str | None, str | None, str | None, 
 
 _dispatch_properties_compiled = (None if speedups.store_core is None
                                  else speedups.store_core.dispatch_properties)
+_properties_normalized_compiled = (None if speedups.store_core is None
+                                   else speedups.store_core.properties_normalized)
 
 
 # --- Java String.hashCode -------------------------------------------------------------------

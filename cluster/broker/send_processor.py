@@ -48,6 +48,7 @@ from storage.message import (
     TRANSACTION_TYPE_MASK,
     MessageExtBatch,
     MessageExtBrokerInner,
+    properties_normalized,
     properties_to_string,
     property_from_string,
     reset_transaction_type,
@@ -133,8 +134,22 @@ class SendMessageProcessor:
         born_ts = header.born_timestamp
         if batch:
             return self._send_batch(command, header, topic, queue_id, sys_flag, born_host, born_ts)
-        props = string_to_properties(header.properties)
+        text = header.properties
         reconsume_times = header.reconsume_times
+        if (not topic.startswith(RETRY_GROUP_TOPIC_PREFIX) and "TRAN_MSG\x01" not in text
+                and "CLUSTER\x01" not in text and properties_normalized(text)):
+            # Most sends: the properties are stored as they came, with the broker's own added
+            # at the end, byte for byte what parsing them and writing them back would give.
+            if not (text.startswith("UNIQ_KEY\x01") or "\x02UNIQ_KEY\x01" in text):
+                text += f"UNIQ_KEY\x01{broker.uniq_ids.next_id()}\x02"
+            msg = MessageExtBrokerInner(
+                topic=topic, body=command.body, queue_id=queue_id, flag=header.flag,
+                properties_string=f"{text}CLUSTER\x01{broker.config.broker_cluster_name}\x02",
+                sys_flag=sys_flag, born_timestamp=born_ts, born_host=born_host,
+                reconsume_times=reconsume_times,
+            )
+            return self._put(command, msg, None)
+        props = string_to_properties(text)
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             group = topic[len(RETRY_GROUP_TOPIC_PREFIX):]
             max_times = header.max_reconsume_times if command.version >= 121 else None
@@ -165,6 +180,11 @@ class SendMessageProcessor:
             properties=props, properties_string=properties_to_string(props), sys_flag=sys_flag,
             born_timestamp=born_ts, born_host=born_host, reconsume_times=reconsume_times,
         )
+        transaction_id = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) if prepared else None
+        return self._put(command, msg, transaction_id)
+
+    def _put(self, command, msg: MessageExtBrokerInner,
+             transaction_id: str | None) -> RemotingCommand | Awaitable[RemotingCommand]:
         if msg.sys_flag & TRANSACTION_TYPE_MASK in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
             # Prepared and rolled-back records get no queue offset: stored in a real topic they
             # would be invisible forever. Half messages come only through TRAN_MSG above.
@@ -172,12 +192,9 @@ class SendMessageProcessor:
                 ResponseCode.MESSAGE_ILLEGAL,
                 "a prepared or rolled-back transaction flag needs the TRAN_MSG property")
         try:
-            result, waiter = broker.store.put_message_nowait(msg)
+            result, waiter = self.broker.store.put_message_nowait(msg)
         except PutMessageError as exc:
             return command.make_response(_refusal_code(exc), str(exc))
-        transaction_id = None
-        if prepared:
-            transaction_id = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
         return self._answer(command, msg.topic, result, waiter, msg.wait_store_msg_ok,
                             transaction_id)
 

@@ -76,7 +76,9 @@ def test_a_kernel_that_cannot_populate_is_asked_once():
     f.allocated_position = 32 << 20
     warmer.after_claim(f, 10)
     warmer.warm_pending()
-    assert len(calls) == 1 and not warmer.supported and warmer.warmed_bytes == 0
+    assert len(calls) == 1
+    assert not warmer.supported
+    assert warmer.warmed_bytes == 0
 
 
 def test_a_closed_mapping_is_left_alone():
@@ -116,7 +118,7 @@ def test_claim_early_leaves_a_full_disk_to_the_claim_that_matters(tmp_path, monk
         monkeypatch.setattr(module, "claim", full)
         mf.claim_early(claimed - 10)  # no exception, nothing changed
         assert mf.allocated_position == claimed
-        with pytest.raises(OSError):
+        with pytest.raises(OSError, match="No space"):
             mf.ensure_allocated(claimed + 10)
     finally:
         mf.destroy(0)

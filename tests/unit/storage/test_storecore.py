@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from storage import index_file as index_module
 from storage.index_file import IndexFile, index_key_hash, topic_seed
-from storage.message import dispatch_properties_pure
+from storage.message import dispatch_properties_pure, properties_normalized_pure
 from storage.record import (
     MessageRecord,
     body_crc,
@@ -45,15 +45,25 @@ hosts = st.one_of(st.binary(min_size=8, max_size=8), st.binary(min_size=20, max_
 def record_fields(draw):
     born, store = draw(hosts), draw(hosts)
     sys_flag = draw(int32) & ~0x30 | (0x10 if len(born) == 20 else 0) | (0x20 if len(store) == 20 else 0)
-    return dict(
-        crc=draw(st.integers(0, 2**31 - 1)), queue_id=draw(int32), flag=draw(int32),
-        queue_offset=draw(int64), physical_offset=draw(int64), sys_flag=sys_flag,
-        born_timestamp=draw(int64), born_host=born, store_timestamp=draw(int64), store_host=store,
-        reconsume_times=draw(int32), prepared_transaction_offset=draw(int64),
-        body=draw(st.binary(max_size=300)),
-        topic=draw(st.text(max_size=40).map(str.encode).filter(lambda t: len(t) <= 127)),
-        properties=draw(st.text(max_size=80).map(str.encode)),
-    )
+    return {
+        "crc": draw(st.integers(0, 2**31 - 1)), "queue_id": draw(int32), "flag": draw(int32),
+        "queue_offset": draw(int64), "physical_offset": draw(int64), "sys_flag": sys_flag,
+        "born_timestamp": draw(int64), "born_host": born, "store_timestamp": draw(int64),
+        "store_host": store, "reconsume_times": draw(int32),
+        "prepared_transaction_offset": draw(int64), "body": draw(st.binary(max_size=300)),
+        "topic": draw(st.text(max_size=40).map(str.encode).filter(lambda t: len(t) <= 127)),
+        "properties": draw(st.text(max_size=80).map(str.encode)),
+    }
+
+
+def _fields(**values) -> dict:
+    """A record's fields: zeros and loopback hosts unless given."""
+    fields = {"crc": 0, "queue_id": 0, "flag": 0, "queue_offset": 0, "physical_offset": 0,
+              "sys_flag": 0, "born_timestamp": 0, "born_host": b"\x7f\0\0\1\0\0\0\1",
+              "store_timestamp": 0, "store_host": b"\x7f\0\0\1\0\0\0\2", "reconsume_times": 0,
+              "prepared_transaction_offset": 0, "body": b"", "topic": b"T", "properties": b""}
+    fields.update(values)
+    return fields
 
 
 def _encode_both(fields: dict, pos: int) -> tuple[bytearray, bytearray, int, int]:
@@ -84,10 +94,7 @@ def test_the_encoders_write_the_same_record(fields, pos):
     {"properties": b"p" * 32768}, {"body": b"b" * 4000},
 ])
 def test_both_encoders_refuse_what_does_not_fit(change):
-    fields = dict(crc=1, queue_id=0, flag=0, queue_offset=0, physical_offset=0, sys_flag=0,
-                  born_timestamp=0, born_host=b"\x7f\0\0\1\0\0\0\1", store_timestamp=0,
-                  store_host=b"\x7f\0\0\1\0\0\0\2", reconsume_times=0,
-                  prepared_transaction_offset=0, body=b"", topic=b"T", properties=b"")
+    fields = _fields(crc=1, body=b"", topic=b"T", properties=b"")
     fields.update(change)
     for encode in (encode_record_into_pure, core.encode_record_into):
         target = bytearray(b"\xee" * 2048)
@@ -140,17 +147,17 @@ def _outcome(decode, buf, check_crc, read_body):
 def test_the_decoder_reads_records_in_a_mapping_and_after_others(tmp_path):
     import mmap
 
-    fields = dict(crc=body_crc(b"hello"), queue_id=3, flag=0, queue_offset=7, physical_offset=91,
-                  sys_flag=0, born_timestamp=1, born_host=b"\x7f\0\0\1\0\0\0\1", store_timestamp=2,
-                  store_host=b"\x7f\0\0\1\0\0\0\2", reconsume_times=0,
-                  prepared_transaction_offset=0, body=b"hello", topic=b"T\xc3\xa9",
-                  properties="KEYS\x01k\x02".encode())
+    fields = _fields(crc=body_crc(b"hello"), queue_id=3, queue_offset=7, physical_offset=91,
+                     born_timestamp=1, store_timestamp=2, body=b"hello", topic=b"T\xc3\xa9",
+                     properties=b"KEYS\x01k\x02")
     first = encode_record(**fields)
     path = tmp_path / "log"
     path.write_bytes(first + first + bytes(64))
     with open(path, "r+b") as f, mmap.mmap(f.fileno(), 0) as mm:
         got = core.decode_record_fields(mm, len(first), True)
-        assert got is not None and got[15] == "Té" and got[14] == b"hello"
+        assert got is not None
+        assert got[15] == "Té"
+        assert got[14] == b"hello"
         assert core.decode_record_fields(mm, 2 * len(first), True) is None  # zeros: end of data
 
 
@@ -169,6 +176,25 @@ def test_the_property_scans_agree(text):
         assert any(0xD800 <= ord(c) <= 0xDFFF for c in text)
     else:
         assert compiled == dispatch_properties_pure(text)
+
+
+@settings(max_examples=1500)
+@given(st.lists(_prop_chars, max_size=30).map("".join))
+@example("")
+@example("A\x01b\x02")
+@example("A\x01b\x02A\x01c\x02")
+@example("A\x01b\x01c\x02")
+def test_the_normalized_checks_agree(text):
+    # the compiled check may only say False where it cannot read the text (a lone surrogate)
+    surrogate = any(0xD800 <= ord(c) <= 0xDFFF for c in text)
+    assert core.properties_normalized(text) == (properties_normalized_pure(text) and not surrogate)
+
+
+def test_normalized_properties_are_their_own_round_trip():
+    many = "".join(f"K{i}\x01v\x02" for i in range(70))
+    assert properties_normalized_pure(many)
+    assert not core.properties_normalized(many)  # too many pairs to check: the slow path
+    assert core.properties_normalized("TAGS\x01a\x02KEYS\x01k1 k2\x02UNIQ_KEY\x01u\x02")
 
 
 _key_chars = st.sampled_from(["a", "B", " ", "é", "\u4e2d", "\U0001f600", "#", "0"])
