@@ -115,6 +115,17 @@ class ConsumeQueue:
         if offset + size <= self.max_physic_offset:
             return  # dispatched again after recovery: already indexed
         expect_logic = cq_offset * CQ_STORE_UNIT_SIZE
+        files = self.mapped_file_queue.mapped_files
+        if files:  # the common case, in a few steps: the next unit of the last file, claimed
+            tail = files[-1]
+            pos = tail.wrote_position
+            if (0 < pos and expect_logic == tail.file_from_offset + pos
+                    and pos + CQ_STORE_UNIT_SIZE <= tail.allocated_position
+                    and pos + CQ_STORE_UNIT_SIZE <= tail.file_size and tail.write_buffer is None):
+                CQ_UNIT.pack_into(tail.mm, pos, offset, size, tags_code)
+                tail.wrote_position = pos + CQ_STORE_UNIT_SIZE
+                self.max_physic_offset = offset + size
+                return
         queue = self.mapped_file_queue
         mapped_file = queue.get_last_mapped_file_or_create(expect_logic)
         if mapped_file.first_create_in_queue and mapped_file.wrote_position == 0 and cq_offset:

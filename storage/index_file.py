@@ -154,12 +154,16 @@ class IndexFile:
             return False
         count = self.index_count
         most = count + 1 + (keys.count(" ") + 1 if keys else 0)
-        self.mapped_file.ensure_allocated(
-            self._entries_base + min(most, self.index_num) * INDEX_ENTRY_SIZE)
+        if most > self.index_num:
+            most = self.index_num
+        end = self._entries_base + most * INDEX_ENTRY_SIZE
+        if end > self.mapped_file.allocated_position:
+            self.mapped_file.ensure_allocated(end)
         first = count <= 1
         begin = store_timestamp if first else self.begin_timestamp
         time_diff = (store_timestamp - begin) // 1000 if begin > 0 else 0
-        time_diff = min(max(time_diff, 0), _INT_MAX)
+        if not 0 <= time_diff <= _INT_MAX:
+            time_diff = 0 if time_diff < 0 else _INT_MAX
         done = _index_put_keys(self.mm, self.hash_slot_num, self.index_num, count, seed,
                                uniq_key, keys, phy_offset, time_diff)
         if done is None:
@@ -310,7 +314,9 @@ class IndexService:
         """Index one message's UNIQ_KEY and KEYS (callers skip rollback records)."""
         if phy_offset <= self.last_indexed_offset:
             return  # dispatched again after recovery: already indexed
-        index_file = self._last_file_for_write()
+        files = self.index_files
+        index_file = files[-1] if files and files[-1].index_count < files[-1].index_num \
+            else self._last_file_for_write()
         seed = topic_seed(topic)
         if index_file.put_keys(seed, uniq_key, keys, phy_offset, store_ts):
             self.last_indexed_offset = phy_offset
