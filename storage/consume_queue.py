@@ -119,7 +119,7 @@ class ConsumeQueue:
         if files:  # the common case, in a few steps: the next unit of the last file, claimed
             tail = files[-1]
             pos = tail.wrote_position
-            if (0 < pos and expect_logic == tail.file_from_offset + pos
+            if (pos > 0 and expect_logic == tail.file_from_offset + pos
                     and pos + CQ_STORE_UNIT_SIZE <= tail.allocated_position
                     and pos + CQ_STORE_UNIT_SIZE <= tail.file_size and tail.write_buffer is None):
                 CQ_UNIT.pack_into(tail.mm, pos, offset, size, tags_code)

@@ -154,8 +154,7 @@ class IndexFile:
             return False
         count = self.index_count
         most = count + 1 + (keys.count(" ") + 1 if keys else 0)
-        if most > self.index_num:
-            most = self.index_num
+        most = min(most, self.index_num)
         end = self._entries_base + most * INDEX_ENTRY_SIZE
         if end > self.mapped_file.allocated_position:
             self.mapped_file.ensure_allocated(end)

@@ -10,10 +10,10 @@
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import os
 import re
 import struct
-import threading
 import time
 from datetime import datetime
 from functools import lru_cache
@@ -104,11 +104,13 @@ class UniqIdGenerator:
     """Makes UNIQ_KEY ids for one process, as a RocketMQ producer does."""
 
     def __init__(self, ip: str = "127.0.0.1") -> None:
-        self._prefix = ipaddress.ip_address(ip).packed + struct.pack(
+        prefix = ipaddress.ip_address(ip).packed + struct.pack(
             ">hi", os.getpid() & 0x7FFF, id(self) & 0x7FFFFFFF
         )
-        self._lock = threading.Lock()
-        self._counter = 0
+        self._prefix_hex = prefix.hex().upper()
+        # next() of an itertools.count is one step under the interpreter lock: threads sharing
+        # a generator never get the same number (and need no lock of ours for it).
+        self._counter = itertools.count(1)
         self._month_start = self._next_month_start = 0
 
     def next_id(self, now_ms: int | None = None) -> str:
@@ -121,8 +123,5 @@ class UniqIdGenerator:
             self._next_month_start = _month_start_ms(year, month)
         # Java writes the low 32 bits and reads them back unsigned (past day 24 they need bit 31).
         millis = (now_ms - self._month_start) & 0xFFFFFFFF
-        with self._lock:
-            self._counter = (self._counter + 1) & 0xFFFF
-            counter = self._counter
-        tail = struct.pack(">IH", millis, counter)
-        return (self._prefix + tail).hex().upper()
+        counter = next(self._counter) & 0xFFFF
+        return f"{self._prefix_hex}{millis:08X}{counter:04X}"
