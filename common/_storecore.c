@@ -32,6 +32,7 @@
 #ifdef __linux__
 #include <sys/mman.h>
 #include <unistd.h>
+#define POPULATE_STEP ((uintptr_t)256 * 1024)
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels answer EINVAL */
 #endif
@@ -999,7 +1000,13 @@ populate_write(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     int rc = 0;
     if (end > start) {
         Py_BEGIN_ALLOW_THREADS
-        rc = madvise((void *)from, (size_t)(to - from), MADV_POPULATE_WRITE) == 0 ? 0 : errno;
+        /* In steps of 256 KiB: populating holds the process's mmap lock (for reading), and a
+         * thread of the writer's that maps or unmaps memory meanwhile (the allocator does)
+         * waits for the step to end. */
+        for (uintptr_t at = from; at < to && rc == 0; at += POPULATE_STEP) {
+            size_t length = (size_t)(to - at < POPULATE_STEP ? to - at : POPULATE_STEP);
+            rc = madvise((void *)at, length, MADV_POPULATE_WRITE) == 0 ? 0 : errno;
+        }
         Py_END_ALLOW_THREADS
     }
     return PyLong_FromLong(rc);

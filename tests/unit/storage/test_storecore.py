@@ -19,13 +19,17 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from storage import index_file as index_module
+from storage.batch_record import batch_layout, batch_layout_pure, encode_batch_into_pure
+from storage.errors import PropertiesSizeExceededError
 from storage.index_file import IndexFile, index_key_hash, topic_seed
 from storage.message import dispatch_properties_pure, properties_normalized_pure
 from storage.record import (
+    BatchEntry,
     MessageRecord,
     body_crc,
     decode_record,
     decode_record_pure,
+    encode_batch_body,
     encode_record,
     encode_record_into_pure,
 )
@@ -245,3 +249,77 @@ def test_the_store_runs_the_compiled_functions_unless_told_not_to():
         assert index_module._index_put_keys is core.index_put_keys
         assert record.encode_record_into is core.encode_record_into
         assert record._decode_fields is core.decode_record_fields
+
+
+# --- batches ---------------------------------------------------------------------------------
+_batch_props = st.lists(st.sampled_from(["TAGS\x01a\x02", "KEYS\x01k1 k2\x02", "CLUSTER\x01c\x02",
+                                         "X\x01é\x02", "U\x01v", "", "\x02"]), max_size=4).map("".join)
+_batch_entries = st.lists(st.tuples(int32, st.binary(max_size=200), _batch_props), min_size=1,
+                          max_size=8)
+
+
+def _batch_body(entries) -> bytes:
+    return encode_batch_body([BatchEntry(flag, body, props) for flag, body, props in entries])
+
+
+def _layout_outcome(function, body, cluster, overhead):
+    try:
+        return function(body, cluster, overhead)
+    except Exception as exc:
+        return type(exc)
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(_batch_entries, st.sampled_from([None, b"DefaultCluster", "é".encode()]), hosts, hosts,
+       st.data())
+def test_the_batch_encoders_write_the_same_records(entries, cluster, born, store, data):
+    body = _batch_body(entries)
+    overhead = 72 + len(born) + len(store) + 1 + len(b"BatchTopic") + 2
+    layout = batch_layout_pure(body, cluster, overhead)
+    assert core.batch_layout(body, cluster, overhead) == layout
+    offsets = st.integers(0, 2**62)  # a log's offsets: the records after them still fit int64
+    sys_flag = data.draw(int32) & ~0x30 | (0x10 if len(born) == 20 else 0) \
+        | (0x20 if len(store) == 20 else 0)
+    args = (body, cluster, b"BatchTopic", "BatchTopic", data.draw(int32), data.draw(offsets),
+            data.draw(offsets), sys_flag, data.draw(int64), born, data.draw(int64), store,
+            data.draw(int32))
+    pos = data.draw(st.integers(0, 64))
+    pure, compiled = bytearray(b"\xee" * (layout[1] + 128)), bytearray(b"\xee" * (layout[1] + 128))
+    assert core.encode_batch_into(compiled, pos, *args) == encode_batch_into_pure(pure, pos, *args)
+    assert compiled == pure
+    # and each record reads back with its entry's body and CLUSTER where the batch names one
+    at = pos
+    for _flag, inner, _props in entries:
+        record = decode_record_pure(bytes(pure), at)
+        assert record.body == inner
+        assert record.body_crc == body_crc(inner)
+        assert cluster is None or "CLUSTER\x01" in record.properties_string
+        at += record.total_size
+
+
+@settings(max_examples=600, suppress_health_check=[HealthCheck.too_slow])
+@given(_batch_entries, st.sampled_from([None, b"C"]), st.data())
+def test_the_batch_layouts_agree_on_damaged_bodies(entries, cluster, data):
+    body = bytearray(_batch_body(entries))
+    for _ in range(data.draw(st.integers(0, 3))):
+        body[data.draw(st.integers(0, len(body) - 1))] = data.draw(st.integers(0, 255))
+    body = bytes(body[: data.draw(st.integers(0, len(body)))])
+    expected = _layout_outcome(batch_layout_pure, body, cluster, 100)
+    got = core.batch_layout(body, cluster, 100)
+    if isinstance(expected, tuple):
+        assert got == expected
+    else:  # the pure function raises (its sentence is the answer): the compiled one declines
+        assert got is None
+        assert _layout_outcome(batch_layout, body, cluster, 100) == expected
+
+
+def test_properties_past_the_limit_are_refused_by_both():
+    body = _batch_body([(0, b"x", "K\x01" + "v" * 32760 + "\x02")])
+    assert core.batch_layout(body, b"DefaultCluster", 100) is None
+    with pytest.raises(PropertiesSizeExceededError):
+        batch_layout(body, b"DefaultCluster", 100)
+
+
+@given(st.binary(max_size=5000))
+def test_the_body_crcs_agree(body):
+    assert core.body_crc(body) == body_crc(body)
