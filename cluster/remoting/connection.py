@@ -102,6 +102,7 @@ class RemotingConnection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._corked: list[bytes] | None = None  # frames waiting for this iteration's write
         self._corked_bytes = 0
+        self._draining = False  # handling the frames of one read: their answers leave at its end
         self._tasks: set[asyncio.Task] = set()
         self.closed = asyncio.Event()
         self.close_reason: CloseReason | None = None
@@ -151,6 +152,7 @@ class RemotingConnection(asyncio.Protocol):
         """Handle the whole frames received, as many as the in-flight limits allow."""
         decoder = self._decoder
         completed = False
+        self._draining = True
         try:
             while not self._too_many_inflight():
                 before = decoder.pending
@@ -163,6 +165,12 @@ class RemotingConnection(asyncio.Protocol):
             log.warning("closing %s: %s", self.remote_address, exc)
             self.close(CloseReason.OUT_OF_SYNC)
             return
+        finally:
+            self._draining = False
+        if self._corked is not None:
+            # The answers to this read's frames leave now, before whatever the loop runs next
+            # (the dispatch of what they appended): a sender waits on them, nobody on that.
+            self._uncork()
         self._update_reading()
         if not decoder.pending or self._reading_paused:
             # Nothing left, or we are not reading: the peer cannot be blamed for what waits.
@@ -290,7 +298,8 @@ class RemotingConnection(asyncio.Protocol):
         corked = self._corked
         if corked is None:
             self._corked = [frame]
-            asyncio.get_running_loop().call_soon(self._uncork)
+            if not self._draining:  # else the read's handling ends with the write
+                asyncio.get_running_loop().call_soon(self._uncork)
         else:
             corked.append(frame)
             if len(corked) >= CORK_FRAMES:

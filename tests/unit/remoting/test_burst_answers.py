@@ -88,3 +88,33 @@ def test_an_answer_that_must_wait_gets_a_task_and_still_arrives():
     assert first == [2]  # the quick one did not wait for the slow one
     assert waiting == 1
     assert answers == [2, 1]
+
+
+def test_the_answers_to_a_read_leave_before_what_its_handling_scheduled():
+    # A broker's send schedules the dispatch of what it appended (call_soon); the sender waits
+    # on the answer, nobody on the dispatch: the answer must be written first, at the read's end.
+    async def scenario():
+        order = []
+        transport = RecordingTransport()
+        real_write = transport.write
+
+        def write(data):
+            order.append("answer")
+            real_write(data)
+
+        transport.write = write
+
+        def handler(connection, command):
+            asyncio.get_running_loop().call_soon(order.append, "dispatch")
+            return command.make_response(0)
+
+        connection = RemotingConnection(handler)
+        connection.connection_made(transport)
+        connection.data_received(encode(request(1000, opaque=1)))
+        written_during_read = list(order)
+        await asyncio.sleep(0)
+        return written_during_read, order
+
+    during, order = asyncio.run(scenario())
+    assert during == ["answer"]  # written before data_received returned
+    assert order == ["answer", "dispatch"]
