@@ -218,7 +218,7 @@ class MessageExtBrokerInner:
     """
 
     __slots__ = (
-        "_properties", "body", "born_host", "born_timestamp", "commit_log_offset", "flag",
+        "_properties", "_wait", "body", "born_host", "born_timestamp", "commit_log_offset", "flag",
         "prepared_transaction_offset", "properties_string", "queue_id", "queue_offset",
         "reconsume_times", "store_timestamp", "sys_flag", "topic",
     )
@@ -245,6 +245,7 @@ class MessageExtBrokerInner:
             properties = properties or {}
             properties_string = properties_to_string(properties)
         self._properties = properties
+        self._wait: bool | None = None  # wait_store_msg_ok, once asked
         self.properties_string = properties_string
         self.sys_flag = sys_flag
         self.born_timestamp = born_timestamp
@@ -274,12 +275,14 @@ class MessageExtBrokerInner:
 
     def put_property(self, name: str, value: str) -> None:
         """Set one property and re-serialise the properties string."""
+        self._wait = None
         self.properties[name] = value
         self.properties_string = properties_to_string(self.properties)
 
     def replace_properties(self, properties: dict[str, str], text: str) -> None:
         """Take ``properties`` and their string ``text`` at once (the store's delay rewrite,
         applied once the put has succeeded). A parsed view the caller holds is updated in place."""
+        self._wait = None
         if self._properties is not None and self._properties is not properties:
             self._properties.clear()
             self._properties.update(properties)
@@ -289,6 +292,7 @@ class MessageExtBrokerInner:
 
     def clear_property(self, name: str) -> None:
         """Remove one property and re-serialise the properties string."""
+        self._wait = None
         if self.properties.pop(name, None) is not None:
             self.properties_string = properties_to_string(self.properties)
 
@@ -313,10 +317,15 @@ class MessageExtBrokerInner:
     @property
     def wait_store_msg_ok(self) -> bool:
         """RocketMQ waits for flush/replication unless WAIT is present and not "true"."""
-        if self._properties is None and "WAIT\x01" not in self.properties_string:
-            return True
-        value = self.get_property(PROPERTY_WAIT_STORE_MSG_OK)
-        return value is None or value.lower() == "true"
+        wait = self._wait
+        if wait is None:  # asked twice a put (the flush request, the answer): read once
+            if self._properties is None and "WAIT\x01" not in self.properties_string:
+                wait = True
+            else:
+                value = self.get_property(PROPERTY_WAIT_STORE_MSG_OK)
+                wait = value is None or value.lower() == "true"
+            self._wait = wait
+        return wait
 
 
 @dataclass(slots=True)
