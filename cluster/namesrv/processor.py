@@ -126,7 +126,6 @@ class NamesrvProcessor:
             body_out = json.dumps({"table": order}, separators=(",", ":")).encode()
         return command.make_response(ResponseCode.SUCCESS, ext_fields=fields, body=body_out)
 
-    @checked(UnregisterBrokerRequestHeader)
     def _report_skipped(self, broker_name: str, skipped: list[str]) -> None:
         # Said once per broker and count, not on every 30 s registration.
         key = (broker_name, len(skipped))
