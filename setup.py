@@ -17,7 +17,9 @@ else:
 
 setup(
     ext_modules=[
-        Extension("common._speedups", ["common/_speedups.c"], extra_compile_args=_FLAGS, optional=True),
-        Extension("common._storecore", ["common/_storecore.c"], extra_compile_args=_FLAGS, optional=True),
+        Extension("common._speedups", ["common/_speedups.c"], depends=["common/_text.h"],
+                  extra_compile_args=_FLAGS, optional=True),
+        Extension("common._storecore", ["common/_storecore.c"], depends=["common/_text.h"],
+                  extra_compile_args=_FLAGS, optional=True),
     ],
 )

@@ -20,6 +20,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_text.h"
+
 #define LANGUAGE_COUNT 14
 static const char *const LANGUAGE_NAMES[LANGUAGE_COUNT] = {
     "JAVA", "CPP", "DOTNET", "PYTHON", "DELPHI", "ERLANG", "RUBY", "OTHER", "HTTP", "GO", "PHP",
@@ -96,16 +98,6 @@ utf8_decode(const unsigned char *p, Py_ssize_t n)
 
 #define IS_SURROGATE(c) ((c) >= 0xD800 && (c) <= 0xDFFF)
 
-static int
-str_ready(PyObject *s)
-{
-#if PY_VERSION_HEX < 0x030C0000
-    return PyUnicode_READY(s);
-#else
-    (void)s;
-    return 0;
-#endif
-}
 
 /* ------------------------------------------------------------------------------------------ */
 /* JSON decoding                                                                               */
@@ -761,16 +753,6 @@ static int16_t
 read_i16(const unsigned char *p)
 {
     return (int16_t)(((uint16_t)p[0] << 8) | p[1]);
-}
-
-/* Strict UTF-8 text; NULL with no exception set when the bytes are not UTF-8. */
-static PyObject *
-decode_text(const unsigned char *p, Py_ssize_t n)
-{
-    PyObject *s = PyUnicode_DecodeUTF8((const char *)p, n, "strict");
-    if (s == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
-        PyErr_Clear();
-    return s;
 }
 
 PyDoc_STRVAR(decode_binary_header_doc,

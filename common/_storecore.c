@@ -29,6 +29,8 @@
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "_text.h"
 #ifdef __linux__
 #include <sys/mman.h>
 #include <unistd.h>
@@ -87,6 +89,52 @@ int_field(PyObject *value, int bits, int64_t *out)
     }
     *out = v;
     return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* the record layout, written in one place                                                      */
+
+/* A record's fields but its properties, which the callers write after it. */
+typedef struct {
+    int64_t total, crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts;
+    int64_t store_ts, reconsume, prepared;
+    const unsigned char *born_host, *store_host, *body, *topic;
+    Py_ssize_t born_len, store_len, body_len, topic_len, props_len;
+} RecordHead;
+
+/* Write everything of a record up to its properties (whose length it writes); returns where
+ * the properties go. The caller has checked that the whole record fits. */
+static unsigned char *
+write_record_head(unsigned char *p, const RecordHead *r)
+{
+    put_u32(p, (uint32_t)r->total);
+    put_u32(p + 4, MAGIC_V1);
+    put_u32(p + 8, (uint32_t)r->crc);
+    put_u32(p + 12, (uint32_t)r->queue_id);
+    put_u32(p + 16, (uint32_t)r->flag);
+    put_u64(p + 20, (uint64_t)r->queue_offset);
+    put_u64(p + 28, (uint64_t)r->physical_offset);
+    put_u32(p + 36, (uint32_t)r->sys_flag);
+    put_u64(p + 40, (uint64_t)r->born_ts);
+    p += 48;
+    memcpy(p, r->born_host, (size_t)r->born_len);
+    p += r->born_len;
+    put_u64(p, (uint64_t)r->store_ts);
+    p += 8;
+    memcpy(p, r->store_host, (size_t)r->store_len);
+    p += r->store_len;
+    put_u32(p, (uint32_t)r->reconsume);
+    put_u64(p + 4, (uint64_t)r->prepared);
+    put_u32(p + 12, (uint32_t)r->body_len);
+    p += 16;
+    memcpy(p, r->body, (size_t)r->body_len);
+    p += r->body_len;
+    *p++ = (unsigned char)r->topic_len;
+    memcpy(p, r->topic, (size_t)r->topic_len);
+    p += r->topic_len;
+    p[0] = (unsigned char)(r->props_len >> 8);
+    p[1] = (unsigned char)r->props_len;
+    return p + 2;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -151,35 +199,16 @@ encode_record_into(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "the record does not fit the buffer");
         goto done;
     }
-    unsigned char *p = (unsigned char *)view.buf + pos;
-    put_u32(p, (uint32_t)total);
-    put_u32(p + 4, MAGIC_V1);
-    put_u32(p + 8, (uint32_t)crc);
-    put_u32(p + 12, (uint32_t)queue_id);
-    put_u32(p + 16, (uint32_t)flag);
-    put_u64(p + 20, (uint64_t)queue_offset);
-    put_u64(p + 28, (uint64_t)physical_offset);
-    put_u32(p + 36, (uint32_t)sys_flag);
-    put_u64(p + 40, (uint64_t)born_ts);
-    p += 48;
-    memcpy(p, PyBytes_AS_STRING(born_host), (size_t)born_len);
-    p += born_len;
-    put_u64(p, (uint64_t)store_ts);
-    p += 8;
-    memcpy(p, PyBytes_AS_STRING(store_host), (size_t)store_len);
-    p += store_len;
-    put_u32(p, (uint32_t)reconsume);
-    put_u64(p + 4, (uint64_t)prepared);
-    put_u32(p + 12, (uint32_t)body.len);
-    p += 16;
-    memcpy(p, body.buf, (size_t)body.len);
-    p += body.len;
-    *p++ = (unsigned char)topic_len;
-    memcpy(p, PyBytes_AS_STRING(topic), (size_t)topic_len);
-    p += topic_len;
-    p[0] = (unsigned char)(props_len >> 8);
-    p[1] = (unsigned char)props_len;
-    memcpy(p + 2, PyBytes_AS_STRING(props), (size_t)props_len);
+    RecordHead head = {
+        total, crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts, store_ts,
+        reconsume, prepared,
+        (const unsigned char *)PyBytes_AS_STRING(born_host),
+        (const unsigned char *)PyBytes_AS_STRING(store_host), (const unsigned char *)body.buf,
+        (const unsigned char *)PyBytes_AS_STRING(topic),
+        born_len, store_len, body.len, topic_len, props_len,
+    };
+    unsigned char *p = write_record_head((unsigned char *)view.buf + pos, &head);
+    memcpy(p, PyBytes_AS_STRING(props), (size_t)props_len);
     result = PyLong_FromLongLong(total);
 done:
     PyBuffer_Release(&view);
@@ -189,16 +218,6 @@ done:
 
 /* ------------------------------------------------------------------------------------------ */
 /* decode_record_fields                                                                         */
-
-/* Strict UTF-8 text; NULL with no exception set when the bytes are not UTF-8. */
-static PyObject *
-decode_text(const unsigned char *p, Py_ssize_t n)
-{
-    PyObject *s = PyUnicode_DecodeUTF8((const char *)p, n, "strict");
-    if (s == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
-        PyErr_Clear();
-    return s;
-}
 
 PyDoc_STRVAR(decode_record_fields_doc,
 "decode_record_fields(buf, pos, read_body) -> tuple | None\n\n"
@@ -214,8 +233,8 @@ decode_record_fields(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "decode_record_fields() takes 3 arguments");
         return NULL;
     }
-    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
-    if (pos == -1 && PyErr_Occurred())
+    Py_ssize_t pos;
+    if (ssize_arg(args[1], &pos) < 0)
         return NULL;
     int read_body = PyObject_IsTrue(args[2]);
     if (read_body < 0)
@@ -330,16 +349,12 @@ static PyObject *
 dispatch_properties(PyObject *module, PyObject *text)
 {
     (void)module;
-    if (!PyUnicode_Check(text)) {
-        PyErr_Format(PyExc_TypeError, "dispatch_properties() needs a str, not %.100s",
-                     Py_TYPE(text)->tp_name);
-        return NULL;
-    }
     Py_ssize_t n;
-    const char *s = PyUnicode_AsUTF8AndSize(text, &n);
-    if (s == NULL) { /* a lone surrogate: the pure scan copes with it */
-        PyErr_Clear();
-        Py_RETURN_NONE;
+    const char *s = utf8_arg(text, "dispatch_properties", &n);
+    if (s == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE; /* a lone surrogate: the pure scan copes with it */
     }
     static const char *const names[4] = {"TAGS", "KEYS", "UNIQ_KEY", "DELAY"};
     static const Py_ssize_t name_lengths[4] = {4, 4, 8, 5};
@@ -400,16 +415,12 @@ static PyObject *
 properties_normalized(PyObject *module, PyObject *text)
 {
     (void)module;
-    if (!PyUnicode_Check(text)) {
-        PyErr_Format(PyExc_TypeError, "properties_normalized() needs a str, not %.100s",
-                     Py_TYPE(text)->tp_name);
-        return NULL;
-    }
     Py_ssize_t n;
-    const char *s = PyUnicode_AsUTF8AndSize(text, &n);
-    if (s == NULL) { /* a lone surrogate: not what a client sends; the slow path copes */
-        PyErr_Clear();
-        Py_RETURN_FALSE;
+    const char *s = utf8_arg(text, "properties_normalized", &n);
+    if (s == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_FALSE; /* a lone surrogate: not what a client sends; the slow path copes */
     }
     if (n == 0)
         Py_RETURN_TRUE;
@@ -438,16 +449,6 @@ properties_normalized(PyObject *module, PyObject *text)
 /* ------------------------------------------------------------------------------------------ */
 /* index_put_keys                                                                               */
 
-static int
-str_ready(PyObject *s)
-{
-#if PY_VERSION_HEX < 0x030C0000
-    return PyUnicode_READY(s);
-#else
-    (void)s;
-    return 0;
-#endif
-}
 
 /* The index's non-negative hash of topic#key: Java's hashCode continued from `seed` (the hash
  * of "topic#") over the UTF-16 units of text[begin:end], then abs with MIN_VALUE as 0. Returns
@@ -758,8 +759,8 @@ batch_layout(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t cluster_len;
     if (cluster_arg(args[1], &cluster, &cluster_len) < 0)
         return NULL;
-    Py_ssize_t overhead = PyLong_AsSsize_t(args[2]);
-    if (overhead == -1 && PyErr_Occurred())
+    Py_ssize_t overhead;
+    if (ssize_arg(args[2], &overhead) < 0)
         return NULL;
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
@@ -891,34 +892,15 @@ encode_batch_into(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         batch_entry(b, n, at, &e);
         Py_ssize_t props_len = entry_props(&e, cluster_len, cluster != NULL, 0);
         int64_t record = overhead + e.body_len + props_len;
-        put_u32(p, (uint32_t)record);
-        put_u32(p + 4, MAGIC_V1);
-        put_u32(p + 8, crc32_of(e.body, e.body_len) & 0x7FFFFFFFu);
-        put_u32(p + 12, (uint32_t)queue_id);
-        put_u32(p + 16, (uint32_t)e.flag);
-        put_u64(p + 20, (uint64_t)(queue_offset + i));
-        put_u64(p + 28, (uint64_t)physical);
-        put_u32(p + 36, (uint32_t)sys_flag);
-        put_u64(p + 40, (uint64_t)born_ts);
-        p += 48;
-        memcpy(p, PyBytes_AS_STRING(born_host), (size_t)born_len);
-        p += born_len;
-        put_u64(p, (uint64_t)store_ts);
-        p += 8;
-        memcpy(p, PyBytes_AS_STRING(store_host), (size_t)store_len);
-        p += store_len;
-        put_u32(p, (uint32_t)reconsume);
-        put_u64(p + 4, 0);
-        put_u32(p + 12, (uint32_t)e.body_len);
-        p += 16;
-        memcpy(p, e.body, (size_t)e.body_len);
-        p += e.body_len;
-        *p++ = (unsigned char)topic_len;
-        memcpy(p, PyBytes_AS_STRING(topic), (size_t)topic_len);
-        p += topic_len;
-        p[0] = (unsigned char)(props_len >> 8);
-        p[1] = (unsigned char)props_len;
-        p += 2;
+        RecordHead head = {
+            record, crc32_of(e.body, e.body_len) & 0x7FFFFFFFu, queue_id, e.flag, queue_offset + i,
+            physical, sys_flag, born_ts, store_ts, reconsume, 0,
+            (const unsigned char *)PyBytes_AS_STRING(born_host),
+            (const unsigned char *)PyBytes_AS_STRING(store_host), e.body,
+            (const unsigned char *)PyBytes_AS_STRING(topic),
+            born_len, store_len, e.body_len, topic_len, props_len,
+        };
+        p = write_record_head(p, &head);
         unsigned char *props_at = p;
         memcpy(p, e.props, (size_t)e.props_len);
         p += e.props_len;
@@ -974,11 +956,8 @@ populate_write(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "populate_write() takes 3 arguments");
         return NULL;
     }
-    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
-    if (start == -1 && PyErr_Occurred())
-        return NULL;
-    Py_ssize_t end = PyLong_AsSsize_t(args[2]);
-    if (end == -1 && PyErr_Occurred())
+    Py_ssize_t start, end;
+    if (ssize_arg(args[1], &start) < 0 || ssize_arg(args[2], &end) < 0)
         return NULL;
 #ifdef __linux__
     Py_buffer view;

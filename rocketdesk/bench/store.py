@@ -71,10 +71,15 @@ def _message(body: bytes, queue_id: int, key: str, uniq: str) -> MessageExtBroke
     )
 
 
-def bench_async(root: str, args: argparse.Namespace) -> dict:
-    store = DefaultMessageStore(_config(root, args, FlushDiskType.ASYNC_FLUSH))
+def _running_store(root: str, args: argparse.Namespace, flush: FlushDiskType) -> DefaultMessageStore:
+    store = DefaultMessageStore(_config(root, args, flush))
     store.load()
     store.start()
+    return store
+
+
+def bench_async(root: str, args: argparse.Namespace) -> dict:
+    store = _running_store(root, args, FlushDiskType.ASYNC_FLUSH)
     body = os.urandom(args.size)
     ids = UniqIdGenerator()
     queues = args.queues
@@ -97,9 +102,7 @@ def bench_async(root: str, args: argparse.Namespace) -> dict:
 
 def bench_async_batches(root: str, args: argparse.Namespace) -> dict:
     """ASYNC_FLUSH puts of batches, as SEND_BATCH_MESSAGE makes them, until all is dispatched."""
-    store = DefaultMessageStore(_config(root, args, FlushDiskType.ASYNC_FLUSH))
-    store.load()
-    store.start()
+    store = _running_store(root, args, FlushDiskType.ASYNC_FLUSH)
     body = os.urandom(args.size)
     ids = UniqIdGenerator()
     size = args.batch
@@ -127,9 +130,7 @@ def bench_async_batches(root: str, args: argparse.Namespace) -> dict:
 
 
 def bench_sync(root: str, args: argparse.Namespace) -> dict:
-    store = DefaultMessageStore(_config(root, args, FlushDiskType.SYNC_FLUSH))
-    store.load()
-    store.start()
+    store = _running_store(root, args, FlushDiskType.SYNC_FLUSH)
     body = os.urandom(args.size)
     ids = UniqIdGenerator()
     latencies: list[float] = []
