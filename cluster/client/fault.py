@@ -23,8 +23,15 @@ NOT_AVAILABLE_DURATION = (0, 0, 30_000, 60_000, 120_000, 180_000, 600_000)
 ISOLATION_LATENCY = 30_000
 
 
+# (bound, duration) from the largest bound down; below the first bound with a duration, none.
+_STEPS = tuple(zip(reversed(LATENCY_MAX), reversed(NOT_AVAILABLE_DURATION), strict=True))
+_FREE_BELOW = min(b for b, d in zip(LATENCY_MAX, NOT_AVAILABLE_DURATION, strict=True) if d)
+
+
 def compute_not_available_duration(latency_ms: float) -> int:
-    for bound, duration in zip(reversed(LATENCY_MAX), reversed(NOT_AVAILABLE_DURATION), strict=True):
+    if latency_ms < _FREE_BELOW:  # every send that went well: asked once a send
+        return 0
+    for bound, duration in _STEPS:
         if latency_ms >= bound:
             return duration
     return 0
@@ -57,9 +64,14 @@ class LatencyFaultTolerance:
     def update_fault_item(self, broker_name: str, latency_ms: float, isolation: bool) -> None:
         """Record a send's outcome for ``broker_name``."""
         latency = ISOLATION_LATENCY if isolation else latency_ms
-        duration = compute_not_available_duration(latency)
+        until = self._now_ms() + compute_not_available_duration(latency)
         with self._lock:
-            self._items[broker_name] = FaultItem(broker_name, latency, self._now_ms() + duration)
+            item = self._items.get(broker_name)
+            if item is None:
+                self._items[broker_name] = FaultItem(broker_name, latency, until)
+            else:  # updated in place: a send a broker does not need an object
+                item.current_latency = latency
+                item.start_timestamp = until
 
     def is_available(self, broker_name: str) -> bool:
         item = self._items.get(broker_name)

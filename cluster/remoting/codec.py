@@ -104,11 +104,12 @@ def stringify(values: Mapping[str, object]) -> dict[str, str]:
     """extFields as strings: booleans as true/false, None dropped (Java's String.valueOf)."""
     out = {}
     for key, value in values.items():
-        if value is None:
-            continue
-        if isinstance(value, bool):
+        kind = type(value)
+        if kind is str:  # most values, on every request and answer
+            out[key] = value
+        elif kind is bool:
             out[key] = "true" if value else "false"
-        else:
+        elif value is not None:
             out[key] = str(value)
     return out
 
