@@ -102,12 +102,11 @@ def request(code: int, ext_fields: Mapping[str, object] | None = None, body: byt
 
 def stringify(values: Mapping[str, object]) -> dict[str, str]:
     """extFields as strings: booleans as true/false, None dropped (Java's String.valueOf)."""
-    out = {}
+    out: dict[str, str] = {}
     for key, value in values.items():
-        kind = type(value)
-        if kind is str:  # most values, on every request and answer
+        if type(value) is str:  # most values, on every request and answer
             out[key] = value
-        elif kind is bool:
+        elif type(value) is bool:
             out[key] = "true" if value else "false"
         elif value is not None:
             out[key] = str(value)
