@@ -20,6 +20,7 @@ from __future__ import annotations
 import mmap
 import struct
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -430,14 +431,22 @@ class BatchEntry:
 
 def encode_batch_body(entries: list[BatchEntry]) -> bytes:
     """The body of a SEND_BATCH_MESSAGE request."""
-    parts = []
-    for entry in entries:
-        props = entry.properties_string.encode("utf-8")
-        size = 20 + len(entry.body) + 2 + len(props)
-        parts.append(BATCH_ENTRY_HEAD.pack(size, 0, 0, entry.flag, len(entry.body)))
-        parts.append(entry.body)
-        parts.append(_I16.pack(len(props)))
-        parts.append(props)
+    return encode_batch_parts([(e.flag, e.body, e.properties_string) for e in entries])
+
+
+def encode_batch_parts(entries: Iterable[tuple[int, bytes, str]]) -> bytes:
+    """:func:`encode_batch_body` of (flag, body, properties string) triples, with no object per
+    message (a producer's batch path)."""
+    parts: list[bytes] = []
+    append = parts.append
+    pack = BATCH_ENTRY_HEAD.pack
+    for flag, body, properties in entries:
+        props = properties.encode("utf-8")
+        body_length = len(body)
+        append(pack(22 + body_length + len(props), 0, 0, flag, body_length))
+        append(body)
+        append(len(props).to_bytes(2, "big"))
+        append(props)
     return b"".join(parts)
 
 

@@ -33,7 +33,7 @@ from storage.message import (
     properties_to_string,
 )
 from storage.message_id import UniqIdGenerator, decode_message_id
-from storage.record import BatchEntry, encode_batch_body
+from storage.record import encode_batch_parts
 
 log = logging.getLogger(__name__)
 
@@ -254,13 +254,11 @@ class Producer:
             raise MQClientError("a batch cannot hold delayed messages or go to a retry topic")
         for msg in messages:
             self._check(msg)
-        ids = [self.ids.next_id() for _ in messages]
-        entries = []
-        for msg, uniq in zip(messages, ids, strict=True):
-            props = msg.all_properties()
-            props["UNIQ_KEY"] = uniq
-            entries.append(BatchEntry(msg.flag, msg.body, properties_to_string(props)))
-        body = encode_batch_body(entries)
+        next_id = self.ids.next_id
+        ids = [next_id() for _ in messages]
+        body = encode_batch_parts(  # no object a message beyond its properties' dict
+            (msg.flag, msg.body, properties_to_string(_with_uniq(msg.all_properties(), uniq)))
+            for msg, uniq in zip(messages, ids, strict=True))
         if len(body) > self.max_message_size:
             raise MQClientError(f"the batch is {len(body)} bytes; the limit is {self.max_message_size}")
         info = await self._publish_info(topic)
@@ -279,6 +277,11 @@ class Producer:
             raise
         self._fault(target.broker_name, begin, isolation=False)
         return self._result(response, target, ",".join(ids))
+
+
+def _with_uniq(properties: dict[str, str], uniq: str) -> dict[str, str]:
+    properties["UNIQ_KEY"] = uniq  # the producer's id, whatever the message held
+    return properties
 
 
 class LocalTransactionState(Enum):
