@@ -19,7 +19,6 @@ import threading
 import time
 from collections.abc import Callable
 
-from common import speedups
 from storage.checkpoint import StoreCheckpoint
 from storage.cleanup import CleanService
 from storage.commitlog import AppendMessageResult, CommitLog
@@ -52,7 +51,7 @@ from storage.message import (
     MessageExtBrokerInner,
 )
 from storage.message_id import decode_message_id
-from storage.page_warmer import PageWarmer
+from storage.page_warmer import page_warmer_for
 from storage.put_checks import check_batch_rules, check_body_size, check_store_status
 from storage.record import MessageRecord, decode_record, message_size_from_head
 from storage.recovery import recover_store
@@ -204,10 +203,7 @@ class DefaultMessageStore:
             self.commit_service = CommitRealTimeService(queue, config, flush, flags)
             self.commit_service.start()
         flush.start()
-        warmer = self._page_warmer()
-        if warmer is not None:
-            self.commit_log.page_warmer = warmer
-            warmer.start()
+        self.commit_log.page_warmer = page_warmer_for(config, pooled=self.pool is not None)
         self.reput.start()
         self._cq_flusher = FlushConsumeQueueService(self)
         self._cq_flusher.start()
@@ -215,13 +211,6 @@ class DefaultMessageStore:
         self.clean_service.check_disk()
         self.clean_service.start()
         self._started = True
-
-    def _page_warmer(self) -> PageWarmer | None:
-        """The CommitLog's page warmer, where it can run (page_warmer.py)."""
-        if (not self.config.warm_commit_log_pages or self.pool is not None
-                or speedups.store_core is None):
-            return None
-        return PageWarmer(speedups.store_core.populate_write)
 
     def shutdown(self) -> None:
         """Stop services, flush everything, write the checkpoint and remove the abort file."""

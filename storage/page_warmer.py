@@ -21,6 +21,8 @@ import errno
 import logging
 from collections.abc import Callable
 
+from common import speedups
+from storage.config import MessageStoreConfig
 from storage.service_thread import ServiceThread
 
 log = logging.getLogger(__name__)
@@ -78,3 +80,13 @@ class PageWarmer(ServiceThread):
         elif rc == 0:
             self.warmed_bytes += end - start
         # else unmapped meanwhile, or out of memory: the writer faults as it would anyway
+
+
+def page_warmer_for(config: MessageStoreConfig, pooled: bool) -> PageWarmer | None:
+    """A started warmer for a store, where one can run: asked for (``warmCommitLogPages``), the
+    compiled core built, and no write buffers (a pool's buffers are warm already)."""
+    if not config.warm_commit_log_pages or pooled or speedups.store_core is None:
+        return None
+    warmer = PageWarmer(speedups.store_core.populate_write)
+    warmer.start()
+    return warmer

@@ -167,10 +167,11 @@ class RemotingConnection(asyncio.Protocol):
             return
         finally:
             self._draining = False
-        if self._corked is not None:
-            # The answers to this read's frames leave now, before whatever the loop runs next
-            # (the dispatch of what they appended): a sender waits on them, nobody on that.
-            self._uncork()
+            if self._corked is not None:
+                # The answers to this read's frames leave now, before whatever the loop runs
+                # next (the dispatch of what they appended): a sender waits on them, nobody on
+                # that. Whatever ended the read, nothing corked is left without a write coming.
+                self._uncork()
         self._update_reading()
         if not decoder.pending or self._reading_paused:
             # Nothing left, or we are not reading: the peer cannot be blamed for what waits.

@@ -118,3 +118,29 @@ def test_the_answers_to_a_read_leave_before_what_its_handling_scheduled():
     during, order = asyncio.run(scenario())
     assert during == ["answer"]  # written before data_received returned
     assert order == ["answer", "dispatch"]
+
+
+def test_answers_corked_in_a_read_that_fails_midway_are_still_written():
+    # Whatever ends a read's handling early, nothing corked may wait for a write never coming.
+    async def scenario():
+        connection = RemotingConnection(lambda connection, command: command.make_response(0))
+        transport = RecordingTransport()
+        connection.connection_made(transport)
+        decoder = connection._decoder
+        real_next = decoder.next_command
+        calls = []
+
+        def next_command():
+            calls.append(1)
+            if len(calls) == 2:
+                raise RuntimeError("injected: the read's handling stopped")
+            return real_next()
+
+        decoder.next_command = next_command
+        try:
+            connection.data_received(encode(request(1000, opaque=7)) + encode(request(1000, opaque=8)))
+        except RuntimeError:
+            pass
+        return transport.writes
+
+    assert _answers(asyncio.run(scenario())) == [7]
