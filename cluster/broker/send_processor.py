@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable
 
 from cluster.broker.headers import SendMessageRequestHeader, checked
 from cluster.broker.topic_config import PERM_READ, PERM_WRITE
-from cluster.remoting.codec import RemotingCommand
+from cluster.remoting.codec import RemotingCommand, SerializeType
 from cluster.remoting.codes import RequestCode, ResponseCode
+from cluster.remoting.connection import HandlerResult, Response
+from cluster.remoting.frame_template import SendAnswerTemplate
 from cluster.topic_validator import (
     DLQ_GROUP_TOPIC_PREFIX,
     NOT_ALLOWED_SEND_TOPICS,
@@ -80,6 +81,7 @@ def peer_host(connection) -> tuple[str, int]:
 class SendMessageProcessor:
     def __init__(self, broker) -> None:
         self.broker = broker
+        self._answers = SendAnswerTemplate()
 
     def register_with(self, server) -> None:
         for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2,
@@ -88,7 +90,7 @@ class SendMessageProcessor:
 
     @checked(SendMessageRequestHeader)
     def process(self, connection, command: RemotingCommand,
-                header: SendMessageRequestHeader) -> RemotingCommand | Awaitable[RemotingCommand]:
+                header: SendMessageRequestHeader) -> HandlerResult:
         """The response at once, unless it must wait for the disk or a slave (then an
         awaitable of it): a send to an ASYNC_FLUSH, ASYNC_MASTER broker takes no task."""
         broker = self.broker
@@ -184,7 +186,7 @@ class SendMessageProcessor:
         return self._put(command, msg, transaction_id)
 
     def _put(self, command, msg: MessageExtBrokerInner,
-             transaction_id: str | None) -> RemotingCommand | Awaitable[RemotingCommand]:
+             transaction_id: str | None) -> HandlerResult:
         if msg.sys_flag & TRANSACTION_TYPE_MASK in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
             # Prepared and rolled-back records get no queue offset: stored in a real topic they
             # would be invisible forever. Half messages come only through TRAN_MSG above.
@@ -199,7 +201,7 @@ class SendMessageProcessor:
                             transaction_id)
 
     def _answer(self, command, topic, result, waiter, wait: bool,
-                transaction_id=None) -> RemotingCommand | Awaitable[RemotingCommand]:
+                transaction_id=None) -> HandlerResult:
         """The SendMessageResponseHeader, once the put is as durable as the config asks."""
         sync_master = (self.broker.ha_service is not None and wait
                        and self.broker.store_config.broker_role is BrokerRole.SYNC_MASTER)
@@ -208,19 +210,25 @@ class SendMessageProcessor:
         return self._answer_when_durable(command, topic, result, waiter, wait, transaction_id)
 
     async def _answer_when_durable(self, command, topic, result, waiter, wait: bool,
-                                   transaction_id) -> RemotingCommand:
+                                   transaction_id) -> Response:
         status = await self._await_durable(result, waiter, wait)
         return self._response(command, topic, result, status, transaction_id)
 
-    def _response(self, command, topic, result, status, transaction_id) -> RemotingCommand:
+    def _response(self, command, topic, result, status, transaction_id) -> Response:
         config = self.broker.config
         append = result.append
+        self.broker.stats.record_send(topic, append.msg_num, len(command.body))
+        code = _STATUS_CODES.get(status, ResponseCode.SYSTEM_ERROR)
+        if code == ResponseCode.SUCCESS and transaction_id is None \
+                and command.serialize_type is SerializeType.JSON:
+            # Nearly every answer: the frame from a template, no command to build and encode.
+            return self._answers.frame(command.opaque, config.region_id,
+                                       "true" if config.trace_on else "false", append.msg_id,
+                                       append.queue_id, append.logics_offset)
         fields = {"msgId": append.msg_id, "queueId": append.queue_id,
                   "queueOffset": append.logics_offset, "MSG_REGION": config.region_id,
                   "TRACE_ON": config.trace_on, "transactionId": transaction_id}
-        self.broker.stats.record_send(topic, append.msg_num, len(command.body))
-        return command.make_response(_STATUS_CODES.get(status, ResponseCode.SYSTEM_ERROR),
-                                     ext_fields=fields)
+        return command.make_response(code, ext_fields=fields)
 
     def _send_batch(self, command, header, topic, queue_id, sys_flag, born_host, born_ts):
         broker = self.broker

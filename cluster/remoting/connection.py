@@ -37,8 +37,10 @@ log = logging.getLogger(__name__)
 
 # Handles one incoming request: returns the response (None for oneway requests), or an
 # awaitable of it when the answer has to wait (a flush, a slave, a long poll). Answering at once
-# spares a request the task, and the loop iteration, that an await costs.
-HandlerResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
+# spares a request the task, and the loop iteration, that an await costs. A response may come
+# already encoded, as a whole frame (hot answers written from a template: frame_template.py).
+Response = RemotingCommand | bytes | None
+HandlerResult = Response | Awaitable[Response]
 RequestHandler = Callable[["RemotingConnection", RemotingCommand], HandlerResult]
 
 
@@ -230,8 +232,7 @@ class RemotingConnection(asyncio.Protocol):
         self._inflight_bytes += size
         task.add_done_callback(functools.partial(self._request_done, size))
 
-    async def _handle(self, command: RemotingCommand,
-                      pending: Awaitable[RemotingCommand | None]) -> None:
+    async def _handle(self, command: RemotingCommand, pending: Awaitable[Response]) -> None:
         try:
             response = await pending
         except asyncio.CancelledError:
@@ -247,11 +248,14 @@ class RemotingConnection(asyncio.Protocol):
         return command.make_response(
             1, f"the server failed to process request code {command.code}; see its log")
 
-    def _reply(self, command: RemotingCommand, response: RemotingCommand | None) -> None:
+    def _reply(self, command: RemotingCommand, response: RemotingCommand | bytes | None) -> None:
         if response is None or command.is_oneway:
             return
         try:
-            self.send(response)
+            if type(response) is bytes:  # an answer its processor encoded from a template
+                self.send_frame(response)
+            else:
+                self.send(response)  # type: ignore[arg-type]
         except LocalProtocolError as exc:  # e.g. a body over the frame limit
             log.warning("answer to request %d from %s cannot be sent: %s", command.code,
                         self.remote_address, exc)
@@ -287,7 +291,11 @@ class RemotingConnection(asyncio.Protocol):
         return self._corked_bytes + self._transport.get_write_buffer_size()
 
     def send(self, command: RemotingCommand) -> None:
-        """Write a command (a response, or a oneway request) without waiting.
+        """Write a command (a response, or a oneway request) without waiting."""
+        self.send_frame(encode(command))
+
+    def send_frame(self, frame: bytes) -> None:
+        """Write an encoded frame (see frame_template.py) without waiting.
 
         Frames written in one loop iteration leave in one write at its end (one system call
         for the answers to a whole burst of pipelined requests, or for a client's concurrent
@@ -295,7 +303,6 @@ class RemotingConnection(asyncio.Protocol):
         transport = self._transport
         if transport is None or transport.is_closing():
             raise RemotingConnectError(f"connection to {self.remote_address} is closed")
-        frame = encode(command)
         corked = self._corked
         if corked is None:
             self._corked = [frame]
