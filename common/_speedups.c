@@ -1404,6 +1404,149 @@ java_hash_unsigned(PyObject *module, PyObject *const *args, Py_ssize_t nargs, Py
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* Request headers: the straight-line decoder of cluster/remoting/header.py, field by field.    */
+
+enum { FIELD_INT = 0, FIELD_BOOL = 1, FIELD_TEXT = 2 };
+
+/* A decimal int64 written plainly: an optional '-' and 1 to 18 ASCII digits (so no overflow).
+ * 0 with *out set, -1 for anything else (the reference parses or refuses it). */
+static int
+plain_int(PyObject *raw, long long *out)
+{
+    if (!PyUnicode_IS_ASCII(raw))
+        return -1;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(raw);
+    const char *p = (const char *)PyUnicode_1BYTE_DATA(raw);
+    int negative = (n > 0 && p[0] == '-');
+    Py_ssize_t digits = n - negative;
+    if (digits < 1 || digits > 18)
+        return -1;
+    long long value = 0;
+    for (Py_ssize_t i = negative; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return -1;
+        value = value * 10 + (p[i] - '0');
+    }
+    *out = negative ? -value : value;
+    return 0;
+}
+
+/* "true" in any ASCII case: 1, anything else ASCII: 0, non-ASCII: -1 (str.lower() decides). */
+static int
+ascii_true(PyObject *raw)
+{
+    if (!PyUnicode_IS_ASCII(raw))
+        return -1;
+    if (PyUnicode_GET_LENGTH(raw) != 4)
+        return 0;
+    const char *p = (const char *)PyUnicode_1BYTE_DATA(raw);
+    return (p[0] | 0x20) == 't' && (p[1] | 0x20) == 'r' && (p[2] | 0x20) == 'u'
+        && (p[3] | 0x20) == 'e';
+}
+
+/* One field into target[attr]: 1 done, 0 for the reference to decide, -1 on a Python error. */
+static int
+decode_header_field(PyObject *values, PyObject *spec, int aliased, PyObject *target)
+{
+    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 9)
+        return 0;
+    PyObject *attr = PyTuple_GET_ITEM(spec, 0), *name = PyTuple_GET_ITEM(spec, 1);
+    PyObject *shortname = PyTuple_GET_ITEM(spec, 2);
+    long kind = PyLong_AsLong(PyTuple_GET_ITEM(spec, 3));
+    if (kind == -1 && PyErr_Occurred())
+        return -1;
+    PyObject *raw = PyDict_GetItemWithError(values, name);  /* borrowed */
+    if (raw == NULL && PyErr_Occurred())
+        return -1;
+    if (raw == NULL && aliased && shortname != Py_None) {
+        raw = PyDict_GetItemWithError(values, shortname);
+        if (raw == NULL && PyErr_Occurred())
+            return -1;
+    }
+    PyObject *value;
+    if (raw != NULL && !PyUnicode_Check(raw))
+        return 0;
+    if (raw != NULL && str_ready(raw) < 0)
+        return -1;
+    if (raw == NULL || PyUnicode_GET_LENGTH(raw) == 0) {
+        /* Absent or empty: Java leaves the field null; a required one is the reference's. */
+        int required = PyObject_IsTrue(PyTuple_GET_ITEM(spec, 7));
+        if (required != 0)
+            return required < 0 ? -1 : 0;
+        value = PyTuple_GET_ITEM(spec, 6);
+        Py_INCREF(value);
+    }
+    else if (kind == FIELD_INT) {
+        long long number, minimum, maximum;
+        if (plain_int(raw, &number) < 0)
+            return 0;
+        minimum = PyLong_AsLongLong(PyTuple_GET_ITEM(spec, 4));
+        if (minimum == -1 && PyErr_Occurred())
+            return -1;
+        maximum = PyLong_AsLongLong(PyTuple_GET_ITEM(spec, 5));
+        if (maximum == -1 && PyErr_Occurred())
+            return -1;
+        if (number < minimum || number > maximum)
+            return 0;
+        value = PyLong_FromLongLong(number);
+        if (value == NULL)
+            return -1;
+    }
+    else if (kind == FIELD_BOOL) {
+        int truth = ascii_true(raw);
+        if (truth < 0)
+            return 0;
+        value = truth ? Py_True : Py_False;
+        Py_INCREF(value);
+    }
+    else if (kind == FIELD_TEXT) {
+        Py_ssize_t limit = PyLong_AsSsize_t(PyTuple_GET_ITEM(spec, 8));
+        if (limit == -1 && PyErr_Occurred())
+            return -1;
+        if (limit >= 0 && PyUnicode_GET_LENGTH(raw) > limit)
+            return 0;
+        value = raw;
+        Py_INCREF(value);
+    }
+    else {
+        return 0;
+    }
+    int failed = PyDict_SetItem(target, attr, value);
+    Py_DECREF(value);
+    return failed < 0 ? -1 : 1;
+}
+
+PyDoc_STRVAR(decode_header_fields_doc,
+"decode_header_fields(values, plan, aliased, target) -> bool\n\n"
+"Decode a request's extFields into target (a header's __dict__) by the plan, a tuple of\n"
+"(attr, name, short name or None, kind 0 int / 1 bool / 2 text, minimum, maximum, default,\n"
+"required, max length or -1) a field. False for anything the reference decoder must decide.");
+
+static PyObject *
+decode_header_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "decode_header_fields() takes 4 arguments");
+        return NULL;
+    }
+    PyObject *values = args[0], *plan = args[1], *target = args[3];
+    int aliased = PyObject_IsTrue(args[2]);
+    if (aliased < 0)
+        return NULL;
+    if (!PyDict_Check(values) || !PyTuple_Check(plan) || !PyDict_Check(target))
+        Py_RETURN_FALSE;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(plan); i++) {
+        int done = decode_header_field(values, PyTuple_GET_ITEM(plan, i), aliased, target);
+        if (done < 0)
+            return NULL;
+        if (done == 0)
+            Py_RETURN_FALSE;
+    }
+    Py_RETURN_TRUE;
+}
+
+/* ------------------------------------------------------------------------------------------ */
 
 static PyMethodDef methods[] = {
     {"decode_json_header", (PyCFunction)decode_json_header, METH_O, decode_json_header_doc},
@@ -1412,6 +1555,8 @@ static PyMethodDef methods[] = {
      encode_json_header_doc},
     {"encode_binary_header", (PyCFunction)(void (*)(void))encode_binary_header, METH_FASTCALL,
      encode_binary_header_doc},
+    {"decode_header_fields", (PyCFunction)(void (*)(void))decode_header_fields, METH_FASTCALL,
+     decode_header_fields_doc},
     {"java_hash_unsigned", (PyCFunction)(void (*)(void))java_hash_unsigned,
      METH_FASTCALL | METH_KEYWORDS, java_hash_unsigned_doc},
     {NULL, NULL, 0, NULL},

@@ -24,6 +24,7 @@ from cluster.client.trace import TraceDispatcher, encode_pub, inner_producer_gro
 from cluster.remoting.codec import RemotingCommand, request
 from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.errors import BrokerResponseError, RemotingError
+from cluster.remoting.frame_template import PreparedRequest, RequestTemplate
 from storage.message import (
     COMPRESSED_FLAG,
     TRANSACTION_COMMIT_TYPE,
@@ -77,6 +78,7 @@ class Producer:
         self.default_topic_queue_nums = default_topic_queue_nums
         self.publish_info: dict[str, TopicPublishInfo] = {}
         self.ids = UniqIdGenerator()
+        self._templates: dict[tuple[int, str, int], RequestTemplate] = {}
         self._started = False
 
     async def start(self) -> None:
@@ -144,7 +146,7 @@ class Producer:
 
     def _request(self, msg: Message, mq: MessageQueue, uniq: str, code=RequestCode.SEND_MESSAGE_V2,
                  body: bytes | None = None, batch: bool = False, props: dict | None = None
-                 ) -> RemotingCommand:
+                 ) -> PreparedRequest:
         sys_flag = 0
         data = msg.body if body is None else body
         if (props or msg.properties).get("TRAN_MSG") == "true":
@@ -155,11 +157,18 @@ class Producer:
         if props is None:
             props = msg.all_properties()
             props.setdefault("UNIQ_KEY", uniq)
-        fields = {"a": self.group, "b": msg.topic, "c": AUTO_CREATE_TOPIC_KEY,
-                  "d": self.default_topic_queue_nums, "e": mq.queue_id, "f": sys_flag,
-                  "g": int(time.time() * 1000), "h": msg.flag, "i": properties_to_string(props),
-                  "j": 0, "k": False, "m": batch}
-        return request(code, fields, data)
+        # The header as SendMessageRequestHeaderV2's fields a..m, framed from a template: the
+        # same bytes as request(code, fields, data) encoded, with no command object a send.
+        key = (code, self.group, self.default_topic_queue_nums)
+        template = self._templates.get(key)
+        if template is None:
+            template = self._templates[key] = RequestTemplate(code, {
+                "a": self.group, "b": None, "c": AUTO_CREATE_TOPIC_KEY,
+                "d": str(self.default_topic_queue_nums), "e": None, "f": None, "g": None,
+                "h": None, "i": None, "j": "0", "k": "false", "m": None})
+        return template.prepare(
+            (msg.topic, str(mq.queue_id), str(sys_flag), str(int(time.time() * 1000)),
+             str(msg.flag), properties_to_string(props), "true" if batch else "false"), data)
 
     def _result(self, response: RemotingCommand, mq: MessageQueue, uniq: str) -> SendResult:
         status = _STATUS.get(response.code)

@@ -7,6 +7,7 @@ import asyncio
 from cluster.remoting.codec import RemotingCommand
 from cluster.remoting.connection import RemotingConnection, RequestHandler
 from cluster.remoting.errors import RemotingConnectError
+from cluster.remoting.frame_template import PreparedRequest
 
 DEFAULT_TIMEOUT = 3.0  # mqClientApiTimeout
 CONNECT_TIMEOUT = 3.0
@@ -55,13 +56,14 @@ class RemotingClient:
         if self._connections.get(address) is connection:
             del self._connections[address]
 
-    async def invoke(self, address: str, request: RemotingCommand,
+    async def invoke(self, address: str, request: RemotingCommand | PreparedRequest,
                      timeout: float = DEFAULT_TIMEOUT) -> RemotingCommand:
         """Send a request to ``address`` and wait for the response."""
         connection = await self.connection(address)
         return await connection.invoke(request, timeout)
 
-    async def invoke_oneway(self, address: str, request: RemotingCommand) -> None:
+    async def invoke_oneway(self, address: str,
+                            request: RemotingCommand | PreparedRequest) -> None:
         connection = await self.connection(address)
         connection.invoke_oneway(request)
 

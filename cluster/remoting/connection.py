@@ -32,6 +32,7 @@ from cluster.remoting.errors import (
     RemotingConnectError,
     RemotingTimeoutError,
 )
+from cluster.remoting.frame_template import PreparedRequest
 
 log = logging.getLogger(__name__)
 
@@ -336,7 +337,8 @@ class RemotingConnection(asyncio.Protocol):
                         flow.max_write_buffer)
             self.close(CloseReason.WRITE_BUFFER_FULL)
 
-    async def invoke(self, request: RemotingCommand, timeout: float) -> RemotingCommand:
+    async def invoke(self, request: RemotingCommand | PreparedRequest,
+                     timeout: float) -> RemotingCommand:
         """Send a request and wait for its response."""
         opaque = next(self._opaques) & 0x7FFFFFFF
         loop = asyncio.get_running_loop()
@@ -346,7 +348,10 @@ class RemotingConnection(asyncio.Protocol):
         # cancellation round trip for each of thousands of requests a second.
         expiry = loop.call_later(timeout, _expire, future)
         try:
-            self.send(_with_opaque(request, opaque, request.flag & ~0b10))
+            if isinstance(request, PreparedRequest):  # a hot request, framed from its template
+                self.send_frame(request.frame(opaque))
+            else:
+                self.send(_with_opaque(request, opaque, request.flag & ~0b10))
             return await future
         except _Expired as exc:
             raise RemotingTimeoutError(
@@ -356,10 +361,13 @@ class RemotingConnection(asyncio.Protocol):
             expiry.cancel()
             self._pending.pop(opaque, None)  # a late reply is dropped, never misread
 
-    def invoke_oneway(self, request: RemotingCommand) -> None:
+    def invoke_oneway(self, request: RemotingCommand | PreparedRequest) -> None:
         """Send a request that gets no response."""
         opaque = next(self._opaques) & 0x7FFFFFFF
-        self.send(_with_opaque(request, opaque, request.flag | 0b10))
+        if isinstance(request, PreparedRequest):
+            self.send_frame(request.frame(opaque, oneway=True))
+        else:
+            self.send(_with_opaque(request, opaque, request.flag | 0b10))
 
     def close(self, reason: CloseReason = CloseReason.LOCAL_CLOSE) -> None:
         """Close once, failing every waiter with the reason.

@@ -22,6 +22,7 @@ from typing import Final
 
 from cluster.remoting.codec import (
     FRAME_MAX,
+    ONEWAY_FLAG,
     RESPONSE_FLAG,
     RemotingCommand,
     SerializeType,
@@ -73,6 +74,47 @@ class FrameTemplate:
                                      f"{FRAME_MAX}-byte limit")
         return b"".join(((4 + size + len(body)).to_bytes(4, "big"), size.to_bytes(4, "big"),
                          header, body))
+
+
+class RequestTemplate:
+    """A request's two templates, sent with an answer wanted or oneway (the flag differs)."""
+
+    __slots__ = ("_fields", "_oneway", "_twoway", "code")
+
+    def __init__(self, code: int, fields: Mapping[str, str | None]) -> None:
+        self.code = code
+        self._fields = dict(fields)
+        self._twoway = FrameTemplate(code, fields)
+        self._oneway: FrameTemplate | None = None  # built if ever used
+
+    def prepare(self, values: Sequence[str], body: bytes = b"") -> PreparedRequest:
+        """This request with these values and body, framed once its opaque is known."""
+        return PreparedRequest(self, values, body)
+
+    def frame(self, opaque: int, values: Sequence[str], body: bytes, oneway: bool) -> bytes:
+        if not oneway:
+            return self._twoway.frame(opaque, values, body)
+        if self._oneway is None:
+            self._oneway = FrameTemplate(self.code, self._fields, flag=ONEWAY_FLAG)
+        return self._oneway.frame(opaque, values, body)
+
+
+class PreparedRequest:
+    """A request to be framed from its template when the connection gives it an opaque."""
+
+    __slots__ = ("body", "template", "values")
+
+    def __init__(self, template: RequestTemplate, values: Sequence[str], body: bytes) -> None:
+        self.template = template
+        self.values = values
+        self.body = body
+
+    @property
+    def code(self) -> int:
+        return self.template.code
+
+    def frame(self, opaque: int, oneway: bool = False) -> bytes:
+        return self.template.frame(opaque, self.values, self.body, oneway)
 
 
 class SendAnswerTemplate:
@@ -138,4 +180,4 @@ def _unique(text: str, marker: str) -> int:
     return at
 
 
-__all__ = ["FrameTemplate", "SendAnswerTemplate"]
+__all__ = ["FrameTemplate", "PreparedRequest", "RequestTemplate", "SendAnswerTemplate"]
