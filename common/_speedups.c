@@ -560,6 +560,8 @@ PyDoc_STRVAR(decode_json_header_doc,
 "(code, opaque, flag, remark, ext_fields, language, version) as codec._decode_json_header\n"
 "reads them, or None when the pure path must decide.");
 
+static PyObject *json_header_at(const unsigned char *p, const unsigned char *end);
+
 static PyObject *
 decode_json_header(PyObject *module, PyObject *arg)
 {
@@ -567,7 +569,13 @@ decode_json_header(PyObject *module, PyObject *arg)
     if (!PyBytes_Check(arg))
         Py_RETURN_NONE;
     const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(arg);
-    const unsigned char *end = p + PyBytes_GET_SIZE(arg);
+    return json_header_at(p, p + PyBytes_GET_SIZE(arg));
+}
+
+/* decode_json_header's work on the header's bytes wherever they are (a frame in a buffer). */
+static PyObject *
+json_header_at(const unsigned char *p, const unsigned char *end)
+{
     long long code = 0, opaque = 0, flag = 0, version = 0;
     PyObject *remark = NULL, *ext = NULL, *language = NULL;
 
@@ -760,14 +768,21 @@ PyDoc_STRVAR(decode_binary_header_doc,
 "(code, opaque, flag, remark, ext_fields, language, version) of a ROCKETMQ header as\n"
 "codec._decode_binary_header reads them, or None when that raises.");
 
+static PyObject *binary_header_at(const unsigned char *buffer, Py_ssize_t size);
+
 static PyObject *
 decode_binary_header(PyObject *module, PyObject *arg)
 {
     (void)module;
     if (!PyBytes_Check(arg))
         Py_RETURN_NONE;
-    const unsigned char *buffer = (const unsigned char *)PyBytes_AS_STRING(arg);
-    Py_ssize_t size = PyBytes_GET_SIZE(arg);
+    return binary_header_at((const unsigned char *)PyBytes_AS_STRING(arg), PyBytes_GET_SIZE(arg));
+}
+
+/* decode_binary_header's work on the header's bytes wherever they are. */
+static PyObject *
+binary_header_at(const unsigned char *buffer, Py_ssize_t size)
+{
     PyObject *remark = NULL, *fields = NULL;
     if (size < 17) /* the fixed part and the remark length */
         Py_RETURN_NONE;
@@ -1404,6 +1419,72 @@ java_hash_unsigned(PyObject *module, PyObject *const *args, Py_ssize_t nargs, Py
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* Frames: FrameDecoder.next_command's split and decode_frame, on the receive buffer itself.     */
+
+PyDoc_STRVAR(split_frame_doc,
+"split_frame(buffer: bytearray, start: int, max_frame: int) -> tuple | None | False\n\n"
+"The frame at buffer[start:] as (end, code, opaque, flag, remark, ext_fields, language,\n"
+"version, serialize type, body); None while it is not whole; False for anything the pure\n"
+"FrameDecoder must decide (it raises the precise error, or decodes what this does not).");
+
+static PyObject *
+split_frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    Py_ssize_t start, max_frame;
+    if (nargs != 3 || !PyByteArray_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "split_frame(bytearray, int, int)");
+        return NULL;
+    }
+    if (ssize_arg(args[1], &start) < 0 || ssize_arg(args[2], &max_frame) < 0)
+        return NULL;
+    const unsigned char *buffer = (const unsigned char *)PyByteArray_AS_STRING(args[0]);
+    Py_ssize_t size = PyByteArray_GET_SIZE(args[0]);
+    if (start < 0 || start > size)
+        Py_RETURN_FALSE;
+    if (size - start < 4)
+        Py_RETURN_NONE;
+    int32_t total = read_i32(buffer + start);
+    if (total < 4 || total > max_frame)
+        Py_RETURN_FALSE;
+    if (size - start - 4 < total)
+        Py_RETURN_NONE;
+    const unsigned char *frame = buffer + start + 4;
+    uint32_t mark = (uint32_t)read_i32(frame);
+    int serialize = (int)((mark >> 24) & 0xFF);
+    Py_ssize_t header_length = (Py_ssize_t)(mark & 0xFFFFFF);
+    if (header_length > total - 4)
+        Py_RETURN_FALSE;
+    PyObject *fields;
+    if (serialize == 0)
+        fields = json_header_at(frame + 4, frame + 4 + header_length);
+    else if (serialize == 1)
+        fields = binary_header_at(frame + 4, header_length);
+    else
+        Py_RETURN_FALSE;
+    if (fields == NULL)
+        return NULL;
+    if (fields == Py_None) {
+        Py_DECREF(fields);
+        Py_RETURN_FALSE;
+    }
+    PyObject *body = PyBytes_FromStringAndSize((const char *)frame + 4 + header_length,
+                                               total - 4 - header_length);
+    if (body == NULL) {
+        Py_DECREF(fields);
+        return NULL;
+    }
+    /* fields: (code, opaque, flag, remark, ext_fields, language, version) */
+    PyObject *result = Py_BuildValue("(nOOOOOOOiN)", start + 4 + (Py_ssize_t)total,
+                                     PyTuple_GET_ITEM(fields, 0), PyTuple_GET_ITEM(fields, 1),
+                                     PyTuple_GET_ITEM(fields, 2), PyTuple_GET_ITEM(fields, 3),
+                                     PyTuple_GET_ITEM(fields, 4), PyTuple_GET_ITEM(fields, 5),
+                                     PyTuple_GET_ITEM(fields, 6), serialize, body);
+    Py_DECREF(fields);
+    return result;
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* Request headers: the straight-line decoder of cluster/remoting/header.py, field by field.    */
 
 enum { FIELD_INT = 0, FIELD_BOOL = 1, FIELD_TEXT = 2 };
@@ -1555,6 +1636,7 @@ static PyMethodDef methods[] = {
      encode_json_header_doc},
     {"encode_binary_header", (PyCFunction)(void (*)(void))encode_binary_header, METH_FASTCALL,
      encode_binary_header_doc},
+    {"split_frame", (PyCFunction)(void (*)(void))split_frame, METH_FASTCALL, split_frame_doc},
     {"decode_header_fields", (PyCFunction)(void (*)(void))decode_header_fields, METH_FASTCALL,
      decode_header_fields_doc},
     {"java_hash_unsigned", (PyCFunction)(void (*)(void))java_hash_unsigned,

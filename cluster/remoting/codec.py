@@ -363,6 +363,8 @@ def _compiled(core: ModuleType) -> HeaderCodec:
 COMPILED: Final = None if speedups.core is None else _compiled(speedups.core)
 # Resolved once, here: the frame functions read these module globals (tests swap them).
 _decode_json, _decode_binary, _encode_json, _encode_binary = COMPILED or PURE
+# The compiled FrameDecoder step (split and decode in one call), None on the pure path.
+_split_frame: Callable | None = None if speedups.core is None else speedups.core.split_frame
 
 
 class FrameDecoder:
@@ -392,6 +394,20 @@ class FrameDecoder:
         """The next whole command, or None until more bytes arrive."""
         buffer = self._buffer
         start = self._start
+        split = _split_frame
+        if split is not None:  # the compiled core: split and decode on the buffer, one copy
+            found = split(buffer, start, self.max_frame)
+            if found is None:
+                return None
+            if found is not False:  # False: what it does not decode, the code below decides
+                (end, code, opaque, flag, remark, ext_fields, language, version, serialize,
+                 body) = found
+                self._start = end
+                if end == len(buffer):
+                    buffer.clear()
+                    self._start = 0
+                return RemotingCommand(code, opaque, flag, remark, ext_fields, body, language,
+                                       version, _ROCKETMQ if serialize else _JSON)
         if len(buffer) - start < 4:
             return None
         (total,) = LENGTH.unpack_from(buffer, start)
