@@ -135,12 +135,13 @@ class FlushRealTimeService(ServiceThread):
         if self.queue.store_timestamp > 0:
             self.checkpoint.physic_msg_timestamp = self.queue.store_timestamp
 
-    def wakeup_if_due(self) -> None:
-        """After a put: wake the flush only once it has ``flushCommitLogLeastPages`` to write.
-        A wakeup per put would find nothing to flush most of the time and still take the
-        interpreter lock from the put path on every message."""
+    def wakeup_if_due(self, written_to: int) -> None:
+        """After a put that wrote up to ``written_to``: wake the flush only once it has
+        ``flushCommitLogLeastPages`` to write. A wakeup per put would find nothing to flush
+        most of the time and still take the interpreter lock from the put path on every
+        message. (The put's own end, not the queue's: no walk to the last file a put.)"""
         least = self.config.flush_commit_log_least_pages * OS_PAGE_SIZE
-        if self.queue.get_max_offset() - self.queue.flushed_where >= least:
+        if written_to - self.queue.flushed_where >= least:
             self.wakeup()
 
     def _flush(self, least_pages: int) -> bool:

@@ -319,8 +319,12 @@ class MessageExtBrokerInner:
         """RocketMQ waits for flush/replication unless WAIT is present and not "true"."""
         wait = self._wait
         if wait is None:  # asked twice a put (the flush request, the answer): read once
-            if self._properties is None and "WAIT\x01" not in self.properties_string:
+            text = self.properties_string
+            if self._properties is None and "WAIT\x01" not in text:
                 wait = True
+            elif self._properties is None and text.count("WAIT\x01") == 1 and (
+                    text.startswith("WAIT\x01true\x02") or "\x02WAIT\x01true\x02" in text):
+                wait = True  # what every RocketMQ producer sends, read without parsing
             else:
                 value = self.get_property(PROPERTY_WAIT_STORE_MSG_OK)
                 wait = value is None or value.lower() == "true"

@@ -345,7 +345,7 @@ class DefaultMessageStore:
         if self.commit_service is not None:
             self.commit_service.wakeup()
         elif service is not None:
-            service.wakeup_if_due()
+            service.wakeup_if_due(append.next_offset)
         return None
 
     def put_message(self, msg: MessageExtBrokerInner) -> PutMessageResult:

@@ -165,10 +165,10 @@ class Producer:
             template = self._templates[key] = RequestTemplate(code, {
                 "a": self.group, "b": None, "c": AUTO_CREATE_TOPIC_KEY,
                 "d": str(self.default_topic_queue_nums), "e": None, "f": None, "g": None,
-                "h": None, "i": None, "j": "0", "k": "false", "m": None})
+                "h": None, "i": None, "j": "0", "k": "false", "m": None}, plain=_PLAIN_FIELDS)
         return template.prepare(
-            (msg.topic, str(mq.queue_id), str(sys_flag), str(int(time.time() * 1000)),
-             str(msg.flag), properties_to_string(props), "true" if batch else "false"), data)
+            (msg.topic, mq.queue_id, sys_flag, int(time.time() * 1000), msg.flag,
+             properties_to_string(props), "true" if batch else "false"), data)
 
     def _result(self, response: RemotingCommand, mq: MessageQueue, uniq: str) -> SendResult:
         status = _STATUS.get(response.code)
@@ -286,6 +286,10 @@ class Producer:
             raise
         self._fault(target.broker_name, begin, isolation=False)
         return self._result(response, target, ",".join(ids))
+
+
+# SendMessageRequestHeaderV2 fields that are numbers or booleans: written with no escaping.
+_PLAIN_FIELDS = frozenset({"e", "f", "g", "h", "m"})
 
 
 def _with_uniq(properties: dict[str, str], uniq: str) -> dict[str, str]:

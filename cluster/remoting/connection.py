@@ -225,7 +225,11 @@ class RemotingConnection(asyncio.Protocol):
             result = self._handler(self, command)
         except Exception:
             result = self._failed(command)
-        if not inspect.isawaitable(result):
+        kind = type(result)
+        if kind is bytes or kind is RemotingCommand or result is None:  # answered at once
+            self._reply(command, result)  # type: ignore[arg-type]
+            return
+        if not inspect.isawaitable(result):  # (asked last: its ABC check is slow)
             self._reply(command, result)
             return
         task = asyncio.get_running_loop().create_task(self._handle(command, result))

@@ -17,6 +17,7 @@ told otherwise). Callers encode other shapes the usual way.
 from __future__ import annotations
 
 import json.encoder
+import struct
 from collections.abc import Mapping, Sequence
 from typing import Final
 
@@ -35,23 +36,29 @@ from cluster.remoting.errors import LocalProtocolError
 _quoted = json.encoder.encode_basestring
 _OPAQUE_MARK: Final = 1_987_654_321  # a marker value: decimal digits no other field contains
 _PREFIX_LENGTH: Final = 8  # frame length i32 + serialize type and header length i32
+_FRAME_PREFIX: Final = struct.Struct(">ii")
 
 
 class FrameTemplate:
     """Frames of ``code`` whose extFields are ``fields``: a value is fixed, or None for one
     given to :meth:`frame` in the order of the mapping. Bodies are appended as they are."""
 
-    __slots__ = ("_format", "_order", "_variables", "code")
+    __slots__ = ("_format", "_order", "_plain", "_variables", "code")
 
     def __init__(self, code: int, fields: Mapping[str, str | None], *, flag: int = 0,
-                 language: str = "JAVA", version: int = CURRENT_VERSION) -> None:
+                 language: str = "JAVA", version: int = CURRENT_VERSION,
+                 plain: frozenset[str] = frozenset()) -> None:
+        """``plain`` names values that JSON never escapes (digits, hex ids): they are put in
+        as given, and may be ints."""
         self.code = code
         self._variables = tuple(name for name, value in fields.items() if value is None)
+        self._plain = tuple(name in plain for name in self._variables)
         # Markers must occur once in the sample's header: a fixed value holding one (unlikely,
         # but nothing forbids it) is met with other markers.
         for salt in range(16):
             try:
-                self._format, self._order = _cut(code, fields, flag, language, version, salt)
+                self._format, self._order = _cut(code, fields, flag, language, version, salt,
+                                                 plain)
                 break
             except _MarkerClash:
                 continue
@@ -63,39 +70,47 @@ class FrameTemplate:
         """The names of the values :meth:`frame` takes, in order."""
         return self._variables
 
-    def frame(self, opaque: int, values: Sequence[str], body: bytes = b"") -> bytes:
+    def frame(self, opaque: int, values: Sequence[str | int], body: bytes = b"") -> bytes:
         """The whole frame (length prefix included) with ``opaque`` and these values."""
-        args = tuple([opaque if index < 0 else _quoted(values[index]) for index in self._order])
+        plain = self._plain
+        args = tuple([opaque if index < 0 else values[index] if plain[index]
+                      else _quoted(values[index]) for index in self._order])  # type: ignore[arg-type]
+        return self._framed((self._format % args), body)
+
+    def _framed(self, text: str, body: bytes) -> bytes:
         # "replace": a lone surrogate goes out as '?', as the codec (and Java) write it.
-        header = (self._format % args).encode("utf-8", "replace")
+        header = text.encode("utf-8", "replace")
         size = len(header)
         if 4 + size + len(body) > FRAME_MAX:
             raise LocalProtocolError(f"frame of {4 + size + len(body)} bytes exceeds the "
                                      f"{FRAME_MAX}-byte limit")
-        return b"".join(((4 + size + len(body)).to_bytes(4, "big"), size.to_bytes(4, "big"),
-                         header, body))
+        return b"".join((_FRAME_PREFIX.pack(4 + size + len(body), size), header, body))
 
 
 class RequestTemplate:
     """A request's two templates, sent with an answer wanted or oneway (the flag differs)."""
 
-    __slots__ = ("_fields", "_oneway", "_twoway", "code")
+    __slots__ = ("_fields", "_oneway", "_plain", "_twoway", "code")
 
-    def __init__(self, code: int, fields: Mapping[str, str | None]) -> None:
+    def __init__(self, code: int, fields: Mapping[str, str | None],
+                 plain: frozenset[str] = frozenset()) -> None:
         self.code = code
         self._fields = dict(fields)
-        self._twoway = FrameTemplate(code, fields)
+        self._plain = plain
+        self._twoway = FrameTemplate(code, fields, plain=plain)
         self._oneway: FrameTemplate | None = None  # built if ever used
 
-    def prepare(self, values: Sequence[str], body: bytes = b"") -> PreparedRequest:
+    def prepare(self, values: Sequence[str | int], body: bytes = b"") -> PreparedRequest:
         """This request with these values and body, framed once its opaque is known."""
         return PreparedRequest(self, values, body)
 
-    def frame(self, opaque: int, values: Sequence[str], body: bytes, oneway: bool) -> bytes:
+    def frame(self, opaque: int, values: Sequence[str | int], body: bytes,
+              oneway: bool) -> bytes:
         if not oneway:
             return self._twoway.frame(opaque, values, body)
         if self._oneway is None:
-            self._oneway = FrameTemplate(self.code, self._fields, flag=ONEWAY_FLAG)
+            self._oneway = FrameTemplate(self.code, self._fields, flag=ONEWAY_FLAG,
+                                         plain=self._plain)
         return self._oneway.frame(opaque, values, body)
 
 
@@ -104,7 +119,8 @@ class PreparedRequest:
 
     __slots__ = ("body", "template", "values")
 
-    def __init__(self, template: RequestTemplate, values: Sequence[str], body: bytes) -> None:
+    def __init__(self, template: RequestTemplate, values: Sequence[str | int],
+                 body: bytes) -> None:
         self.template = template
         self.values = values
         self.body = body
@@ -121,11 +137,12 @@ class SendAnswerTemplate:
     """SEND_MESSAGE(_V2)'s SUCCESS answer, as the send processor writes it: msgId, queueId,
     queueOffset, then the broker's MSG_REGION and TRACE_ON (no transactionId)."""
 
-    __slots__ = ("_key", "_template")
+    __slots__ = ("_direct", "_key", "_template")
 
     def __init__(self) -> None:
         self._key: tuple[str, str] | None = None
         self._template: FrameTemplate | None = None
+        self._direct: str | None = None  # the template's format, if its values come in order
 
     def frame(self, opaque: int, region: str, trace_on: str, msg_id: str, queue_id: int,
               queue_offset: int) -> bytes:
@@ -134,9 +151,18 @@ class SendAnswerTemplate:
         if key != self._key or template is None:  # the broker's config changed (or first use)
             template = self._template = FrameTemplate(
                 0, {"msgId": None, "queueId": None, "queueOffset": None, "MSG_REGION": region,
-                    "TRACE_ON": trace_on}, flag=RESPONSE_FLAG)
+                    "TRACE_ON": trace_on}, flag=RESPONSE_FLAG, plain=_SEND_ANSWER_PLAIN)
+            # extFields come before "opaque" in the header: then one %-format takes the values
+            # as they are (a msgId is hex, the rest are numbers), with no loop to order them.
+            self._direct = template._format if template._order == (0, 1, 2, -1) else None
             self._key = key
-        return template.frame(opaque, (msg_id, str(queue_id), str(queue_offset)))
+        direct = self._direct
+        if direct is None:
+            return template.frame(opaque, (msg_id, queue_id, queue_offset))
+        return template._framed(direct % (msg_id, queue_id, queue_offset, opaque), b"")
+
+
+_SEND_ANSWER_PLAIN: Final = frozenset({"msgId", "queueId", "queueOffset"})
 
 
 class _MarkerClash(Exception):
@@ -144,10 +170,11 @@ class _MarkerClash(Exception):
 
 
 def _cut(code: int, fields: Mapping[str, str | None], flag: int, language: str, version: int,
-         salt: int) -> tuple[str, tuple[int, ...]]:
+         salt: int, plain: frozenset[str]) -> tuple[str, tuple[int, ...]]:
     """Encode a sample with markers for the opaque and the values, and cut its header into one
     %-format: the fixed text with '%' doubled, %d for the opaque and %s for each value (given
-    quoted and escaped); the order says which value goes where (-1: the opaque)."""
+    quoted and escaped, or inside the template's quotes for plain ones); the order says which
+    value goes where (-1: the opaque)."""
     opaque_mark = _OPAQUE_MARK - salt
     markers: dict[str, str] = {}
     sample: dict[str, str] = {}
@@ -159,9 +186,12 @@ def _cut(code: int, fields: Mapping[str, str | None], flag: int, language: str, 
                                     version, SerializeType.JSON))[_PREFIX_LENGTH:]
     text = header.decode()
     cuts = [(_unique(text, str(opaque_mark)), -1, len(str(opaque_mark)))]
-    for index, marker in enumerate(markers.values()):
-        quoted = _quoted(marker)
-        cuts.append((_unique(text, quoted), index, len(quoted)))
+    for index, (name, marker) in enumerate(markers.items()):
+        if name in plain:  # the quotes stay in the template
+            cuts.append((_unique(text, marker), index, len(marker)))
+        else:
+            quoted = _quoted(marker)
+            cuts.append((_unique(text, quoted), index, len(quoted)))
     cuts.sort()
     parts: list[str] = []
     position = 0
