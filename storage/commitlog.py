@@ -78,25 +78,6 @@ _I64 = struct.Struct(">q")
 
 
 @dataclass(slots=True)
-class _Record:
-    """One record prepared outside the lock: all but the store time and the offsets."""
-
-    total: int
-    crc: int
-    queue_id: int
-    flag: int
-    sys_flag: int
-    born_timestamp: int
-    born_host: bytes
-    reconsume_times: int
-    prepared_transaction_offset: int
-    body: bytes
-    topic: bytes
-    properties_bytes: bytes
-    properties: str
-
-
-@dataclass(slots=True)
 class AppendMessageResult:
     """Where a put landed (RocketMQ's ``AppendMessageResult``); batches list every msgId."""
 
@@ -203,16 +184,6 @@ class CommitLog:
             flags |= STOREHOSTADDRESS_V6_FLAG
         return flags
 
-    def _record(
-        self, body: bytes, topic: bytes, props: str, queue_id: int, flag: int, sys_flag: int,
-        born_ts: int, born_host: bytes, reconsume: int, prepared: int,
-    ) -> _Record:
-        props_bytes = put_checks.properties_bytes(props)
-        total = self._record_total(len(body) + 1 + len(topic) + 2 + len(props_bytes),
-                                   len(born_host))
-        return _Record(total, zlib.crc32(body) & 0x7FFFFFFF, queue_id, flag, sys_flag, born_ts,
-                       born_host, reconsume, prepared, body, topic, props_bytes, props)
-
     def _check_fits(self, total: int, what: str) -> None:
         if total + END_FILE_MIN_BLANK_LENGTH > self.mapped_file_size:
             raise MessageIllegalError(
@@ -228,41 +199,45 @@ class CommitLog:
         try:
             put_checks.message_fields(msg)
             topic_bytes = put_checks.topic_bytes(msg.topic)  # the real topic, delayed or not
-            topic, queue_id, props, parsed = self._delay_rewrite(msg)
-            if parsed is not None:
+            sys_flag = msg.sys_flag
+            if sys_flag & 0xC in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE) \
+                    and msg.delay_time_level > 0:
+                topic, queue_id, props, parsed = self._delay_rewrite(msg)
                 topic_bytes = topic.encode()
+            else:  # most puts (the rewrite's own first test, without its call)
+                topic, queue_id, props, parsed = msg.topic, msg.queue_id, msg.properties_string, None
             born_host = put_checks.born_host_bytes(msg.born_host)
-            sys_flag = msg.sys_flag | self._host_flags(born_host)
-            record = self._record(
-                put_checks.body_of(msg.body), topic_bytes, props, queue_id,
-                msg.flag, sys_flag, msg.born_timestamp, born_host, msg.reconsume_times,
-                msg.prepared_transaction_offset,
-            )
+            sys_flag |= self._host_flags(born_host)
+            body = put_checks.body_of(msg.body)
+            props_bytes = put_checks.properties_bytes(props)
+            total = self._record_total(len(body) + 1 + len(topic_bytes) + 2 + len(props_bytes),
+                                       len(born_host))
+            crc = zlib.crc32(body) & 0x7FFFFFFF
         except PutMessageError:
             raise
         except Exception as exc:
             raise MessageIllegalError(f"the message cannot be encoded: {exc}") from exc
-        self._check_fits(record.total, "a record")
+        self._check_fits(total, "a record")
         tran_type = sys_flag & 0xC
         advances = tran_type not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
         prepared = msg.prepared_transaction_offset
         host = self.store_host_bytes
+        flag, born_ts, reconsume = msg.flag, msg.born_timestamp, msg.reconsume_times
 
         def write(target, start: int, base: int, queue_offset: int, store_ts: int) -> list:
             encode_record_into(
-                target, start, record.crc, queue_id, record.flag, queue_offset, base + start,
-                sys_flag, record.born_timestamp, record.born_host, store_ts, host,
-                record.reconsume_times, prepared, record.body, record.topic,
-                record.properties_bytes)
-            return [(base + start, record.total, store_ts, queue_offset, topic, queue_id,
-                     sys_flag, prepared, props)]
+                target, start, crc, queue_id, flag, queue_offset, base + start, sys_flag,
+                born_ts, born_host, store_ts, host, reconsume, prepared, body, topic_bytes,
+                props_bytes)
+            return [(base + start, total, store_ts, queue_offset, topic, queue_id, sys_flag,
+                     prepared, props)]
 
         with self.put_lock:
             begin = time.monotonic()
             self.begin_time_in_lock = begin
             try:
                 store_ts, wrote_offset, queue_offset = self._append_locked(
-                    record.total, write, topic, queue_id, advances)
+                    total, write, topic, queue_id, advances)
             finally:
                 # Whatever happened, the lock is no longer held: a put that raised must not
                 # leave the page cache looking busy for ever (OS_PAGECACHE_BUSY on every put).
@@ -277,7 +252,7 @@ class CommitLog:
         msg.queue_offset = queue_offset
         msg.commit_log_offset = wrote_offset
         return AppendMessageResult(
-            wrote_offset, record.total, store_ts, queue_offset, 1,
+            wrote_offset, total, store_ts, queue_offset, 1,
             [create_message_id(self.store_host_bytes, wrote_offset)],
             topic, queue_id, elapsed * 1000,
         )

@@ -173,7 +173,7 @@ def _fault_encoder(store, mp):
     def failing(*_args, **_kwargs):
         raise ValueError("injected encoder failure")
 
-    mp.setattr(store.commit_log, "_record", failing)
+    mp.setattr(store.commit_log, "_record_total", failing)  # sizing the record, before the lock
     mp.setattr(commitlog_module, "batch_layout", failing)
 
 
