@@ -62,7 +62,7 @@ from storage.message import (
     properties_to_string,
     string_to_properties,
 )
-from storage.message_id import create_message_id, host_to_bytes, is_ipv6
+from storage.message_id import host_to_bytes, is_ipv6
 from storage.page_warmer import PageWarmer
 from storage.record import (
     END_FILE_MIN_BLANK_LENGTH,
@@ -118,6 +118,8 @@ class CommitLog:
         self.begin_time_in_lock = 0.0
         self.store_host = store_host
         self.store_host_bytes = host_to_bytes(*store_host)
+        # create_message_id's first half, once: a put appends its offset as 16 hex digits.
+        self._msg_id_prefix = self.store_host_bytes.hex().upper()
         self.store_host_v6 = is_ipv6(store_host[0])
         self.max_delay_level = len(config.delay_levels_ms())
         # Records appended since dispatch last looked, in log order, so dispatch need not
@@ -253,7 +255,7 @@ class CommitLog:
         msg.commit_log_offset = wrote_offset
         return AppendMessageResult(
             wrote_offset, total, store_ts, queue_offset, 1,
-            [create_message_id(self.store_host_bytes, wrote_offset)],
+            [f"{self._msg_id_prefix}{wrote_offset:016X}"],  # create_message_id, offset >= 0
             topic, queue_id, elapsed * 1000,
         )
 

@@ -144,12 +144,10 @@ class SendMessageProcessor:
             # at the end, byte for byte what parsing them and writing them back would give.
             if not (text.startswith("UNIQ_KEY\x01") or "\x02UNIQ_KEY\x01" in text):
                 text += f"UNIQ_KEY\x01{broker.uniq_ids.next_id()}\x02"
-            msg = MessageExtBrokerInner(
-                topic=topic, body=command.body, queue_id=queue_id, flag=header.flag,
-                properties_string=f"{text}CLUSTER\x01{broker.config.broker_cluster_name}\x02",
-                sys_flag=sys_flag, born_timestamp=born_ts, born_host=born_host,
-                reconsume_times=reconsume_times,
-            )
+            msg = MessageExtBrokerInner(  # positionally: keywords cost a send ~0.5 µs
+                topic, command.body, queue_id, header.flag, None,
+                f"{text}CLUSTER\x01{broker.config.broker_cluster_name}\x02", sys_flag, born_ts,
+                born_host, reconsume_times)
             return self._put(command, msg, None)
         props = string_to_properties(text)
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
