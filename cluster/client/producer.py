@@ -174,18 +174,22 @@ class Producer:
         status = _STATUS.get(response.code)
         if status is None:
             raise BrokerResponseError(response.code, response.remark, RequestCode.SEND_MESSAGE_V2)
-        queue_id = int(response.field("queueId") or mq.queue_id)
-        return SendResult(status, uniq, response.field("msgId") or "",
-                          MessageQueue(mq.topic, mq.broker_name, queue_id),
-                          int(response.field("queueOffset") or 0), response.field("transactionId"),
-                          response.field("MSG_REGION"))
+        fields = response.ext_fields
+        queue_id = int(fields.get("queueId") or mq.queue_id)
+        if queue_id != mq.queue_id:  # (the queue the send went to: no new frozen object)
+            mq = MessageQueue(mq.topic, mq.broker_name, queue_id)
+        return SendResult(status, uniq, fields.get("msgId") or "", mq,
+                          int(fields.get("queueOffset") or 0), fields.get("transactionId"),
+                          fields.get("MSG_REGION"))
 
     async def send(self, msg: Message, mq: MessageQueue | None = None,
                    selector: Callable[[list[MessageQueue]], MessageQueue] | None = None) -> SendResult:
         """Send and wait for the broker's answer, retrying on another queue on failure."""
         self._check(msg)
         uniq = self.ids.next_id()
-        info = await self._publish_info(msg.topic)
+        info = self.publish_info.get(msg.topic)
+        if info is None or not info.ok():  # (a known route is read without a coroutine a send)
+            info = await self._publish_info(msg.topic)
         attempts = 1 if (mq or selector) else 1 + self.retry_times_when_send_failed
         deadline = time.monotonic() + self.send_msg_timeout
         last_broker = None

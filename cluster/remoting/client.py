@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 
 from cluster.remoting.codec import RemotingCommand
 from cluster.remoting.connection import RemotingConnection, RequestHandler
@@ -56,9 +57,17 @@ class RemotingClient:
         if self._connections.get(address) is connection:
             del self._connections[address]
 
-    async def invoke(self, address: str, request: RemotingCommand | PreparedRequest,
-                     timeout: float = DEFAULT_TIMEOUT) -> RemotingCommand:
-        """Send a request to ``address`` and wait for the response."""
+    def invoke(self, address: str, request: RemotingCommand | PreparedRequest,
+               timeout: float = DEFAULT_TIMEOUT) -> Awaitable[RemotingCommand]:
+        """Send a request to ``address``; await the result for the response. An open connection
+        is used without a coroutine of ours in between (one less a request)."""
+        connection = self._connections.get(address)
+        if connection is not None and connection.is_open:
+            return connection.invoke(request, timeout)
+        return self._connect_and_invoke(address, request, timeout)
+
+    async def _connect_and_invoke(self, address: str, request: RemotingCommand | PreparedRequest,
+                                  timeout: float) -> RemotingCommand:
         connection = await self.connection(address)
         return await connection.invoke(request, timeout)
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import json.encoder
 import struct
-from collections.abc import Mapping, Sequence
-from typing import Final
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
 
 from cluster.remoting.codec import (
     FRAME_MAX,
@@ -43,7 +43,7 @@ class FrameTemplate:
     """Frames of ``code`` whose extFields are ``fields``: a value is fixed, or None for one
     given to :meth:`frame` in the order of the mapping. Bodies are appended as they are."""
 
-    __slots__ = ("_format", "_order", "_plain", "_variables", "code")
+    __slots__ = ("_fill", "_format", "_order", "_plain", "_variables", "code")
 
     def __init__(self, code: int, fields: Mapping[str, str | None], *, flag: int = 0,
                  language: str = "JAVA", version: int = CURRENT_VERSION,
@@ -64,6 +64,7 @@ class FrameTemplate:
                 continue
         else:
             raise ValueError("no template markers are unique in these fields")
+        self._fill = _compile_filler(self._format, self._order, self._plain)
 
     @property
     def variables(self) -> Sequence[str]:
@@ -72,10 +73,7 @@ class FrameTemplate:
 
     def frame(self, opaque: int, values: Sequence[str | int], body: bytes = b"") -> bytes:
         """The whole frame (length prefix included) with ``opaque`` and these values."""
-        plain = self._plain
-        args = tuple([opaque if index < 0 else values[index] if plain[index]
-                      else _quoted(values[index]) for index in self._order])  # type: ignore[arg-type]
-        return self._framed((self._format % args), body)
+        return self._framed(self._fill(opaque, values), body)
 
     def _framed(self, text: str, body: bytes) -> bytes:
         # "replace": a lone surrogate goes out as '?', as the codec (and Java) write it.
@@ -201,6 +199,22 @@ def _cut(code: int, fields: Mapping[str, str | None], flag: int, language: str, 
         position = at + length
     parts.append(text[position:].replace("%", "%%"))
     return "".join(parts), tuple(index for _, index, _ in cuts)
+
+
+def _compile_filler(format_: str, order: tuple[int, ...],
+                    plain: tuple[bool, ...]) -> Callable[[int, Sequence[str | int]], str]:
+    """``fill(opaque, values)``: the header text, written out as one line of Python for this
+    template (values unpacked, each quoted or not, in the header's order), the way the header
+    decoders are (cluster/remoting/header.py): no loop and no test a frame."""
+    names = [f"v{index}" for index in range(len(plain))]
+    unpack = f"    {', '.join(names)}{',' if len(names) == 1 else ''} = values\n" if names else ""
+    args = ["opaque" if index < 0 else names[index] if plain[index] else f"quoted({names[index]})"
+            for index in order]
+    source = (f"def fill(opaque, values):\n{unpack}"
+              f"    return FORMAT % ({', '.join(args)},)\n")
+    env: dict[str, Any] = {"FORMAT": format_, "quoted": _quoted}
+    exec(source, env)  # our own template's shape, never input
+    return env["fill"]
 
 
 def _unique(text: str, marker: str) -> int:
