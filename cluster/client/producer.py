@@ -154,9 +154,22 @@ class Producer:
         if not batch and len(data) > self.compress_over:
             data = zlib.compress(data, 5)
             sys_flag |= COMPRESSED_FLAG
-        if props is None:
+        if props is not None:
+            text = properties_to_string(props)
+        elif not msg.properties:
+            # What the dict below gives for a message without properties of its own (most
+            # messages), written straight: TAGS, KEYS, DELAY, WAIT, then the UNIQ_KEY.
+            keys = msg.keys
+            text = "".join((
+                f"TAGS\x01{msg.tags}\x02" if msg.tags else "",
+                "" if not keys else f"KEYS\x01{keys if isinstance(keys, str) else ' '.join(keys)}\x02",
+                f"DELAY\x01{msg.delay_time_level}\x02" if msg.delay_time_level > 0 else "",
+                "WAIT\x01true\x02" if msg.wait_store_msg_ok else "WAIT\x01false\x02",
+                f"UNIQ_KEY\x01{uniq}\x02"))
+        else:
             props = msg.all_properties()
             props.setdefault("UNIQ_KEY", uniq)
+            text = properties_to_string(props)
         # The header as SendMessageRequestHeaderV2's fields a..m, framed from a template: the
         # same bytes as request(code, fields, data) encoded, with no command object a send.
         key = (code, self.group, self.default_topic_queue_nums)
@@ -168,7 +181,7 @@ class Producer:
                 "h": None, "i": None, "j": "0", "k": "false", "m": None}, plain=_PLAIN_FIELDS)
         return template.prepare(
             (msg.topic, mq.queue_id, sys_flag, int(time.time() * 1000), msg.flag,
-             properties_to_string(props), "true" if batch else "false"), data)
+             text, "true" if batch else "false"), data)
 
     def _result(self, response: RemotingCommand, mq: MessageQueue, uniq: str) -> SendResult:
         status = _STATUS.get(response.code)

@@ -24,11 +24,15 @@ texts = st.text(max_size=20)
        queue_id=st.integers(0, 4095), body=st.binary(max_size=5000),
        properties=st.dictionaries(st.text(min_size=1, max_size=8), texts, max_size=3),
        opaque=st.integers(0, 2**31 - 1), queue_nums=st.integers(1, 64),
-       now=st.integers(0, 2**41), oneway=st.booleans())
+       now=st.integers(0, 2**41), oneway=st.booleans(),
+       keys=st.none() | texts | st.lists(texts, max_size=3), delay=st.integers(-1, 18),
+       wait=st.booleans())
 def test_the_send_frame_is_the_encoded_request(group, topic, tags, flag, queue_id, body,
-                                                properties, opaque, queue_nums, now, oneway):
+                                                properties, opaque, queue_nums, now, oneway,
+                                                keys, delay, wait):
     producer = Producer(group, "127.0.0.1:9876", default_topic_queue_nums=queue_nums)
-    msg = Message(topic, body, tags=tags, properties=properties, flag=flag)
+    msg = Message(topic, body, tags=tags, keys=keys, properties=properties, flag=flag,
+                  delay_time_level=delay, wait_store_msg_ok=wait)
     with mock.patch("cluster.client.producer.time.time", return_value=now / 1000):
         prepared = producer._request(msg, MessageQueue(topic, "b", queue_id), "UNIQ")
     # What the producer sent before templates: the fields as a dict, encoded by the codec.
