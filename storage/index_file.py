@@ -248,6 +248,7 @@ class IndexService:
         self, store_path: str, hash_slot_num: int, index_num: int, max_msgs_num_batch: int = 64
     ) -> None:
         self.store_path = store_path
+        self.page_warmer = None  # see use_page_warmer
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
         self.max_msgs_num_batch = max_msgs_num_batch
@@ -283,6 +284,18 @@ class IndexService:
         files = self.index_files
         return files[-1].end_phy_offset if files else 0
 
+    def use_page_warmer(self, warmer) -> None:
+        """Have ``warmer`` (page_warmer.py, or None) populate the hash slots of the file being
+        written and of each new one: keys land on random slots, so until every slot page is
+        in, nearly every key takes a page fault on dispatch (94 % of a broker's faults)."""
+        self.page_warmer = warmer
+        if self.index_files:
+            self._warm_slots(self.index_files[-1])
+
+    def _warm_slots(self, index_file: IndexFile) -> None:
+        if self.page_warmer is not None:
+            self.page_warmer.warm_once(index_file.mapped_file, 0, index_file._entries_base)
+
     def _last_file_for_write(self) -> IndexFile:
         files = self.index_files
         if files and not files[-1].is_write_full():
@@ -295,6 +308,7 @@ class IndexService:
             os.makedirs(self.store_path, exist_ok=True)
             path = _fresh_index_path(self.store_path)
             index_file = IndexFile(path, self.hash_slot_num, self.index_num)
+            self._warm_slots(index_file)
             if previous is not None:
                 index_file.begin_phy_offset = index_file.end_phy_offset = previous.end_phy_offset
                 index_file.begin_timestamp = index_file.end_timestamp = previous.end_timestamp

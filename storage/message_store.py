@@ -203,7 +203,8 @@ class DefaultMessageStore:
             self.commit_service = CommitRealTimeService(queue, config, flush, flags)
             self.commit_service.start()
         flush.start()
-        self.commit_log.page_warmer = page_warmer_for(config, pooled=self.pool is not None)
+        warmer = self.commit_log.page_warmer = page_warmer_for(config, self.pool is not None)
+        self.index_service.use_page_warmer(warmer)
         self.reput.start()
         self._cq_flusher = FlushConsumeQueueService(self)
         self._cq_flusher.start()
@@ -225,7 +226,7 @@ class DefaultMessageStore:
             self.reput.shutdown()
             if self.commit_log.page_warmer is not None:
                 self.commit_log.page_warmer.shutdown()
-                self.commit_log.page_warmer = None
+                self.commit_log.page_warmer = self.index_service.page_warmer = None
             if self.flush_service is not None:
                 self.flush_service.shutdown()
             self._cq_flusher.shutdown()

@@ -152,3 +152,36 @@ def test_a_store_with_the_warmer_keeps_every_message(tmp_path):
         assert_recovers_exactly(store, ledger, tmp_path / "crash")
     finally:
         store.shutdown()
+
+
+def test_ranges_asked_once_are_populated_once():
+    calls, populate = _recorder()
+    warmer = PageWarmer(populate)
+    target = FakeFile(0, 0, FakeMap())
+    warmer.warm_once(target, 0, 4096 * 5)
+    warmer.warm_pending()
+    warmer.warm_pending()
+    assert calls == [(0, 4096 * 5)]
+
+
+def test_index_hash_slots_are_warmed_for_the_file_being_written_and_each_new_one(tmp_path):
+    from storage.index_file import IndexService
+
+    asked = []
+
+    class Recording:
+        def warm_once(self, mapped_file, start, end):
+            asked.append((mapped_file.file_name, start, end))
+
+    service = IndexService(str(tmp_path / "index"), hash_slot_num=100, index_num=400)
+    service.use_page_warmer(Recording())
+    assert asked == []  # no file yet: nothing to warm
+    service.build_index("T", "k1", None, 0, 1)
+    first = service.index_files[-1]
+    slots_end = first._entries_base
+    assert asked == [(first.mapped_file.file_name, 0, slots_end)]
+    for i in range(500):  # past index_num: a second file
+        service.build_index("T", f"k{i}", None, 100 + i, 2 + i)
+    assert len(service.index_files) == 2
+    assert asked[-1] == (service.index_files[-1].mapped_file.file_name, 0, slots_end)
+    service.destroy()
