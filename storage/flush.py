@@ -311,9 +311,11 @@ class FlushConsumeQueueService(ServiceThread):
             # rarely: a flush write-protects every page it cleans, and keys land on random hash
             # slots, so each flush cost a page fault a key until the slots were dirty again
             # (97 % of a broker's faults at one round a second). After a crash, recovery
-            # re-indexes from the last flushed entry (recovery.py), as it did before.
-            index_ts = store.index_service.flush() \
-                if config.message_index_enable and least == 0 else 0
+            # re-indexes from the last flushed entry (recovery.py), as it did before; a file
+            # that filled is flushed as it fills, and its time reaches the checkpoint here.
+            index = store.index_service
+            index_ts = (index.flush() if least == 0 else index.flushed_timestamp) \
+                if config.message_index_enable else 0
             # Only now: the checkpoint must not claim what did not reach the disk.
             checkpoint = store.checkpoint
             if least == 0 and dispatched_ts:

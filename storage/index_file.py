@@ -249,6 +249,8 @@ class IndexService:
     ) -> None:
         self.store_path = store_path
         self.page_warmer = None  # see use_page_warmer
+        # The end time of the newest entries known to be on disk (checkpoint indexMsgTimestamp).
+        self.flushed_timestamp = 0
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
         self.max_msgs_num_batch = max_msgs_num_batch
@@ -275,6 +277,7 @@ class IndexService:
                 continue
             files.append(index_file)
         self.index_files = files
+        self.flushed_timestamp = files[-1].end_timestamp if files else 0
         self.last_indexed_offset = max(
             (f.end_phy_offset for f in files if f.index_count > 1), default=-1
         )
@@ -318,6 +321,9 @@ class IndexService:
                 except BaseException:
                     index_file.destroy(0)  # not kept: the retry makes a fresh one
                     raise
+                # The checkpoint takes this at its next round (within a second): a crash after a
+                # roll then keeps the full file, whose entries are all on disk.
+                self.flushed_timestamp = previous.end_timestamp
             self.index_files = [*files, index_file]
             return index_file
 
@@ -380,7 +386,9 @@ class IndexService:
         files = self.index_files
         for index_file in files:
             index_file.flush()
-        return files[-1].end_timestamp if files else 0
+        if files:
+            self.flushed_timestamp = files[-1].end_timestamp
+        return self.flushed_timestamp
 
     def delete_expired_file(self, phy_min_offset: int) -> int:
         """Delete files (never the newest) whose entries all point below the CommitLog minimum."""

@@ -233,3 +233,25 @@ def test_build_index_ignores_a_message_already_indexed(tmp_path):
     service.build_index("T", "k", None, 50, T0)  # older than the newest indexed
     assert service.index_files[0].index_count == 2
     assert service.query_offset("T", "k", 64, 0, T0)[0] == [100]
+
+
+def test_a_crash_after_an_index_roll_keeps_the_full_file(tmp_path):
+    # The index is flushed rarely (flush.py); a file that fills is flushed as the next starts,
+    # and its time is what the checkpoint takes until the next thorough flush.
+    from storage.index_file import IndexService
+
+    path = str(tmp_path / "index")
+    service = IndexService(path, hash_slot_num=100, index_num=400)
+    for i in range(450):
+        service.build_index("T", f"k{i}", None, 100 + i, 1000 + i)
+    full, _newest = service.index_files
+    assert service.flushed_timestamp == full.end_timestamp > 0
+    checkpoint_index_ts = service.flushed_timestamp  # what the next flush round persists
+    for index_file in service.index_files:
+        index_file.close()
+    reopened = IndexService(path, hash_slot_num=100, index_num=400)
+    reopened.load(last_exit_ok=False, index_msg_timestamp=checkpoint_index_ts)
+    assert [f.mapped_file.file_name for f in reopened.index_files][:1] == [
+        full.mapped_file.file_name]
+    assert reopened.index_files[0].end_phy_offset == full.end_phy_offset
+    reopened.destroy()

@@ -185,3 +185,4 @@ def test_index_hash_slots_are_warmed_for_the_file_being_written_and_each_new_one
     assert len(service.index_files) == 2
     assert asked[-1] == (service.index_files[-1].mapped_file.file_name, 0, slots_end)
     service.destroy()
+
