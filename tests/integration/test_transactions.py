@@ -73,7 +73,7 @@ def test_commit_rollback_and_check_back(tmp_path):
                                    ("never-decided", LocalTransactionState.UNKNOW)):
                     await producer.send_message_in_transaction(
                         Message("Payments", key.encode(), keys=key), await local(state))
-                for _ in range(40):
+                for _ in range(200):  # (a loaded machine: the consumer may take seconds)
                     if "committed" in received:
                         break
                     await asyncio.sleep(0.05)
