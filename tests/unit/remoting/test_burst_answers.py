@@ -6,26 +6,7 @@ import asyncio
 
 from cluster.remoting.codec import FrameDecoder, encode, request
 from cluster.remoting.connection import CORK_FRAMES, RemotingConnection
-
-
-class RecordingTransport:
-    def __init__(self) -> None:
-        self.writes: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        self.writes.append(data)
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def is_closing(self) -> bool:
-        return False
-
-    def get_extra_info(self, name, default=None):
-        return ("127.0.0.1", 1234) if name == "peername" else default
-
-    def close(self) -> None:
-        pass
+from tests.unit.remoting.transports import RecordingTransport
 
 
 def _answers(writes: list[bytes]) -> list[int]:

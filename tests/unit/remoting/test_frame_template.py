@@ -25,23 +25,7 @@ from cluster.remoting.codes import CURRENT_VERSION
 from cluster.remoting.connection import RemotingConnection
 from cluster.remoting.errors import LocalProtocolError
 from cluster.remoting.frame_template import FrameTemplate, SendAnswerTemplate
-
-
-class RecordingTransport:
-    def __init__(self) -> None:
-        self.writes: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        self.writes.append(data)
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def is_closing(self) -> bool:
-        return False
-
-    def get_extra_info(self, name, default=None):
-        return None
+from tests.unit.remoting.transports import RecordingTransport
 
 # Whatever a field may hold: JSON's escapes, '%' (the template is a %-format), non-ASCII,
 # lone surrogates (written as '?'), the template's own marker character.
