@@ -20,6 +20,8 @@ from cluster.broker.client_processor import (
 from cluster.broker.config import BrokerConfig
 from cluster.broker.consumer_offset import ConsumerOffsetManager
 from cluster.broker.long_polling import PullRequestHoldService
+from cluster.broker.pop_processor import PopMessageProcessor
+from cluster.broker.pop_revive import PopReviveService
 from cluster.broker.pull_processor import PullMessageProcessor
 from cluster.broker.query_processor import QueryProcessor
 from cluster.broker.rebalance_lock import RebalanceLockManager
@@ -66,6 +68,7 @@ class BrokerController:
         self.slave_sync: SlaveSynchronize | None = None
         self.schedule: ScheduleMessageService | None = None
         self.acting_master: ActingMasterService | None = None
+        self.pop_revive: PopReviveService | None = None
         self.transactions = TransactionalMessageService(self)
         self._tasks: list[asyncio.Task] = []
 
@@ -104,12 +107,14 @@ class BrokerController:
             self.schedule = ScheduleMessageService(self)
             self.schedule.start()
             self.transactions.start()
+            self.pop_revive = PopReviveService(self)
+            self.pop_revive.start()
         self.server = RemotingServer(config.bind_address, config.listen_port, config)
         for processor in (SendMessageProcessor(self), PullMessageProcessor(self),
                           QueryProcessor(self), ClientManageProcessor(self),
                           ClientForwardProcessor(self), AdminBrokerProcessor(self),
                           ResetOffsetProcessor(self), SendMessageBackProcessor(self),
-                          self.transactions):
+                          PopMessageProcessor(self), self.transactions):
             processor.register_with(self.server)
         await self.server.start(sock=sock)
         self.registration = BrokerRegistration(self)
@@ -240,6 +245,8 @@ class BrokerController:
         if self.schedule is not None:
             await self.schedule.stop()
         await self.transactions.stop()
+        if self.pop_revive is not None:
+            self.pop_revive.stop()
         if self.registration is not None:
             await self.registration.stop()
         if self.ha_client is not None:

@@ -123,6 +123,41 @@ class PullMessageRequestHeader(RequestHeader):
     expression_type: str | None = text("expressionType", default=None, max_length=16)
 
 
+# -- POP consumption (5.x) -----------------------------------------------------------------------
+# An invisible time is at least a second and at most RocketMQ's 12 hours: a longer one would keep
+# a message from everyone for days on one request.
+MIN_INVISIBLE_MS, MAX_INVISIBLE_MS = 1_000, 12 * 3600 * 1000
+MAX_POLL_MS = 30_000
+
+
+class PopMessageRequestHeader(RequestHeader):
+    consumer_group: str = _group("consumerGroup")
+    topic: str = _read_topic()
+    # -1: every readable queue of the topic (and the group's retry topic)
+    queue_id: int = int32("queueId", default=-1, minimum=-1)
+    max_msg_nums: int = int32("maxMsgNums", default=32, minimum=1, maximum=32)
+    invisible_time: int = int64("invisibleTime", minimum=MIN_INVISIBLE_MS, maximum=MAX_INVISIBLE_MS)
+    poll_time: int = int64("pollTime", default=0, minimum=0, maximum=MAX_POLL_MS)
+    born_time: int = int64("bornTime", default=0)
+    init_mode: int = int32("initMode", default=0, minimum=0, maximum=1)
+    exp_type: str | None = text("expType", default=None, max_length=16)
+    exp: str | None = text("exp", default=None, max_length=65_536)
+    order: bool = boolean("order")
+    attempt_id: str | None = text("attemptId", default=None, max_length=128)
+
+
+class AckMessageRequestHeader(RequestHeader):
+    consumer_group: str = _group("consumerGroup")
+    topic: str = _read_topic()
+    queue_id: int = _queue_id()
+    extra_info: str = text("extraInfo", max_length=1024)
+    offset: int = int64("offset", minimum=0)
+
+
+class ChangeInvisibleTimeRequestHeader(AckMessageRequestHeader):
+    invisible_time: int = int64("invisibleTime", minimum=MIN_INVISIBLE_MS, maximum=MAX_INVISIBLE_MS)
+
+
 class QueryMessageRequestHeader(RequestHeader):
     topic: str = _read_topic()
     key: str = text("key", max_length=65_536)

@@ -16,6 +16,8 @@ class PullRequestHoldService:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self._waiting: dict[tuple[str, int], list[tuple[int, asyncio.Future]]] = {}
+        # POP waits on every queue of its topics at once: any arrival there wakes it.
+        self._topic_waiting: dict[str, list[asyncio.Future]] = {}
         self._arrived: dict[tuple[str, int], int] = {}
         self._arrived_lock = threading.Lock()
         self._scheduled = False
@@ -38,12 +40,30 @@ class PullRequestHoldService:
                 if not waiters:
                     del self._waiting[key]
 
+    async def wait_for_topics(self, topics: list[str], timeout: float) -> bool:
+        """Wait until a message lands in any queue of ``topics``; False on timeout."""
+        future = self.loop.create_future()
+        for topic in topics:
+            self._topic_waiting.setdefault(topic, []).append(future)
+        try:
+            async with asyncio.timeout(timeout):
+                return await future
+        except TimeoutError:
+            return False
+        finally:
+            for topic in topics:
+                waiters = self._topic_waiting.get(topic)
+                if waiters is not None:
+                    waiters[:] = [w for w in waiters if w is not future]
+                    if not waiters:
+                        del self._topic_waiting[topic]
+
     def notify_from_thread(self, topic: str, queue_id: int, max_offset: int) -> None:
         """Called by dispatch for every new message, on the loop or on the dispatch thread."""
         if threading.get_ident() == self._loop_thread:
             # On the loop nothing can start waiting between this check and the wakeup, so a
             # queue nobody waits on costs nothing (the common case under a steady load).
-            if (topic, queue_id) in self._waiting:
+            if (topic, queue_id) in self._waiting or topic in self._topic_waiting:
                 self.notify(topic, queue_id, max_offset)
             return
         with self._arrived_lock:
@@ -67,6 +87,10 @@ class PullRequestHoldService:
         for offset, future in self._waiting.get((topic, queue_id), []):
             if max_offset > offset and not future.done():
                 future.set_result(True)
+        for future in self._topic_waiting.get(topic, ()):
+            if not future.done():
+                future.set_result(True)
 
     def held_count(self) -> int:
-        return sum(len(v) for v in self._waiting.values())
+        return sum(len(v) for v in self._waiting.values()) + sum(
+            len(v) for v in self._topic_waiting.values())

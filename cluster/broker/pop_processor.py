@@ -1,0 +1,235 @@
+"""POP_MESSAGE, ACK_MESSAGE and CHANGE_MESSAGE_INVISIBLETIME: RocketMQ 5's POP consumption.
+
+A POP takes up to ``maxMsgNums`` messages from one queue of a topic or from all of them (queueId
+-1), the group's POP retry topic first (what came back is already late), writes a checkpoint for
+each queue it took from (pop_revive.py) and moves the group's offset past them at once: the
+group's 4.x consumers and its 5.x clients share that offset. The messages stay invisible to the
+group for ``invisibleTime``; an ack settles one, a change of invisible time moves it to a new
+checkpoint, and one neither acked nor changed in time comes back (pop_revive.py).
+
+With nothing to hand out, a POP with ``pollTime`` waits for a message to land on any queue of
+its topics (long polling), then looks once more.
+
+The answer carries the records like a pull's body, and in its header what a client needs to
+name each message (cluster/pop_handle.py): popTime, invisibleTime, reviveQid and where each
+queue's checkpoint starts (startOffsetInfo), plus the offsets handed out (msgOffsetInfo).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from cluster.broker.headers import (
+    AckMessageRequestHeader,
+    ChangeInvisibleTimeRequestHeader,
+    PopMessageRequestHeader,
+    checked,
+)
+from cluster.broker.pop_checkpoint import REVIVE_QUEUE_ID, PopCheckPoint
+from cluster.broker.pop_revive import now_ms
+from cluster.filter.message_filter import SqlMessageFilter
+from cluster.filter.sql92 import FilterSyntaxError
+from cluster.pop_handle import ExtraInfo, ExtraInfoError, offset_info, pop_retry_topic, popped_topic
+from cluster.remoting.codec import RemotingCommand
+from cluster.remoting.codes import RequestCode, ResponseCode
+from storage.results import GetMessageStatus, TagsFilter
+
+MAX_HOLD_SECONDS = 25.0
+CONSUME_INIT_MODE_MIN, CONSUME_INIT_MODE_MAX = 0, 1
+# Statuses after which the group's offset moves to the read's next offset: what was read (or
+# filtered out, or is gone from the queue) is behind it.
+_MOVE_ON = {GetMessageStatus.FOUND, GetMessageStatus.NO_MATCHED_MESSAGE,
+            GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_OVERFLOW_BADLY,
+            GetMessageStatus.MESSAGE_WAS_REMOVING, GetMessageStatus.OFFSET_FOUND_NULL}
+
+
+class PopMessageProcessor:
+    def __init__(self, broker) -> None:
+        self.broker = broker
+        self._rotation = itertools.count()
+
+    def register_with(self, server) -> None:
+        server.register(RequestCode.POP_MESSAGE, self.pop)
+        server.register(RequestCode.ACK_MESSAGE, self.ack)
+        server.register(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, self.change_invisible_time)
+
+    # -- POP_MESSAGE ------------------------------------------------------------------------------
+    @checked(PopMessageRequestHeader)
+    async def pop(self, connection, command: RemotingCommand,
+                  header: PopMessageRequestHeader) -> RemotingCommand:
+        broker = self.broker
+        refusal = self._refusal(command, header.consumer_group, header.topic)
+        if refusal is not None:
+            return refusal
+        topic_config = broker.topics.select(header.topic)
+        if header.queue_id >= topic_config.read_queue_nums:
+            return command.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                f"queueId[{header.queue_id}] is illegal, topic:[{header.topic}] "
+                f"topicConfig.readQueueNums:[{topic_config.read_queue_nums}]")
+        expression_type = (header.exp_type or "TAG").upper()
+        if expression_type == "SQL92":
+            if not broker.config.enable_property_filter:
+                return command.make_response(
+                    ResponseCode.SYSTEM_ERROR,
+                    "The broker does not support consumer to filter message by SQL92 "
+                    "(set enablePropertyFilter=true)")
+            try:
+                message_filter = SqlMessageFilter(header.exp or "")
+            except FilterSyntaxError as exc:
+                return command.make_response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                                             f"parse the SQL92 expression failed: {exc}")
+        elif expression_type == "TAG":
+            message_filter = TagsFilter(header.exp)
+        else:
+            return command.make_response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                                         f"the expression type {expression_type} is not supported")
+        answer = self._pop_once(header, message_filter)
+        if answer is None and header.poll_time > 0:
+            retry = pop_retry_topic(header.consumer_group, header.topic)
+            if await broker.pull_hold.wait_for_topics(
+                    [header.topic, retry], min(header.poll_time / 1000, MAX_HOLD_SECONDS)):
+                answer = self._pop_once(header, message_filter)
+            if answer is None:
+                return command.make_response(ResponseCode.POLLING_TIMEOUT, "no new message")
+        if answer is None:
+            return command.make_response(ResponseCode.PULL_NOT_FOUND, "no new message")
+        return command.make_response(ResponseCode.SUCCESS, ext_fields=answer[0], body=answer[1])
+
+    def _refusal(self, command: RemotingCommand, group: str, topic: str) -> RemotingCommand | None:
+        broker = self.broker
+        if not broker.is_master or broker.pop_revive is None:
+            return command.make_response(ResponseCode.NO_PERMISSION,
+                                         "a slave does not hand out POP messages; use the master")
+        topic_config = broker.topics.select(topic)
+        if topic_config is None:
+            return command.make_response(ResponseCode.TOPIC_NOT_EXIST,
+                                         f"topic[{topic}] not exist, apply first please!")
+        if not topic_config.readable:
+            return command.make_response(ResponseCode.NO_PERMISSION,
+                                         f"the topic[{topic}] peeking message is forbidden")
+        group_config = broker.subscription_groups.find(group)
+        if group_config is None:
+            return command.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                         f"subscription group [{group}] does not exist")
+        if not group_config.consume_enable:
+            return command.make_response(ResponseCode.NO_PERMISSION,
+                                         f"subscription group no permission, {group}")
+        return None
+
+    def _queues(self, header: PopMessageRequestHeader) -> list[tuple[str, int, bool]]:
+        """(topic, queueId, retry) in the order this POP looks at them."""
+        broker = self.broker
+        retry_topic = pop_retry_topic(header.consumer_group, header.topic)
+        retry_config = broker.topics.select(retry_topic)
+        queues = [(retry_topic, q, True)
+                  for q in range(retry_config.read_queue_nums if retry_config else 0)]
+        if header.queue_id >= 0:
+            return [*queues, (header.topic, header.queue_id, False)]
+        count = broker.topics.select(header.topic).read_queue_nums
+        # Start at a different queue each time, so that one busy queue does not starve the rest
+        # of a small batch.
+        first = next(self._rotation) % max(count, 1)
+        return queues + [(header.topic, (first + i) % count, False) for i in range(count)]
+
+    def _pop_once(self, header: PopMessageRequestHeader,
+                  message_filter) -> tuple[dict[str, str], bytes] | None:
+        """Take what there is, with no wait between the reads and the offsets moving (nothing
+        else runs on the loop meanwhile, so two POPs never get the same message)."""
+        broker = self.broker
+        store, offsets = broker.store, broker.offsets
+        group, wanted = header.consumer_group, header.max_msg_nums
+        pop_time = now_ms()
+        messages: list[bytes] = []
+        starts: list[tuple[bool, int, str]] = []
+        handed: list[tuple[bool, int, str]] = []
+        for topic, queue_id, retry in self._queues(header):
+            if len(messages) >= wanted:
+                break
+            offset = self._start_offset(group, topic, queue_id, retry or header.init_mode ==
+                                        CONSUME_INIT_MODE_MIN)
+            result = store.get_message(group, topic, queue_id, offset, wanted - len(messages),
+                                       message_filter)
+            if result.messages:
+                ck = PopCheckPoint(group, topic, queue_id, offset, list(result.queue_offsets),
+                                   pop_time, header.invisible_time)
+                broker.pop_revive.add(ck)
+                messages.extend(result.messages)
+                starts.append((retry, queue_id, str(offset)))
+                handed.append((retry, queue_id, ",".join(map(str, result.queue_offsets))))
+            if result.status in _MOVE_ON and result.next_begin_offset != offset:
+                offsets.commit_offset(group, topic, queue_id, result.next_begin_offset)
+        if not messages:
+            return None
+        broker.stats.record_get(group, header.topic, len(messages), sum(map(len, messages)))
+        fields = {"popTime": str(pop_time), "invisibleTime": str(header.invisible_time),
+                  "reviveQid": str(REVIVE_QUEUE_ID), "restNum": "0",
+                  "startOffsetInfo": offset_info(starts), "msgOffsetInfo": offset_info(handed)}
+        return fields, b"".join(messages)
+
+    def _start_offset(self, group: str, topic: str, queue_id: int, from_min: bool) -> int:
+        """Where the group reads a queue: its offset; for a group new to the queue, the start
+        (initMode MIN, and always for retry topics) or the end (MAX) — but the start while the
+        queue still holds everything it ever had, as RocketMQ's initPopOffsetByCheckMsgInMem
+        makes a new group see a young topic's first messages."""
+        store = self.broker.store
+        committed = self.broker.offsets.query_offset(group, topic, queue_id)
+        low = store.get_min_offset_in_queue(topic, queue_id)
+        if committed >= 0:
+            return max(committed, low)
+        if from_min or low == 0:
+            return low
+        return store.get_max_offset_in_queue(topic, queue_id)
+
+    # -- ACK_MESSAGE / CHANGE_MESSAGE_INVISIBLETIME -----------------------------------------------
+    def _handle(self, command: RemotingCommand, header: AckMessageRequestHeader):
+        """The checkpoint key an ack names, or the answer refusing it."""
+        refusal = self._refusal(command, header.consumer_group, header.topic)
+        if refusal is not None:
+            return None, refusal
+        try:
+            extra = ExtraInfo.parse(header.extra_info)
+        except ExtraInfoError as exc:
+            return None, command.make_response(ResponseCode.MESSAGE_ILLEGAL, str(exc))
+        if extra.queue_id != header.queue_id or extra.broker_name != self.broker.config.broker_name:
+            return None, command.make_response(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"extraInfo names queue {extra.queue_id} of {extra.broker_name}, not queue "
+                f"{header.queue_id} of this broker")
+        topic = popped_topic(header.consumer_group, header.topic, extra.retry)
+        return (header.consumer_group, topic, header.queue_id, extra.start_offset,
+                extra.pop_time), None
+
+    @checked(AckMessageRequestHeader)
+    async def ack(self, connection, command: RemotingCommand,
+                  header: AckMessageRequestHeader) -> RemotingCommand:
+        key, refusal = self._handle(command, header)
+        if refusal is not None:
+            return refusal
+        # An ack of what already came back (or was acked) changes nothing and is not an error:
+        # the consumer cannot do better, and RocketMQ answers it the same way.
+        self.broker.pop_revive.ack(key, header.offset)
+        return command.make_response(ResponseCode.SUCCESS)
+
+    @checked(ChangeInvisibleTimeRequestHeader)
+    async def change_invisible_time(self, connection, command: RemotingCommand,
+                                    header: ChangeInvisibleTimeRequestHeader) -> RemotingCommand:
+        key, refusal = self._handle(command, header)
+        if refusal is not None:
+            return refusal
+        revive = self.broker.pop_revive
+        ck = revive.find(key)
+        if ck is None or header.offset not in ck.offsets or header.offset in ck.acked:
+            return command.make_response(
+                ResponseCode.NO_MESSAGE,
+                "the message was acked already or its invisible time ran out")
+        # A checkpoint of its own, written before the old one lets go of the message: a crash
+        # in between delivers it twice rather than never.
+        pop_time = now_ms()
+        moved = PopCheckPoint(ck.group, ck.topic, ck.queue_id, header.offset, [header.offset],
+                              pop_time, header.invisible_time)
+        revive.add(moved)
+        revive.ack(key, header.offset)
+        return command.make_response(ResponseCode.SUCCESS, ext_fields={
+            "popTime": str(pop_time), "invisibleTime": str(header.invisible_time),
+            "reviveQid": str(REVIVE_QUEUE_ID)})

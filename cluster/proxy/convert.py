@@ -1,0 +1,204 @@
+"""5.x messages to remoting and back, and broker answers to 5.x status codes (sans I/O).
+
+A 5.x message's system properties become the properties RocketMQ stores (TAGS, KEYS, UNIQ_KEY,
+__SHARDINGKEY for a FIFO message group, TIMER_DELIVER_MS for a timer message, TRAN_MSG for a
+half message); its user properties go beside them. On the way out a stored record becomes a
+5.x message again, with its delivery attempt, receipt handle and a CRC32 body digest the client
+checks.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from cluster.pop_handle import POP_RETRY_PREFIX
+from cluster.proxy.schema import Code, pb
+from cluster.remoting.codes import ResponseCode
+from cluster.topic_validator import validate_topic_name
+from storage.message import COMPRESSED_FLAG
+from storage.record import MessageRecord
+
+MAX_BODY_SIZE = 4 * 1024 * 1024  # the broker's maxMessageSize default
+PROPERTY_SHARDING_KEY = "__SHARDINGKEY"  # a FIFO message's group
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
+PROPERTY_TRANSACTION_ID = "__transactionId__"
+PROPERTY_BORN_HOST = "__BORNHOST"
+# Properties RocketMQ gives meaning to: never handed to a 5.x client as user properties, and a
+# 5.x client may not set them as such (ILLEGAL_MESSAGE_PROPERTY_KEY).
+SYSTEM_PROPERTIES = frozenset({
+    "TAGS", "KEYS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID", "TRAN_MSG",
+    "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG",
+    "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME", "MSG_REGION", "TRACE_ON", "UNIQ_KEY",
+    "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", "TRAN_PREPARED_QUEUE_OFFSET",
+    "TRANSACTION_CHECK_TIMES", "CHECK_IMMUNITY_TIME_IN_SECONDS", "INSTANCE_ID", "CORRELATION_ID",
+    "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "CLUSTER", "MSG_TYPE", PROPERTY_SHARDING_KEY,
+    PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_OUT_MS, "TIMER_DELAY_SEC", "TIMER_DELAY_MS",
+    "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_DEL_UNIQKEY",
+    "TIMER_DELAY_LEVEL", PROPERTY_TRANSACTION_ID, PROPERTY_BORN_HOST, "BORN_TIMESTAMP",
+    "POP_CK", "POP_CK_OFFSET", "1ST_POP_TIME", "DUP_INFO", "EXTEND_UNIQ_INFO", "INNER_NUM",
+    "INNER_BASE", "TRACE_CONTEXT", "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID",
+})
+_SEPARATORS = ("\x01", "\x02")
+
+
+class MessageRefused(Exception):
+    """A 5.x message the proxy will not send; ``code`` is the status the client gets."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def status(code: int = Code.OK, message: str = "OK"):
+    return pb.Status(code=code, message=message)
+
+
+def to_properties(message, max_body_size: int = MAX_BODY_SIZE) -> tuple[dict[str, str], int]:
+    """The stored properties of a 5.x message, and its delivery time (ms; 0 for none). Raises
+    MessageRefused with the status a 5.x client expects for what it may not send."""
+    topic = message.topic.name
+    problem = validate_topic_name(topic)
+    if problem:
+        raise MessageRefused(Code.ILLEGAL_TOPIC, problem)
+    if len(message.body) > max_body_size:
+        raise MessageRefused(Code.MESSAGE_BODY_TOO_LARGE,
+                             f"the body is {len(message.body)} bytes, over the {max_body_size} allowed")
+    if not message.body:
+        raise MessageRefused(Code.MESSAGE_BODY_EMPTY, "a message needs a body")
+    system = message.system_properties
+    if not system.message_id:
+        raise MessageRefused(Code.ILLEGAL_MESSAGE_ID, "the message has no message_id")
+    props: dict[str, str] = {}
+    for key, value in message.user_properties.items():
+        if key in SYSTEM_PROPERTIES or not key or _has_separator(key) or _has_separator(value):
+            raise MessageRefused(Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+                                 f"the user property {key[:40]!r} is reserved or malformed")
+        props[key] = value
+    if system.HasField("tag"):
+        tag = system.tag
+        if not tag.strip() or "|" in tag or _has_separator(tag):
+            raise MessageRefused(Code.ILLEGAL_MESSAGE_TAG, f"the tag {tag[:40]!r} is not allowed")
+        props["TAGS"] = tag
+    keys = list(system.keys)
+    for key in keys:
+        if not key.strip() or " " in key or _has_separator(key):
+            raise MessageRefused(Code.ILLEGAL_MESSAGE_KEY, f"the key {key[:40]!r} is not allowed")
+    if keys:
+        props["KEYS"] = " ".join(keys)
+    props["UNIQ_KEY"] = system.message_id
+    props["WAIT"] = "true"
+    kind = system.message_type
+    if system.HasField("message_group"):
+        if kind not in (pb.FIFO, pb.MESSAGE_TYPE_UNSPECIFIED) or not system.message_group.strip():
+            raise MessageRefused(Code.ILLEGAL_MESSAGE_GROUP,
+                                 "only a FIFO message has a message group, and it may not be blank")
+        props[PROPERTY_SHARDING_KEY] = system.message_group
+    elif kind == pb.FIFO:
+        raise MessageRefused(Code.ILLEGAL_MESSAGE_GROUP, "a FIFO message needs a message group")
+    deliver_ms = 0
+    if system.HasField("delivery_timestamp"):
+        if kind not in (pb.DELAY, pb.MESSAGE_TYPE_UNSPECIFIED):
+            raise MessageRefused(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                                 "only a DELAY message has a delivery timestamp")
+        deliver_ms = system.delivery_timestamp.ToMilliseconds()
+        props[PROPERTY_TIMER_DELIVER_MS] = str(deliver_ms)
+    elif kind == pb.DELAY:
+        raise MessageRefused(Code.ILLEGAL_DELIVERY_TIME, "a DELAY message needs a delivery timestamp")
+    if kind == pb.TRANSACTION:
+        props["TRAN_MSG"] = "true"
+    if system.born_host:
+        props[PROPERTY_BORN_HOST] = system.born_host
+    if system.HasField("trace_context"):
+        props["TRACE_CONTEXT"] = system.trace_context
+    return props, deliver_ms
+
+
+def _has_separator(text: str) -> bool:
+    return any(s in text for s in _SEPARATORS)
+
+
+def _timestamp(ms: int) -> Timestamp:
+    stamp = Timestamp()
+    stamp.FromMilliseconds(ms)
+    return stamp
+
+
+def message_type(props: dict[str, str]):
+    if PROPERTY_SHARDING_KEY in props:
+        return pb.FIFO
+    if PROPERTY_TIMER_DELIVER_MS in props or "DELAY" in props:
+        return pb.DELAY
+    if props.get("TRAN_MSG") == "true":
+        return pb.TRANSACTION
+    return pb.NORMAL
+
+
+def to_message(record: MessageRecord, receipt_handle: str | None = None,
+               invisible_ms: int | None = None):
+    """A stored record as a 5.x client receives it (topic: the original one for a message that
+    came back through a retry topic)."""
+    props = record.properties
+    body = record.body
+    if record.sys_flag & COMPRESSED_FLAG:
+        body = zlib.decompress(body)
+    topic = record.topic
+    if topic.startswith(POP_RETRY_PREFIX):
+        topic = props.get("RETRY_TOPIC", topic)
+    system = pb.SystemProperties(
+        message_id=props.get("UNIQ_KEY") or record.msg_id,
+        body_digest=pb.Digest(type=pb.CRC32, checksum=f"{zlib.crc32(body) & 0xFFFFFFFF:08X}"),
+        body_encoding=pb.IDENTITY,
+        message_type=message_type(props),
+        born_timestamp=_timestamp(record.born_timestamp),
+        born_host=props.get(PROPERTY_BORN_HOST) or record.born_host[0],
+        store_timestamp=_timestamp(record.store_timestamp),
+        store_host=f"{record.store_host[0]}:{record.store_host[1]}",
+        queue_id=record.queue_id,
+        queue_offset=record.queue_offset,
+        delivery_attempt=record.reconsume_times + 1,
+    )
+    if "TAGS" in props:
+        system.tag = props["TAGS"]
+    if props.get("KEYS"):
+        system.keys.extend(props["KEYS"].split(" "))
+    if PROPERTY_SHARDING_KEY in props:
+        system.message_group = props[PROPERTY_SHARDING_KEY]
+    if PROPERTY_TIMER_DELIVER_MS in props and props[PROPERTY_TIMER_DELIVER_MS].isdigit():
+        system.delivery_timestamp.CopyFrom(_timestamp(int(props[PROPERTY_TIMER_DELIVER_MS])))
+    if "TRACE_CONTEXT" in props:
+        system.trace_context = props["TRACE_CONTEXT"]
+    if receipt_handle is not None:
+        system.receipt_handle = receipt_handle
+    if invisible_ms is not None:
+        system.invisible_duration.FromMilliseconds(invisible_ms)
+    user = {k: v for k, v in props.items() if k not in SYSTEM_PROPERTIES}
+    return pb.Message(topic=pb.Resource(name=topic), user_properties=user, system_properties=system,
+                      body=body)
+
+
+# Broker answers to what a 5.x client is told.
+_SEND_CODES = {
+    ResponseCode.FLUSH_DISK_TIMEOUT: Code.MASTER_PERSISTENCE_TIMEOUT,
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: Code.SLAVE_PERSISTENCE_TIMEOUT,
+    ResponseCode.SLAVE_NOT_AVAILABLE: Code.HA_NOT_AVAILABLE,
+    ResponseCode.TOPIC_NOT_EXIST: Code.TOPIC_NOT_FOUND,
+    ResponseCode.MESSAGE_ILLEGAL: Code.BAD_REQUEST,
+    ResponseCode.NO_PERMISSION: Code.FORBIDDEN,
+    ResponseCode.SYSTEM_BUSY: Code.TOO_MANY_REQUESTS,
+    ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST: Code.CONSUMER_GROUP_NOT_FOUND,
+    ResponseCode.SUBSCRIPTION_PARSE_FAILED: Code.ILLEGAL_FILTER_EXPRESSION,
+    ResponseCode.SERVICE_NOT_AVAILABLE: Code.INTERNAL_SERVER_ERROR,
+    ResponseCode.NO_MESSAGE: Code.INVALID_RECEIPT_HANDLE,
+    ResponseCode.POLLING_TIMEOUT: Code.MESSAGE_NOT_FOUND,
+    ResponseCode.PULL_NOT_FOUND: Code.MESSAGE_NOT_FOUND,
+}
+
+
+def status_of_response(code: int, remark: str | None):
+    if code == ResponseCode.SUCCESS:
+        return status()
+    return status(_SEND_CODES.get(code, Code.INTERNAL_SERVER_ERROR),
+                  remark or f"the broker answered {code}")

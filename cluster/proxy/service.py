@@ -1,0 +1,534 @@
+"""MessagingService: the RPCs of apache.rocketmq.v2, each turned into remoting requests to the
+name servers and brokers, as RocketMQ's proxy does in cluster mode.
+
+A 5.x client sees the proxy as every broker: routes name the brokers but give the proxy's own
+endpoint, and every call comes here. Sends become SEND_MESSAGE_V2 to a master (a FIFO message
+to the queue its message group hashes to); receives become POP_MESSAGE over all queues of one
+broker, acks ACK_MESSAGE, invisible-time changes CHANGE_MESSAGE_INVISIBLETIME. A receipt handle
+is the broker's POP handle (cluster/pop_handle.py): it names the broker, queue and offset, so
+any proxy can ack what another one handed out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import zlib
+
+import grpc
+
+from cluster.client.instance import MQClientInstance
+from cluster.client.route import PERM_READ, PERM_WRITE, TopicRouteData
+from cluster.pop_handle import ExtraInfo, ExtraInfoError, parse_start_offsets
+from cluster.proxy.clients import ClientRegistry
+from cluster.proxy.convert import (
+    MAX_BODY_SIZE,
+    MessageRefused,
+    status,
+    status_of_response,
+    to_message,
+    to_properties,
+)
+from cluster.proxy.schema import Code, pb, services
+from cluster.remoting.codec import request
+from cluster.remoting.codes import RequestCode, ResponseCode
+from cluster.remoting.errors import RemotingError
+from cluster.topic_validator import validate_group_name, validate_topic_name
+from storage.record import iter_records
+
+log = logging.getLogger(__name__)
+
+PRODUCER_GROUP = "PROXY_GRPC_PRODUCER"  # the remoting producer group 5.x sends go under
+DEFAULT_INVISIBLE_MS = 30_000
+DEFAULT_POLL_MS = 20_000
+# A POP is held this much shorter than the client's wait (its deadline adds the request timeout).
+POLL_MARGIN_MS = 200
+ROUTE_TTL = 10.0
+REQUEST_TIMEOUT = 3.0
+MAX_ATTEMPTS_DEFAULT = 17  # a group's retryMaxTimes (16) + 1
+
+
+class RouteCache:
+    """Topic routes from the name servers, kept ``ROUTE_TTL`` seconds."""
+
+    def __init__(self, instance: MQClientInstance) -> None:
+        self.instance = instance
+        self._routes: dict[str, tuple[float, TopicRouteData | None]] = {}
+
+    async def get(self, topic: str) -> TopicRouteData | None:
+        cached = self._routes.get(topic)
+        if cached is not None and time.monotonic() - cached[0] < ROUTE_TTL:
+            return cached[1]
+        route = await self.instance.fetch_route(topic)
+        if route is not None:  # a topic created a moment later is found at once
+            self._routes[topic] = (time.monotonic(), route)
+        return route
+
+
+def _metadata(context) -> dict[str, str]:
+    return {k: v for k, v in (context.invocation_metadata() or ())
+            if isinstance(v, str)}
+
+
+class MessagingService(services.MessagingServiceServicer):
+    def __init__(self, instance: MQClientInstance, advertised: tuple[str, int]) -> None:
+        self.instance = instance
+        self.routes = RouteCache(instance)
+        self.clients = ClientRegistry()
+        self.advertised = advertised
+        self._round_robin = 0
+
+    # -- helpers ------------------------------------------------------------------------------------
+    def _client(self, context):
+        meta = _metadata(context)
+        client_id = meta.get("x-mq-client-id", "")
+        return self.clients.touch(client_id, meta.get("x-mq-language", ""),
+                                  meta.get("x-mq-client-version", "")) if client_id else None
+
+    def _endpoints(self, requested=None):
+        if requested is not None and requested.addresses:
+            return requested
+        host, port = self.advertised
+        return pb.Endpoints(scheme=pb.IPv4, addresses=[pb.Address(host=host, port=port)])
+
+    async def _invoke(self, broker_name: str, command, timeout: float = REQUEST_TIMEOUT):
+        address = self.instance.master_addr(broker_name)
+        if address is None:
+            raise RemotingError(f"broker {broker_name} has no master in the routes")
+        return await self.instance.remoting.invoke(address, command, timeout)
+
+    async def _group_max_attempts(self, group: str) -> int:
+        """``retryMaxTimes`` + 1 of the group, from any master that knows it."""
+        for addrs in list(self.instance.broker_addrs.values()):
+            address = addrs.get(0)
+            if address is None:
+                continue
+            try:
+                response = await self.instance.remoting.invoke(
+                    address, request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG), REQUEST_TIMEOUT)
+            except RemotingError:
+                continue
+            if response.code != ResponseCode.SUCCESS:
+                continue
+            import json
+            table = json.loads(response.body or b"{}").get("subscriptionGroupTable") or {}
+            config = table.get(group)
+            if config is not None:
+                retry = int(config.get("retryMaxTimes", 16))
+                return retry + 1 if retry >= 0 else MAX_ATTEMPTS_DEFAULT
+        return MAX_ATTEMPTS_DEFAULT
+
+    # -- routes -------------------------------------------------------------------------------------
+    async def QueryRoute(self, request_, context):
+        self._client(context)
+        topic = request_.topic.name
+        problem = validate_topic_name(topic)
+        if problem:
+            return pb.QueryRouteResponse(status=status(Code.ILLEGAL_TOPIC, problem))
+        try:
+            route = await self.routes.get(topic)
+        except RemotingError as exc:
+            return pb.QueryRouteResponse(status=status(Code.INTERNAL_SERVER_ERROR, str(exc)))
+        if route is None:
+            return pb.QueryRouteResponse(status=status(Code.TOPIC_NOT_FOUND,
+                                                       f"topic {topic} does not exist"))
+        endpoints = self._endpoints(request_.endpoints)
+        queues = []
+        accepted = [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION]
+        for data in sorted(route.queue_datas, key=lambda q: q["brokerName"]):
+            name = data["brokerName"]
+            read, write = int(data.get("readQueueNums", 0)), int(data.get("writeQueueNums", 0))
+            perm = int(data.get("perm", 6))
+            broker = pb.Broker(name=name, id=0, endpoints=endpoints)
+            for queue_id in range(max(read, write)):
+                readable = queue_id < read and perm & PERM_READ
+                writable = queue_id < write and perm & PERM_WRITE
+                permission = (pb.READ_WRITE if readable and writable else pb.READ if readable
+                              else pb.WRITE if writable else pb.NONE)
+                queues.append(pb.MessageQueue(topic=pb.Resource(name=topic), id=queue_id,
+                                              permission=permission, broker=broker,
+                                              accept_message_types=accepted))
+        return pb.QueryRouteResponse(status=status(), message_queues=queues)
+
+    async def QueryAssignment(self, request_, context):
+        self._client(context)
+        topic, group = request_.topic.name, request_.group.name
+        problem = validate_topic_name(topic) or None
+        if problem:
+            return pb.QueryAssignmentResponse(status=status(Code.ILLEGAL_TOPIC, problem))
+        if validate_group_name(group):
+            return pb.QueryAssignmentResponse(
+                status=status(Code.ILLEGAL_CONSUMER_GROUP, validate_group_name(group)))
+        route = await self.routes.get(topic)
+        if route is None:
+            return pb.QueryAssignmentResponse(status=status(Code.TOPIC_NOT_FOUND,
+                                                            f"topic {topic} does not exist"))
+        endpoints = self._endpoints(request_.endpoints)
+        # POP needs no rebalance: every consumer of the group reads every broker (queue -1).
+        assignments = [
+            pb.Assignment(message_queue=pb.MessageQueue(
+                topic=pb.Resource(name=topic), id=-1, permission=pb.READ_WRITE,
+                broker=pb.Broker(name=data["brokerName"], id=0, endpoints=endpoints)))
+            for data in sorted(route.queue_datas, key=lambda q: q["brokerName"])
+            if int(data.get("perm", 6)) & PERM_READ and int(data.get("readQueueNums", 0)) > 0]
+        return pb.QueryAssignmentResponse(status=status(), assignments=assignments)
+
+    # -- clients -------------------------------------------------------------------------------------
+    async def Heartbeat(self, request_, context):
+        client = self._client(context)
+        if client is not None:
+            client.client_type = request_.client_type or client.client_type
+            if request_.HasField("group"):
+                client.group = request_.group.name
+        return pb.HeartbeatResponse(status=status())
+
+    async def NotifyClientTermination(self, request_, context):
+        meta = _metadata(context)
+        self.clients.forget(meta.get("x-mq-client-id", ""))
+        return pb.NotifyClientTerminationResponse(status=status())
+
+    async def Telemetry(self, request_iterator, context):
+        client = self._client(context)
+        if client is None:
+            yield pb.TelemetryCommand(status=status(Code.CLIENT_ID_REQUIRED,
+                                                    "x-mq-client-id is missing"))
+            return
+        outbox: asyncio.Queue = asyncio.Queue()
+        client.outbox = outbox
+
+        async def read() -> None:
+            async for command in request_iterator:
+                kind = command.WhichOneof("command")
+                if kind == "settings":
+                    await outbox.put(await self._answer_settings(client, command.settings))
+                elif kind in ("thread_stack_trace", "verify_message_result"):
+                    log.info("client %s answered %s", client.client_id, kind)
+            await outbox.put(None)
+
+        reader = asyncio.get_running_loop().create_task(read())
+        try:
+            while True:
+                item = await outbox.get()
+                if item is None:
+                    break
+                yield item
+        finally:
+            reader.cancel()
+            if client.outbox is outbox:
+                client.outbox = None
+
+    async def _answer_settings(self, client, settings):
+        """Adopt what the client says it is, and answer with the server's side of it: the
+        publishing limits, or the subscription's settings and the group's retry policy."""
+        client.client_type = settings.client_type
+        answer = pb.Settings(client_type=settings.client_type,
+                             access_point=self._endpoints(settings.access_point),
+                             request_timeout=settings.request_timeout
+                             if settings.HasField("request_timeout") else None)
+        if not settings.HasField("request_timeout"):
+            answer.request_timeout.FromSeconds(3)
+        answer.user_agent.CopyFrom(settings.user_agent)
+        answer.metric.on = False
+        if settings.WhichOneof("pub_sub") == "publishing":
+            client.topics = [t.name for t in settings.publishing.topics]
+            answer.publishing.CopyFrom(pb.Publishing(topics=settings.publishing.topics,
+                                                     max_body_size=MAX_BODY_SIZE,
+                                                     validate_message_type=False))
+            policy = answer.backoff_policy
+            policy.max_attempts = 3
+            policy.exponential_backoff.initial.FromMilliseconds(10)
+            policy.exponential_backoff.max.FromSeconds(1)
+            policy.exponential_backoff.multiplier = 2.0
+        elif settings.WhichOneof("pub_sub") == "subscription":
+            sub = settings.subscription
+            client.group = sub.group.name
+            client.subscriptions = {e.topic.name: (e.expression.type, e.expression.expression)
+                                    for e in sub.subscriptions}
+            answer.subscription.CopyFrom(sub)
+            answer.subscription.fifo = False
+            answer.subscription.receive_batch_size = 32
+            answer.subscription.long_polling_timeout.FromSeconds(DEFAULT_POLL_MS // 1000)
+            policy = answer.backoff_policy
+            policy.max_attempts = await self._group_max_attempts(client.group)
+            policy.exponential_backoff.initial.FromSeconds(1)
+            policy.exponential_backoff.max.FromSeconds(60)
+            policy.exponential_backoff.multiplier = 2.0
+        return pb.TelemetryCommand(status=status(), settings=answer)
+
+    # -- sending ------------------------------------------------------------------------------------
+    async def SendMessage(self, request_, context):
+        self._client(context)
+        if not request_.messages:
+            return pb.SendMessageResponse(status=status(Code.BAD_REQUEST, "no message to send"))
+        entries = [await self._send_one(message) for message in request_.messages]
+        codes = {e.status.code for e in entries}
+        overall = entries[0].status if len(codes) == 1 else status(Code.MULTIPLE_RESULTS,
+                                                                    "the messages fared differently")
+        return pb.SendMessageResponse(status=overall, entries=entries)
+
+    async def _send_one(self, message):
+        message_id = message.system_properties.message_id
+        try:
+            props, _ = to_properties(message)
+        except MessageRefused as exc:
+            return pb.SendResultEntry(status=status(exc.code, str(exc)), message_id=message_id)
+        topic = message.topic.name
+        try:
+            route = await self.routes.get(topic)
+        except RemotingError as exc:
+            return pb.SendResultEntry(status=status(Code.INTERNAL_SERVER_ERROR, str(exc)),
+                                      message_id=message_id)
+        if route is None:
+            return pb.SendResultEntry(status=status(Code.TOPIC_NOT_FOUND,
+                                                    f"topic {topic} does not exist"),
+                                      message_id=message_id)
+        queues = self._write_queues(route)
+        if not queues:
+            return pb.SendResultEntry(status=status(Code.FORBIDDEN,
+                                                    f"topic {topic} has no writable queue"),
+                                      message_id=message_id)
+        system = message.system_properties
+        group = system.message_group if system.HasField("message_group") else ""
+        if group:
+            # One message group, one queue: its messages stay in the order they were sent.
+            candidates = [queues[(zlib.crc32(group.encode()) & 0x7FFFFFFF) % len(queues)]]
+        else:
+            self._round_robin += 1
+            start = self._round_robin % len(queues)
+            candidates = queues[start:] + queues[:start]
+        sys_flag = 0
+        if props.get("TRAN_MSG") == "true":
+            sys_flag = 0x4  # TRANSACTION_PREPARED_TYPE
+            props["PGROUP"] = PRODUCER_GROUP
+        from storage.message import properties_to_string
+        fields = {"a": PRODUCER_GROUP, "b": topic, "c": "TBW102", "d": 4, "f": sys_flag,
+                  "g": system.born_timestamp.ToMilliseconds() or int(time.time() * 1000),
+                  "h": 0, "i": properties_to_string(props), "j": 0, "k": False, "m": False}
+        last = status(Code.INTERNAL_SERVER_ERROR, "no broker took the message")
+        tried: set[str] = set()
+        for broker_name, queue_id in candidates:
+            if broker_name in tried:
+                continue
+            tried.add(broker_name)
+            command = request(RequestCode.SEND_MESSAGE_V2, dict(fields, e=queue_id),
+                              body=message.body)
+            try:
+                response = await self._invoke(broker_name, command)
+            except RemotingError as exc:
+                last = status(Code.INTERNAL_SERVER_ERROR, str(exc))
+                continue
+            result = status_of_response(response.code, response.remark)
+            if response.code == ResponseCode.SUCCESS:
+                fields_out = response.ext_fields
+                return pb.SendResultEntry(
+                    status=result, message_id=message_id,
+                    transaction_id=fields_out.get("transactionId") or fields_out.get("msgId", ""),
+                    offset=int(fields_out.get("queueOffset", "0") or 0))
+            last = result
+            if response.code not in (ResponseCode.SYSTEM_BUSY, ResponseCode.SYSTEM_ERROR,
+                                     ResponseCode.SERVICE_NOT_AVAILABLE):
+                break
+        return pb.SendResultEntry(status=last, message_id=message_id)
+
+    @staticmethod
+    def _write_queues(route: TopicRouteData) -> list[tuple[str, int]]:
+        masters = route.master_addrs()
+        queues = []
+        for data in sorted(route.queue_datas, key=lambda q: q["brokerName"]):
+            if not int(data.get("perm", 6)) & PERM_WRITE or data["brokerName"] not in masters:
+                continue
+            queues += [(data["brokerName"], q) for q in range(int(data.get("writeQueueNums", 0)))]
+        return queues
+
+    # -- receiving ------------------------------------------------------------------------------------
+    async def ReceiveMessage(self, request_, context):
+        self._client(context)
+        group, topic = request_.group.name, request_.message_queue.topic.name
+        problem = validate_group_name(group)
+        if problem:
+            yield pb.ReceiveMessageResponse(status=status(Code.ILLEGAL_CONSUMER_GROUP, problem))
+            return
+        problem = validate_topic_name(topic)
+        if problem:
+            yield pb.ReceiveMessageResponse(status=status(Code.ILLEGAL_TOPIC, problem))
+            return
+        invisible_ms = (request_.invisible_duration.ToMilliseconds()
+                        if request_.HasField("invisible_duration") else DEFAULT_INVISIBLE_MS)
+        if not 1_000 <= invisible_ms <= 12 * 3600 * 1000:
+            yield pb.ReceiveMessageResponse(status=status(
+                Code.ILLEGAL_INVISIBLE_TIME, "the invisible duration must be 1 s to 12 h"))
+            return
+        poll_ms = (request_.long_polling_timeout.ToMilliseconds()
+                   if request_.HasField("long_polling_timeout") else DEFAULT_POLL_MS)
+        if poll_ms < 0 or poll_ms > 60_000:
+            yield pb.ReceiveMessageResponse(status=status(
+                Code.ILLEGAL_POLLING_TIME, "the long-polling timeout must be 0 to 60 s"))
+            return
+        batch = max(1, min(request_.batch_size or 32, 32))
+        expression = request_.filter_expression
+        exp_type = "SQL92" if expression.type == pb.SQL else "TAG"
+        broker_name = request_.message_queue.broker.name
+        if not broker_name:
+            route = await self.routes.get(topic)
+            if route is None:
+                yield pb.ReceiveMessageResponse(status=status(Code.TOPIC_NOT_FOUND,
+                                                              f"topic {topic} does not exist"))
+                return
+            broker_name = sorted(route.master_addrs())[0]
+        else:
+            await self.routes.get(topic)  # learns the broker's address
+        fields = {"consumerGroup": group, "topic": topic, "queueId": -1, "maxMsgNums": batch,
+                  "invisibleTime": invisible_ms,
+                  "pollTime": max(0, poll_ms - POLL_MARGIN_MS), "bornTime": int(time.time() * 1000),
+                  "initMode": 1, "expType": exp_type, "exp": expression.expression or "*",
+                  "order": False}
+        try:
+            response = await self._invoke(broker_name, request(RequestCode.POP_MESSAGE, fields),
+                                          timeout=poll_ms / 1000 + REQUEST_TIMEOUT)
+        except RemotingError as exc:
+            yield pb.ReceiveMessageResponse(status=status(Code.INTERNAL_SERVER_ERROR, str(exc)))
+            return
+        if response.code != ResponseCode.SUCCESS:
+            yield pb.ReceiveMessageResponse(status=status_of_response(response.code,
+                                                                      response.remark))
+            return
+        header = response.ext_fields
+        pop_time, invisible = int(header["popTime"]), int(header["invisibleTime"])
+        revive_qid = int(header.get("reviveQid", "0"))
+        starts = parse_start_offsets(header.get("startOffsetInfo", ""))
+        yield pb.ReceiveMessageResponse(status=status())
+        for record in iter_records(response.body):
+            retry = record.topic != topic
+            handle = ExtraInfo(starts.get((retry, record.queue_id), record.queue_offset), pop_time,
+                               invisible, revive_qid, retry, broker_name, record.queue_id,
+                               record.queue_offset).encode()
+            yield pb.ReceiveMessageResponse(message=to_message(record, handle, invisible))
+        stamp = pb.ReceiveMessageResponse()
+        stamp.delivery_timestamp.FromMilliseconds(int(time.time() * 1000))
+        yield stamp
+
+    def _handle(self, receipt_handle: str) -> ExtraInfo | tuple:
+        try:
+            extra = ExtraInfo.parse(receipt_handle)
+        except ExtraInfoError as exc:
+            return (Code.INVALID_RECEIPT_HANDLE, str(exc))
+        if extra.deadline < int(time.time() * 1000):
+            return (Code.INVALID_RECEIPT_HANDLE, "the receipt handle has expired")
+        return extra
+
+    async def AckMessage(self, request_, context):
+        self._client(context)
+        group, topic = request_.group.name, request_.topic.name
+        problem = validate_group_name(group) or None
+        if problem:
+            return pb.AckMessageResponse(status=status(Code.ILLEGAL_CONSUMER_GROUP, problem))
+        if validate_topic_name(topic):
+            return pb.AckMessageResponse(status=status(Code.ILLEGAL_TOPIC,
+                                                       validate_topic_name(topic)))
+        entries = []
+        for entry in request_.entries:
+            extra = self._handle(entry.receipt_handle)
+            if isinstance(extra, tuple):
+                result = status(*extra)
+            else:
+                command = request(RequestCode.ACK_MESSAGE, {
+                    "consumerGroup": group, "topic": topic, "queueId": extra.queue_id,
+                    "extraInfo": entry.receipt_handle, "offset": extra.offset})
+                try:
+                    await self.routes.get(topic)
+                    response = await self._invoke(extra.broker_name, command)
+                    result = status_of_response(response.code, response.remark)
+                except RemotingError as exc:
+                    result = status(Code.INTERNAL_SERVER_ERROR, str(exc))
+            entries.append(pb.AckMessageResultEntry(message_id=entry.message_id,
+                                                    receipt_handle=entry.receipt_handle,
+                                                    status=result))
+        codes = {e.status.code for e in entries}
+        if not entries:
+            overall = status(Code.BAD_REQUEST, "nothing to ack")
+        elif len(codes) == 1:
+            overall = entries[0].status
+        else:
+            overall = status(Code.MULTIPLE_RESULTS, "the acks fared differently")
+        return pb.AckMessageResponse(status=overall, entries=entries)
+
+    async def ChangeInvisibleDuration(self, request_, context):
+        self._client(context)
+        group, topic = request_.group.name, request_.topic.name
+        if validate_group_name(group) or validate_topic_name(topic):
+            return pb.ChangeInvisibleDurationResponse(status=status(
+                Code.BAD_REQUEST, validate_group_name(group) or validate_topic_name(topic)))
+        extra = self._handle(request_.receipt_handle)
+        if isinstance(extra, tuple):
+            return pb.ChangeInvisibleDurationResponse(status=status(*extra))
+        invisible_ms = request_.invisible_duration.ToMilliseconds()
+        if not 1_000 <= invisible_ms <= 12 * 3600 * 1000:
+            return pb.ChangeInvisibleDurationResponse(status=status(
+                Code.ILLEGAL_INVISIBLE_TIME, "the invisible duration must be 1 s to 12 h"))
+        command = request(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, {
+            "consumerGroup": group, "topic": topic, "queueId": extra.queue_id,
+            "extraInfo": request_.receipt_handle, "offset": extra.offset,
+            "invisibleTime": invisible_ms})
+        try:
+            await self.routes.get(topic)
+            response = await self._invoke(extra.broker_name, command)
+        except RemotingError as exc:
+            return pb.ChangeInvisibleDurationResponse(status=status(Code.INTERNAL_SERVER_ERROR,
+                                                                    str(exc)))
+        if response.code != ResponseCode.SUCCESS:
+            return pb.ChangeInvisibleDurationResponse(
+                status=status_of_response(response.code, response.remark))
+        header = response.ext_fields
+        moved = ExtraInfo(extra.offset, int(header["popTime"]), int(header["invisibleTime"]),
+                          int(header.get("reviveQid", "0")), extra.retry, extra.broker_name,
+                          extra.queue_id, extra.offset)
+        return pb.ChangeInvisibleDurationResponse(status=status(), receipt_handle=moved.encode())
+
+    async def ForwardMessageToDeadLetterQueue(self, request_, context):
+        """The push consumer gave up on a message: into the group's DLQ, and acked."""
+        self._client(context)
+        group, topic = request_.group.name, request_.topic.name
+        if validate_group_name(group) or validate_topic_name(topic):
+            return pb.ForwardMessageToDeadLetterQueueResponse(status=status(
+                Code.BAD_REQUEST, validate_group_name(group) or validate_topic_name(topic)))
+        extra = self._handle(request_.receipt_handle)
+        if isinstance(extra, tuple):
+            return pb.ForwardMessageToDeadLetterQueueResponse(status=status(*extra))
+        from cluster.pop_handle import popped_topic
+        stored_topic = popped_topic(group, topic, extra.retry)
+        try:
+            await self.routes.get(topic)
+            pulled = await self._invoke(extra.broker_name, request(RequestCode.PULL_MESSAGE, {
+                "consumerGroup": group, "topic": stored_topic, "queueId": extra.queue_id,
+                "queueOffset": extra.offset, "maxMsgNums": 1, "sysFlag": 0, "commitOffset": 0,
+                "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0}))
+            records = list(iter_records(pulled.body)) if pulled.code == ResponseCode.SUCCESS else []
+            if not records or records[0].queue_offset != extra.offset:
+                return pb.ForwardMessageToDeadLetterQueueResponse(status=status(
+                    Code.MESSAGE_NOT_FOUND, "the message is no longer in its queue"))
+            record = records[0]
+            back = await self._invoke(extra.broker_name, request(
+                RequestCode.CONSUMER_SEND_MSG_BACK, {
+                    "offset": record.commit_log_offset, "group": group, "delayLevel": -1,
+                    "originMsgId": record.client_msg_id, "originTopic": topic,
+                    "unitMode": False, "maxReconsumeTimes": request_.max_delivery_attempts}))
+            if back.code != ResponseCode.SUCCESS:
+                return pb.ForwardMessageToDeadLetterQueueResponse(
+                    status=status_of_response(back.code, back.remark))
+            await self._invoke(extra.broker_name, request(RequestCode.ACK_MESSAGE, {
+                "consumerGroup": group, "topic": topic, "queueId": extra.queue_id,
+                "extraInfo": request_.receipt_handle, "offset": extra.offset}))
+        except RemotingError as exc:
+            return pb.ForwardMessageToDeadLetterQueueResponse(status=status(
+                Code.INTERNAL_SERVER_ERROR, str(exc)))
+        return pb.ForwardMessageToDeadLetterQueueResponse(status=status())
+
+    # -- not served yet -------------------------------------------------------------------------------
+    async def EndTransaction(self, request_, context):
+        return pb.EndTransactionResponse(status=status(Code.NOT_IMPLEMENTED,
+                                                       "transactions over gRPC are not served yet"))
+
+
+def add_to_server(service: MessagingService, server: grpc.aio.Server) -> None:
+    services.add_MessagingServiceServicer_to_server(service, server)
