@@ -170,6 +170,10 @@ class ClusterModel(QObject):
                         row["health"] = "ok" if await self._prober().namesrv_ready(row["address"]) \
                             else "not answering"
                     continue
+                if row["kind"] == "proxy":
+                    row["health"] = "ok" if await self._prober().proxy_ready(row["address"]) \
+                        else "not answering"
+                    continue
                 try:
                     infos[row["name"]] = info = await asyncio.wait_for(
                         self.admin.broker_runtime_info(row["address"]), 2)

@@ -1,4 +1,4 @@
-"""``rocketdesk up|down|status|logs|kill|pause|resume|restart|add-group|add-slave|clusters|rm``.
+"""``rocketdesk up|down|status|logs|kill|pause|resume|restart|add-group|add-slave|add-proxy|clusters|rm``.
 
 Every command that takes ``--name`` finds the cluster on its own when only one exists.
 """
@@ -41,7 +41,9 @@ def _attach(args) -> Supervisor:
 
 def how_to_use(state: ClusterState) -> str:
     addr = state.namesrv_addr
-    return (f"cluster {state.name!r} is up; name server: {addr}\n"
+    proxy = (f"proxy {state.proxy_addr}  (RocketMQ 5.x clients: "
+             f"ClientConfiguration('{state.proxy_addr}'))\n" if state.proxy_addr else "")
+    return (f"cluster {state.name!r} is up; name server: {addr}\n{proxy}"
             f"  point clients at it:   export NAMESRV_ADDR='{addr}'\n"
             f"                         (Java: -Drocketmq.namesrv.addr={addr})\n"
             f"  see it:                rocketdesk status --name {state.name}\n"
@@ -162,6 +164,12 @@ async def _add_group(args) -> int:
     return 0
 
 
+async def _add_proxy(args) -> int:
+    node = await _attach(args).add_proxy(ready_timeout=args.timeout)
+    print(f"proxy {node.address}  ({node.name} is ready)")
+    return 0
+
+
 async def _add_slave(args) -> int:
     node = await _attach(args).add_slave(args.group, ready_timeout=args.timeout)
     print(f"added and ready: {node.name} (SLAVE, {node.address})")
@@ -246,6 +254,10 @@ def add_commands(commands) -> None:
     add_slave.add_argument("group")
     add_slave.add_argument("--timeout", type=float, default=30)
     add_slave.set_defaults(func=run_async(_add_slave))
+
+    add_proxy = named(commands.add_parser("add-proxy", help="add a 5.x gRPC endpoint (a proxy)"))
+    add_proxy.add_argument("--timeout", type=float, default=30)
+    add_proxy.set_defaults(func=run_async(_add_proxy))
 
     clusters = commands.add_parser("clusters", help="the clusters RocketDesk knows, running or not")
     clusters.add_argument("--json", action="store_true")

@@ -1,15 +1,22 @@
 """Readiness over the protocol (never a sleep): a name server answers, a broker answers and is
-registered with every name server, a slave is replicating from its master."""
+registered with every name server, a slave is replicating from its master, a proxy answers a
+5.x heartbeat."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+
+import grpc
 
 from cluster.remoting import fastjson
 from cluster.remoting.client import RemotingClient
 from cluster.remoting.codec import request
 from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.errors import RemotingError
+
+# An empty HeartbeatRequest is zero bytes on the wire: the probe needs no generated classes.
+_HEARTBEAT = "/apache.rocketmq.v2.MessagingService/Heartbeat"
 
 
 class Prober:
@@ -63,6 +70,17 @@ class Prober:
         if answer.code != ResponseCode.SUCCESS:
             return None
         return json.loads(answer.body)
+
+    async def proxy_ready(self, address: str) -> bool:
+        """The proxy answers a 5.x Heartbeat over gRPC."""
+        try:
+            async with grpc.aio.insecure_channel(address) as channel:
+                call = channel.unary_unary(_HEARTBEAT, request_serializer=bytes,
+                                           response_deserializer=bytes)
+                await asyncio.wait_for(call(b"", timeout=self.timeout), self.timeout + 0.5)
+        except (grpc.RpcError, TimeoutError, OSError):
+            return False
+        return True
 
     async def slave_replicating(self, address: str) -> bool:
         status = await self.ha_status(address)

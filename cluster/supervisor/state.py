@@ -35,7 +35,7 @@ def clusters_dir() -> Path:
 @dataclass(slots=True)
 class NodeState:
     name: str
-    kind: str  # "namesrv" or "broker"
+    kind: str  # "namesrv", "broker" or "proxy"
     port: int
     dir: str
     group: str = ""
@@ -102,6 +102,11 @@ class ClusterState:
     @property
     def namesrv_addr(self) -> str:
         return ";".join(n.address for n in self.nodes if n.kind == "namesrv")
+
+    @property
+    def proxy_addr(self) -> str | None:
+        """Where 5.x clients connect (the first proxy's gRPC endpoint)."""
+        return next((n.address for n in self.nodes if n.kind == "proxy"), None)
 
     def node(self, name: str) -> NodeState | None:
         return next((n for n in self.nodes if n.name == name), None)

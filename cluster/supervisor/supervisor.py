@@ -35,6 +35,7 @@ STOP_GRACE = 15.0
 POLL = 0.05
 DEFAULT_NAMESRV_PORT = 9876
 DEFAULT_BROKER_PORT = 10911
+DEFAULT_PROXY_PORT = 8081  # RocketMQ proxy's gRPC port
 
 
 class Supervisor:
@@ -75,6 +76,7 @@ class Supervisor:
         for number, group in enumerate(spec.groups):
             prefer = DEFAULT_BROKER_PORT if spec.prefer_default_ports and number == 0 else None
             supervisor._plan_group(group, taken, prefer)
+        supervisor._add_proxy_node(taken)
         supervisor.write_confs()
         state.save()
         return supervisor
@@ -84,6 +86,13 @@ class Supervisor:
         os.makedirs(node.dir, exist_ok=True)
         self.state.nodes.append(node)
         return node
+
+    def _add_proxy_node(self, taken: set[int]) -> NodeState:
+        """The 5.x clients' gRPC endpoint: on 8081 when free, as RocketMQ's proxy."""
+        number = sum(1 for n in self.state.nodes if n.kind == "proxy")
+        prefer = DEFAULT_PROXY_PORT if number == 0 else None
+        return self._add_node(NodeState(name=f"proxy-{number}", kind="proxy",
+                                        port=free_port(prefer, taken), dir="", role="PROXY"))
 
     def _plan_group(self, group: GroupSpec, taken: set[int], prefer: int | None = None) -> None:
         self._groups[group.name] = group
@@ -106,6 +115,9 @@ class Supervisor:
         for node in self.state.nodes:
             if node.kind == "namesrv":
                 lines = {"listenPort": node.port}
+            elif node.kind == "proxy":
+                lines = {"namesrvAddr": namesrv, "grpcServerPort": node.port,
+                         "bindAddress": "127.0.0.1"}
             else:
                 group = self._groups.get(node.group) or GroupSpec(node.group)
                 lines = {
@@ -144,10 +156,16 @@ class Supervisor:
 
     # -- starting -------------------------------------------------------------------------------------
     async def start(self, ready_timeout: float = READY_TIMEOUT) -> None:
-        """Start every node that is not running: name servers, then masters, then slaves."""
+        """Start every node that is not running: name servers, then masters, then slaves, then
+        the proxy (added first to a cluster made before proxies existed)."""
+        if not any(n.kind == "proxy" for n in self.state.nodes):
+            self._add_proxy_node({p for n in self.state.nodes for p in (n.port, n.ha_port) if p})
+            self.write_confs()
+            self.state.save()
         stages = [[n for n in self.state.nodes if n.kind == "namesrv"],
                   [n for n in self.state.nodes if n.kind == "broker" and n.broker_id == 0],
-                  [n for n in self.state.nodes if n.kind == "broker" and n.broker_id > 0]]
+                  [n for n in self.state.nodes if n.kind == "broker" and n.broker_id > 0],
+                  [n for n in self.state.nodes if n.kind == "proxy"]]
         prober = Prober()
         try:
             for stage in stages:
@@ -167,7 +185,8 @@ class Supervisor:
             if port and not port_is_free(port):
                 raise NodeFailedError(f"cannot start {node.name}: port {port} on 127.0.0.1 is in use "
                                       "by another program")
-        module = "cluster.namesrv" if node.kind == "namesrv" else "cluster.broker"
+        module = {"namesrv": "cluster.namesrv", "proxy": "cluster.proxy"}.get(node.kind,
+                                                                            "cluster.broker")
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -203,6 +222,8 @@ class Supervisor:
     async def _is_ready(self, node: NodeState, prober: Prober, namesrvs: list[str]) -> bool:
         if node.kind == "namesrv":
             return await prober.namesrv_ready(node.address)
+        if node.kind == "proxy":
+            return await prober.proxy_ready(node.address)
         if await prober.broker_runtime(node.address) is None:
             return False
         if not await prober.broker_registered(node.address, namesrvs):
@@ -215,10 +236,12 @@ class Supervisor:
 
     # -- stopping -------------------------------------------------------------------------------------
     async def stop(self, grace: float = STOP_GRACE, nodes: list[NodeState] | None = None) -> None:
-        """SIGTERM (brokers before name servers, slaves before masters), SIGKILL after ``grace``."""
+        """SIGTERM (proxies, then brokers, then name servers; slaves before masters), SIGKILL
+        after ``grace``."""
         targets = nodes if nodes is not None else list(self.state.nodes)
         order = sorted(targets, key=lambda n: (n.kind == "namesrv", n.broker_id == 0))
-        for tier in ([n for n in order if n.kind == "broker"], [n for n in order if n.kind == "namesrv"]):
+        for tier in ([n for n in order if n.kind == "proxy"], [n for n in order if n.kind == "broker"],
+                     [n for n in order if n.kind == "namesrv"]):
             live = [n for n in tier if self.is_alive(n)]
             for node in live:
                 self._signal(node, signal.SIGCONT)  # a paused node cannot act on SIGTERM
@@ -318,6 +341,20 @@ class Supervisor:
         await self._start_nodes([node], ready_timeout)
         return node
 
+    async def add_proxy(self, ready_timeout: float = READY_TIMEOUT) -> NodeState:
+        """One more 5.x endpoint (proxies share nothing: any of them serves any client)."""
+        taken = {p for n in self.state.nodes for p in (n.port, n.ha_port) if p}
+        node = self._add_proxy_node(taken)
+        self.write_confs()
+        self.state.save()
+        await self._start_nodes([node], ready_timeout)
+        return node
+
+    @property
+    def proxy_addr(self) -> str | None:
+        """The first proxy's gRPC endpoint (host:port), if the cluster has one."""
+        return self.state.proxy_addr
+
     def _remember_group(self, group: GroupSpec) -> None:
         spec = self._spec()
         spec.groups = [g for g in spec.groups if g.name != group.name] + [group]
@@ -393,6 +430,8 @@ class Supervisor:
     async def _is_serving(self, node: NodeState, prober: Prober) -> bool:
         if node.kind == "namesrv":
             return await prober.namesrv_ready(node.address)
+        if node.kind == "proxy":
+            return await prober.proxy_ready(node.address)
         return await prober.broker_runtime(node.address) is not None
 
 
