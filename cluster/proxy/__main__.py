@@ -23,6 +23,9 @@ from cluster.proxy.service import MessagingService, add_to_server
 log = logging.getLogger("cluster.proxy")
 
 DEFAULT_GRPC_PORT = 8081
+# Above gRPC's 4 MiB default, so that a message over the broker's 4 MiB body limit is answered
+# MESSAGE_BODY_TOO_LARGE (a status the client understands) rather than cut off by the transport.
+MAX_INBOUND_MESSAGE = 32 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -60,7 +63,7 @@ def parse_args(argv: list[str] | None) -> ProxyConfig:
 
 async def run(config: ProxyConfig) -> None:
     instance = MQClientInstance(config.namesrv_addr, "PROXY")
-    server = grpc.aio.server()
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_INBOUND_MESSAGE)])
     port = server.add_insecure_port(f"{config.bind_address}:{config.grpc_server_port}")
     if port == 0:
         raise OSError(f"cannot listen on {config.bind_address}:{config.grpc_server_port}")

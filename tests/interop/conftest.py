@@ -46,3 +46,20 @@ def _install() -> dict[str, str]:
 def cpp_clients() -> dict[str, str]:
     """Folders to put on PYTHONPATH for each client core."""
     return _install()
+
+
+def _install_py5() -> str:
+    """The official 5.x Python client (gRPC) with its dependencies, in a folder of its own."""
+    py5 = os.path.join(CACHE, "py5")
+    if not os.path.exists(os.path.join(py5, "rocketmq", "v5", "producer")):
+        shutil.rmtree(py5, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
+                        "--disable-pip-version-check", "--target", py5,
+                        "rocketmq-python-client==5.1.2"], check=True, timeout=900)
+    return py5
+
+
+@pytest.fixture(scope="session")
+def py5_client() -> str:
+    """The folder to put on PYTHONPATH for the official 5.x client."""
+    return _install_py5()

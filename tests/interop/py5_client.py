@@ -1,0 +1,98 @@
+"""Drive the official RocketMQ 5.x Python client (gRPC) from a subprocess.
+
+Run with the client's folder on PYTHONPATH. Prints one JSON object per line. Usage:
+
+    py5_client.py send PROXY TOPIC COUNT [--tag T] [--prefix P] [--group G (FIFO)]
+    py5_client.py receive PROXY TOPIC GROUP COUNT [--tag EXPR] [--invisible S] [--no-ack]
+                          [--timeout S] [--change-invisible S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def emit(**values) -> None:
+    sys.stdout.write(json.dumps(values) + "\n")
+    sys.stdout.flush()
+
+
+def send(args) -> None:
+    from rocketmq import ClientConfiguration, Credentials, Message, Producer
+
+    producer = Producer(ClientConfiguration(args.proxy, Credentials()), (args.topic,))
+    producer.startup()
+    try:
+        for number in range(args.count):
+            message = Message()
+            message.topic = args.topic
+            message.body = f"{args.prefix}-{number}".encode()
+            message.tag = args.tag
+            message.keys = f"{args.prefix}-key-{number}"
+            message.add_property("seq", str(number))
+            if args.group:
+                message.message_group = args.group
+            receipt = producer.send(message)
+            emit(event="sent", msg_id=receipt.message_id, body=message.body.decode())
+    finally:
+        producer.shutdown()
+
+
+def receive(args) -> None:
+    from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+
+    consumer = SimpleConsumer(ClientConfiguration(args.proxy, Credentials()), args.group,
+                              {args.topic: FilterExpression(args.tag)}, await_duration=2)
+    consumer.startup()
+    got = 0
+    began = time.monotonic()
+    try:
+        while got < args.count and time.monotonic() - began < args.timeout:
+            for message in consumer.receive(16, args.invisible) or []:
+                got += 1
+                emit(event="received", body=message.body.decode(), msg_id=message.message_id,
+                     keys=sorted(message.keys or []), tag=message.tag, topic=message.topic,
+                     properties=dict(message.properties or {}), attempt=message.delivery_attempt,
+                     elapsed=round(time.monotonic() - began, 3))
+                if args.change_invisible:
+                    consumer.change_invisible_duration(message, args.change_invisible)
+                    emit(event="changed", msg_id=message.message_id)
+                if not args.no_ack:
+                    consumer.ack(message)
+                    emit(event="acked", msg_id=message.message_id)
+    finally:
+        consumer.shutdown()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    commands = parser.add_subparsers(dest="command", required=True)
+    s = commands.add_parser("send")
+    s.add_argument("proxy")
+    s.add_argument("topic")
+    s.add_argument("count", type=int)
+    s.add_argument("--tag", default="tagA")
+    s.add_argument("--prefix", default="py5")
+    s.add_argument("--group", default=None)
+    r = commands.add_parser("receive")
+    r.add_argument("proxy")
+    r.add_argument("topic")
+    r.add_argument("group")
+    r.add_argument("count", type=int)
+    r.add_argument("--tag", default="*")
+    r.add_argument("--invisible", type=int, default=15)
+    r.add_argument("--no-ack", action="store_true")
+    r.add_argument("--timeout", type=float, default=30)
+    r.add_argument("--change-invisible", type=int, default=0)
+    args = parser.parse_args()
+    {"send": send, "receive": receive}[args.command](args)
+    sys.stdout.flush()
+    os._exit(0)  # the client's background threads would hold the process open
+
+
+if __name__ == "__main__":
+    main()

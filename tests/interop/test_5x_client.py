@@ -1,0 +1,207 @@
+"""The official RocketMQ 5.x Python client (gRPC, through the proxy) against a cluster the
+supervisor runs: sends, POP receives, acks, redelivery, the DLQ, status codes, and 4.x clients
+on the same topics and groups."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+
+import grpc
+import pytest
+
+from cluster.client.admin import AdminClient
+from cluster.client.consumer import PushConsumer
+from cluster.client.message import Message
+from cluster.client.producer import Producer
+from cluster.client.pull import PullConsumer
+from cluster.proxy.schema import Code, pb, services
+from cluster.supervisor.spec import load_profile
+from cluster.supervisor.supervisor import Supervisor
+
+pytestmark = [pytest.mark.interop, pytest.mark.integration]
+DRIVER = os.path.join(os.path.dirname(__file__), "py5_client.py")
+
+
+def py5(client_path: str, tmp_path, *args: str, timeout: float = 90) -> list[dict]:
+    env = {"PYTHONPATH": client_path, "HOME": str(tmp_path),
+           "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    result = subprocess.run([sys.executable, DRIVER, *args], capture_output=True, text=True,
+                            env=env, timeout=timeout, check=False)
+    events = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert result.returncode == 0, (result.stdout, result.stderr[-3000:])
+    return events
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """A `single` cluster (name server, broker, proxy) made and run by the supervisor."""
+    spec = load_profile("single")
+    spec.prefer_default_ports = False
+    supervisor = Supervisor.create(spec, "py5", root=tmp_path / "clusters")
+    asyncio.run(supervisor.start())
+    try:
+        yield supervisor
+    finally:
+        asyncio.run(supervisor.stop(grace=5))
+
+
+def admin(supervisor, action):
+    async def main():
+        async with AdminClient(supervisor.state.namesrv_addr) as client:
+            return await action(client)
+    return asyncio.run(main())
+
+
+def make_topic(supervisor, topic: str, queues: int = 4) -> None:
+    admin(supervisor, lambda c: c.create_topic(topic, queues, queues))
+
+
+def test_producer_and_simple_consumer_round_trip_with_properties_intact(cluster, py5_client, tmp_path):
+    make_topic(cluster, "T5Round")
+    proxy = cluster.state.proxy_addr
+    sent = py5(py5_client, tmp_path, "send", proxy, "T5Round", "5", "--tag", "tagA")
+    assert len(sent) == 5
+    got = py5(py5_client, tmp_path, "receive", proxy, "T5Round", "CID-round", "5", "--tag", "tagA",
+              "--timeout", "20")
+    received = sorted((e["body"], e["msg_id"], tuple(e["keys"]), e["tag"], e["properties"]["seq"],
+                       e["attempt"], e["topic"]) for e in got if e["event"] == "received")
+    assert received == sorted((f"py5-{i}", sent[i]["msg_id"], (f"py5-key-{i}",), "tagA", str(i), 1,
+                               "T5Round") for i in range(5))
+    # Acked: nothing comes back, not even after the invisible duration the test used (2 s).
+    again = py5(py5_client, tmp_path, "receive", proxy, "T5Round", "CID-round", "1", "--timeout",
+                "4", "--invisible", "2")
+    assert [e for e in again if e["event"] == "received"] == []
+
+
+def test_an_unacked_message_comes_back_after_its_invisible_duration(cluster, py5_client, tmp_path):
+    make_topic(cluster, "T5Again")
+    proxy = cluster.state.proxy_addr
+    py5(py5_client, tmp_path, "send", proxy, "T5Again", "1")
+    first = [e for e in py5(py5_client, tmp_path, "receive", proxy, "T5Again", "CID-again", "1",
+                            "--invisible", "3", "--no-ack") if e["event"] == "received"]
+    assert [e["attempt"] for e in first] == [1]
+    began = time.monotonic()
+    second = [e for e in py5(py5_client, tmp_path, "receive", proxy, "T5Again", "CID-again", "1",
+                             "--timeout", "20") if e["event"] == "received"]
+    assert [(e["body"], e["attempt"], e["msg_id"]) for e in second] == [
+        ("py5-0", 2, first[0]["msg_id"])]
+    assert time.monotonic() - began < 15
+
+
+def test_a_poison_message_reaches_the_dlq_after_the_groups_attempts(cluster, py5_client, tmp_path):
+    make_topic(cluster, "T5Poison", 1)
+    admin(cluster, lambda c: c.create_group("CID-poison", retryMaxTimes=1))  # 2 deliveries
+    proxy = cluster.state.proxy_addr
+    py5(py5_client, tmp_path, "send", proxy, "T5Poison", "1")
+    attempts = [e["attempt"] for e in py5(
+        py5_client, tmp_path, "receive", proxy, "T5Poison", "CID-poison", "2", "--invisible", "1",
+        "--no-ack", "--timeout", "20") if e["event"] == "received"]
+    assert attempts == [1, 2]
+
+    async def dead_letters():
+        consumer = PullConsumer("CID-inspect", cluster.state.namesrv_addr)
+        await consumer.start()
+        try:
+            for _ in range(100):
+                try:
+                    [mq] = await consumer.fetch_subscribe_message_queues("%DLQ%CID-poison")
+                    result = await consumer.pull(mq, "*", 0)
+                    if result.messages:
+                        return result.messages
+                except Exception:  # the DLQ topic appears when the first message lands there
+                    pass
+                await asyncio.sleep(0.1)
+            return []
+        finally:
+            await consumer.shutdown()
+
+    [dead] = asyncio.run(dead_letters())
+    assert dead.body == b"py5-0"
+    assert dead.properties["RETRY_TOPIC"] == "T5Poison"
+    # Nothing more for the group.
+    assert [e for e in py5(py5_client, tmp_path, "receive", proxy, "T5Poison", "CID-poison", "1",
+                           "--timeout", "4") if e["event"] == "received"] == []
+
+
+def test_4x_and_5x_clients_share_topics_and_groups(cluster, py5_client, tmp_path):
+    make_topic(cluster, "T5Mixed")
+    proxy, namesrv = cluster.state.proxy_addr, cluster.state.namesrv_addr
+
+    async def send_4x():
+        async with Producer("PID-4x", namesrv) as producer:
+            for number in range(3):
+                await producer.send(Message("T5Mixed", f"4x-{number}".encode(), tags="tagA",
+                                            keys=f"k4-{number}", properties={"from": "4x"}))
+    asyncio.run(send_4x())
+    got = [e for e in py5(py5_client, tmp_path, "receive", proxy, "T5Mixed", "CID-mixed", "3",
+                          "--timeout", "20") if e["event"] == "received"]
+    assert sorted((e["body"], e["properties"]["from"], e["tag"]) for e in got) == [
+        (f"4x-{i}", "4x", "tagA") for i in range(3)]
+
+    # The reverse: a 5.x producer and a 4.x push consumer in the same group, which goes on
+    # from the offsets the 5.x consumer moved (it does not see the 4.x messages again).
+    async def consume_4x():
+        seen: list = []
+        done = asyncio.Event()
+
+        async def listener(messages):
+            seen.extend(messages)
+            if len(seen) >= 2:
+                done.set()
+            return True
+
+        consumer = PushConsumer("CID-mixed", namesrv)
+        consumer.subscribe("T5Mixed", "*")
+        consumer.register_listener(listener)
+        await consumer.start()
+        try:
+            await asyncio.sleep(1.0)  # rebalanced: its queues are assigned
+            sent = await asyncio.to_thread(py5, py5_client, tmp_path, "send", proxy, "T5Mixed", "2",
+                                           "--prefix", "5x")
+            await asyncio.wait_for(done.wait(), 30)
+            await asyncio.sleep(0.5)
+        finally:
+            await consumer.shutdown()
+        return seen, sent
+
+    seen, sent = asyncio.run(consume_4x())
+    assert sorted(m.body for m in seen) == [b"5x-0", b"5x-1"]
+    assert sorted(m.msg_id for m in seen) == sorted(e["msg_id"] for e in sent)
+
+
+def test_bad_requests_get_the_status_code_a_5x_client_expects(cluster):
+    make_topic(cluster, "T5Bad")
+    channel = grpc.insecure_channel(cluster.state.proxy_addr)
+    stub = services.MessagingServiceStub(channel)
+    meta = [("x-mq-client-id", "test-client")]
+    try:
+        route = stub.QueryRoute(pb.QueryRouteRequest(topic=pb.Resource(name="NoSuchTopic")),
+                                metadata=meta)
+        assert route.status.code == Code.TOPIC_NOT_FOUND
+        message = pb.Message(topic=pb.Resource(name="T5Bad"), body=b"x" * (4 * 1024 * 1024 + 1),
+                             system_properties=pb.SystemProperties(message_id="01AB"))
+        sent = stub.SendMessage(pb.SendMessageRequest(messages=[message]), metadata=meta)
+        assert sent.entries[0].status.code == Code.MESSAGE_BODY_TOO_LARGE
+        illegal = pb.Message(topic=pb.Resource(name="T5Bad"), body=b"x",
+                             system_properties=pb.SystemProperties(message_id="01AB", tag="a||b"))
+        assert stub.SendMessage(pb.SendMessageRequest(messages=[illegal]),
+                                metadata=meta).entries[0].status.code == Code.ILLEGAL_MESSAGE_TAG
+        acked = stub.AckMessage(pb.AckMessageRequest(
+            group=pb.Resource(name="CID-bad"), topic=pb.Resource(name="T5Bad"),
+            entries=[pb.AckMessageEntry(message_id="01AB", receipt_handle="not a handle")]),
+            metadata=meta)
+        assert acked.entries[0].status.code == Code.INVALID_RECEIPT_HANDLE
+        [answer] = list(stub.ReceiveMessage(pb.ReceiveMessageRequest(
+            group=pb.Resource(name="bad group!"), message_queue=pb.MessageQueue(
+                topic=pb.Resource(name="T5Bad")), batch_size=1), metadata=meta))
+        assert answer.status.code == Code.ILLEGAL_CONSUMER_GROUP
+        # ... and nothing of it reached the topic.
+        stats = admin(cluster, lambda c: c.topic_stats("T5Bad"))
+        assert sum(s["maxOffset"] for s in stats.values()) == 0
+    finally:
+        channel.close()
