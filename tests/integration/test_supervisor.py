@@ -60,8 +60,11 @@ def test_every_profile_comes_up_answers_and_goes_down_without_orphans(rd, tmp_pa
     state = status(rd)  # a second process reattaches
     nodes = state["nodes"]
     assert all(n["state"] == "running" and n["health"] == "ok" for n in nodes), nodes
-    expected = {"single": 2, "ha": 3, "2m-2s-sync": 6, "2m-2s-async": 6}[profile]
+    expected = {"single": 3, "ha": 4, "2m-2s-sync": 7, "2m-2s-async": 7}[profile]
     assert len(nodes) == expected
+    # Every cluster has a 5.x endpoint, announced on a line of its own.
+    [proxy] = [n for n in nodes if n["kind"] == "proxy"]
+    assert f"proxy {proxy['address']}" in up.stdout.splitlines()[1]
     assert all(n["rssBytes"] > 0 and n["openFiles"] > 0 for n in nodes)
     slaves = [n for n in nodes if n["role"] == "SLAVE"]
     assert len(slaves) == {"single": 0, "ha": 1}.get(profile, 2)

@@ -1,0 +1,163 @@
+"""POP consumption over remoting against a real broker: POP_MESSAGE, ACK_MESSAGE,
+CHANGE_MESSAGE_INVISIBLETIME, redelivery through the retry topic, a restart, hostile headers."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from cluster.pop_handle import ExtraInfo, parse_start_offsets
+from cluster.remoting.client import RemotingClient
+from cluster.remoting.codec import request
+from cluster.remoting.codes import RequestCode, ResponseCode
+from storage.record import iter_records
+from tests.integration.procs import running
+from tests.integration.test_broker import broker_conf, send_v2
+
+pytestmark = pytest.mark.integration
+
+
+def pop(topic, group="CID-pop", invisible_ms=2000, max_nums=32, poll_ms=0, **extra):
+    fields = {"consumerGroup": group, "topic": topic, "queueId": -1, "maxMsgNums": max_nums,
+              "invisibleTime": invisible_ms, "pollTime": poll_ms, "bornTime": int(time.time() * 1000),
+              "initMode": 0, "expType": "TAG", "exp": "*", "order": False}
+    fields.update(extra)
+    return request(RequestCode.POP_MESSAGE, fields)
+
+
+def handles(answer, broker_name="broker-a") -> list[tuple[str, object]]:
+    """(extraInfo, record) of every message a POP answer handed out."""
+    starts = parse_start_offsets(answer.ext_fields.get("startOffsetInfo", ""))
+    pop_time, invisible = int(answer.ext_fields["popTime"]), int(answer.ext_fields["invisibleTime"])
+    out = []
+    for record in iter_records(answer.body):
+        retry = record.topic.startswith("%RETRY%")
+        out.append((ExtraInfo(starts[(retry, record.queue_id)], pop_time, invisible, 0, retry,
+                              broker_name, record.queue_id, record.queue_offset).encode(), record))
+    return out
+
+
+def ack(topic, extra: str, record, group="CID-pop", code=RequestCode.ACK_MESSAGE, **more):
+    return request(code, {"consumerGroup": group, "topic": topic, "queueId": record.queue_id,
+                          "extraInfo": extra, "offset": record.queue_offset, **more})
+
+
+@pytest.fixture
+def namesrv(tmp_path):
+    with running("cluster.namesrv", "-p", "0", env={"HOME": str(tmp_path)}) as node:
+        yield node.address
+
+
+async def _send(client, broker, topic, count):
+    for number in range(count):
+        answer = await client.invoke(broker, send_v2(topic, f"m{number}".encode(), queue_id=0))
+        assert answer.code == ResponseCode.SUCCESS, answer.remark
+
+
+def test_pop_ack_change_and_redelivery(tmp_path, namesrv):
+    conf = broker_conf(tmp_path, namesrv)
+
+    async def main(broker):
+        client = RemotingClient()
+        try:
+            await _send(client, broker, "PopTopic", 3)
+            first = await client.invoke(broker, pop("PopTopic"))
+            assert first.code == ResponseCode.SUCCESS, first.remark
+            got = handles(first)
+            assert sorted(r.body for _, r in got) == [b"m0", b"m1", b"m2"]
+            # Invisible now: a second POP finds nothing.
+            assert (await client.invoke(broker, pop("PopTopic"))).code == ResponseCode.PULL_NOT_FOUND
+            by_body = {r.body: (e, r) for e, r in got}
+            extra, record = by_body[b"m0"]
+            assert (await client.invoke(broker, ack("PopTopic", extra, record))).code == \
+                ResponseCode.SUCCESS
+            extra, record = by_body[b"m1"]
+            changed = await client.invoke(broker, ack(
+                "PopTopic", extra, record, code=RequestCode.CHANGE_MESSAGE_INVISIBLETIME,
+                invisibleTime=20_000))
+            assert changed.code == ResponseCode.SUCCESS, changed.remark
+            # m2 comes back once its 2 s are up, with one more delivery counted, and only m2.
+            began = time.monotonic()
+            again = await client.invoke(broker, pop("PopTopic", poll_ms=5000), timeout=10)
+            while again.code != ResponseCode.SUCCESS and time.monotonic() - began < 10:
+                again = await client.invoke(broker, pop("PopTopic", poll_ms=5000), timeout=10)
+            [(extra, record)] = handles(again)
+            assert (record.body, record.reconsume_times, record.topic) == (
+                b"m2", 1, "%RETRY%CID-pop_PopTopic")
+            assert record.properties["RETRY_TOPIC"] == "PopTopic"
+            assert (await client.invoke(broker, ack("PopTopic", extra, record))).code == \
+                ResponseCode.SUCCESS
+        finally:
+            await client.close()
+
+    with running("cluster.broker", "-c", conf) as broker:
+        asyncio.run(main(broker.address))
+
+
+def test_in_flight_messages_of_a_killed_broker_come_back_after_a_restart(tmp_path, namesrv):
+    conf = broker_conf(tmp_path, namesrv)
+
+    async def send_and_pop(broker):
+        client = RemotingClient()
+        try:
+            await _send(client, broker, "PopCrash", 2)
+            answer = await client.invoke(broker, pop("PopCrash", invisible_ms=3000))
+            assert len(handles(answer)) == 2
+        finally:
+            await client.close()
+
+    async def receive_again(broker):
+        client = RemotingClient()
+        bodies = set()
+        try:
+            began = time.monotonic()
+            while bodies != {b"m0", b"m1"} and time.monotonic() - began < 20:
+                answer = await client.invoke(broker, pop("PopCrash", poll_ms=2000), timeout=5)
+                for extra, record in handles(answer) if answer.code == ResponseCode.SUCCESS else []:
+                    bodies.add(record.body)
+                    await client.invoke(broker, ack("PopCrash", extra, record))
+        finally:
+            await client.close()
+        return bodies
+
+    with running("cluster.broker", "-c", conf) as broker:
+        asyncio.run(send_and_pop(broker.address))
+    # (the context killed it with SIGKILL: nothing was flushed on the way out)
+    with running("cluster.broker", "-c", conf) as broker:
+        assert asyncio.run(receive_again(broker.address)) == {b"m0", b"m1"}
+
+
+def test_hostile_pop_headers_get_codes_and_change_nothing(tmp_path, namesrv):
+    conf = broker_conf(tmp_path, namesrv)
+
+    async def main(broker):
+        client = RemotingClient()
+        try:
+            await _send(client, broker, "PopHostile", 1)
+            for bad in (pop("PopHostile", invisible_ms=0), pop("PopHostile", max_nums=100_000),
+                        pop("PopHostile", invisible_ms=10**13), pop("PopHostile", poll_ms=-5),
+                        pop("PopHostile", queueId=4096), pop("PopHostile", group="bad group!")):
+                answer = await client.invoke(broker, bad)
+                assert answer.code != ResponseCode.SUCCESS, bad.ext_fields
+            nothing = await client.invoke(broker, pop("NoSuchTopic"))
+            assert nothing.code == ResponseCode.TOPIC_NOT_EXIST
+            answer = await client.invoke(broker, pop("PopHostile", invisible_ms=60_000))
+            [(extra, record)] = handles(answer)
+            missing = await client.invoke(broker, ack("PopHostile", "", record))
+            assert missing.code == ResponseCode.SYSTEM_ERROR  # a missing field, as in Java
+            for mangled in ("1 2 3", "a b c d e f g h", extra.replace("broker-a", "broker-z"),
+                            "-1 " + extra.split(" ", 1)[1]):
+                refused = await client.invoke(broker, ack("PopHostile", mangled, record))
+                assert refused.code == ResponseCode.MESSAGE_ILLEGAL, mangled
+            # The broker still serves, and the message is still in flight (not acked by any).
+            assert (await client.invoke(broker, pop("PopHostile"))).code == \
+                ResponseCode.PULL_NOT_FOUND
+            assert (await client.invoke(broker, ack("PopHostile", extra, record))).code == \
+                ResponseCode.SUCCESS
+        finally:
+            await client.close()
+
+    with running("cluster.broker", "-c", conf) as broker:
+        asyncio.run(main(broker.address))
