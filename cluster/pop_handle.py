@@ -80,3 +80,19 @@ def parse_start_offsets(text: str) -> dict[tuple[bool, int], int]:
         flag, queue_id, start = part.split(" ")
         result[(flag == RETRY_FLAG_RETRY, int(queue_id))] = int(start)
     return result
+
+
+def order_count_info(entries: list[tuple[int, int, int]]) -> str:
+    """``orderCountInfo`` of a FIFO POP: ``0 queueId offset count`` per message whose earlier
+    deliveries ran out (count of them), joined by ';'."""
+    return ";".join(f"{RETRY_FLAG_NORMAL} {queue_id} {offset} {count}"
+                    for queue_id, offset, count in entries)
+
+
+def parse_order_counts(text: str) -> dict[tuple[int, int], int]:
+    """(queueId, offset) -> deliveries that ran out before, from a POP answer's orderCountInfo."""
+    result = {}
+    for part in filter(None, (text or "").split(";")):
+        _flag, queue_id, offset, count = part.split(" ")
+        result[(int(queue_id), int(offset))] = int(count)
+    return result

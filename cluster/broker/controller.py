@@ -20,6 +20,7 @@ from cluster.broker.client_processor import (
 from cluster.broker.config import BrokerConfig
 from cluster.broker.consumer_offset import ConsumerOffsetManager
 from cluster.broker.long_polling import PullRequestHoldService
+from cluster.broker.pop_order import OrderInfoManager
 from cluster.broker.pop_processor import PopMessageProcessor
 from cluster.broker.pop_revive import PopReviveService
 from cluster.broker.pull_processor import PullMessageProcessor
@@ -53,6 +54,7 @@ class BrokerController:
         self.subscription_groups = SubscriptionGroupManager(
             os.path.join(config_dir, "subscriptionGroup.json"), config.auto_create_subscription_group)
         self.offsets = ConsumerOffsetManager(os.path.join(config_dir, "consumerOffset.json"))
+        self.pop_order = OrderInfoManager(os.path.join(config_dir, "consumerOrderInfo.json"))
         self.consumers = ConsumerManager()
         self.producers = ProducerManager()
         self.stats = BrokerStats()
@@ -95,6 +97,7 @@ class BrokerController:
         self.topics.persist()
         self.subscription_groups.load()
         self.offsets.load()
+        self.pop_order.load()
         self.bridge = LoopBridge(loop)
         self.pull_hold = PullRequestHoldService(loop)
         hold = self.pull_hold
@@ -135,6 +138,8 @@ class BrokerController:
         self._tasks = [
             loop.create_task(self._every(config.flush_consumer_offset_interval / 1000,
                                          self.offsets.persist)),
+            loop.create_task(self._every(config.flush_consumer_offset_interval / 1000,
+                                         self.pop_order.persist)),
             loop.create_task(self._every(10, self._scan_clients)),
             loop.create_task(self._every(1, self.stats.sample)),
         ]
@@ -256,6 +261,7 @@ class BrokerController:
         if self.server is not None:
             await self.server.stop()
         self.offsets.persist(force=True)
+        self.pop_order.persist()
         self.subscription_groups.persist()
         if self.store is not None:
             await asyncio.to_thread(self.store.shutdown)

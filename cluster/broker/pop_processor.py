@@ -26,12 +26,20 @@ from cluster.broker.headers import (
     checked,
 )
 from cluster.broker.pop_checkpoint import REVIVE_QUEUE_ID, PopCheckPoint
-from cluster.broker.pop_revive import now_ms
+from cluster.broker.pop_revive import max_attempts, now_ms
 from cluster.filter.message_filter import SqlMessageFilter
 from cluster.filter.sql92 import FilterSyntaxError
-from cluster.pop_handle import ExtraInfo, ExtraInfoError, offset_info, pop_retry_topic, popped_topic
+from cluster.pop_handle import (
+    ExtraInfo,
+    ExtraInfoError,
+    offset_info,
+    order_count_info,
+    pop_retry_topic,
+    popped_topic,
+)
 from cluster.remoting.codec import RemotingCommand
 from cluster.remoting.codes import RequestCode, ResponseCode
+from storage.record import MessageRecord, decode_record
 from storage.results import GetMessageStatus, TagsFilter
 
 MAX_HOLD_SECONDS = 25.0
@@ -121,7 +129,7 @@ class PopMessageProcessor:
         """(topic, queueId, retry) in the order this POP looks at them."""
         broker = self.broker
         retry_topic = pop_retry_topic(header.consumer_group, header.topic)
-        retry_config = broker.topics.select(retry_topic)
+        retry_config = None if header.order else broker.topics.select(retry_topic)
         queues = [(retry_topic, q, True)
                   for q in range(retry_config.read_queue_nums if retry_config else 0)]
         if header.queue_id >= 0:
@@ -143,13 +151,34 @@ class PopMessageProcessor:
         messages: list[bytes] = []
         starts: list[tuple[bool, int, str]] = []
         handed: list[tuple[bool, int, str]] = []
+        orderly = header.order
+        counts: list[tuple[int, int, int]] = []
         for topic, queue_id, retry in self._queues(header):
             if len(messages) >= wanted:
                 break
+            if orderly and not broker.pop_order.available((group, topic, queue_id), pop_time):
+                continue  # a FIFO queue waits for the acks of what it handed out
             offset = self._start_offset(group, topic, queue_id, retry or header.init_mode ==
                                         CONSUME_INIT_MODE_MIN)
             result = store.get_message(group, topic, queue_id, offset, wanted - len(messages),
                                        message_filter)
+            if orderly:
+                if result.messages:
+                    taken, taken_offsets = self._orderly(group, topic, queue_id, result, counts)
+                    if taken:
+                        broker.pop_order.lock((group, topic, queue_id), taken_offsets,
+                                              result.next_begin_offset, pop_time,
+                                              header.invisible_time)
+                        messages.extend(taken)
+                        starts.append((False, queue_id, str(taken_offsets[0])))
+                        handed.append((False, queue_id, ",".join(map(str, taken_offsets))))
+                        continue
+                # Nothing handed out: the offset may still move past filtered or dead-lettered
+                # messages.
+                if result.status in _MOVE_ON and result.next_begin_offset != offset \
+                        and not result.messages:
+                    offsets.commit_offset(group, topic, queue_id, result.next_begin_offset)
+                continue
             if result.messages:
                 ck = PopCheckPoint(group, topic, queue_id, offset, list(result.queue_offsets),
                                    pop_time, header.invisible_time)
@@ -165,7 +194,36 @@ class PopMessageProcessor:
         fields = {"popTime": str(pop_time), "invisibleTime": str(header.invisible_time),
                   "reviveQid": str(REVIVE_QUEUE_ID), "restNum": "0",
                   "startOffsetInfo": offset_info(starts), "msgOffsetInfo": offset_info(handed)}
+        if counts:
+            fields["orderCountInfo"] = order_count_info(counts)
         return fields, b"".join(messages)
+
+    def _orderly(self, group: str, topic: str, queue_id: int, result,
+                 counts: list[tuple[int, int, int]]) -> tuple[list[bytes], list[int]]:
+        """What a FIFO POP hands out of one read: messages delivered as often as the group
+        allows go to the DLQ first (the queue moves past them), the rest in order."""
+        broker = self.broker
+        order = broker.pop_order
+        key = (group, topic, queue_id)
+        group_config = broker.subscription_groups.find(group)
+        limit = max_attempts(group_config.retry_max_times if group_config else -1)
+        taken: list[bytes] = []
+        taken_offsets: list[int] = []
+        for data, offset in zip(result.messages, result.queue_offsets, strict=True):
+            delivered = order.delivered(key, offset)
+            if delivered >= limit and not taken:
+                record = decode_record(data, 0)
+                if isinstance(record, MessageRecord) and not broker.pop_revive.dead_letter(
+                        group, record, topic, delivered):
+                    break  # the store refused: try again at the next POP
+                order.settle(key, offset)
+                broker.offsets.commit_offset(group, topic, queue_id, offset + 1)
+                continue
+            taken.append(data)
+            taken_offsets.append(offset)
+            if delivered:
+                counts.append((queue_id, offset, delivered))
+        return taken, taken_offsets
 
     def _start_offset(self, group: str, topic: str, queue_id: int, from_min: bool) -> int:
         """Where the group reads a queue: its offset; for a group new to the queue, the start
@@ -206,9 +264,14 @@ class PopMessageProcessor:
         key, refusal = self._handle(command, header)
         if refusal is not None:
             return refusal
-        # An ack of what already came back (or was acked) changes nothing and is not an error:
-        # the consumer cannot do better, and RocketMQ answers it the same way.
-        self.broker.pop_revive.ack(key, header.offset)
+        broker = self.broker
+        committed = broker.pop_order.ack(key[:3], header.offset)
+        if committed is not None:
+            broker.offsets.commit_offset(key[0], key[1], key[2], committed)
+        else:
+            # An ack of what already came back (or was acked) changes nothing and is not an
+            # error: the consumer cannot do better, and RocketMQ answers it the same way.
+            broker.pop_revive.ack(key, header.offset)
         return command.make_response(ResponseCode.SUCCESS)
 
     @checked(ChangeInvisibleTimeRequestHeader)
@@ -218,6 +281,11 @@ class PopMessageProcessor:
         if refusal is not None:
             return refusal
         revive = self.broker.pop_revive
+        pop_time = now_ms()
+        if self.broker.pop_order.extend(key[:3], header.offset, pop_time + header.invisible_time):
+            return command.make_response(ResponseCode.SUCCESS, ext_fields={
+                "popTime": str(pop_time), "invisibleTime": str(header.invisible_time),
+                "reviveQid": str(REVIVE_QUEUE_ID)})
         ck = revive.find(key)
         if ck is None or header.offset not in ck.offsets or header.offset in ck.acked:
             return command.make_response(
@@ -225,7 +293,6 @@ class PopMessageProcessor:
                 "the message was acked already or its invisible time ran out")
         # A checkpoint of its own, written before the old one lets go of the message: a crash
         # in between delivers it twice rather than never.
-        pop_time = now_ms()
         moved = PopCheckPoint(ck.group, ck.topic, ck.queue_id, header.offset, [header.offset],
                               pop_time, header.invisible_time)
         revive.add(moved)

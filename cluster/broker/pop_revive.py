@@ -206,36 +206,46 @@ class PopReviveService:
         record = decode_record(result.messages[0], 0)
         if not isinstance(record, MessageRecord):
             return True
-        props = string_to_properties(record.properties_string)
-        origin = props.get(PROPERTY_RETRY_TOPIC) if ck.topic.startswith(POP_RETRY_PREFIX) else None
-        origin = origin or ck.topic
-        props[PROPERTY_RETRY_TOPIC] = origin
-        props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, props.get("UNIQ_KEY") or record.msg_id)
-        props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+        origin = None
+        if ck.topic.startswith(POP_RETRY_PREFIX):
+            origin = string_to_properties(record.properties_string).get(PROPERTY_RETRY_TOPIC)
         attempts = record.reconsume_times + 1  # deliveries so far, the one that timed out included
         group_config = broker.subscription_groups.find(ck.group)
         limit = max_attempts(group_config.retry_max_times if group_config else -1)
-        dead = attempts >= limit
-        if dead:
-            topic, queue_id = DLQ_GROUP_TOPIC_PREFIX + ck.group, 0
-            broker.topics.create_in_send_message_back_method(topic, 1, PERM_READ | PERM_WRITE)
-        else:
-            topic = pop_retry_topic(ck.group, origin)
-            queues = max(1, group_config.retry_queue_nums if group_config else 1)
-            broker.topics.create_in_send_message_back_method(topic, queues, PERM_READ | PERM_WRITE)
-            queue_id = random.randrange(queues)
+        if attempts >= limit:
+            return self.dead_letter(ck.group, record, origin or ck.topic, attempts)
+        topic = pop_retry_topic(ck.group, origin or ck.topic)
+        queues = max(1, group_config.retry_queue_nums if group_config else 1)
+        broker.topics.create_in_send_message_back_method(topic, queues, PERM_READ | PERM_WRITE)
+        if self._copy(record, origin or ck.topic, topic, random.randrange(queues), attempts):
+            self.revived += 1
+            return True
+        return False
+
+    def dead_letter(self, group: str, record: MessageRecord, origin: str, attempts: int) -> bool:
+        """Into ``%DLQ%<group>``: the group has had the message as often as it may."""
+        topic = DLQ_GROUP_TOPIC_PREFIX + group
+        self.broker.topics.create_in_send_message_back_method(topic, 1, PERM_READ | PERM_WRITE)
+        if self._copy(record, origin, topic, 0, attempts):
+            self.dead_lettered += 1
+            return True
+        return False
+
+    def _copy(self, record: MessageRecord, origin: str, topic: str, queue_id: int,
+              attempts: int) -> bool:
+        props = string_to_properties(record.properties_string)
+        props[PROPERTY_RETRY_TOPIC] = origin
+        props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, props.get("UNIQ_KEY") or record.msg_id)
+        props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
         msg = MessageExtBrokerInner(
             topic=topic, body=record.body, queue_id=queue_id, flag=record.flag, properties=props,
             properties_string=properties_to_string(props), sys_flag=record.sys_flag,
             born_timestamp=record.born_timestamp, born_host=record.born_host,
             reconsume_times=attempts)
         try:
-            store.put_message_nowait(msg)
+            self.broker.store.put_message_nowait(msg)
         except StoreError as exc:
-            log.warning("POP: could not put %s offset %d back: %s", ck.topic, offset, exc)
+            log.warning("POP: could not put %s offset %d into %s: %s", record.topic,
+                        record.queue_offset, topic, exc)
             return False
-        if dead:
-            self.dead_lettered += 1
-        else:
-            self.revived += 1
         return True

@@ -24,6 +24,8 @@ class SubscriptionGroupConfig:
     broker_id: int = 0
     which_broker_when_consume_slowly: int = 1
     notify_consumer_ids_changed_enable: bool = True
+    # 5.x: a FIFO group (POP hands out a queue's next message only after the previous is acked)
+    consume_message_orderly: bool = False
 
     def to_json(self) -> dict:
         return {"brokerId": self.broker_id, "consumeBroadcastEnable": self.consume_broadcast_enable,
@@ -31,6 +33,7 @@ class SubscriptionGroupConfig:
                 "consumeFromMinEnable": self.consume_from_min_enable,
                 "groupName": self.group_name,
                 "notifyConsumerIdsChangedEnable": self.notify_consumer_ids_changed_enable,
+                "consumeMessageOrderly": self.consume_message_orderly,
                 "retryMaxTimes": self.retry_max_times, "retryQueueNums": self.retry_queue_nums,
                 "whichBrokerWhenConsumeSlowly": self.which_broker_when_consume_slowly}
 
@@ -41,7 +44,8 @@ class SubscriptionGroupConfig:
                    bool(data.get("consumeBroadcastEnable", True)),
                    int(data.get("retryQueueNums", 1)), int(data.get("retryMaxTimes", 16)),
                    int(data.get("brokerId", 0)), int(data.get("whichBrokerWhenConsumeSlowly", 1)),
-                   bool(data.get("notifyConsumerIdsChangedEnable", True)))
+                   bool(data.get("notifyConsumerIdsChangedEnable", True)),
+                   bool(data.get("consumeMessageOrderly", False)))
 
 
 def checked_subscription_group(body: JsonBody) -> SubscriptionGroupConfig:
@@ -59,7 +63,8 @@ def checked_subscription_group(body: JsonBody) -> SubscriptionGroupConfig:
         body.integer("retryMaxTimes", 16, minimum=-1),
         body.integer("brokerId", 0, bits=64, minimum=0),
         body.integer("whichBrokerWhenConsumeSlowly", 1, bits=64, minimum=0),
-        body.boolean("notifyConsumerIdsChangedEnable", True))
+        body.boolean("notifyConsumerIdsChangedEnable", True),
+        body.boolean("consumeMessageOrderly", False))
 
 
 class SubscriptionGroupManager:

@@ -137,9 +137,10 @@ def message_type(props: dict[str, str]):
 
 
 def to_message(record: MessageRecord, receipt_handle: str | None = None,
-               invisible_ms: int | None = None):
+               invisible_ms: int | None = None, earlier_deliveries: int = 0):
     """A stored record as a 5.x client receives it (topic: the original one for a message that
-    came back through a retry topic)."""
+    came back through a retry topic; its delivery attempt counts the copies before it, or for a
+    FIFO message the deliveries of it that ran out)."""
     props = record.properties
     body = record.body
     if record.sys_flag & COMPRESSED_FLAG:
@@ -158,7 +159,7 @@ def to_message(record: MessageRecord, receipt_handle: str | None = None,
         store_host=f"{record.store_host[0]}:{record.store_host[1]}",
         queue_id=record.queue_id,
         queue_offset=record.queue_offset,
-        delivery_attempt=record.reconsume_times + 1,
+        delivery_attempt=record.reconsume_times + earlier_deliveries + 1,
     )
     if "TAGS" in props:
         system.tag = props["TAGS"]

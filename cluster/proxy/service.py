@@ -12,6 +12,7 @@ any proxy can ack what another one handed out.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import zlib
@@ -20,7 +21,7 @@ import grpc
 
 from cluster.client.instance import MQClientInstance
 from cluster.client.route import PERM_READ, PERM_WRITE, TopicRouteData
-from cluster.pop_handle import ExtraInfo, ExtraInfoError, parse_start_offsets
+from cluster.pop_handle import ExtraInfo, ExtraInfoError, parse_order_counts, parse_start_offsets
 from cluster.proxy.clients import ClientRegistry
 from cluster.proxy.convert import (
     MAX_BODY_SIZE,
@@ -45,6 +46,7 @@ DEFAULT_POLL_MS = 20_000
 # A POP is held this much shorter than the client's wait (its deadline adds the request timeout).
 POLL_MARGIN_MS = 200
 ROUTE_TTL = 10.0
+GROUP_TTL = 10.0
 REQUEST_TIMEOUT = 3.0
 MAX_ATTEMPTS_DEFAULT = 17  # a group's retryMaxTimes (16) + 1
 
@@ -78,6 +80,7 @@ class MessagingService(services.MessagingServiceServicer):
         self.clients = ClientRegistry()
         self.advertised = advertised
         self._round_robin = 0
+        self._groups: dict[str, tuple[float, dict]] = {}
 
     # -- helpers ------------------------------------------------------------------------------------
     def _client(self, context):
@@ -98,8 +101,13 @@ class MessagingService(services.MessagingServiceServicer):
             raise RemotingError(f"broker {broker_name} has no master in the routes")
         return await self.instance.remoting.invoke(address, command, timeout)
 
-    async def _group_max_attempts(self, group: str) -> int:
-        """``retryMaxTimes`` + 1 of the group, from any master that knows it."""
+    async def _group_config(self, group: str) -> dict:
+        """The group's config from a master that has it (cached ``GROUP_TTL`` seconds); {}
+        for a group no broker knows yet (brokers create it with defaults on first use)."""
+        cached = self._groups.get(group)
+        if cached is not None and time.monotonic() - cached[0] < GROUP_TTL:
+            return cached[1]
+        config: dict = {}
         for addrs in list(self.instance.broker_addrs.values()):
             address = addrs.get(0)
             if address is None:
@@ -111,13 +119,20 @@ class MessagingService(services.MessagingServiceServicer):
                 continue
             if response.code != ResponseCode.SUCCESS:
                 continue
-            import json
             table = json.loads(response.body or b"{}").get("subscriptionGroupTable") or {}
-            config = table.get(group)
-            if config is not None:
-                retry = int(config.get("retryMaxTimes", 16))
-                return retry + 1 if retry >= 0 else MAX_ATTEMPTS_DEFAULT
-        return MAX_ATTEMPTS_DEFAULT
+            if group in table:
+                config = table[group]
+                break
+        self._groups[group] = (time.monotonic(), config)
+        return config
+
+    async def _max_attempts(self, group: str) -> int:
+        """Deliveries before the DLQ: the group's ``retryMaxTimes`` + 1."""
+        retry = int((await self._group_config(group)).get("retryMaxTimes", 16))
+        return retry + 1 if retry >= 0 else MAX_ATTEMPTS_DEFAULT
+
+    async def _is_fifo(self, group: str) -> bool:
+        return bool((await self._group_config(group)).get("consumeMessageOrderly", False))
 
     # -- routes -------------------------------------------------------------------------------------
     async def QueryRoute(self, request_, context):
@@ -246,11 +261,11 @@ class MessagingService(services.MessagingServiceServicer):
             client.subscriptions = {e.topic.name: (e.expression.type, e.expression.expression)
                                     for e in sub.subscriptions}
             answer.subscription.CopyFrom(sub)
-            answer.subscription.fifo = False
+            answer.subscription.fifo = await self._is_fifo(client.group)
             answer.subscription.receive_batch_size = 32
             answer.subscription.long_polling_timeout.FromSeconds(DEFAULT_POLL_MS // 1000)
             policy = answer.backoff_policy
-            policy.max_attempts = await self._group_max_attempts(client.group)
+            policy.max_attempts = await self._max_attempts(client.group)
             policy.exponential_backoff.initial.FromSeconds(1)
             policy.exponential_backoff.max.FromSeconds(60)
             policy.exponential_backoff.multiplier = 2.0
@@ -382,7 +397,7 @@ class MessagingService(services.MessagingServiceServicer):
                   "invisibleTime": invisible_ms,
                   "pollTime": max(0, poll_ms - POLL_MARGIN_MS), "bornTime": int(time.time() * 1000),
                   "initMode": 1, "expType": exp_type, "exp": expression.expression or "*",
-                  "order": False}
+                  "order": await self._is_fifo(group)}
         try:
             response = await self._invoke(broker_name, request(RequestCode.POP_MESSAGE, fields),
                                           timeout=poll_ms / 1000 + REQUEST_TIMEOUT)
@@ -397,13 +412,15 @@ class MessagingService(services.MessagingServiceServicer):
         pop_time, invisible = int(header["popTime"]), int(header["invisibleTime"])
         revive_qid = int(header.get("reviveQid", "0"))
         starts = parse_start_offsets(header.get("startOffsetInfo", ""))
+        counts = parse_order_counts(header.get("orderCountInfo", ""))
         yield pb.ReceiveMessageResponse(status=status())
         for record in iter_records(response.body):
             retry = record.topic != topic
             handle = ExtraInfo(starts.get((retry, record.queue_id), record.queue_offset), pop_time,
                                invisible, revive_qid, retry, broker_name, record.queue_id,
                                record.queue_offset).encode()
-            yield pb.ReceiveMessageResponse(message=to_message(record, handle, invisible))
+            earlier = counts.get((record.queue_id, record.queue_offset), 0)
+            yield pb.ReceiveMessageResponse(message=to_message(record, handle, invisible, earlier))
         stamp = pb.ReceiveMessageResponse()
         stamp.delivery_timestamp.FromMilliseconds(int(time.time() * 1000))
         yield stamp

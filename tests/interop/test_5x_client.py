@@ -205,3 +205,27 @@ def test_bad_requests_get_the_status_code_a_5x_client_expects(cluster):
         assert sum(s["maxOffset"] for s in stats.values()) == 0
     finally:
         channel.close()
+
+
+def test_fifo_order_per_message_group_holds_across_a_consumer_restart(cluster, py5_client, tmp_path):
+    make_topic(cluster, "T5Fifo", 2)
+    admin(cluster, lambda c: c.create_group("CID-fifo", consumeMessageOrderly=True))
+    proxy = cluster.state.proxy_addr
+    for group in ("g0", "g1", "g2"):
+        py5(py5_client, tmp_path, "send", proxy, "T5Fifo", "4", "--prefix", group, "--group", group)
+    # A first consumer takes what it is given and dies without acking anything.
+    first = [e for e in py5(py5_client, tmp_path, "receive", proxy, "T5Fifo", "CID-fifo", "1",
+                            "--invisible", "3", "--no-ack", "--timeout", "10")
+             if e["event"] == "received"]
+    assert first
+    # The next one gets everything, each message group in the order it was sent, the first
+    # consumer's messages again (their second delivery) before anything after them.
+    got = [e for e in py5(py5_client, tmp_path, "receive", proxy, "T5Fifo", "CID-fifo", "12",
+                          "--invisible", "10", "--timeout", "40") if e["event"] == "received"]
+    by_group: dict[str, list[int]] = {}
+    for event in got:
+        group, number = event["body"].rsplit("-", 1)
+        by_group.setdefault(group, []).append(int(number))
+    assert by_group == {"g0": [0, 1, 2, 3], "g1": [0, 1, 2, 3], "g2": [0, 1, 2, 3]}
+    again = {e["msg_id"]: e["attempt"] for e in got}
+    assert all(again[e["msg_id"]] == 2 for e in first)

@@ -1,0 +1,150 @@
+"""FIFO POP: a queue's next messages go out only after the ones before them are acked
+(RocketMQ 5's ConsumerOrderInfoManager, config/consumerOrderInfo.json).
+
+An orderly group (``consumeMessageOrderly``) popping a queue takes a *lock* on it for the group:
+the offsets handed out and until when. While the lock holds, the queue is skipped; acks move the
+group's offset over the acked prefix, and the last ack lets the queue go. A lock whose time runs
+out lets the queue go too, and its unacked messages are handed out again, in the same order, with
+their delivery counted; a message delivered as often as the group allows goes to the DLQ instead,
+and the queue moves on. Nothing passes through a retry topic, so the order holds across
+redeliveries, consumer restarts and broker restarts (the locks and counts are saved with the
+offsets).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from cluster.broker.json_config import JsonConfigFile
+
+QueueKey = tuple[str, str, int]  # group, topic, queue
+
+
+@dataclass(slots=True)
+class OrderLock:
+    offsets: list[int]
+    next_offset: int  # where the group reads once every offset here is acked
+    pop_time: int
+    deadline: int
+    acked: set[int] = field(default_factory=set)
+
+    @property
+    def done(self) -> bool:
+        return all(o in self.acked for o in self.offsets)
+
+    def committed(self) -> int:
+        """The group's offset after the acked prefix of the handed-out offsets."""
+        for offset in self.offsets:
+            if offset not in self.acked:
+                return offset
+        return self.next_offset
+
+
+class OrderInfoManager:
+    def __init__(self, path: str) -> None:
+        self.file = JsonConfigFile(path)
+        self.locks: dict[QueueKey, OrderLock] = {}
+        self.counts: dict[QueueKey, dict[int, int]] = {}  # deliveries that ran out, per offset
+        self._dirty = False
+
+    # -- the rules ----------------------------------------------------------------------------
+    def available(self, key: QueueKey, now: int) -> bool:
+        """Whether the group may pop the queue now; a lock that ran out is released here, its
+        unacked offsets counted as one more delivery each."""
+        lock = self.locks.get(key)
+        if lock is None:
+            return True
+        if lock.deadline > now and not lock.done:
+            return False
+        counts = self.counts.setdefault(key, {})
+        for offset in lock.offsets:
+            if offset not in lock.acked:
+                counts[offset] = counts.get(offset, 0) + 1
+        del self.locks[key]
+        self._dirty = True
+        return True
+
+    def delivered(self, key: QueueKey, offset: int) -> int:
+        """How many deliveries of this message ran out before."""
+        return self.counts.get(key, {}).get(offset, 0)
+
+    def lock(self, key: QueueKey, offsets: list[int], next_offset: int, pop_time: int,
+             invisible_time: int) -> None:
+        self.locks[key] = OrderLock(offsets, next_offset, pop_time, pop_time + invisible_time)
+        self._dirty = True
+
+    def holds(self, key: QueueKey, offset: int) -> bool:
+        lock = self.locks.get(key)
+        return lock is not None and offset in lock.offsets and offset not in lock.acked
+
+    def ack(self, key: QueueKey, offset: int) -> int | None:
+        """Ack one message; the group's new offset, or None if the lock does not hold it."""
+        if not self.holds(key, offset):
+            return None
+        lock = self.locks[key]
+        lock.acked.add(offset)
+        committed = lock.committed()
+        counts = self.counts.get(key)
+        if counts:
+            for done in [o for o in counts if o < committed]:
+                del counts[done]
+            if not counts:
+                del self.counts[key]
+        if lock.done:
+            del self.locks[key]
+        self._dirty = True
+        return committed
+
+    def settle(self, key: QueueKey, offset: int) -> None:
+        """A message that went to the DLQ: forget its count."""
+        counts = self.counts.get(key)
+        if counts is not None:
+            counts.pop(offset, None)
+            if not counts:
+                del self.counts[key]
+            self._dirty = True
+
+    def extend(self, key: QueueKey, offset: int, deadline: int) -> bool:
+        """A changed invisible time: the lock holds at least until ``deadline``."""
+        if not self.holds(key, offset):
+            return False
+        lock = self.locks[key]
+        lock.deadline = max(lock.deadline, deadline)
+        self._dirty = True
+        return True
+
+    def in_flight(self) -> int:
+        return sum(len(lock.offsets) - len(lock.acked) for lock in self.locks.values())
+
+    # -- persistence --------------------------------------------------------------------------
+    def load(self) -> None:
+        data = self.file.load() or {}
+        for entry in data.get("locks") or []:
+            try:
+                key = (str(entry["group"]), str(entry["topic"]), int(entry["queueId"]))
+                self.locks[key] = OrderLock([int(o) for o in entry["offsets"]],
+                                            int(entry["nextOffset"]), int(entry["popTime"]),
+                                            int(entry["deadline"]),
+                                            {int(o) for o in entry.get("acked", [])})
+            except (KeyError, ValueError, TypeError):
+                continue
+        for entry in data.get("counts") or []:
+            try:
+                key = (str(entry["group"]), str(entry["topic"]), int(entry["queueId"]))
+                self.counts[key] = {int(o): int(c) for o, c in entry["counts"].items()}
+            except (KeyError, ValueError, TypeError, AttributeError):
+                continue
+
+    def persist(self, force: bool = False) -> None:
+        if not self._dirty and not force:
+            return
+        self._dirty = False
+        locks = [{"group": g, "topic": t, "queueId": q, "offsets": lock.offsets,
+                  "nextOffset": lock.next_offset, "popTime": lock.pop_time,
+                  "deadline": lock.deadline, "acked": sorted(lock.acked)}
+                 for (g, t, q), lock in self.locks.items()]
+        counts = [{"group": g, "topic": t, "queueId": q,
+                   "counts": {str(o): c for o, c in table.items()}}
+                  for (g, t, q), table in self.counts.items()]
+        self.file.persist(json.dumps({"locks": locks, "counts": counts}, indent=1))
