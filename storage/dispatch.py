@@ -23,7 +23,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from storage.errors import CorruptRecordError, OffsetOutOfRangeError, TornTailError, describe_os_error
-from storage.message import SCHEDULE_TOPIC, dispatch_properties, tags_string_to_tags_code
+from storage.message import (
+    PROPERTY_TIMER_DELIVER_MS,
+    SCHEDULE_TOPIC,
+    TIMER_TOPIC,
+    dispatch_properties,
+    property_from_string,
+    tags_string_to_tags_code,
+)
 from storage.record import BlankRecord, MessageRecord, decode_record
 from storage.running_flags import WRITE_LOGICS_QUEUE_ERROR, LogThrottle, RunningFlags
 from storage.service_thread import ServiceThread
@@ -70,6 +77,11 @@ def build_dispatch_request(
         level = min(level, len(delay_levels_ms))
         if level > 0:
             tags_code = store_timestamp + delay_levels_ms[level - 1]
+    elif topic == TIMER_TOPIC:
+        # So is a timer message: the timer service finds due ones from the queue alone.
+        deliver = property_from_string(props, PROPERTY_TIMER_DELIVER_MS)
+        if deliver and deliver.isdigit():
+            tags_code = int(deliver)
     return DispatchRequest(
         topic, queue_id, offset, size, tags_code, store_timestamp, queue_offset, keys, uniq_key,
         sys_flag, prepared_transaction_offset, props,

@@ -59,6 +59,11 @@ COMPRESSION_TYPE_MASK = 0x700
 
 # Topics the store itself writes to (TopicValidator / ScheduleMessageService).
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+# 5.x timer messages wait here until due (any delivery time, not a delay level).
+TIMER_TOPIC = "rmq_sys_wheel_timer"
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
 TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 # The system group whose offsets on those two queues record how far the check-back has come.

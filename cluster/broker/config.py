@@ -35,6 +35,9 @@ class BrokerConfig(NettyServerConfig):
     broker_ip2: str = ""
     ha_listen_port: int = 0  # 0: listenPort + 1, as RocketMQ sets it
     broker_permission: int = 6
+    # 5.x timer messages (RocketMQ keeps these two in the store's config; one broker.conf).
+    timer_wheel_enable: bool = True
+    timer_max_delay_sec: int = 3 * 24 * 3600
     default_topic_queue_nums: int = 8
     auto_create_topic_enable: bool = True
     cluster_topic_enable: bool = True

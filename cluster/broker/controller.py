@@ -33,6 +33,7 @@ from cluster.broker.send_processor import SendMessageProcessor
 from cluster.broker.slave_sync import SlaveSynchronize
 from cluster.broker.stats import BrokerStats
 from cluster.broker.subscription_group import SubscriptionGroupManager
+from cluster.broker.timer import TimerMessageService
 from cluster.broker.topic_config import PERM_READ, TopicConfig, TopicConfigManager
 from cluster.broker.transaction import TransactionalMessageService
 from cluster.ha.master import HAService
@@ -71,6 +72,7 @@ class BrokerController:
         self.schedule: ScheduleMessageService | None = None
         self.acting_master: ActingMasterService | None = None
         self.pop_revive: PopReviveService | None = None
+        self.timer: TimerMessageService | None = None
         self.transactions = TransactionalMessageService(self)
         self._tasks: list[asyncio.Task] = []
 
@@ -112,6 +114,9 @@ class BrokerController:
             self.transactions.start()
             self.pop_revive = PopReviveService(self)
             self.pop_revive.start()
+            if config.timer_wheel_enable:
+                self.timer = TimerMessageService(self)
+                self.timer.start()
         self.server = RemotingServer(config.bind_address, config.listen_port, config)
         for processor in (SendMessageProcessor(self), PullMessageProcessor(self),
                           QueryProcessor(self), ClientManageProcessor(self),
@@ -213,6 +218,13 @@ class BrokerController:
             "getTransferedTps": f"{self.stats.get_tps(10):.4f} {self.stats.get_tps(60):.4f}",
             "pullRequestsHeld": str(self.pull_hold.held_count()),
         })
+        if self.timer is not None:  # 5.x: timers waiting for their time
+            info["timerPendingNum"] = str(self.timer.pending)
+            info["timerNextDueTimestamp"] = str(self.timer.next_due() or 0)
+        if self.pop_revive is not None:  # 5.x: POP messages handed out and not acked yet
+            info["popInFlightNum"] = str(self.pop_revive.in_flight() + self.pop_order.in_flight())
+            info["popRevivedTotal"] = str(self.pop_revive.revived)
+            info["popDeadLetteredTotal"] = str(self.pop_revive.dead_lettered)
         info.update(self._ha_summary())
         return info
 
@@ -252,6 +264,8 @@ class BrokerController:
         await self.transactions.stop()
         if self.pop_revive is not None:
             self.pop_revive.stop()
+        if self.timer is not None:
+            await self.timer.stop()
         if self.registration is not None:
             await self.registration.stop()
         if self.ha_client is not None:

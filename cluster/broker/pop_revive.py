@@ -148,6 +148,10 @@ class PopReviveService:
             del self.table[key]
         return True
 
+    def in_flight(self) -> int:
+        """Messages handed out and neither acked nor put back yet."""
+        return sum(len(ck.offsets) - len(ck.acked) for ck in self.table.values())
+
     def find(self, key: CheckPointKey) -> PopCheckPoint | None:
         return self.table.get(key)
 

@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 
 from cluster.broker.headers import SendMessageRequestHeader, checked
+from cluster.broker.timer import TimerError, delivery_time, park
 from cluster.broker.topic_config import PERM_READ, PERM_WRITE
 from cluster.remoting.codec import RemotingCommand, SerializeType
 from cluster.remoting.codes import RequestCode, ResponseCode
@@ -42,6 +44,7 @@ from storage.message import (
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     STOREHOSTADDRESS_V6_FLAG,
+    TIMER_TOPIC,
     TRANSACTION_CHECK_PROPERTIES,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_PREPARED_TYPE,
@@ -139,7 +142,8 @@ class SendMessageProcessor:
         text = header.properties
         reconsume_times = header.reconsume_times
         if (not topic.startswith(RETRY_GROUP_TOPIC_PREFIX) and "TRAN_MSG\x01" not in text
-                and "CLUSTER\x01" not in text and properties_normalized(text)):
+                and "CLUSTER\x01" not in text and "TIMER_" not in text
+                and properties_normalized(text)):
             # Most sends: the properties are stored as they came, with the broker's own added
             # at the end, byte for byte what parsing them and writing them back would give.
             if not (text.startswith("UNIQ_KEY\x01") or "\x02UNIQ_KEY\x01" in text):
@@ -163,6 +167,20 @@ class SendMessageProcessor:
                 props[PROPERTY_DELAY_TIME_LEVEL] = "-1"
         self._complete_properties(props)
         prepared = props.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true"
+        if "TIMER_" in text and broker.timer is not None:
+            try:
+                deliver_ms = delivery_time(props, int(time.time() * 1000),
+                                           broker.config.timer_max_delay_sec)
+            except TimerError as exc:
+                return command.make_response(ResponseCode.MESSAGE_ILLEGAL, str(exc))
+            if deliver_ms is not None:
+                if prepared:
+                    return command.make_response(
+                        ResponseCode.MESSAGE_ILLEGAL,
+                        "a transactional message cannot also wait for a delivery time")
+                if deliver_ms > int(time.time() * 1000):
+                    park(props, topic, queue_id, deliver_ms)
+                    topic, queue_id = TIMER_TOPIC, 0
         if prepared:
             if broker.config.reject_transaction_message:
                 return command.make_response(ResponseCode.NO_PERMISSION,

@@ -9,6 +9,7 @@ checks.
 
 from __future__ import annotations
 
+import time
 import zlib
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -21,6 +22,7 @@ from storage.message import COMPRESSED_FLAG
 from storage.record import MessageRecord
 
 MAX_BODY_SIZE = 4 * 1024 * 1024  # the broker's maxMessageSize default
+MAX_DELAY_MS = 3 * 24 * 3600 * 1000  # the brokers' timerMaxDelaySec default
 PROPERTY_SHARDING_KEY = "__SHARDINGKEY"  # a FIFO message's group
 PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
@@ -104,7 +106,10 @@ def to_properties(message, max_body_size: int = MAX_BODY_SIZE) -> tuple[dict[str
             raise MessageRefused(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
                                  "only a DELAY message has a delivery timestamp")
         deliver_ms = system.delivery_timestamp.ToMilliseconds()
-        props[PROPERTY_TIMER_DELIVER_MS] = str(deliver_ms)
+        if deliver_ms - time.time() * 1000 > MAX_DELAY_MS:
+            raise MessageRefused(Code.ILLEGAL_DELIVERY_TIME,
+                                 "the delivery time is more than 3 days away")
+        props[PROPERTY_TIMER_DELIVER_MS] = str(max(deliver_ms, 0))
     elif kind == pb.DELAY:
         raise MessageRefused(Code.ILLEGAL_DELIVERY_TIME, "a DELAY message needs a delivery timestamp")
     if kind == pb.TRANSACTION:

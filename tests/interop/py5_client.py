@@ -3,6 +3,7 @@
 Run with the client's folder on PYTHONPATH. Prints one JSON object per line. Usage:
 
     py5_client.py send PROXY TOPIC COUNT [--tag T] [--prefix P] [--group G (FIFO)]
+                       [--deliver-in-ms MS (a timer message)]
     py5_client.py receive PROXY TOPIC GROUP COUNT [--tag EXPR] [--invisible S] [--no-ack]
                           [--timeout S] [--change-invisible S]
 """
@@ -36,8 +37,14 @@ def send(args) -> None:
             message.add_property("seq", str(number))
             if args.group:
                 message.message_group = args.group
+            due = None
+            if args.deliver_in_ms:
+                # This client takes whole seconds since the epoch.
+                due = int(time.time()) + -(-args.deliver_in_ms // 1000)
+                message.delivery_timestamp = due
             receipt = producer.send(message)
-            emit(event="sent", msg_id=receipt.message_id, body=message.body.decode())
+            emit(event="sent", msg_id=receipt.message_id, body=message.body.decode(),
+                 at=time.time(), due=due)
     finally:
         producer.shutdown()
 
@@ -57,7 +64,7 @@ def receive(args) -> None:
                 emit(event="received", body=message.body.decode(), msg_id=message.message_id,
                      keys=sorted(message.keys or []), tag=message.tag, topic=message.topic,
                      properties=dict(message.properties or {}), attempt=message.delivery_attempt,
-                     elapsed=round(time.monotonic() - began, 3))
+                     elapsed=round(time.monotonic() - began, 3), at=time.time())
                 if args.change_invisible:
                     consumer.change_invisible_duration(message, args.change_invisible)
                     emit(event="changed", msg_id=message.message_id)
@@ -78,6 +85,7 @@ def main() -> None:
     s.add_argument("--tag", default="tagA")
     s.add_argument("--prefix", default="py5")
     s.add_argument("--group", default=None)
+    s.add_argument("--deliver-in-ms", type=int, default=0)
     r = commands.add_parser("receive")
     r.add_argument("proxy")
     r.add_argument("topic")

@@ -229,3 +229,14 @@ def test_fifo_order_per_message_group_holds_across_a_consumer_restart(cluster, p
     assert by_group == {"g0": [0, 1, 2, 3], "g1": [0, 1, 2, 3], "g2": [0, 1, 2, 3]}
     again = {e["msg_id"]: e["attempt"] for e in got}
     assert all(again[e["msg_id"]] == 2 for e in first)
+
+
+def test_a_timer_message_arrives_no_sooner_than_its_time(cluster, py5_client, tmp_path):
+    make_topic(cluster, "T5Timer")
+    proxy = cluster.state.proxy_addr
+    [sent] = py5(py5_client, tmp_path, "send", proxy, "T5Timer", "1", "--deliver-in-ms", "3000")
+    got = [e for e in py5(py5_client, tmp_path, "receive", proxy, "T5Timer", "CID-timer", "1",
+                          "--timeout", "20") if e["event"] == "received"]
+    assert [e["body"] for e in got] == ["py5-0"]
+    assert sent["due"] >= sent["at"] + 2
+    assert sent["due"] <= got[0]["at"] < sent["due"] + 2.5
