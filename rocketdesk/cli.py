@@ -201,6 +201,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_peers_arguments(bench_commands.add_parser(
         "peers", help="RocketDesk side by side with NATS JetStream and Redis Streams, started here"))
+    from rocketdesk.bench.timer import add_arguments as add_timer_arguments
+
+    add_timer_arguments(bench_commands.add_parser(
+        "timer", help="a million pending timer messages: filing, memory, restart, delivery"))
     return parser
 
 
