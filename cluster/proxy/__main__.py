@@ -70,6 +70,7 @@ async def run(config: ProxyConfig) -> None:
     service = MessagingService(instance, (config.bind_address, port))
     add_to_server(service, server)
     await server.start()
+    await instance.start()  # heartbeats: the brokers' transaction checks come to this proxy
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -17,7 +17,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from cluster.pop_handle import POP_RETRY_PREFIX
 from cluster.proxy.schema import Code, pb
 from cluster.remoting.codes import ResponseCode
-from cluster.topic_validator import validate_topic_name
+from cluster.topic_validator import TRANS_HALF_TOPIC, validate_topic_name
 from storage.message import COMPRESSED_FLAG
 from storage.record import MessageRecord
 
@@ -153,6 +153,8 @@ def to_message(record: MessageRecord, receipt_handle: str | None = None,
     topic = record.topic
     if topic.startswith(POP_RETRY_PREFIX):
         topic = props.get("RETRY_TOPIC", topic)
+    elif topic == TRANS_HALF_TOPIC:  # a half message asked about: as its producer sent it
+        topic = props.get("REAL_TOPIC", topic)
     system = pb.SystemProperties(
         message_id=props.get("UNIQ_KEY") or record.msg_id,
         body_digest=pb.Digest(type=pb.CRC32, checksum=f"{zlib.crc32(body) & 0xFFFFFFFF:08X}"),

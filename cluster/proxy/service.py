@@ -36,6 +36,7 @@ from cluster.remoting.codec import request
 from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.errors import RemotingError
 from cluster.topic_validator import validate_group_name, validate_topic_name
+from storage.message_id import decode_message_id
 from storage.record import iter_records
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,47 @@ ROUTE_TTL = 10.0
 GROUP_TTL = 10.0
 REQUEST_TIMEOUT = 3.0
 MAX_ATTEMPTS_DEFAULT = 17  # a group's retryMaxTimes (16) + 1
+
+
+def transaction_id(uniq: str, broker_name: str, commit_log_offset: int, queue_offset: int) -> str:
+    """What a 5.x client gets for a half message and hands back to end it: everything
+    END_TRANSACTION needs, so any proxy can end any transaction."""
+    return f"{uniq}_{broker_name}_{commit_log_offset}_{queue_offset}"
+
+
+def parse_transaction_id(text: str) -> tuple[str, str, int, int] | None:
+    uniq, _, rest = text.partition("_")
+    parts = rest.rsplit("_", 2)
+    if not uniq or len(parts) != 3 or not parts[0] or not all(p.isdigit() for p in parts[1:]):
+        return None
+    return uniq, parts[0], int(parts[1]), int(parts[2])
+
+
+class TransactionRelay:
+    """The proxy's producer group on the brokers: their transaction checks (CHECK_TRANSACTION_
+    STATE, for half messages nobody ended) go to a 5.x producer of the topic over its Telemetry
+    stream, as a RecoverOrphanedTransactionCommand; its EndTransaction comes back as an RPC."""
+
+    def __init__(self, service: MessagingService) -> None:
+        self.service = service
+
+    async def answer_transaction_check(self, connection, command, record) -> None:
+        service = self.service
+        props = record.properties
+        topic = props.get("REAL_TOPIC", record.topic)
+        producers = service.clients.producers_of(topic)
+        if not producers:
+            return  # the broker asks again later
+        broker_name = service.broker_name_of(connection.remote_address)
+        if broker_name is None:
+            return
+        tid = transaction_id(props.get("UNIQ_KEY", ""), broker_name,
+                             int(command.field("commitLogOffset") or 0),
+                             int(command.field("tranStateTableOffset") or 0))
+        recover = pb.RecoverOrphanedTransactionCommand(message=to_message(record),
+                                                       transaction_id=tid)
+        client = producers[service.next_index() % len(producers)]
+        await client.outbox.put(pb.TelemetryCommand(recover_orphaned_transaction_command=recover))
 
 
 class RouteCache:
@@ -81,6 +123,7 @@ class MessagingService(services.MessagingServiceServicer):
         self.advertised = advertised
         self._round_robin = 0
         self._groups: dict[str, tuple[float, dict]] = {}
+        instance.producers[PRODUCER_GROUP] = TransactionRelay(self)
 
     # -- helpers ------------------------------------------------------------------------------------
     def _client(self, context):
@@ -94,6 +137,16 @@ class MessagingService(services.MessagingServiceServicer):
             return requested
         host, port = self.advertised
         return pb.Endpoints(scheme=pb.IPv4, addresses=[pb.Address(host=host, port=port)])
+
+    def next_index(self) -> int:
+        self._round_robin += 1
+        return self._round_robin
+
+    def broker_name_of(self, address: str) -> str | None:
+        for name, addrs in self.instance.broker_addrs.items():
+            if address in addrs.values():
+                return name
+        return None
 
     async def _invoke(self, broker_name: str, command, timeout: float = REQUEST_TIMEOUT):
         address = self.instance.master_addr(broker_name)
@@ -336,10 +389,13 @@ class MessagingService(services.MessagingServiceServicer):
             result = status_of_response(response.code, response.remark)
             if response.code == ResponseCode.SUCCESS:
                 fields_out = response.ext_fields
-                return pb.SendResultEntry(
-                    status=result, message_id=message_id,
-                    transaction_id=fields_out.get("transactionId") or fields_out.get("msgId", ""),
-                    offset=int(fields_out.get("queueOffset", "0") or 0))
+                queue_offset = int(fields_out.get("queueOffset", "0") or 0)
+                tid = ""
+                if sys_flag:
+                    tid = transaction_id(message_id, broker_name,
+                                         decode_message_id(fields_out["msgId"]).offset, queue_offset)
+                return pb.SendResultEntry(status=result, message_id=message_id,
+                                          transaction_id=tid, offset=queue_offset)
             last = result
             if response.code not in (ResponseCode.SYSTEM_BUSY, ResponseCode.SYSTEM_ERROR,
                                      ResponseCode.SERVICE_NOT_AVAILABLE):
@@ -541,10 +597,29 @@ class MessagingService(services.MessagingServiceServicer):
                 Code.INTERNAL_SERVER_ERROR, str(exc)))
         return pb.ForwardMessageToDeadLetterQueueResponse(status=status())
 
-    # -- not served yet -------------------------------------------------------------------------------
+    # -- transactions ----------------------------------------------------------------------------------
     async def EndTransaction(self, request_, context):
-        return pb.EndTransactionResponse(status=status(Code.NOT_IMPLEMENTED,
-                                                       "transactions over gRPC are not served yet"))
+        self._client(context)
+        parsed = parse_transaction_id(request_.transaction_id)
+        if parsed is None:
+            return pb.EndTransactionResponse(status=status(Code.INVALID_TRANSACTION_ID,
+                                                           "this transaction id was not given out"))
+        if request_.resolution not in (pb.COMMIT, pb.ROLLBACK):
+            return pb.EndTransactionResponse(status=status(Code.BAD_REQUEST,
+                                                           "the resolution must be COMMIT or ROLLBACK"))
+        uniq, broker_name, commit_log_offset, queue_offset = parsed
+        command = request(RequestCode.END_TRANSACTION, {
+            "producerGroup": PRODUCER_GROUP, "tranStateTableOffset": queue_offset,
+            "commitLogOffset": commit_log_offset,
+            "commitOrRollback": 8 if request_.resolution == pb.COMMIT else 12,
+            "fromTransactionCheck": request_.source == pb.SOURCE_SERVER_CHECK,
+            "msgId": request_.message_id or uniq, "transactionId": uniq})
+        try:
+            await self.routes.get(request_.topic.name)
+            response = await self._invoke(broker_name, command)
+        except RemotingError as exc:
+            return pb.EndTransactionResponse(status=status(Code.INTERNAL_SERVER_ERROR, str(exc)))
+        return pb.EndTransactionResponse(status=status_of_response(response.code, response.remark))
 
 
 def add_to_server(service: MessagingService, server: grpc.aio.Server) -> None:

@@ -4,6 +4,7 @@ Run with the client's folder on PYTHONPATH. Prints one JSON object per line. Usa
 
     py5_client.py send PROXY TOPIC COUNT [--tag T] [--prefix P] [--group G (FIFO)]
                        [--deliver-in-ms MS (a timer message)]
+    py5_client.py transact PROXY TOPIC [--timeout S]
     py5_client.py receive PROXY TOPIC GROUP COUNT [--tag EXPR] [--invisible S] [--no-ack]
                           [--timeout S] [--change-invisible S]
 """
@@ -49,6 +50,43 @@ def send(args) -> None:
         producer.shutdown()
 
 
+def transact(args) -> None:
+    """Half messages: one committed, one rolled back, one left open for the server's check,
+    which the checker answers with COMMIT."""
+    from rocketmq import (ClientConfiguration, Credentials, Message, Producer, TransactionChecker,
+                          TransactionResolution)
+
+    checked = []
+
+    class Checker(TransactionChecker):
+        def check(self, message):
+            checked.append(message.body.decode())
+            emit(event="checked", body=message.body.decode(), msg_id=message.message_id)
+            return TransactionResolution.COMMIT
+
+    producer = Producer(ClientConfiguration(args.proxy, Credentials()), (args.topic,), Checker())
+    producer.startup()
+    try:
+        for body, action in (("tx-commit", "commit"), ("tx-rollback", "rollback"),
+                             ("tx-orphan", None)):
+            transaction = producer.begin_transaction()
+            message = Message()
+            message.topic = args.topic
+            message.body = body.encode()
+            receipt = producer.send(message, transaction)
+            emit(event="half", body=body, msg_id=receipt.message_id)
+            if action == "commit":
+                transaction.commit()
+            elif action == "rollback":
+                transaction.rollback()
+        began = time.monotonic()
+        while not checked and time.monotonic() - began < args.timeout:
+            time.sleep(0.1)
+        time.sleep(1.0)  # the checker's EndTransaction goes out after check() returns
+    finally:
+        producer.shutdown()
+
+
 def receive(args) -> None:
     from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
 
@@ -86,6 +124,10 @@ def main() -> None:
     s.add_argument("--prefix", default="py5")
     s.add_argument("--group", default=None)
     s.add_argument("--deliver-in-ms", type=int, default=0)
+    t = commands.add_parser("transact")
+    t.add_argument("proxy")
+    t.add_argument("topic")
+    t.add_argument("--timeout", type=float, default=30)
     r = commands.add_parser("receive")
     r.add_argument("proxy")
     r.add_argument("topic")
@@ -97,7 +139,7 @@ def main() -> None:
     r.add_argument("--timeout", type=float, default=30)
     r.add_argument("--change-invisible", type=int, default=0)
     args = parser.parse_args()
-    {"send": send, "receive": receive}[args.command](args)
+    {"send": send, "receive": receive, "transact": transact}[args.command](args)
     sys.stdout.flush()
     os._exit(0)  # the client's background threads would hold the process open
 

@@ -39,9 +39,11 @@ def py5(client_path: str, tmp_path, *args: str, timeout: float = 90) -> list[dic
 
 @pytest.fixture
 def cluster(tmp_path):
-    """A `single` cluster (name server, broker, proxy) made and run by the supervisor."""
+    """A `single` cluster (name server, broker, proxy) made and run by the supervisor; its
+    broker checks open transactions every second."""
     spec = load_profile("single")
     spec.prefer_default_ports = False
+    spec.groups[0].conf.update(transactionTimeOut="1000", transactionCheckInterval="1000")
     supervisor = Supervisor.create(spec, "py5", root=tmp_path / "clusters")
     asyncio.run(supervisor.start())
     try:
@@ -240,3 +242,17 @@ def test_a_timer_message_arrives_no_sooner_than_its_time(cluster, py5_client, tm
     assert [e["body"] for e in got] == ["py5-0"]
     assert sent["due"] >= sent["at"] + 2
     assert sent["due"] <= got[0]["at"] < sent["due"] + 2.5
+
+
+def test_transactions_commit_roll_back_and_recover_through_the_checker(cluster, py5_client,
+                                                                      tmp_path):
+    make_topic(cluster, "T5Tx")
+    proxy = cluster.state.proxy_addr
+    events = py5(py5_client, tmp_path, "transact", proxy, "T5Tx")
+    assert [e["body"] for e in events if e["event"] == "checked"][:1] == ["tx-orphan"]
+    got = [e for e in py5(py5_client, tmp_path, "receive", proxy, "T5Tx", "CID-tx", "2",
+                          "--timeout", "20") if e["event"] == "received"]
+    assert sorted(e["body"] for e in got) == ["tx-commit", "tx-orphan"]
+    # The rolled-back one never shows up.
+    assert [e for e in py5(py5_client, tmp_path, "receive", proxy, "T5Tx", "CID-tx", "1",
+                           "--timeout", "4") if e["event"] == "received"] == []
