@@ -53,8 +53,14 @@ def send(args) -> None:
 def transact(args) -> None:
     """Half messages: one committed, one rolled back, one left open for the server's check,
     which the checker answers with COMMIT."""
-    from rocketmq import (ClientConfiguration, Credentials, Message, Producer, TransactionChecker,
-                          TransactionResolution)
+    from rocketmq import (
+        ClientConfiguration,
+        Credentials,
+        Message,
+        Producer,
+        TransactionChecker,
+        TransactionResolution,
+    )
 
     checked = []
 
