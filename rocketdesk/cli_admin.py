@@ -103,7 +103,8 @@ async def group_list(args) -> int:
 
 
 async def group_create(args) -> int:
-    options = {"consumeBroadcastEnable": not args.no_broadcast, "retryMaxTimes": args.retry_max_times}
+    options = {"consumeBroadcastEnable": not args.no_broadcast, "retryMaxTimes": args.retry_max_times,
+               "consumeMessageOrderly": args.fifo}
     async with _admin(args) as admin:
         targets = await admin.create_group(args.group, cluster=args.broker_cluster, **options)
     _emit(args, {"group": args.group, "brokers": targets},
@@ -304,6 +305,9 @@ def add_commands(commands) -> None:
     parser.add_argument("group")
     parser.add_argument("--no-broadcast", action="store_true", help="refuse broadcasting consumers")
     parser.add_argument("--retry-max-times", type=int, default=16)
+    parser.add_argument("--fifo", action="store_true",
+                        help="a FIFO group for 5.x clients: a queue's next message only after the "
+                             "previous one is acked")
     parser.add_argument("-c", "--broker-cluster")
     parser = verb(groups, "delete", group_delete, "delete a group from every master")
     parser.add_argument("group")

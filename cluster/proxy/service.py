@@ -50,6 +50,8 @@ ROUTE_TTL = 10.0
 GROUP_TTL = 10.0
 REQUEST_TIMEOUT = 3.0
 MAX_ATTEMPTS_DEFAULT = 17  # a group's retryMaxTimes (16) + 1
+RETRY_DELAYS_SECONDS = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800,
+                        3600, 7200)
 
 
 def transaction_id(uniq: str, broker_name: str, commit_log_offset: int, queue_offset: int) -> str:
@@ -123,6 +125,7 @@ class MessagingService(services.MessagingServiceServicer):
         self.advertised = advertised
         self._round_robin = 0
         self._groups: dict[str, tuple[float, dict]] = {}
+        self._background: set[asyncio.Task] = set()
         instance.producers[PRODUCER_GROUP] = TransactionRelay(self)
 
     # -- helpers ------------------------------------------------------------------------------------
@@ -176,7 +179,8 @@ class MessagingService(services.MessagingServiceServicer):
             if group in table:
                 config = table[group]
                 break
-        self._groups[group] = (time.monotonic(), config)
+        if config:  # a group not found yet may be created a moment later
+            self._groups[group] = (time.monotonic(), config)
         return config
 
     async def _max_attempts(self, group: str) -> int:
@@ -311,17 +315,23 @@ class MessagingService(services.MessagingServiceServicer):
         elif settings.WhichOneof("pub_sub") == "subscription":
             sub = settings.subscription
             client.group = sub.group.name
+            for entry in sub.subscriptions:  # learns the brokers that hold the group's config
+                try:
+                    await self.routes.get(entry.topic.name)
+                except RemotingError:
+                    pass
             client.subscriptions = {e.topic.name: (e.expression.type, e.expression.expression)
                                     for e in sub.subscriptions}
             answer.subscription.CopyFrom(sub)
             answer.subscription.fifo = await self._is_fifo(client.group)
             answer.subscription.receive_batch_size = 32
             answer.subscription.long_polling_timeout.FromSeconds(DEFAULT_POLL_MS // 1000)
+            # RocketMQ's retry delays (the delay levels from 1 s to 2 h), one a redelivery,
+            # for as many deliveries as the group allows.
             policy = answer.backoff_policy
             policy.max_attempts = await self._max_attempts(client.group)
-            policy.exponential_backoff.initial.FromSeconds(1)
-            policy.exponential_backoff.max.FromSeconds(60)
-            policy.exponential_backoff.multiplier = 2.0
+            for seconds in RETRY_DELAYS_SECONDS:
+                policy.customized_backoff.next.add().FromSeconds(seconds)
         return pb.TelemetryCommand(status=status(), settings=answer)
 
     # -- sending ------------------------------------------------------------------------------------
@@ -454,9 +464,16 @@ class MessagingService(services.MessagingServiceServicer):
                   "pollTime": max(0, poll_ms - POLL_MARGIN_MS), "bornTime": int(time.time() * 1000),
                   "initMode": 1, "expType": exp_type, "exp": expression.expression or "*",
                   "order": await self._is_fifo(group)}
+        popping = asyncio.ensure_future(self._invoke(
+            broker_name, request(RequestCode.POP_MESSAGE, fields),
+            timeout=poll_ms / 1000 + REQUEST_TIMEOUT))
         try:
-            response = await self._invoke(broker_name, request(RequestCode.POP_MESSAGE, fields),
-                                          timeout=poll_ms / 1000 + REQUEST_TIMEOUT)
+            response = await asyncio.shield(popping)
+        except asyncio.CancelledError:
+            # The client went away while the broker held its POP: what the broker hands out
+            # now would stay invisible for nothing, so it goes back at once.
+            popping.add_done_callback(lambda f: self._release_later(f, group, topic, broker_name))
+            raise
         except RemotingError as exc:
             yield pb.ReceiveMessageResponse(status=status(Code.INTERNAL_SERVER_ERROR, str(exc)))
             return
@@ -469,24 +486,67 @@ class MessagingService(services.MessagingServiceServicer):
         revive_qid = int(header.get("reviveQid", "0"))
         starts = parse_start_offsets(header.get("startOffsetInfo", ""))
         counts = parse_order_counts(header.get("orderCountInfo", ""))
-        yield pb.ReceiveMessageResponse(status=status())
+        handed = []
         for record in iter_records(response.body):
             retry = record.topic != topic
-            handle = ExtraInfo(starts.get((retry, record.queue_id), record.queue_offset), pop_time,
-                               invisible, revive_qid, retry, broker_name, record.queue_id,
-                               record.queue_offset).encode()
-            earlier = counts.get((record.queue_id, record.queue_offset), 0)
-            yield pb.ReceiveMessageResponse(message=to_message(record, handle, invisible, earlier))
-        stamp = pb.ReceiveMessageResponse()
-        stamp.delivery_timestamp.FromMilliseconds(int(time.time() * 1000))
-        yield stamp
+            extra = ExtraInfo(starts.get((retry, record.queue_id), record.queue_offset), pop_time,
+                              invisible, revive_qid, retry, broker_name, record.queue_id,
+                              record.queue_offset)
+            handed.append((record, extra))
+        delivered = 0
+        try:
+            yield pb.ReceiveMessageResponse(status=status())
+            for record, extra in handed:
+                earlier = counts.get((record.queue_id, record.queue_offset), 0)
+                yield pb.ReceiveMessageResponse(
+                    message=to_message(record, extra.encode(), invisible, earlier))
+                delivered += 1
+            stamp = pb.ReceiveMessageResponse()
+            stamp.delivery_timestamp.FromMilliseconds(int(time.time() * 1000))
+            yield stamp
+        finally:
+            if delivered < len(handed) and "orderCountInfo" not in header:
+                self._spawn(self._release(group, topic, [e for _, e in handed[delivered:]]))
 
-    def _handle(self, receipt_handle: str) -> ExtraInfo | tuple:
+    def _release_later(self, future, group: str, topic: str, broker_name: str) -> None:
+        if future.cancelled() or future.exception() is not None:
+            return
+        response = future.result()
+        if response.code != ResponseCode.SUCCESS:
+            return
+        header = response.ext_fields
+        starts = parse_start_offsets(header.get("startOffsetInfo", ""))
+        handles = [ExtraInfo(starts.get((r.topic != topic, r.queue_id), r.queue_offset),
+                             int(header["popTime"]), int(header["invisibleTime"]),
+                             int(header.get("reviveQid", "0")), r.topic != topic, broker_name,
+                             r.queue_id, r.queue_offset)
+                   for r in iter_records(response.body)]
+        if handles and "orderCountInfo" not in header:
+            self._spawn(self._release(group, topic, handles))
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _release(self, group: str, topic: str, handles: list[ExtraInfo]) -> None:
+        """Make messages nobody received visible again in a second (the shortest invisible time)."""
+        for extra in handles:
+            try:
+                await self._invoke(extra.broker_name, request(
+                    RequestCode.CHANGE_MESSAGE_INVISIBLETIME, {
+                        "consumerGroup": group, "topic": topic, "queueId": extra.queue_id,
+                        "extraInfo": extra.encode(), "offset": extra.offset,
+                        "invisibleTime": 1000}))
+            except RemotingError as exc:
+                log.info("could not hand back %s:%d: %s", topic, extra.offset, exc)
+
+    def _handle(self, receipt_handle: str, expired_ok: bool = False) -> ExtraInfo | tuple:
         try:
             extra = ExtraInfo.parse(receipt_handle)
         except ExtraInfoError as exc:
             return (Code.INVALID_RECEIPT_HANDLE, str(exc))
-        if extra.deadline < int(time.time() * 1000):
+        if not expired_ok and extra.deadline < int(time.time() * 1000):
             return (Code.INVALID_RECEIPT_HANDLE, "the receipt handle has expired")
         return extra
 
@@ -565,7 +625,9 @@ class MessagingService(services.MessagingServiceServicer):
         if validate_group_name(group) or validate_topic_name(topic):
             return pb.ForwardMessageToDeadLetterQueueResponse(status=status(
                 Code.BAD_REQUEST, validate_group_name(group) or validate_topic_name(topic)))
-        extra = self._handle(request_.receipt_handle)
+        # A FIFO consumer retries in place, often past the handle's invisible time; what it
+        # gives up on must still reach the DLQ, or it would ask forever.
+        extra = self._handle(request_.receipt_handle, expired_ok=True)
         if isinstance(extra, tuple):
             return pb.ForwardMessageToDeadLetterQueueResponse(status=status(*extra))
         from cluster.pop_handle import popped_topic
@@ -592,6 +654,8 @@ class MessagingService(services.MessagingServiceServicer):
             await self._invoke(extra.broker_name, request(RequestCode.ACK_MESSAGE, {
                 "consumerGroup": group, "topic": topic, "queueId": extra.queue_id,
                 "extraInfo": request_.receipt_handle, "offset": extra.offset}))
+            log.info("%s gave up on %s after %d deliveries: in %%DLQ%%%s", group,
+                     request_.message_id, request_.delivery_attempt, group)
         except RemotingError as exc:
             return pb.ForwardMessageToDeadLetterQueueResponse(status=status(
                 Code.INTERNAL_SERVER_ERROR, str(exc)))

@@ -5,6 +5,7 @@ Run with the client's folder on PYTHONPATH. Prints one JSON object per line. Usa
     py5_client.py send PROXY TOPIC COUNT [--tag T] [--prefix P] [--group G (FIFO)]
                        [--deliver-in-ms MS (a timer message)]
     py5_client.py transact PROXY TOPIC [--timeout S]
+    py5_client.py push PROXY TOPIC GROUP COUNT [--tag EXPR] [--fail] [--timeout S] [--linger S]
     py5_client.py receive PROXY TOPIC GROUP COUNT [--tag EXPR] [--invisible S] [--no-ack]
                           [--timeout S] [--change-invisible S]
 """
@@ -93,6 +94,33 @@ def transact(args) -> None:
         producer.shutdown()
 
 
+def push(args) -> None:
+    """A PushConsumer: its listener succeeds, or fails every time (--fail: the client retries
+    and finally forwards the message to the DLQ)."""
+    from rocketmq import (ClientConfiguration, ConsumeResult, Credentials, FilterExpression,
+                          MessageListener, PushConsumer)
+
+    seen = []
+
+    class Listener(MessageListener):
+        def consume(self, message):
+            seen.append(message.message_id)
+            emit(event="received", body=message.body.decode(), msg_id=message.message_id,
+                 attempt=message.delivery_attempt, topic=message.topic, at=time.time())
+            return ConsumeResult.FAILURE if args.fail else ConsumeResult.SUCCESS
+
+    consumer = PushConsumer(ClientConfiguration(args.proxy, Credentials()), args.group,
+                            Listener(), {args.topic: FilterExpression(args.tag)})
+    consumer.startup()
+    try:
+        began = time.monotonic()
+        while len(seen) < args.count and time.monotonic() - began < args.timeout:
+            time.sleep(0.1)
+        time.sleep(args.linger)
+    finally:
+        consumer.shutdown()
+
+
 def receive(args) -> None:
     from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
 
@@ -134,6 +162,15 @@ def main() -> None:
     t.add_argument("proxy")
     t.add_argument("topic")
     t.add_argument("--timeout", type=float, default=30)
+    p = commands.add_parser("push")
+    p.add_argument("proxy")
+    p.add_argument("topic")
+    p.add_argument("group")
+    p.add_argument("count", type=int)
+    p.add_argument("--tag", default="*")
+    p.add_argument("--fail", action="store_true")
+    p.add_argument("--timeout", type=float, default=30)
+    p.add_argument("--linger", type=float, default=1.0)
     r = commands.add_parser("receive")
     r.add_argument("proxy")
     r.add_argument("topic")
@@ -145,7 +182,7 @@ def main() -> None:
     r.add_argument("--timeout", type=float, default=30)
     r.add_argument("--change-invisible", type=int, default=0)
     args = parser.parse_args()
-    {"send": send, "receive": receive, "transact": transact}[args.command](args)
+    {"send": send, "receive": receive, "transact": transact, "push": push}[args.command](args)
     sys.stdout.flush()
     os._exit(0)  # the client's background threads would hold the process open
 

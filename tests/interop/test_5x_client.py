@@ -256,3 +256,55 @@ def test_transactions_commit_roll_back_and_recover_through_the_checker(cluster, 
     # The rolled-back one never shows up.
     assert [e for e in py5(py5_client, tmp_path, "receive", proxy, "T5Tx", "CID-tx", "1",
                            "--timeout", "4") if e["event"] == "received"] == []
+
+
+def test_push_consumer_consumes_and_gives_up_into_the_dlq(cluster, py5_client, tmp_path):
+    make_topic(cluster, "T5Push")
+    proxy = cluster.state.proxy_addr
+    py5(py5_client, tmp_path, "send", proxy, "T5Push", "4")
+    got = [e for e in py5(py5_client, tmp_path, "push", proxy, "T5Push", "CID-push", "4")
+           if e["event"] == "received"]
+    assert sorted(e["body"] for e in got) == [f"py5-{i}" for i in range(4)]
+
+    # A listener that always fails: redelivered until the group's attempts are spent (2 here),
+    # then forwarded to the DLQ by the client, and gone for the group.
+    make_topic(cluster, "T5PushFail", 1)
+    admin(cluster, lambda c: c.create_group("CID-push-fail", retryMaxTimes=1))
+    py5(py5_client, tmp_path, "send", proxy, "T5PushFail", "1")
+    failed = [e for e in py5(py5_client, tmp_path, "push", proxy, "T5PushFail", "CID-push-fail",
+                             "2", "--fail", "--timeout", "60", "--linger", "3")
+              if e["event"] == "received"]
+    assert [e["attempt"] for e in failed] == [1, 2]
+
+    async def dead_letters(group):
+        consumer = PullConsumer("CID-inspect", cluster.state.namesrv_addr)
+        await consumer.start()
+        try:
+            for _ in range(100):
+                try:
+                    [mq] = await consumer.fetch_subscribe_message_queues(f"%DLQ%{group}")
+                    result = await consumer.pull(mq, "*", 0)
+                    if result.messages:
+                        return result.messages
+                except Exception:  # the DLQ topic appears when the first message lands there
+                    pass
+                await asyncio.sleep(0.1)
+            return []
+        finally:
+            await consumer.shutdown()
+
+    assert [m.body for m in asyncio.run(dead_letters("CID-push-fail"))] == [b"py5-0"]
+
+    # In a FIFO group the client retries in place and then forwards the message to the DLQ
+    # itself (ForwardMessageToDeadLetterQueue), so that the group's next message can go out.
+    make_topic(cluster, "T5PushFifo", 1)
+    admin(cluster, lambda c: c.create_group("CID-push-fifo", retryMaxTimes=1,
+                                            consumeMessageOrderly=True))
+    py5(py5_client, tmp_path, "send", proxy, "T5PushFifo", "2", "--group", "g")
+    fifo = [e for e in py5(py5_client, tmp_path, "push", proxy, "T5PushFifo", "CID-push-fifo",
+                           "4", "--fail", "--timeout", "30", "--linger", "2")
+            if e["event"] == "received"]
+    # (a local retry is the same delivery: its attempt stays 1)
+    assert [e["body"] for e in fifo] == ["py5-0", "py5-0", "py5-1", "py5-1"]
+    assert sorted(m.body for m in asyncio.run(dead_letters("CID-push-fifo"))) == [
+        b"py5-0", b"py5-1"]
