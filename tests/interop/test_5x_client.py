@@ -308,3 +308,34 @@ def test_push_consumer_consumes_and_gives_up_into_the_dlq(cluster, py5_client, t
     assert [e["body"] for e in fifo] == ["py5-0", "py5-0", "py5-1", "py5-1"]
     assert sorted(m.body for m in asyncio.run(dead_letters("CID-push-fifo"))) == [
         b"py5-0", b"py5-1"]
+
+
+def test_the_official_cpp_4x_client_and_a_5x_client_on_one_topic_and_group(
+        cluster, py5_client, cpp_clients, tmp_path):
+    from tests.interop.test_cpp_client import client as cpp
+
+    make_topic(cluster, "T5Cpp")
+    proxy, namesrv = cluster.state.proxy_addr, cluster.state.namesrv_addr
+    # 4.x (C++ core, remoting) -> 5.x (gRPC, POP)
+    sent = [e for e in cpp(cpp_clients["cpp"], tmp_path, "produce", namesrv, "T5Cpp", "3",
+                           "--tags", "tagA") if e["event"] == "sent"]
+    got = [e for e in py5(py5_client, tmp_path, "receive", proxy, "T5Cpp", "CID-both", "3",
+                          "--tag", "tagA", "--timeout", "20") if e["event"] == "received"]
+    assert sorted((e["body"], e["tag"], e["msg_id"]) for e in got) == sorted(
+        (f"cpp-{i}", "tagA", sent[i]["msg_id"]) for i in range(3))
+
+    # 5.x -> 4.x, same group: the C++ push consumer goes on from the group's offsets, so it gets
+    # the 5.x messages and not the C++ ones the 5.x consumer took already.
+    def consume():
+        return cpp(cpp_clients["cpp"], tmp_path, "consume", namesrv, "T5Cpp", "CID-both", "2",
+                   "--timeout", "40")
+
+    async def both():
+        consuming = asyncio.create_task(asyncio.to_thread(consume))
+        await asyncio.sleep(5)  # the C++ consumer has started and rebalanced
+        await asyncio.to_thread(py5, py5_client, tmp_path, "send", proxy, "T5Cpp", "2",
+                                "--prefix", "5x", "--tag", "tagB")
+        return await consuming
+
+    received = [e for e in asyncio.run(both()) if e["event"] == "received"]
+    assert sorted((e["body"], e["tags"]) for e in received) == [("5x-0", "tagB"), ("5x-1", "tagB")]
