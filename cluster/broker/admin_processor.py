@@ -211,7 +211,8 @@ class AdminBrokerProcessor:
                                          f"the consumer group[{group}] not online")
         body = {
             "connectionSet": [{"clientAddr": c.connection.remote_address, "clientId": c.client_id,
-                               "language": c.language, "version": c.version}
+                               "language": c.language, "version": c.version,
+                               **({"consumeType": c.consume_type} if c.consume_type else {})}
                               for c in info.channels.values()],
             "consumeFromWhere": info.consume_from_where,
             "consumeType": info.consume_type,

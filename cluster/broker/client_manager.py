@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 CHANNEL_EXPIRED_SECONDS = 120
+POP = "CONSUME_POP"
 
 
 @dataclass(slots=True)
@@ -21,6 +22,7 @@ class ClientChannelInfo:
     language: str
     version: int
     last_update: float = field(default_factory=time.monotonic)
+    consume_type: str = ""  # CONSUME_POP: a 5.x client heartbeated by a proxy
 
 
 @dataclass(slots=True)
@@ -52,10 +54,16 @@ class ConsumerGroupInfo:
     message_model: str = "CLUSTERING"
     consume_from_where: str = "CONSUME_FROM_LAST_OFFSET"
     subscriptions: dict[str, SubscriptionData] = field(default_factory=dict)
-    channels: dict[object, ClientChannelInfo] = field(default_factory=dict)
+    # By (connection, client id): a proxy's one connection carries every 5.x client behind it.
+    channels: dict[tuple[object, str], ClientChannelInfo] = field(default_factory=dict)
 
     def client_ids(self) -> list[str]:
-        return sorted(info.client_id for info in self.channels.values())
+        """The clients that rebalance queues among themselves (POP clients need no queues)."""
+        return sorted(info.client_id for info in self.channels.values()
+                      if info.consume_type != POP)
+
+    def rebalancing(self) -> list[ClientChannelInfo]:
+        return [info for info in self.channels.values() if info.consume_type != POP]
 
 
 class ConsumerManager:
@@ -69,23 +77,34 @@ class ConsumerManager:
         info = self.groups.get(group)
         if info is None:
             info = self.groups[group] = ConsumerGroupInfo(group)
-        info.consume_type, info.message_model = consume_type, message_model
-        info.consume_from_where = consume_from_where
-        changed = channel.connection not in info.channels
-        old = info.channels.get(channel.connection)
-        if old is not None and old.client_id != channel.client_id:
-            changed = True
-        info.channels[channel.connection] = channel
+        if consume_type != POP or not info.channels:
+            # A group's 4.x clients say how it consumes; 5.x ones behind a proxy do not change it.
+            info.consume_type, info.message_model = consume_type, message_model
+            info.consume_from_where = consume_from_where
+        channel.consume_type = consume_type
+        key = (channel.connection, channel.client_id)
+        changed = key not in info.channels
+        if consume_type != POP:
+            # One 4.x client a connection: a new client id on it replaces the old one.
+            for old in [k for k in info.channels if k[0] is channel.connection and k != key]:
+                del info.channels[old]
+                changed = True
+        info.channels[key] = channel
         info.subscriptions = {s.topic: s for s in subscriptions}
         return changed
 
-    def unregister(self, group: str, connection: object) -> bool:
+    def unregister(self, group: str, connection: object, client_id: str | None = None) -> bool:
+        """Forget the connection's clients in ``group`` (or only ``client_id``)."""
         info = self.groups.get(group)
-        if info is None or info.channels.pop(connection, None) is None:
+        if info is None:
             return False
+        gone = [k for k in info.channels
+                if k[0] is connection and (client_id is None or k[1] == client_id)]
+        for key in gone:
+            del info.channels[key]
         if not info.channels:
             del self.groups[group]
-        return True
+        return bool(gone)
 
     def on_connection_closed(self, connection: object) -> list[str]:
         """Groups the connection left."""
@@ -95,10 +114,10 @@ class ConsumerManager:
         now = time.monotonic() if now is None else now
         gone = []
         for group, info in list(self.groups.items()):
-            for connection, channel in list(info.channels.items()):
+            for (connection, client_id), channel in list(info.channels.items()):
                 if now - channel.last_update > CHANNEL_EXPIRED_SECONDS:
-                    self.unregister(group, connection)
-                    gone.append((group, channel.client_id))
+                    self.unregister(group, connection, client_id)
+                    gone.append((group, client_id))
         return gone
 
     def find(self, group: str) -> ConsumerGroupInfo | None:

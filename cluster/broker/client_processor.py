@@ -70,7 +70,8 @@ class ClientManageProcessor:
         consumer_group = header.consumer_group
         if producer_group:
             self.broker.producers.unregister(producer_group, connection)
-        if consumer_group and self.broker.consumers.unregister(consumer_group, connection):
+        if consumer_group and self.broker.consumers.unregister(consumer_group, connection,
+                                                               header.client_id):
             self.notify_consumer_ids_changed(consumer_group)
         return command.make_response(ResponseCode.SUCCESS)
 
@@ -79,7 +80,7 @@ class ClientManageProcessor:
                                          header: GroupRequestHeader) -> RemotingCommand:
         group = header.consumer_group
         info = self.broker.consumers.find(group)
-        if info is None or not info.channels:
+        if info is None or not info.client_ids():
             return command.make_response(ResponseCode.SYSTEM_ERROR,
                                          f"no consumer for this group, {group}")
         body = json.dumps({"consumerIdList": info.client_ids()}).encode()
@@ -101,7 +102,7 @@ class ClientManageProcessor:
         group_config = self.broker.subscription_groups.table.get(group)
         if group_config is not None and not group_config.notify_consumer_ids_changed_enable:
             return
-        for channel in list(info.channels.values()):
+        for channel in info.rebalancing():
             try:
                 channel.connection.invoke_oneway(
                     request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group}))
@@ -218,7 +219,7 @@ class ResetOffsetProcessor:
                             target))
         body = ('{"offsetTable":' + mq_table_json(entries) + "}").encode()
         info = broker.consumers.find(group)
-        for channel in list(info.channels.values()) if info else []:
+        for channel in info.rebalancing() if info else []:
             try:
                 channel.connection.invoke_oneway(request(
                     RequestCode.RESET_CONSUMER_CLIENT_OFFSET,

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import socket
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from cluster.client.errors import ClientArgumentError
@@ -46,6 +47,10 @@ class MQClientInstance:
         self.producers: dict[str, Any] = {}
         self.consumers: dict[str, Any] = {}
         self._namesrv_index = 0
+        # Asked first about every request a broker sends (a proxy answers for its 5.x clients);
+        # None from it: this instance's own handling.
+        self.server_request_hook: Callable[[Any, RemotingCommand],
+                                           Awaitable[RemotingCommand | None]] | None = None
         self._tasks: list[asyncio.Task] = []
         self._started = False
 
@@ -162,6 +167,10 @@ class MQClientInstance:
 
     # -- requests from brokers -----------------------------------------------------------------------
     async def _on_server_request(self, connection, command: RemotingCommand) -> RemotingCommand | None:
+        if self.server_request_hook is not None:
+            answer = await self.server_request_hook(connection, command)
+            if answer is not None:
+                return answer
         if command.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
             consumer = self.consumers.get(command.field("consumerGroup") or "")
             if consumer is not None:

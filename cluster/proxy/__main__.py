@@ -71,6 +71,7 @@ async def run(config: ProxyConfig) -> None:
     add_to_server(service, server)
     await server.start()
     await instance.start()  # heartbeats: the brokers' transaction checks come to this proxy
+    maintenance = asyncio.get_running_loop().create_task(service.maintain())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -78,6 +79,7 @@ async def run(config: ProxyConfig) -> None:
     # Supervisors and tests wait for this line; it carries the bound address.
     print(f"The Proxy boot success. gRPC listening on {config.bind_address}:{port}", flush=True)
     await stop.wait()
+    maintenance.cancel()
     await server.stop(grace=2)
     await instance.shutdown()
     log.info("proxy stopped")

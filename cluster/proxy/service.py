@@ -31,6 +31,7 @@ from cluster.proxy.convert import (
     to_message,
     to_properties,
 )
+from cluster.proxy.registration import ClientRegistration
 from cluster.proxy.schema import Code, pb, services
 from cluster.remoting.codec import request
 from cluster.remoting.codes import RequestCode, ResponseCode
@@ -127,6 +128,8 @@ class MessagingService(services.MessagingServiceServicer):
         self._groups: dict[str, tuple[float, dict]] = {}
         self._background: set[asyncio.Task] = set()
         instance.producers[PRODUCER_GROUP] = TransactionRelay(self)
+        self.registration = ClientRegistration(self)
+        instance.server_request_hook = self.registration.on_broker_request
 
     # -- helpers ------------------------------------------------------------------------------------
     def _client(self, context):
@@ -257,8 +260,22 @@ class MessagingService(services.MessagingServiceServicer):
 
     async def NotifyClientTermination(self, request_, context):
         meta = _metadata(context)
-        self.clients.forget(meta.get("x-mq-client-id", ""))
+        client = self.clients.clients.get(meta.get("x-mq-client-id", ""))
+        if client is not None:
+            self.clients.forget(client.client_id)
+            await self.registration.unregister(client)
         return pb.NotifyClientTerminationResponse(status=status())
+
+    async def maintain(self) -> None:
+        """Every 10 s: heartbeat the 5.x consumers to the brokers, forget the silent ones."""
+        while True:
+            await asyncio.sleep(10)
+            try:
+                for client_id in self.clients.expire():
+                    log.info("5.x client %s went silent; forgotten", client_id)
+                await self.registration.heartbeat_all()
+            except Exception:
+                log.exception("maintaining 5.x clients failed; trying again")
 
     async def Telemetry(self, request_iterator, context):
         client = self._client(context)
@@ -274,8 +291,10 @@ class MessagingService(services.MessagingServiceServicer):
                 kind = command.WhichOneof("command")
                 if kind == "settings":
                     await outbox.put(await self._answer_settings(client, command.settings))
-                elif kind in ("thread_stack_trace", "verify_message_result"):
-                    log.info("client %s answered %s", client.client_id, kind)
+                elif kind == "thread_stack_trace":
+                    self.registration.answered(command.thread_stack_trace.nonce, command)
+                elif kind == "verify_message_result":
+                    self.registration.answered(command.verify_message_result.nonce, command)
             await outbox.put(None)
 
         reader = asyncio.get_running_loop().create_task(read())
@@ -322,6 +341,7 @@ class MessagingService(services.MessagingServiceServicer):
                     pass
             client.subscriptions = {e.topic.name: (e.expression.type, e.expression.expression)
                                     for e in sub.subscriptions}
+            self._spawn(self.registration.register(client))
             answer.subscription.CopyFrom(sub)
             answer.subscription.fifo = await self._is_fifo(client.group)
             answer.subscription.receive_batch_size = 32

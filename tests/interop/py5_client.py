@@ -97,8 +97,14 @@ def transact(args) -> None:
 def push(args) -> None:
     """A PushConsumer: its listener succeeds, or fails every time (--fail: the client retries
     and finally forwards the message to the DLQ)."""
-    from rocketmq import (ClientConfiguration, ConsumeResult, Credentials, FilterExpression,
-                          MessageListener, PushConsumer)
+    from rocketmq import (
+        ClientConfiguration,
+        ConsumeResult,
+        Credentials,
+        FilterExpression,
+        MessageListener,
+        PushConsumer,
+    )
 
     seen = []
 

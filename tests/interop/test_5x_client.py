@@ -339,3 +339,78 @@ def test_the_official_cpp_4x_client_and_a_5x_client_on_one_topic_and_group(
 
     received = [e for e in asyncio.run(both()) if e["event"] == "received"]
     assert sorted((e["body"], e["tags"]) for e in received) == [("5x-0", "tagB"), ("5x-1", "tagB")]
+
+
+def test_consoles_see_5x_clients_and_reach_them_over_telemetry(cluster):
+    """A 5.x consumer (here a raw gRPC client) is listed in its group with its language and
+    type; the console's consume-directly and running-info requests reach it over Telemetry."""
+    import queue
+    import threading
+
+    make_topic(cluster, "T5Seen")
+    channel = grpc.insecure_channel(cluster.state.proxy_addr)
+    stub = services.MessagingServiceStub(channel)
+    meta = [("x-mq-client-id", "seen-client@1"), ("x-mq-language", "JAVA"),
+            ("x-mq-client-version", "5.0.7")]
+    outgoing: queue.Queue = queue.Queue()
+
+    def commands():
+        while (item := outgoing.get()) is not None:
+            yield item
+
+    settings = pb.Settings(client_type=pb.SIMPLE_CONSUMER, subscription=pb.Subscription(
+        group=pb.Resource(name="CID-seen"), subscriptions=[pb.SubscriptionEntry(
+            topic=pb.Resource(name="T5Seen"),
+            expression=pb.FilterExpression(type=pb.TAG, expression="*"))]))
+    outgoing.put(pb.TelemetryCommand(settings=settings))
+    stream = stub.Telemetry(commands(), metadata=meta)
+    answered: list = []
+
+    def answer_commands():
+        try:
+            serve_commands()
+        except grpc.RpcError:
+            pass  # the channel closed at the end of the test
+
+    def serve_commands():
+        for command in stream:
+            kind = command.WhichOneof("command")
+            answered.append(kind)
+            if kind == "verify_message_command":
+                outgoing.put(pb.TelemetryCommand(verify_message_result=pb.VerifyMessageResult(
+                    nonce=command.verify_message_command.nonce), status=pb.Status(code=Code.OK)))
+            elif kind == "print_thread_stack_trace_command":
+                outgoing.put(pb.TelemetryCommand(thread_stack_trace=pb.ThreadStackTrace(
+                    nonce=command.print_thread_stack_trace_command.nonce,
+                    thread_stack_trace="main: waiting")))
+
+    reader = threading.Thread(target=answer_commands, daemon=True)
+    reader.start()
+    try:
+        async def console():
+            async with AdminClient(cluster.state.namesrv_addr) as client:
+                for _ in range(50):
+                    try:
+                        connections = await client.consumer_connections("CID-seen")
+                        break
+                    except Exception:
+                        await asyncio.sleep(0.1)
+                async with Producer("PID-seen", cluster.state.namesrv_addr) as producer:
+                    await producer.send(Message("T5Seen", b"look", keys="seen-key"))
+                [record] = await client.query_by_key("T5Seen", "seen-key")
+                verdict = await client.consume_message_directly("CID-seen", "seen-client@1",
+                                                                record.msg_id)
+                info = await client.consumer_running_info("CID-seen", "seen-client@1")
+                return connections, verdict, info
+
+        connections, verdict, info = asyncio.run(console())
+    finally:
+        outgoing.put(None)
+        channel.close()
+    [seen] = connections["connectionSet"]
+    assert (seen["clientId"], seen["language"], seen["consumeType"]) == (
+        "seen-client@1", "JAVA", "CONSUME_POP")
+    assert verdict["consumeResult"] == "CR_SUCCESS"
+    assert "verify_message_command" in answered
+    assert info["properties"]["clientType"] == "SIMPLE_CONSUMER"
+    assert info["properties"]["clientVersion"] == "5.0.7"
