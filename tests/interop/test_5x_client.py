@@ -13,6 +13,7 @@ import time
 
 import grpc
 import pytest
+from google.protobuf.duration_pb2 import Duration
 
 from cluster.client.admin import AdminClient
 from cluster.client.consumer import PushConsumer
@@ -202,6 +203,21 @@ def test_bad_requests_get_the_status_code_a_5x_client_expects(cluster):
             group=pb.Resource(name="bad group!"), message_queue=pb.MessageQueue(
                 topic=pb.Resource(name="T5Bad")), batch_size=1), metadata=meta))
         assert answer.status.code == Code.ILLEGAL_CONSUMER_GROUP
+        # Bytes that are no protobuf message: that call fails, the proxy serves on.
+        raw = channel.unary_unary("/apache.rocketmq.v2.MessagingService/SendMessage",
+                                  request_serializer=bytes, response_deserializer=bytes)
+        with pytest.raises(grpc.RpcError):
+            raw(b"\xff\xff\xff\xff garbage", metadata=meta, timeout=5)
+        [hostile] = list(stub.ReceiveMessage(pb.ReceiveMessageRequest(
+            group=pb.Resource(name="CID-bad"), message_queue=pb.MessageQueue(
+                topic=pb.Resource(name="T5Bad")), batch_size=2**31 - 1,
+            invisible_duration=Duration(seconds=-5)), metadata=meta))
+        assert hostile.status.code == Code.ILLEGAL_INVISIBLE_TIME
+        assert stub.EndTransaction(pb.EndTransactionRequest(
+            topic=pb.Resource(name="T5Bad"), transaction_id="forged"),
+            metadata=meta).status.code == Code.INVALID_TRANSACTION_ID
+        assert stub.QueryRoute(pb.QueryRouteRequest(topic=pb.Resource(name="T5Bad")),
+                               metadata=meta).status.code == Code.OK
         # ... and nothing of it reached the topic.
         stats = admin(cluster, lambda c: c.topic_stats("T5Bad"))
         assert sum(s["maxOffset"] for s in stats.values()) == 0
@@ -414,3 +430,40 @@ def test_consoles_see_5x_clients_and_reach_them_over_telemetry(cluster):
     assert "verify_message_command" in answered
     assert info["properties"]["clientType"] == "SIMPLE_CONSUMER"
     assert info["properties"]["clientVersion"] == "5.0.7"
+
+
+def test_lite_pull_rpcs_read_from_an_offset_and_keep_the_groups_offset(cluster, py5_client,
+                                                                       tmp_path):
+    make_topic(cluster, "T5Pull", 1)
+    proxy = cluster.state.proxy_addr
+    py5(py5_client, tmp_path, "send", proxy, "T5Pull", "3")
+    channel = grpc.insecure_channel(proxy)
+    stub = services.MessagingServiceStub(channel)
+    meta = [("x-mq-client-id", "puller@1")]
+    try:
+        route = stub.QueryRoute(pb.QueryRouteRequest(topic=pb.Resource(name="T5Pull")),
+                                metadata=meta)
+        [queue] = [q for q in route.message_queues if q.id == 0]
+        group = pb.Resource(name="CID-pull")
+        end = stub.QueryOffset(pb.QueryOffsetRequest(message_queue=queue,
+                                                     query_offset_policy=pb.END), metadata=meta)
+        assert end.offset == 3
+        answers = list(stub.PullMessage(pb.PullMessageRequest(
+            group=group, message_queue=queue, offset=1, batch_size=8,
+            filter_expression=pb.FilterExpression(type=pb.TAG, expression="*")), metadata=meta))
+        assert [a.message.body for a in answers if a.WhichOneof("content") == "message"] == [
+            b"py5-1", b"py5-2"]
+        assert answers[-1].next_offset == 3
+        # A new group in a young queue starts at its beginning, as RocketMQ answers it.
+        fresh = stub.GetOffset(pb.GetOffsetRequest(group=group, message_queue=queue),
+                               metadata=meta)
+        assert (fresh.status.code, fresh.offset) == (Code.OK, 0)
+        assert stub.UpdateOffset(pb.UpdateOffsetRequest(group=group, message_queue=queue, offset=3),
+                                 metadata=meta).status.code == Code.OK
+        assert stub.GetOffset(pb.GetOffsetRequest(group=group, message_queue=queue),
+                              metadata=meta).offset == 3
+        [empty] = list(stub.PullMessage(pb.PullMessageRequest(
+            group=group, message_queue=queue, offset=-1), metadata=meta))
+        assert empty.status.code == Code.ILLEGAL_OFFSET
+    finally:
+        channel.close()
