@@ -178,6 +178,12 @@ class ClusterModel(QObject):
                     infos[row["name"]] = info = await asyncio.wait_for(
                         self.admin.broker_runtime_info(row["address"]), 2)
                     row["health"] = "ok"
+                    # 5.x: timer messages waiting for their time, POP messages handed out and
+                    # not acked yet (masters only).
+                    row["timersPending"] = _num(info.get("timerPendingNum")) \
+                        if "timerPendingNum" in info else None
+                    row["popInFlight"] = _num(info.get("popInFlightNum")) \
+                        if "popInFlightNum" in info else None
                     if info.get("actingMaster") == "true":  # delivering for a master that is down
                         row["role"] = f"{row['role']} (acting master)"
                 except Exception:  # a broker that stopped answering: a gap in its charts

@@ -27,6 +27,14 @@ DLQ_COLUMNS = ["original topic", "keys", "tags", "reconsumed", "msgId", "body", 
 PROGRESS_COLUMNS = ["topic", "broker", "queue", "broker offset", "consumer offset", "lag", "last consumed"]
 
 
+def _client_text(connection: dict) -> str:
+    """A client as people tell them apart: its id, language and protocol (a 5.x client through
+    the proxy consumes by POP)."""
+    kind = "5.x, POP" if connection.get("consumeType") == "CONSUME_POP" else "4.x"
+    language = connection.get("language") or "?"
+    return f"{connection.get('clientId', '?')} ({language}, {kind})"
+
+
 class GroupsView(QWidget):
     def __init__(self, model, parent=None) -> None:
         super().__init__(parent)
@@ -135,7 +143,7 @@ class GroupsView(QWidget):
         clients = connections.get("connectionSet", [])
         subscriptions = connections.get("subscriptionTable", {})
         self.clients.setText(
-            f"{len(clients)} client(s) online: " + ", ".join(c.get("clientId", "?") for c in clients)
+            f"{len(clients)} client(s) online: " + ", ".join(_client_text(c) for c in clients)
             + ("\nsubscriptions: " + ", ".join(f"{t} ({s.get('subString', '*')})"
                                                for t, s in subscriptions.items()) if subscriptions else ""))
         if rows and not self.reset_topic.text():

@@ -18,10 +18,15 @@ from PySide6.QtWidgets import (
 from cluster.supervisor.figures import human_bytes
 from gui.tasks import spawn
 
-COLUMNS = ["node", "role", "address", "HA port", "pid", "state", "health", "CPU %", "RSS", "files", "disk"]
+COLUMNS = ["node", "role", "address", "HA port", "pid", "state", "health", "CPU %", "RSS", "files", "disk",
+           "timers pending", "POP in flight"]
 ACTIONS = ["start", "stop", "restart", "kill", "pause", "resume"]
 
 
+
+
+def _count(value) -> str:
+    return "-" if value is None else f"{int(value):,}"
 
 
 class NodesView(QWidget):
@@ -89,7 +94,8 @@ class NodesView(QWidget):
             values = [row["name"], row["role"], row["address"], str(row["haPort"] or "-"),
                       str(row["pid"] or "-"), row["state"], row["health"], cpu,
                       human_bytes(row["rssBytes"]), str(files if files is not None else "-"),
-                      human_bytes(row["diskBytes"])]
+                      human_bytes(row["diskBytes"]), _count(row.get("timersPending")),
+                      _count(row.get("popInFlight"))]
             for c, value in enumerate(values):
                 self.table.setItem(r, c, QTableWidgetItem(value))
             if row["state"] == "died":
