@@ -201,6 +201,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_peers_arguments(bench_commands.add_parser(
         "peers", help="RocketDesk side by side with NATS JetStream and Redis Streams, started here"))
+    from rocketdesk.bench.proxy import add_arguments as add_proxy_arguments
+
+    add_proxy_arguments(bench_commands.add_parser(
+        "proxy", help="5.x clients through the proxy (gRPC) beside 4.x ones (remoting)"))
     from rocketdesk.bench.timer import add_arguments as add_timer_arguments
 
     add_timer_arguments(bench_commands.add_parser(
