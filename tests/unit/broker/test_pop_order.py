@@ -1,0 +1,59 @@
+"""FIFO POP's queue locks: a queue waits for the acks of what it handed out; a lock that runs out
+counts one more delivery of each unacked message; acks move the offset over the acked prefix;
+everything reads back from consumerOrderInfo.json."""
+
+from __future__ import annotations
+
+from cluster.broker.pop_order import OrderInfoManager
+
+KEY = ("CID-fifo", "TopicTest", 0)
+
+
+def test_a_locked_queue_waits_until_everything_is_acked(tmp_path):
+    order = OrderInfoManager(str(tmp_path / "consumerOrderInfo.json"))
+    assert order.available(KEY, now=1_000)
+    order.lock(KEY, [5, 6, 7], next_offset=8, pop_time=1_000, invisible_time=30_000)
+    assert not order.available(KEY, now=2_000)
+    assert order.ack(KEY, 6) == 5  # out of order: the offset stays before the unacked 5
+    assert order.ack(KEY, 5) == 7
+    assert not order.available(KEY, now=3_000)
+    assert order.ack(KEY, 7) == 8  # the last one: the queue is free and the offset past it
+    assert order.available(KEY, now=3_000)
+    assert order.ack(KEY, 7) is None  # not held any more
+
+
+def test_a_lock_that_runs_out_counts_a_delivery_of_each_unacked_message(tmp_path):
+    order = OrderInfoManager(str(tmp_path / "consumerOrderInfo.json"))
+    order.lock(KEY, [5, 6], next_offset=7, pop_time=1_000, invisible_time=2_000)
+    order.ack(KEY, 5)
+    assert order.available(KEY, now=3_000)  # ran out: released
+    assert (order.delivered(KEY, 5), order.delivered(KEY, 6)) == (0, 1)
+    order.lock(KEY, [6], next_offset=7, pop_time=3_000, invisible_time=2_000)
+    assert order.available(KEY, now=5_000)
+    assert order.delivered(KEY, 6) == 2
+    order.settle(KEY, 6)  # dead-lettered
+    assert order.delivered(KEY, 6) == 0
+
+
+def test_a_changed_invisible_time_extends_the_lock(tmp_path):
+    order = OrderInfoManager(str(tmp_path / "consumerOrderInfo.json"))
+    order.lock(KEY, [5], next_offset=6, pop_time=1_000, invisible_time=2_000)
+    assert order.extend(KEY, 5, deadline=10_000)
+    assert not order.available(KEY, now=5_000)
+    assert not order.extend(KEY, 9, deadline=20_000)  # not in the lock
+
+
+def test_locks_and_counts_read_back_after_a_restart(tmp_path):
+    path = str(tmp_path / "consumerOrderInfo.json")
+    order = OrderInfoManager(path)
+    order.lock(KEY, [5, 6], next_offset=7, pop_time=1_000, invisible_time=2_000)
+    order.available(KEY, now=4_000)
+    order.lock(KEY, [5, 6], next_offset=7, pop_time=4_000, invisible_time=60_000)
+    order.ack(KEY, 5)
+    order.persist()
+    again = OrderInfoManager(path)
+    again.load()
+    assert not again.available(KEY, now=5_000)
+    assert again.delivered(KEY, 6) == 1
+    assert again.in_flight() == 1
+    assert again.ack(KEY, 6) == 7

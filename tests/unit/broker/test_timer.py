@@ -1,0 +1,91 @@
+"""Timer messages: what a send's properties ask for, and the broker's timer service over a real
+store (filing, delivery in time order and never early, a restart that neither loses nor
+repeats what was delivered)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from cluster.broker.timer import TimerError, TimerMessageService, delivery_time, park
+from storage.message import TIMER_TOPIC, MessageExtBrokerInner, properties_to_string
+from storage.record import iter_records
+
+NOW = 1_800_000_000_000
+DAY_S = 24 * 3600
+
+
+def test_delivery_time_from_each_property():
+    assert delivery_time({}, NOW, 3 * DAY_S) is None
+    assert delivery_time({"TIMER_DELIVER_MS": str(NOW + 5000)}, NOW, 3 * DAY_S) == NOW + 5000
+    assert delivery_time({"TIMER_DELAY_MS": "1500"}, NOW, 3 * DAY_S) == NOW + 1500
+    assert delivery_time({"TIMER_DELAY_SEC": "7"}, NOW, 3 * DAY_S) == NOW + 7000
+    # the absolute time wins over a delay, as in RocketMQ
+    assert delivery_time({"TIMER_DELIVER_MS": str(NOW + 1), "TIMER_DELAY_SEC": "9"}, NOW,
+                         3 * DAY_S) == NOW + 1
+
+
+@pytest.mark.parametrize("props", [
+    {"TIMER_DELAY_SEC": "soon"}, {"TIMER_DELAY_MS": "-1"}, {"TIMER_DELIVER_MS": "9" * 30},
+    {"TIMER_DELIVER_MS": str(NOW + 4 * DAY_S * 1000)}, {"TIMER_DELAY_SEC": str(3 * DAY_S + 1)},
+])
+def test_timer_properties_out_of_range_are_refused(props):
+    with pytest.raises(TimerError):
+        delivery_time(props, NOW, 3 * DAY_S)
+
+
+def _broker(store, tmp_path):
+    topics = SimpleNamespace(create_in_send_message_back_method=lambda *a, **k: None)
+    return SimpleNamespace(store=store, topics=topics,
+                           store_config=SimpleNamespace(store_path_root_dir=str(tmp_path)))
+
+
+def _park(store, body: bytes, deliver_ms: int) -> None:
+    props = {"UNIQ_KEY": body.decode()}
+    park(props, "RealTopic", 0, deliver_ms)
+    store.put_message_nowait(MessageExtBrokerInner(
+        topic=TIMER_TOPIC, body=body, properties=props, properties_string=properties_to_string(props),
+        born_host=("127.0.0.1", 1)))
+
+
+def _delivered(store) -> list[bytes]:
+    result = store.get_message("g", "RealTopic", 0, 0, 100)
+    return [r.body for data in result.messages for r in iter_records(data)]
+
+
+def test_due_timers_go_out_in_time_order_and_never_early(store_factory, tmp_path):
+    store = store_factory()
+    for body, delay in ((b"c", 3_000), (b"a", 1_000), (b"b", 1_500)):
+        _park(store, body, NOW + delay)
+    store.wait_dispatched(timeout=10)
+    timer = TimerMessageService(_broker(store, tmp_path))
+    assert timer.scan(NOW) == 3
+    assert timer.deliver_due(NOW + 999) == 0  # a second's slot opens at its end, never before
+    assert timer.deliver_due(NOW + 2_000) == 2
+    store.wait_dispatched(timeout=10)
+    assert _delivered(store) == [b"a", b"b"]
+    assert timer.pending == 1
+    assert timer.next_due() == NOW + 3_000
+    assert timer.deliver_due(NOW + 3_000) == 1
+    store.wait_dispatched(timeout=10)
+    assert _delivered(store) == [b"a", b"b", b"c"]
+
+
+def test_a_restart_files_again_what_was_pending_and_nothing_delivered(store_factory, tmp_path):
+    store = store_factory()
+    for number in range(6):
+        _park(store, f"t{number}".encode(), NOW + 1_000 * (number + 1))
+    store.wait_dispatched(timeout=10)
+    timer = TimerMessageService(_broker(store, tmp_path))
+    timer.scan(NOW)
+    timer.deliver_due(NOW + 3_000)  # t0..t2 out
+    timer.save(refresh_min=True)
+    _park(store, b"late", NOW + 10_000)  # written after the save: new to the next start
+    store.wait_dispatched(timeout=10)
+    again = TimerMessageService(_broker(store, tmp_path))
+    again.recover()
+    assert again.pending == 4  # t3, t4, t5, late
+    assert again.deliver_due(NOW + 20_000) == 4
+    store.wait_dispatched(timeout=10)
+    assert _delivered(store) == [b"t0", b"t1", b"t2", b"t3", b"t4", b"t5", b"late"]

@@ -1,0 +1,84 @@
+"""5.x messages to stored properties and back: what a 5.x client may not send is refused with
+the status it expects, and what it sends reads back the same."""
+
+from __future__ import annotations
+
+import time
+import zlib
+
+import pytest
+
+from cluster.proxy.convert import MessageRefused, status_of_response, to_message, to_properties
+from cluster.proxy.schema import Code, pb
+from cluster.remoting.codes import ResponseCode
+from storage.message import properties_to_string
+from storage.message_id import host_to_bytes
+from storage.record import decode_record, encode_record
+
+
+def message(**system) -> object:
+    system.setdefault("message_id", "01ABCDEF")
+    return pb.Message(topic=pb.Resource(name="TopicTest"), body=b"hello",
+                      system_properties=pb.SystemProperties(**system))
+
+
+@pytest.mark.parametrize(("build", "code"), [
+    (lambda: pb.Message(topic=pb.Resource(name="bad topic!"), body=b"x",
+                        system_properties=pb.SystemProperties(message_id="1")), Code.ILLEGAL_TOPIC),
+    (lambda: pb.Message(topic=pb.Resource(name="T"), body=b"",
+                        system_properties=pb.SystemProperties(message_id="1")),
+     Code.MESSAGE_BODY_EMPTY),
+    (lambda: message(tag="a||b"), Code.ILLEGAL_MESSAGE_TAG),
+    (lambda: message(keys=["has space"]), Code.ILLEGAL_MESSAGE_KEY),
+    (lambda: message(message_type=pb.FIFO), Code.ILLEGAL_MESSAGE_GROUP),
+    (lambda: message(message_type=pb.DELAY), Code.ILLEGAL_DELIVERY_TIME),
+    (lambda: message(message_id=""), Code.ILLEGAL_MESSAGE_ID),
+    (lambda: pb.Message(topic=pb.Resource(name="T"), body=b"x", user_properties={"TAGS": "x"},
+                        system_properties=pb.SystemProperties(message_id="1")),
+     Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
+])
+def test_what_a_5x_client_may_not_send_gets_its_status(build, code):
+    with pytest.raises(MessageRefused) as refused:
+        to_properties(build())
+    assert refused.value.code == code
+
+
+def test_a_delivery_time_beyond_three_days_is_refused():
+    late = message(message_type=pb.DELAY)
+    late.system_properties.delivery_timestamp.FromMilliseconds(
+        int(time.time() * 1000) + 4 * 24 * 3600 * 1000)
+    with pytest.raises(MessageRefused) as refused:
+        to_properties(late)
+    assert refused.value.code == Code.ILLEGAL_DELIVERY_TIME
+
+
+def test_a_fifo_message_reads_back_as_sent_with_its_digest():
+    sent = message(tag="TagA", keys=["k1", "k2"], message_group="orders-7",
+                   message_type=pb.FIFO)
+    sent.user_properties["color"] = "blue"
+    props, deliver = to_properties(sent)
+    assert deliver == 0
+    assert (props["__SHARDINGKEY"], props["UNIQ_KEY"], props["KEYS"]) == ("orders-7", "01ABCDEF",
+                                                                         "k1 k2")
+    raw = encode_record(topic=b"TopicTest", body=b"hello", queue_id=3, flag=0,
+                        properties=properties_to_string(props).encode(), queue_offset=9,
+                        physical_offset=0, sys_flag=0, born_timestamp=1,
+                        born_host=host_to_bytes("1.2.3.4", 5), store_timestamp=2,
+                        store_host=host_to_bytes("127.0.0.1", 10911), reconsume_times=1)
+    back = to_message(decode_record(raw, 0), receipt_handle="h", invisible_ms=30_000)
+    system = back.system_properties
+    assert (back.topic.name, back.body, dict(back.user_properties)) == ("TopicTest", b"hello",
+                                                                        {"color": "blue"})
+    assert (system.message_id, system.tag, list(system.keys), system.message_group) == (
+        "01ABCDEF", "TagA", ["k1", "k2"], "orders-7")
+    assert (system.message_type, system.delivery_attempt, system.queue_offset) == (pb.FIFO, 2, 9)
+    assert system.body_digest.checksum == f"{zlib.crc32(b'hello'):08X}"
+    assert system.receipt_handle == "h"
+
+
+def test_broker_answers_map_to_5x_status_codes():
+    assert status_of_response(ResponseCode.SUCCESS, None).code == Code.OK
+    assert status_of_response(ResponseCode.TOPIC_NOT_EXIST, "x").code == Code.TOPIC_NOT_FOUND
+    assert status_of_response(ResponseCode.FLUSH_DISK_TIMEOUT, "x").code == \
+        Code.MASTER_PERSISTENCE_TIMEOUT
+    assert status_of_response(999, None).code == Code.INTERNAL_SERVER_ERROR
