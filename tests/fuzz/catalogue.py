@@ -121,6 +121,17 @@ _SPECS = [
         ("commitOffset", QUEUE_OFFSET), ("suspendTimeoutMillis", MILLIS),
         ("subscription", EXPR), ("subVersion", TIMESTAMP), ("expressionType", EXPR_TYPE),
         ("bname", BROKER))),
+    CodeSpec(RequestCode.POP_MESSAGE, BROKER_TARGET, (
+        ("consumerGroup", GROUP), ("topic", TOPIC), ("queueId", QUEUE_ID), ("maxMsgNums", I32),
+        ("invisibleTime", MILLIS), ("pollTime", MILLIS), ("bornTime", TIMESTAMP),
+        ("initMode", I32), ("expType", EXPR_TYPE), ("exp", EXPR), ("order", BOOL),
+        ("attemptId", TEXT))),
+    CodeSpec(RequestCode.ACK_MESSAGE, BROKER_TARGET, (
+        ("consumerGroup", GROUP), ("topic", TOPIC), ("queueId", QUEUE_ID), ("extraInfo", TEXT),
+        ("offset", QUEUE_OFFSET))),
+    CodeSpec(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, BROKER_TARGET, (
+        ("consumerGroup", GROUP), ("topic", TOPIC), ("queueId", QUEUE_ID), ("extraInfo", TEXT),
+        ("offset", QUEUE_OFFSET), ("invisibleTime", MILLIS))),
     CodeSpec(RequestCode.QUERY_MESSAGE, BROKER_TARGET, (
         ("topic", TOPIC), ("key", TEXT), ("maxNum", I32), ("beginTimestamp", TIMESTAMP),
         ("endTimestamp", TIMESTAMP), ("_UNIQUE_KEY_QUERY", BOOL))),

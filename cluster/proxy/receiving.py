@@ -1,0 +1,303 @@
+"""Receiving for 5.x clients: ReceiveMessage as a POP over every queue of one broker,
+AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue, and QueryAssignment (POP
+needs no rebalance). A receipt handle is the broker's POP handle (cluster/pop_handle.py): it
+names the broker, queue and offset, so any proxy can ack what another one handed out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from cluster.client.route import PERM_READ
+from cluster.pop_handle import (
+    ExtraInfo,
+    ExtraInfoError,
+    parse_order_counts,
+    parse_start_offsets,
+    popped_topic,
+)
+from cluster.proxy.convert import (
+    status,
+    status_of_response,
+    to_message,
+)
+from cluster.proxy.schema import Code, pb
+from cluster.proxy.sending import REQUEST_TIMEOUT
+from cluster.remoting.codec import request
+from cluster.remoting.codes import RequestCode, ResponseCode
+from cluster.remoting.errors import RemotingError
+from cluster.topic_validator import validate_group_name, validate_topic_name
+from storage.record import iter_records
+
+log = logging.getLogger(__name__)
+
+DEFAULT_INVISIBLE_MS = 30_000
+DEFAULT_POLL_MS = 20_000
+# A POP is held this much shorter than the client's wait (its deadline adds the request timeout).
+POLL_MARGIN_MS = 200
+
+
+class ReceivingMixin:
+    """The MessagingService's receives and acks (see service.py for the rest)."""
+
+    async def QueryAssignment(self, request_, context):
+        self._client(context)
+        topic, group = request_.topic.name, request_.group.name
+        problem = validate_topic_name(topic) or None
+        if problem:
+            return pb.QueryAssignmentResponse(status=status(Code.ILLEGAL_TOPIC, problem))
+        if validate_group_name(group):
+            return pb.QueryAssignmentResponse(
+                status=status(Code.ILLEGAL_CONSUMER_GROUP, validate_group_name(group)))
+        route = await self.routes.get(topic)
+        if route is None:
+            return pb.QueryAssignmentResponse(status=status(Code.TOPIC_NOT_FOUND,
+                                                            f"topic {topic} does not exist"))
+        endpoints = self._endpoints(request_.endpoints)
+        # POP needs no rebalance: every consumer of the group reads every broker (queue -1).
+        assignments = [
+            pb.Assignment(message_queue=pb.MessageQueue(
+                topic=pb.Resource(name=topic), id=-1, permission=pb.READ_WRITE,
+                broker=pb.Broker(name=data["brokerName"], id=0, endpoints=endpoints)))
+            for data in sorted(route.queue_datas, key=lambda q: q["brokerName"])
+            if int(data.get("perm", 6)) & PERM_READ and int(data.get("readQueueNums", 0)) > 0]
+        return pb.QueryAssignmentResponse(status=status(), assignments=assignments)
+
+    async def ReceiveMessage(self, request_, context):
+        self._client(context)
+        group, topic = request_.group.name, request_.message_queue.topic.name
+        problem = validate_group_name(group)
+        if problem:
+            yield pb.ReceiveMessageResponse(status=status(Code.ILLEGAL_CONSUMER_GROUP, problem))
+            return
+        problem = validate_topic_name(topic)
+        if problem:
+            yield pb.ReceiveMessageResponse(status=status(Code.ILLEGAL_TOPIC, problem))
+            return
+        invisible_ms = (request_.invisible_duration.ToMilliseconds()
+                        if request_.HasField("invisible_duration") else DEFAULT_INVISIBLE_MS)
+        if not 1_000 <= invisible_ms <= 12 * 3600 * 1000:
+            yield pb.ReceiveMessageResponse(status=status(
+                Code.ILLEGAL_INVISIBLE_TIME, "the invisible duration must be 1 s to 12 h"))
+            return
+        poll_ms = (request_.long_polling_timeout.ToMilliseconds()
+                   if request_.HasField("long_polling_timeout") else DEFAULT_POLL_MS)
+        if poll_ms < 0 or poll_ms > 60_000:
+            yield pb.ReceiveMessageResponse(status=status(
+                Code.ILLEGAL_POLLING_TIME, "the long-polling timeout must be 0 to 60 s"))
+            return
+        batch = max(1, min(request_.batch_size or 32, 32))
+        expression = request_.filter_expression
+        exp_type = "SQL92" if expression.type == pb.SQL else "TAG"
+        broker_name = request_.message_queue.broker.name
+        if not broker_name:
+            route = await self.routes.get(topic)
+            if route is None:
+                yield pb.ReceiveMessageResponse(status=status(Code.TOPIC_NOT_FOUND,
+                                                              f"topic {topic} does not exist"))
+                return
+            broker_name = sorted(route.master_addrs())[0]
+        else:
+            await self.routes.get(topic)  # learns the broker's address
+        fields = {"consumerGroup": group, "topic": topic, "queueId": -1, "maxMsgNums": batch,
+                  "invisibleTime": invisible_ms,
+                  "pollTime": max(0, poll_ms - POLL_MARGIN_MS), "bornTime": int(time.time() * 1000),
+                  "initMode": 1, "expType": exp_type, "exp": expression.expression or "*",
+                  "order": await self._is_fifo(group)}
+        popping = asyncio.ensure_future(self._invoke(
+            broker_name, request(RequestCode.POP_MESSAGE, fields),
+            timeout=poll_ms / 1000 + REQUEST_TIMEOUT))
+        try:
+            response = await asyncio.shield(popping)
+        except asyncio.CancelledError:
+            # The client went away while the broker held its POP: what the broker hands out
+            # now would stay invisible for nothing, so it goes back at once.
+            popping.add_done_callback(lambda f: self._release_later(f, group, topic, broker_name))
+            raise
+        except RemotingError as exc:
+            yield pb.ReceiveMessageResponse(status=status(Code.INTERNAL_SERVER_ERROR, str(exc)))
+            return
+        if response.code != ResponseCode.SUCCESS:
+            yield pb.ReceiveMessageResponse(status=status_of_response(response.code,
+                                                                      response.remark))
+            return
+        header = response.ext_fields
+        pop_time, invisible = int(header["popTime"]), int(header["invisibleTime"])
+        revive_qid = int(header.get("reviveQid", "0"))
+        starts = parse_start_offsets(header.get("startOffsetInfo", ""))
+        counts = parse_order_counts(header.get("orderCountInfo", ""))
+        handed = []
+        for record in iter_records(response.body):
+            retry = record.topic != topic
+            extra = ExtraInfo(starts.get((retry, record.queue_id), record.queue_offset), pop_time,
+                              invisible, revive_qid, retry, broker_name, record.queue_id,
+                              record.queue_offset)
+            handed.append((record, extra))
+        delivered = 0
+        try:
+            yield pb.ReceiveMessageResponse(status=status())
+            for record, extra in handed:
+                earlier = counts.get((record.queue_id, record.queue_offset), 0)
+                yield pb.ReceiveMessageResponse(
+                    message=to_message(record, extra.encode(), invisible, earlier))
+                delivered += 1
+            stamp = pb.ReceiveMessageResponse()
+            stamp.delivery_timestamp.FromMilliseconds(int(time.time() * 1000))
+            yield stamp
+        finally:
+            if delivered < len(handed) and "orderCountInfo" not in header:
+                self._spawn(self._release(group, topic, [e for _, e in handed[delivered:]]))
+
+    def _release_later(self, future, group: str, topic: str, broker_name: str) -> None:
+        if future.cancelled() or future.exception() is not None:
+            return
+        response = future.result()
+        if response.code != ResponseCode.SUCCESS:
+            return
+        header = response.ext_fields
+        starts = parse_start_offsets(header.get("startOffsetInfo", ""))
+        handles = [ExtraInfo(starts.get((r.topic != topic, r.queue_id), r.queue_offset),
+                             int(header["popTime"]), int(header["invisibleTime"]),
+                             int(header.get("reviveQid", "0")), r.topic != topic, broker_name,
+                             r.queue_id, r.queue_offset)
+                   for r in iter_records(response.body)]
+        if handles and "orderCountInfo" not in header:
+            self._spawn(self._release(group, topic, handles))
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _release(self, group: str, topic: str, handles: list[ExtraInfo]) -> None:
+        """Make messages nobody received visible again in a second (the shortest invisible time)."""
+        for extra in handles:
+            try:
+                await self._invoke(extra.broker_name, request(
+                    RequestCode.CHANGE_MESSAGE_INVISIBLETIME, {
+                        "consumerGroup": group, "topic": topic, "queueId": extra.queue_id,
+                        "extraInfo": extra.encode(), "offset": extra.offset,
+                        "invisibleTime": 1000}))
+            except RemotingError as exc:
+                log.info("could not hand back %s:%d: %s", topic, extra.offset, exc)
+
+    def _handle(self, receipt_handle: str, expired_ok: bool = False) -> ExtraInfo | tuple:
+        try:
+            extra = ExtraInfo.parse(receipt_handle)
+        except ExtraInfoError as exc:
+            return (Code.INVALID_RECEIPT_HANDLE, str(exc))
+        if not expired_ok and extra.deadline < int(time.time() * 1000):
+            return (Code.INVALID_RECEIPT_HANDLE, "the receipt handle has expired")
+        return extra
+
+    async def AckMessage(self, request_, context):
+        self._client(context)
+        group, topic = request_.group.name, request_.topic.name
+        problem = validate_group_name(group) or None
+        if problem:
+            return pb.AckMessageResponse(status=status(Code.ILLEGAL_CONSUMER_GROUP, problem))
+        if validate_topic_name(topic):
+            return pb.AckMessageResponse(status=status(Code.ILLEGAL_TOPIC,
+                                                       validate_topic_name(topic)))
+        entries = []
+        for entry in request_.entries:
+            extra = self._handle(entry.receipt_handle)
+            if isinstance(extra, tuple):
+                result = status(*extra)
+            else:
+                command = request(RequestCode.ACK_MESSAGE, {
+                    "consumerGroup": group, "topic": topic, "queueId": extra.queue_id,
+                    "extraInfo": entry.receipt_handle, "offset": extra.offset})
+                try:
+                    await self.routes.get(topic)
+                    response = await self._invoke(extra.broker_name, command)
+                    result = status_of_response(response.code, response.remark)
+                except RemotingError as exc:
+                    result = status(Code.INTERNAL_SERVER_ERROR, str(exc))
+            entries.append(pb.AckMessageResultEntry(message_id=entry.message_id,
+                                                    receipt_handle=entry.receipt_handle,
+                                                    status=result))
+        codes = {e.status.code for e in entries}
+        if not entries:
+            overall = status(Code.BAD_REQUEST, "nothing to ack")
+        elif len(codes) == 1:
+            overall = entries[0].status
+        else:
+            overall = status(Code.MULTIPLE_RESULTS, "the acks fared differently")
+        return pb.AckMessageResponse(status=overall, entries=entries)
+
+    async def ChangeInvisibleDuration(self, request_, context):
+        self._client(context)
+        group, topic = request_.group.name, request_.topic.name
+        if validate_group_name(group) or validate_topic_name(topic):
+            return pb.ChangeInvisibleDurationResponse(status=status(
+                Code.BAD_REQUEST, validate_group_name(group) or validate_topic_name(topic)))
+        extra = self._handle(request_.receipt_handle)
+        if isinstance(extra, tuple):
+            return pb.ChangeInvisibleDurationResponse(status=status(*extra))
+        invisible_ms = request_.invisible_duration.ToMilliseconds()
+        if not 1_000 <= invisible_ms <= 12 * 3600 * 1000:
+            return pb.ChangeInvisibleDurationResponse(status=status(
+                Code.ILLEGAL_INVISIBLE_TIME, "the invisible duration must be 1 s to 12 h"))
+        command = request(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, {
+            "consumerGroup": group, "topic": topic, "queueId": extra.queue_id,
+            "extraInfo": request_.receipt_handle, "offset": extra.offset,
+            "invisibleTime": invisible_ms})
+        try:
+            await self.routes.get(topic)
+            response = await self._invoke(extra.broker_name, command)
+        except RemotingError as exc:
+            return pb.ChangeInvisibleDurationResponse(status=status(Code.INTERNAL_SERVER_ERROR,
+                                                                    str(exc)))
+        if response.code != ResponseCode.SUCCESS:
+            return pb.ChangeInvisibleDurationResponse(
+                status=status_of_response(response.code, response.remark))
+        header = response.ext_fields
+        moved = ExtraInfo(extra.offset, int(header["popTime"]), int(header["invisibleTime"]),
+                          int(header.get("reviveQid", "0")), extra.retry, extra.broker_name,
+                          extra.queue_id, extra.offset)
+        return pb.ChangeInvisibleDurationResponse(status=status(), receipt_handle=moved.encode())
+
+    async def ForwardMessageToDeadLetterQueue(self, request_, context):
+        """The push consumer gave up on a message: into the group's DLQ, and acked."""
+        self._client(context)
+        group, topic = request_.group.name, request_.topic.name
+        if validate_group_name(group) or validate_topic_name(topic):
+            return pb.ForwardMessageToDeadLetterQueueResponse(status=status(
+                Code.BAD_REQUEST, validate_group_name(group) or validate_topic_name(topic)))
+        # A FIFO consumer retries in place, often past the handle's invisible time; what it
+        # gives up on must still reach the DLQ, or it would ask forever.
+        extra = self._handle(request_.receipt_handle, expired_ok=True)
+        if isinstance(extra, tuple):
+            return pb.ForwardMessageToDeadLetterQueueResponse(status=status(*extra))
+        stored_topic = popped_topic(group, topic, extra.retry)
+        try:
+            await self.routes.get(topic)
+            pulled = await self._invoke(extra.broker_name, request(RequestCode.PULL_MESSAGE, {
+                "consumerGroup": group, "topic": stored_topic, "queueId": extra.queue_id,
+                "queueOffset": extra.offset, "maxMsgNums": 1, "sysFlag": 0, "commitOffset": 0,
+                "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0}))
+            records = list(iter_records(pulled.body)) if pulled.code == ResponseCode.SUCCESS else []
+            if not records or records[0].queue_offset != extra.offset:
+                return pb.ForwardMessageToDeadLetterQueueResponse(status=status(
+                    Code.MESSAGE_NOT_FOUND, "the message is no longer in its queue"))
+            record = records[0]
+            back = await self._invoke(extra.broker_name, request(
+                RequestCode.CONSUMER_SEND_MSG_BACK, {
+                    "offset": record.commit_log_offset, "group": group, "delayLevel": -1,
+                    "originMsgId": record.client_msg_id, "originTopic": topic,
+                    "unitMode": False, "maxReconsumeTimes": request_.max_delivery_attempts}))
+            if back.code != ResponseCode.SUCCESS:
+                return pb.ForwardMessageToDeadLetterQueueResponse(
+                    status=status_of_response(back.code, back.remark))
+            await self._invoke(extra.broker_name, request(RequestCode.ACK_MESSAGE, {
+                "consumerGroup": group, "topic": topic, "queueId": extra.queue_id,
+                "extraInfo": request_.receipt_handle, "offset": extra.offset}))
+            log.info("%s gave up on %s after %d deliveries: in %%DLQ%%%s", group,
+                     request_.message_id, request_.delivery_attempt, group)
+        except RemotingError as exc:
+            return pb.ForwardMessageToDeadLetterQueueResponse(status=status(
+                Code.INTERNAL_SERVER_ERROR, str(exc)))
+        return pb.ForwardMessageToDeadLetterQueueResponse(status=status())
