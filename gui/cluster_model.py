@@ -104,6 +104,11 @@ class ClusterModel(QObject):
             return self.supervisor.state.namesrv_addr
         return self.external or ""
 
+    @property
+    def proxy_addr(self) -> str | None:
+        """Where 5.x clients connect, for a cluster RocketDesk runs."""
+        return self.supervisor.state.proxy_addr if self.supervisor is not None else None
+
     async def create_and_start(self, profile: str | ClusterSpec, name: str | None = None) -> None:
         spec = load_profile(profile) if isinstance(profile, str) else profile
         name = name or spec.name

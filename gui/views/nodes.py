@@ -7,6 +7,7 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
+    QHeaderView,
     QLabel,
     QPushButton,
     QTableWidget,
@@ -48,6 +49,9 @@ class NodesView(QWidget):
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().setVisible(False)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)  # whole addresses
+        header.setStretchLastSection(True)
         layout.addWidget(self.table, 1)
         buttons = QHBoxLayout()
         self.buttons = {}
@@ -62,8 +66,14 @@ class NodesView(QWidget):
         self.log_hint.setWordWrap(True)
         layout.addWidget(self.log_hint)
         model.nodes_changed.connect(self.show_nodes)
-        model.cluster_changed.connect(lambda name: self.address.setText(
-            f"cluster {name} — name server {model.namesrv_addr}" if name else "no cluster open"))
+        model.cluster_changed.connect(lambda name: self.address.setText(self._where(name)))
+
+    def _where(self, name: str) -> str:
+        if not name:
+            return "no cluster open"
+        text = f"cluster {name} — name server {self.model.namesrv_addr} (4.x clients)"
+        proxy = self.model.proxy_addr
+        return text + (f" · proxy {proxy} (5.x clients)" if proxy else "")
 
     def selected_node(self) -> str | None:
         rows = self.table.selectionModel().selectedRows()
