@@ -17,6 +17,8 @@ queue's checkpoint starts (startOffsetInfo), plus the offsets handed out (msgOff
 
 from __future__ import annotations
 
+import base64
+import binascii
 import itertools
 
 from cluster.broker.headers import (
@@ -37,8 +39,11 @@ from cluster.pop_handle import (
     pop_retry_topic,
     popped_topic,
 )
+from cluster.remoting.body import JsonBody
 from cluster.remoting.codec import RemotingCommand
 from cluster.remoting.codes import RequestCode, ResponseCode
+from cluster.remoting.header import HeaderError
+from cluster.topic_validator import validate_group_name, validate_topic_name
 from storage.record import MessageRecord, decode_record
 from storage.results import GetMessageStatus, TagsFilter
 
@@ -60,6 +65,7 @@ class PopMessageProcessor:
         server.register(RequestCode.POP_MESSAGE, self.pop)
         server.register(RequestCode.ACK_MESSAGE, self.ack)
         server.register(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, self.change_invisible_time)
+        server.register(RequestCode.BATCH_ACK_MESSAGE, self.batch_ack)
 
     # -- POP_MESSAGE ------------------------------------------------------------------------------
     @checked(PopMessageRequestHeader)
@@ -274,6 +280,30 @@ class PopMessageProcessor:
             broker.pop_revive.ack(key, header.offset)
         return command.make_response(ResponseCode.SUCCESS)
 
+    async def batch_ack(self, connection, command: RemotingCommand) -> RemotingCommand:
+        """BATCH_ACK_MESSAGE: a body of acks, each a checkpoint's fields and a bit set of the
+        offsets (from its start) acked; the same rules as one ACK_MESSAGE each."""
+        try:
+            acks = parse_batch_ack(command.body, self.broker.config.broker_name)
+        except HeaderError as exc:
+            return command.make_response(ResponseCode.MESSAGE_ILLEGAL, str(exc))
+        broker = self.broker
+        for group, topic, retry, queue_id, start, pop_time, offsets in acks:
+            problem = validate_group_name(group) or validate_topic_name(topic)
+            if problem:
+                return command.make_response(ResponseCode.MESSAGE_ILLEGAL, problem)
+            refusal = self._refusal(command, group, topic)
+            if refusal is not None:
+                return refusal
+            key = (group, popped_topic(group, topic, retry), queue_id, start, pop_time)
+            for offset in offsets:
+                committed = broker.pop_order.ack(key[:3], offset)
+                if committed is not None:
+                    broker.offsets.commit_offset(key[0], key[1], key[2], committed)
+                else:
+                    broker.pop_revive.ack(key, offset)
+        return command.make_response(ResponseCode.SUCCESS)
+
     @checked(ChangeInvisibleTimeRequestHeader)
     async def change_invisible_time(self, connection, command: RemotingCommand,
                                     header: ChangeInvisibleTimeRequestHeader) -> RemotingCommand:
@@ -300,3 +330,38 @@ class PopMessageProcessor:
         return command.make_response(ResponseCode.SUCCESS, ext_fields={
             "popTime": str(pop_time), "invisibleTime": str(header.invisible_time),
             "reviveQid": str(REVIVE_QUEUE_ID)})
+
+
+MAX_BATCH_ACK_BITS = 32 * 64  # a checkpoint holds at most one POP's 32 messages; bits beyond are refused
+
+
+def parse_batch_ack(body: bytes, broker_name: str) -> list[tuple[str, str, bool, int, int, int,
+                                                                  list[int]]]:
+    """(group, topic, retry, queueId, startOffset, popTime, acked offsets) of each ack of a
+    BatchAckMessageRequestBody: ``{"brokerName", "acks": [{"c", "t", "r", "so", "q", "rq", "pt",
+    "it", "b"}]}``, where ``b`` is a BitSet's bytes (little-endian bits: bit i acks startOffset
+    + i), as a list of byte values or base64 text (how fastjson writes a byte[])."""
+    request = JsonBody.parse(body or b"", "BATCH_ACK_MESSAGE")
+    named = request.text("brokerName", "")
+    if named and named != broker_name:
+        raise HeaderError(f"the acks are for broker {named[:40]!r}, not this one")
+    out = []
+    for ack in request.objects("acks", max_items=1024):
+        raw = ack.data.get("b")
+        if isinstance(raw, str):
+            try:
+                bits = base64.b64decode(raw, validate=True)
+            except (ValueError, binascii.Error):
+                raise HeaderError(f"{ack.path}.b is not base64") from None
+        elif isinstance(raw, list) and all(isinstance(v, int) and -128 <= v <= 255 for v in raw):
+            bits = bytes(v & 0xFF for v in raw)
+        else:
+            raise HeaderError(f"{ack.path}.b is not a bit set")
+        if len(bits) * 8 > MAX_BATCH_ACK_BITS:
+            raise HeaderError(f"{ack.path}.b has more bits than a checkpoint holds")
+        start = ack.integer("so", bits=64, minimum=0)
+        offsets = [start + i for i in range(len(bits) * 8) if bits[i // 8] >> (i % 8) & 1]
+        topic, group = ack.text("t", max_length=255), ack.text("c", max_length=255)
+        out.append((group, topic, ack.text("r", "0") == "1", ack.integer("q", minimum=0), start,
+                    ack.integer("pt", bits=64, minimum=0), offsets))
+    return out

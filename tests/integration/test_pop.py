@@ -161,3 +161,43 @@ def test_hostile_pop_headers_get_codes_and_change_nothing(tmp_path, namesrv):
 
     with running("cluster.broker", "-c", conf) as broker:
         asyncio.run(main(broker.address))
+
+
+def test_batch_ack_settles_what_its_bit_sets_name(tmp_path, namesrv):
+    import base64
+    import json
+
+    async def main(broker):
+        client = RemotingClient()
+        try:
+            await _send(client, broker, "PopBatch", 4)
+            answer = await client.invoke(broker, pop("PopBatch", invisible_ms=1500))
+            got = handles(answer)
+            start = parse_start_offsets(answer.ext_fields["startOffsetInfo"])[(False, 0)]
+            acked = {r.queue_offset for _, r in got if r.body in (b"m0", b"m2", b"m3")}
+            bits = bytearray(1)
+            for offset in acked:
+                bits[0] |= 1 << (offset - start)
+            body = {"brokerName": "broker-a", "acks": [{
+                "c": "CID-pop", "t": "PopBatch", "r": "0", "so": start, "q": 0, "rq": 0,
+                "pt": int(answer.ext_fields["popTime"]), "it": 1500,
+                "b": base64.b64encode(bytes(bits)).decode()}]}
+            done = await client.invoke(broker, request(RequestCode.BATCH_ACK_MESSAGE,
+                                                       body=json.dumps(body).encode()))
+            assert done.code == ResponseCode.SUCCESS, done.remark
+            bad = await client.invoke(broker, request(RequestCode.BATCH_ACK_MESSAGE,
+                                                      body=b'{"acks": [{"c": "x", "b": 7}]}'))
+            assert bad.code == ResponseCode.MESSAGE_ILLEGAL
+            # Only the one not in the bit set comes back.
+            began = time.monotonic()
+            back = []
+            while not back and time.monotonic() - began < 10:
+                again = await client.invoke(broker, pop("PopBatch", poll_ms=3000), timeout=6)
+                if again.code == ResponseCode.SUCCESS:
+                    back = [r.body for _, r in handles(again)]
+            return back
+        finally:
+            await client.close()
+
+    with running("cluster.broker", "-c", broker_conf(tmp_path, namesrv)) as broker:
+        assert asyncio.run(main(broker.address)) == [b"m1"]
