@@ -7,6 +7,7 @@ names the broker, queue and offset, so any proxy can ack what another one handed
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 
@@ -37,6 +38,20 @@ DEFAULT_INVISIBLE_MS = 30_000
 DEFAULT_POLL_MS = 20_000
 # A POP is held this much shorter than the client's wait (its deadline adds the request timeout).
 POLL_MARGIN_MS = 200
+
+
+def batch_ack_body(broker_name: str, group: str, topic: str,
+                   checkpoints: dict[tuple, list[int]]) -> bytes:
+    """A BATCH_ACK_MESSAGE body: per checkpoint its fields and a bit set (byte values, bit i
+    for startOffset + i) of the offsets acked."""
+    acks = []
+    for (retry, queue_id, start, pop_time, invisible), deltas in checkpoints.items():
+        bits = bytearray(max(deltas) // 8 + 1)
+        for delta in deltas:
+            bits[delta // 8] |= 1 << (delta % 8)
+        acks.append({"c": group, "t": topic, "r": "1" if retry else "0", "so": start,
+                     "q": queue_id, "rq": 0, "pt": pop_time, "it": invisible, "b": list(bits)})
+    return json.dumps({"brokerName": broker_name, "acks": acks}).encode()
 
 
 class ReceivingMixin:
@@ -201,24 +216,40 @@ class ReceivingMixin:
         if validate_topic_name(topic):
             return pb.AckMessageResponse(status=status(Code.ILLEGAL_TOPIC,
                                                        validate_topic_name(topic)))
-        entries = []
-        for entry in request_.entries:
+        # One BATCH_ACK_MESSAGE a broker for the whole request (a consumer acks what one
+        # receive gave it: a handful of checkpoints), not one round trip a message.
+        results: dict[int, object] = {}
+        by_broker: dict[str, dict[tuple, list[int]]] = {}
+        members: dict[str, list[int]] = {}
+        for index, entry in enumerate(request_.entries):
             extra = self._handle(entry.receipt_handle)
             if isinstance(extra, tuple):
-                result = status(*extra)
-            else:
-                command = request(RequestCode.ACK_MESSAGE, {
-                    "consumerGroup": group, "topic": topic, "queueId": extra.queue_id,
-                    "extraInfo": entry.receipt_handle, "offset": extra.offset})
-                try:
-                    await self.routes.get(topic)
-                    response = await self._invoke(extra.broker_name, command)
-                    result = status_of_response(response.code, response.remark)
-                except RemotingError as exc:
-                    result = status(Code.INTERNAL_SERVER_ERROR, str(exc))
-            entries.append(pb.AckMessageResultEntry(message_id=entry.message_id,
-                                                    receipt_handle=entry.receipt_handle,
-                                                    status=result))
+                results[index] = status(*extra)
+                continue
+            checkpoint = (extra.retry, extra.queue_id, extra.start_offset, extra.pop_time,
+                          extra.invisible_time)
+            by_broker.setdefault(extra.broker_name, {}).setdefault(checkpoint, []).append(
+                extra.offset - extra.start_offset)
+            members.setdefault(extra.broker_name, []).append(index)
+        if by_broker:
+            try:
+                await self.routes.get(topic)
+            except RemotingError:
+                pass
+        for broker_name, checkpoints in by_broker.items():
+            body = batch_ack_body(broker_name, group, topic, checkpoints)
+            try:
+                response = await self._invoke(
+                    broker_name, request(RequestCode.BATCH_ACK_MESSAGE, body=body))
+                result = status_of_response(response.code, response.remark)
+            except RemotingError as exc:
+                result = status(Code.INTERNAL_SERVER_ERROR, str(exc))
+            for index in members[broker_name]:
+                results[index] = result
+        entries = [pb.AckMessageResultEntry(message_id=entry.message_id,
+                                            receipt_handle=entry.receipt_handle,
+                                            status=results[index])
+                   for index, entry in enumerate(request_.entries)]
         codes = {e.status.code for e in entries}
         if not entries:
             overall = status(Code.BAD_REQUEST, "nothing to ack")
