@@ -128,6 +128,10 @@ class AdminBrokerProcessor:
         broker = self.broker
         topics = {only_topic} if only_topic else broker.offsets.topics_of_group(group)
         entries = []
+        # 5.x POP: messages handed out past the group's offset and not acked yet (invisible)
+        in_flight = broker.pop_revive.in_flight_by_queue(group) if broker.pop_revive else {}
+        for key, count in broker.pop_order.in_flight_by_queue(group).items():
+            in_flight[key] = in_flight.get(key, 0) + count
         for topic in sorted(topics):
             config = broker.topics.select(topic)
             if config is None:
@@ -142,7 +146,7 @@ class AdminBrokerProcessor:
                         topic, queue_id, consumer_offset - 1), 0)
                 entries.append((message_queue_key(topic, broker.config.broker_name, queue_id), {
                     "brokerOffset": broker_offset, "consumerOffset": consumer_offset,
-                    "lastTimestamp": last}))
+                    "lastTimestamp": last, "inFlight": in_flight.get((topic, queue_id), 0)}))
         tps = broker.stats.group_get_tps(group)
         body = '{"consumeTps":' + f"{tps:.1f}" + ',"offsetTable":' + mq_table_json(entries) + "}"
         return command.make_response(ResponseCode.SUCCESS, body=body.encode())

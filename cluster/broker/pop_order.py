@@ -114,6 +114,10 @@ class OrderInfoManager:
         self._dirty = True
         return True
 
+    def in_flight_by_queue(self, group: str) -> dict[tuple[str, int], int]:
+        return {(topic, queue): len(lock.offsets) - len(lock.acked)
+                for (g, topic, queue), lock in self.locks.items() if g == group}
+
     def in_flight(self) -> int:
         return sum(len(lock.offsets) - len(lock.acked) for lock in self.locks.values())
 

@@ -148,6 +148,15 @@ class PopReviveService:
             del self.table[key]
         return True
 
+    def in_flight_by_queue(self, group: str) -> dict[tuple[str, int], int]:
+        """The group's messages handed out and not settled, by (topic, queue)."""
+        out: dict[tuple[str, int], int] = {}
+        for ck in self.table.values():
+            if ck.group == group:
+                key = (ck.topic, ck.queue_id)
+                out[key] = out.get(key, 0) + len(ck.offsets) - len(ck.acked)
+        return out
+
     def in_flight(self) -> int:
         """Messages handed out and neither acked nor put back yet."""
         return sum(len(ck.offsets) - len(ck.acked) for ck in self.table.values())

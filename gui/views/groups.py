@@ -24,7 +24,8 @@ from cluster.remoting.codes import RequestCode
 from gui.tasks import spawn
 
 DLQ_COLUMNS = ["original topic", "keys", "tags", "reconsumed", "msgId", "body", "receipt"]
-PROGRESS_COLUMNS = ["topic", "broker", "queue", "broker offset", "consumer offset", "lag", "last consumed"]
+PROGRESS_COLUMNS = ["topic", "broker", "queue", "broker offset", "consumer offset", "lag",
+                    "in flight (5.x)", "last consumed"]
 
 
 def _client_text(connection: dict) -> str:
@@ -127,19 +128,23 @@ class GroupsView(QWidget):
         self.progress.setSortingEnabled(False)
         rows = sorted(stats.items(), key=lambda i: (i[0].topic, i[0].broker_name, i[0].queue_id))
         self.progress.setRowCount(len(rows))
-        total = 0
+        total = invisible = 0
         for r, (mq, v) in enumerate(rows):
             lag = v["brokerOffset"] - max(v["consumerOffset"], 0)
             total += lag
+            invisible += v.get("inFlight", 0)
             last = v.get("lastTimestamp", 0)
             values = [mq.topic, mq.broker_name, str(mq.queue_id), str(v["brokerOffset"]),
-                      str(v["consumerOffset"]), str(lag),
+                      str(v["consumerOffset"]), str(lag), str(v.get("inFlight", 0)),
                       datetime.fromtimestamp(last / 1000).astimezone().isoformat(timespec="seconds")
                       if last > 0 else "-"]
             for c, value in enumerate(values):
                 self.progress.setItem(r, c, QTableWidgetItem(value))
         self.progress.setSortingEnabled(True)
-        self.summary.setText(f"group {group}: total lag {total:,} messages over {len(rows)} queues")
+        self.summary.setText(
+            f"group {group}: total lag {total:,} messages over {len(rows)} queues"
+            + (f"; {invisible:,} handed to 5.x consumers and not acked yet (invisible)"
+               if invisible else ""))
         clients = connections.get("connectionSet", [])
         subscriptions = connections.get("subscriptionTable", {})
         self.clients.setText(

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from cluster.client.route import parse_mq_table
 from cluster.pop_handle import ExtraInfo, parse_start_offsets
 from cluster.remoting.client import RemotingClient
 from cluster.remoting.codec import request
@@ -67,8 +68,13 @@ def test_pop_ack_change_and_redelivery(tmp_path, namesrv):
             assert first.code == ResponseCode.SUCCESS, first.remark
             got = handles(first)
             assert sorted(r.body for _, r in got) == [b"m0", b"m1", b"m2"]
-            # Invisible now: a second POP finds nothing.
+            # Invisible now: a second POP finds nothing, and the group's stats count them.
             assert (await client.invoke(broker, pop("PopTopic"))).code == ResponseCode.PULL_NOT_FOUND
+            stats = await client.invoke(broker, request(RequestCode.GET_CONSUME_STATS, {
+                "consumerGroup": "CID-pop", "topic": "PopTopic"}))
+            table = parse_mq_table(stats.body.decode())
+            assert sum(v["inFlight"] for v in table.values()) == 3
+            assert sum(v["consumerOffset"] for v in table.values()) == 3  # moved past them
             by_body = {r.body: (e, r) for e, r in got}
             extra, record = by_body[b"m0"]
             assert (await client.invoke(broker, ack("PopTopic", extra, record))).code == \
