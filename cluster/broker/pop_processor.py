@@ -29,8 +29,7 @@ from cluster.broker.headers import (
 )
 from cluster.broker.pop_checkpoint import REVIVE_QUEUE_ID, PopCheckPoint
 from cluster.broker.pop_revive import max_attempts, now_ms
-from cluster.filter.message_filter import SqlMessageFilter
-from cluster.filter.sql92 import FilterSyntaxError
+from cluster.broker.pull_processor import subscription_filter
 from cluster.pop_handle import (
     ExtraInfo,
     ExtraInfoError,
@@ -45,7 +44,7 @@ from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.header import HeaderError
 from cluster.topic_validator import validate_group_name, validate_topic_name
 from storage.record import MessageRecord, decode_record
-from storage.results import GetMessageStatus, TagsFilter
+from storage.results import GetMessageStatus
 
 MAX_HOLD_SECONDS = 25.0
 CONSUME_INIT_MODE_MIN, CONSUME_INIT_MODE_MAX = 0, 1
@@ -81,23 +80,10 @@ class PopMessageProcessor:
                 ResponseCode.SYSTEM_ERROR,
                 f"queueId[{header.queue_id}] is illegal, topic:[{header.topic}] "
                 f"topicConfig.readQueueNums:[{topic_config.read_queue_nums}]")
-        expression_type = (header.exp_type or "TAG").upper()
-        if expression_type == "SQL92":
-            if not broker.config.enable_property_filter:
-                return command.make_response(
-                    ResponseCode.SYSTEM_ERROR,
-                    "The broker does not support consumer to filter message by SQL92 "
-                    "(set enablePropertyFilter=true)")
-            try:
-                message_filter = SqlMessageFilter(header.exp or "")
-            except FilterSyntaxError as exc:
-                return command.make_response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-                                             f"parse the SQL92 expression failed: {exc}")
-        elif expression_type == "TAG":
-            message_filter = TagsFilter(header.exp)
-        else:
-            return command.make_response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-                                         f"the expression type {expression_type} is not supported")
+        message_filter = subscription_filter(broker, command, (header.exp_type or "TAG").upper(),
+                                             header.exp or "")
+        if isinstance(message_filter, RemotingCommand):
+            return message_filter
         answer = self._pop_once(header, message_filter)
         if answer is None and header.poll_time > 0:
             retry = pop_retry_topic(header.consumer_group, header.topic)

@@ -19,6 +19,26 @@ from storage.results import GetMessageStatus, TagsFilter
 MAX_HOLD_SECONDS = 25.0  # answer well before the client's 30 s socket timeout
 
 
+def subscription_filter(broker, command: RemotingCommand, expression_type: str, expression: str):
+    """The store filter of a subscription (TAG or SQL92), or the answer refusing it (shared by
+    PULL_MESSAGE and POP_MESSAGE)."""
+    if expression_type == "SQL92":
+        if not broker.config.enable_property_filter:
+            return command.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                "The broker does not support consumer to filter message by SQL92 "
+                "(set enablePropertyFilter=true)")
+        try:
+            return SqlMessageFilter(expression)
+        except FilterSyntaxError as exc:
+            return command.make_response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                                         f"parse the SQL92 expression failed: {exc}")
+    if expression_type in ("TAG", ""):
+        return TagsFilter(expression)
+    return command.make_response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                                 f"the expression type {expression_type} is not supported")
+
+
 class PullMessageProcessor:
     def __init__(self, broker) -> None:
         self.broker = broker
@@ -59,22 +79,9 @@ class PullMessageProcessor:
                                          f"subscription group no permission, {group}")
         expression = self._subscription(header, sys_flag, group, topic)
         expression_type = (header.expression_type or self._expression_type(group, topic)).upper()
-        if expression_type == "SQL92":
-            if not broker.config.enable_property_filter:
-                return command.make_response(
-                    ResponseCode.SYSTEM_ERROR,
-                    "The broker does not support consumer to filter message by SQL92 "
-                    "(set enablePropertyFilter=true)")
-            try:
-                message_filter = SqlMessageFilter(expression)
-            except FilterSyntaxError as exc:
-                return command.make_response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-                                             f"parse the SQL92 expression failed: {exc}")
-        elif expression_type in ("TAG", ""):
-            message_filter = TagsFilter(expression)
-        else:
-            return command.make_response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-                                         f"the expression type {expression_type} is not supported")
+        message_filter = subscription_filter(broker, command, expression_type, expression)
+        if isinstance(message_filter, RemotingCommand):
+            return message_filter
         if sys_flag & PullSysFlag.COMMIT_OFFSET and commit_offset >= 0 and broker.is_master:
             broker.offsets.commit_offset(group, topic, queue_id, commit_offset)
 

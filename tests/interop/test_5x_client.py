@@ -60,6 +60,27 @@ def admin(supervisor, action):
     return asyncio.run(main())
 
 
+def dead_letters(supervisor, group: str) -> list:
+    """What reached ``%DLQ%<group>`` (waiting up to 10 s for the first one)."""
+    async def main():
+        consumer = PullConsumer("CID-inspect", supervisor.state.namesrv_addr)
+        await consumer.start()
+        try:
+            for _ in range(100):
+                try:
+                    [mq] = await consumer.fetch_subscribe_message_queues(f"%DLQ%{group}")
+                    result = await consumer.pull(mq, "*", 0)
+                    if result.messages:
+                        return result.messages
+                except Exception:  # the DLQ topic appears when the first message lands there
+                    pass
+                await asyncio.sleep(0.1)
+            return []
+        finally:
+            await consumer.shutdown()
+    return asyncio.run(main())
+
+
 def make_topic(supervisor, topic: str, queues: int = 4) -> None:
     admin(supervisor, lambda c: c.create_topic(topic, queues, queues))
 
@@ -106,24 +127,7 @@ def test_a_poison_message_reaches_the_dlq_after_the_groups_attempts(cluster, py5
         "--no-ack", "--timeout", "20") if e["event"] == "received"]
     assert attempts == [1, 2]
 
-    async def dead_letters():
-        consumer = PullConsumer("CID-inspect", cluster.state.namesrv_addr)
-        await consumer.start()
-        try:
-            for _ in range(100):
-                try:
-                    [mq] = await consumer.fetch_subscribe_message_queues("%DLQ%CID-poison")
-                    result = await consumer.pull(mq, "*", 0)
-                    if result.messages:
-                        return result.messages
-                except Exception:  # the DLQ topic appears when the first message lands there
-                    pass
-                await asyncio.sleep(0.1)
-            return []
-        finally:
-            await consumer.shutdown()
-
-    [dead] = asyncio.run(dead_letters())
+    [dead] = dead_letters(cluster, "CID-poison")
     assert dead.body == b"py5-0"
     assert dead.properties["RETRY_TOPIC"] == "T5Poison"
     # Nothing more for the group.
@@ -292,24 +296,7 @@ def test_push_consumer_consumes_and_gives_up_into_the_dlq(cluster, py5_client, t
               if e["event"] == "received"]
     assert [e["attempt"] for e in failed] == [1, 2]
 
-    async def dead_letters(group):
-        consumer = PullConsumer("CID-inspect", cluster.state.namesrv_addr)
-        await consumer.start()
-        try:
-            for _ in range(100):
-                try:
-                    [mq] = await consumer.fetch_subscribe_message_queues(f"%DLQ%{group}")
-                    result = await consumer.pull(mq, "*", 0)
-                    if result.messages:
-                        return result.messages
-                except Exception:  # the DLQ topic appears when the first message lands there
-                    pass
-                await asyncio.sleep(0.1)
-            return []
-        finally:
-            await consumer.shutdown()
-
-    assert [m.body for m in asyncio.run(dead_letters("CID-push-fail"))] == [b"py5-0"]
+    assert [m.body for m in dead_letters(cluster, "CID-push-fail")] == [b"py5-0"]
 
     # In a FIFO group the client retries in place and then forwards the message to the DLQ
     # itself (ForwardMessageToDeadLetterQueue), so that the group's next message can go out.
@@ -322,7 +309,7 @@ def test_push_consumer_consumes_and_gives_up_into_the_dlq(cluster, py5_client, t
             if e["event"] == "received"]
     # (a local retry is the same delivery: its attempt stays 1)
     assert [e["body"] for e in fifo] == ["py5-0", "py5-0", "py5-1", "py5-1"]
-    assert sorted(m.body for m in asyncio.run(dead_letters("CID-push-fifo"))) == [
+    assert sorted(m.body for m in dead_letters(cluster, "CID-push-fifo")) == [
         b"py5-0", b"py5-1"]
 
 
