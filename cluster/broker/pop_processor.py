@@ -29,7 +29,7 @@ from cluster.broker.headers import (
 )
 from cluster.broker.pop_checkpoint import REVIVE_QUEUE_ID, PopCheckPoint
 from cluster.broker.pop_revive import max_attempts, now_ms
-from cluster.broker.pull_processor import subscription_filter
+from cluster.broker.pull_processor import group_refusal, subscription_filter
 from cluster.pop_handle import (
     ExtraInfo,
     ExtraInfoError,
@@ -108,14 +108,7 @@ class PopMessageProcessor:
         if not topic_config.readable:
             return command.make_response(ResponseCode.NO_PERMISSION,
                                          f"the topic[{topic}] peeking message is forbidden")
-        group_config = broker.subscription_groups.find(group)
-        if group_config is None:
-            return command.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                                         f"subscription group [{group}] does not exist")
-        if not group_config.consume_enable:
-            return command.make_response(ResponseCode.NO_PERMISSION,
-                                         f"subscription group no permission, {group}")
-        return None
+        return group_refusal(command, group, broker.subscription_groups.find(group))
 
     def _queues(self, header: PopMessageRequestHeader) -> list[tuple[str, int, bool]]:
         """(topic, queueId, retry) in the order this POP looks at them."""

@@ -19,6 +19,17 @@ from storage.results import GetMessageStatus, TagsFilter
 MAX_HOLD_SECONDS = 25.0  # answer well before the client's 30 s socket timeout
 
 
+def group_refusal(command: RemotingCommand, group: str, group_config) -> RemotingCommand | None:
+    """The answer refusing a read for a group that does not exist or may not consume."""
+    if group_config is None:
+        return command.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                     f"subscription group [{group}] does not exist")
+    if not group_config.consume_enable:
+        return command.make_response(ResponseCode.NO_PERMISSION,
+                                     f"subscription group no permission, {group}")
+    return None
+
+
 def subscription_filter(broker, command: RemotingCommand, expression_type: str, expression: str):
     """The store filter of a subscription (TAG or SQL92), or the answer refusing it (shared by
     PULL_MESSAGE and POP_MESSAGE)."""
@@ -71,12 +82,9 @@ class PullMessageProcessor:
                 f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:"
                 f"[{topic_config.read_queue_nums}]")
         group_config = broker.subscription_groups.find(group)
-        if group_config is None:
-            return command.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                                         f"subscription group [{group}] does not exist")
-        if not group_config.consume_enable:
-            return command.make_response(ResponseCode.NO_PERMISSION,
-                                         f"subscription group no permission, {group}")
+        refusal = group_refusal(command, group, group_config)
+        if refusal is not None:
+            return refusal
         expression = self._subscription(header, sys_flag, group, topic)
         expression_type = (header.expression_type or self._expression_type(group, topic)).upper()
         message_filter = subscription_filter(broker, command, expression_type, expression)
