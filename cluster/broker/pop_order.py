@@ -46,6 +46,8 @@ class OrderInfoManager:
         self.file = JsonConfigFile(path)
         self.locks: dict[QueueKey, OrderLock] = {}
         self.counts: dict[QueueKey, dict[int, int]] = {}  # deliveries that ran out, per offset
+        # Acked while one before them was not, when their lock ran out: not handed out again.
+        self.acked_ahead: dict[QueueKey, set[int]] = {}
         self._dirty = False
 
     # -- the rules ----------------------------------------------------------------------------
@@ -61,6 +63,10 @@ class OrderInfoManager:
         for offset in lock.offsets:
             if offset not in lock.acked:
                 counts[offset] = counts.get(offset, 0) + 1
+        committed = lock.committed()
+        ahead = {o for o in lock.acked if o > committed}
+        if ahead:
+            self.acked_ahead.setdefault(key, set()).update(ahead)
         del self.locks[key]
         self._dirty = True
         return True
@@ -69,9 +75,15 @@ class OrderInfoManager:
         """How many deliveries of this message ran out before."""
         return self.counts.get(key, {}).get(offset, 0)
 
+    def was_acked(self, key: QueueKey, offset: int) -> bool:
+        """Acked in an earlier delivery that ran out: skipped, never handed out again."""
+        return offset in self.acked_ahead.get(key, ())
+
     def lock(self, key: QueueKey, offsets: list[int], next_offset: int, pop_time: int,
-             invisible_time: int) -> None:
-        self.locks[key] = OrderLock(offsets, next_offset, pop_time, pop_time + invisible_time)
+             invisible_time: int, acked: set[int] | None = None) -> None:
+        """Hold the queue for ``offsets`` (``acked``: those among them acked before)."""
+        self.locks[key] = OrderLock(offsets, next_offset, pop_time, pop_time + invisible_time,
+                                    set(acked or ()))
         self._dirty = True
 
     def holds(self, key: QueueKey, offset: int) -> bool:
@@ -85,16 +97,26 @@ class OrderInfoManager:
         lock = self.locks[key]
         lock.acked.add(offset)
         committed = lock.committed()
+        self.passed(key, committed)
+        if lock.done:
+            del self.locks[key]
+        self._dirty = True
+        return committed
+
+    def passed(self, key: QueueKey, committed: int) -> None:
+        """The group's offset reached ``committed``: forget what lies before it."""
         counts = self.counts.get(key)
         if counts:
             for done in [o for o in counts if o < committed]:
                 del counts[done]
             if not counts:
                 del self.counts[key]
-        if lock.done:
-            del self.locks[key]
+        ahead = self.acked_ahead.get(key)
+        if ahead:
+            ahead.difference_update([o for o in ahead if o < committed])
+            if not ahead:
+                del self.acked_ahead[key]
         self._dirty = True
-        return committed
 
     def settle(self, key: QueueKey, offset: int) -> None:
         """A message that went to the DLQ: forget its count."""
@@ -136,9 +158,14 @@ class OrderInfoManager:
         for entry in data.get("counts") or []:
             try:
                 key = (str(entry["group"]), str(entry["topic"]), int(entry["queueId"]))
-                self.counts[key] = {int(o): int(c) for o, c in entry["counts"].items()}
+                table = {int(o): int(c) for o, c in entry["counts"].items()}
+                ahead = {int(o) for o in entry.get("ackedAhead", [])}
             except (KeyError, ValueError, TypeError, AttributeError):
                 continue
+            if table:
+                self.counts[key] = table
+            if ahead:
+                self.acked_ahead[key] = ahead
 
     def persist(self, force: bool = False) -> None:
         if not self._dirty and not force:
@@ -149,6 +176,7 @@ class OrderInfoManager:
                   "deadline": lock.deadline, "acked": sorted(lock.acked)}
                  for (g, t, q), lock in self.locks.items()]
         counts = [{"group": g, "topic": t, "queueId": q,
-                   "counts": {str(o): c for o, c in table.items()}}
-                  for (g, t, q), table in self.counts.items()]
+                   "counts": {str(o): c for o, c in self.counts.get((g, t, q), {}).items()},
+                   "ackedAhead": sorted(self.acked_ahead.get((g, t, q), ()))}
+                  for (g, t, q) in set(self.counts) | set(self.acked_ahead)]
         self.file.persist(json.dumps({"locks": locks, "counts": counts}, indent=1))

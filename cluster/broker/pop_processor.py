@@ -149,11 +149,12 @@ class PopMessageProcessor:
                                        message_filter)
             if orderly:
                 if result.messages:
-                    taken, taken_offsets = self._orderly(group, topic, queue_id, result, counts)
+                    taken, taken_offsets, held, acked = self._orderly(group, topic, queue_id,
+                                                                      result, counts)
                     if taken:
-                        broker.pop_order.lock((group, topic, queue_id), taken_offsets,
+                        broker.pop_order.lock((group, topic, queue_id), held,
                                               result.next_begin_offset, pop_time,
-                                              header.invisible_time)
+                                              header.invisible_time, acked)
                         messages.extend(taken)
                         starts.append((False, queue_id, str(taken_offsets[0])))
                         handed.append((False, queue_id, ",".join(map(str, taken_offsets))))
@@ -184,9 +185,11 @@ class PopMessageProcessor:
         return fields, b"".join(messages)
 
     def _orderly(self, group: str, topic: str, queue_id: int, result,
-                 counts: list[tuple[int, int, int]]) -> tuple[list[bytes], list[int]]:
-        """What a FIFO POP hands out of one read: messages delivered as often as the group
-        allows go to the DLQ first (the queue moves past them), the rest in order."""
+                 counts: list[tuple[int, int, int]]):
+        """What a FIFO POP hands out of one read, in order: (messages, their offsets, the
+        offsets the lock holds, those among them acked already). Messages delivered as often
+        as the group allows go to the DLQ first, and messages acked in a delivery that ran out
+        are not handed out again; either kind at the head of the read moves the offset on."""
         broker = self.broker
         order = broker.pop_order
         key = (group, topic, queue_id)
@@ -194,7 +197,17 @@ class PopMessageProcessor:
         limit = max_attempts(group_config.retry_max_times if group_config else -1)
         taken: list[bytes] = []
         taken_offsets: list[int] = []
+        held: list[int] = []
+        acked: set[int] = set()
         for data, offset in zip(result.messages, result.queue_offsets, strict=True):
+            if order.was_acked(key, offset):
+                if taken:
+                    held.append(offset)
+                    acked.add(offset)
+                else:
+                    broker.offsets.commit_offset(group, topic, queue_id, offset + 1)
+                    order.passed(key, offset + 1)
+                continue
             delivered = order.delivered(key, offset)
             if delivered >= limit and not taken:
                 record = decode_record(data, 0)
@@ -206,9 +219,10 @@ class PopMessageProcessor:
                 continue
             taken.append(data)
             taken_offsets.append(offset)
+            held.append(offset)
             if delivered:
                 counts.append((queue_id, offset, delivered))
-        return taken, taken_offsets
+        return taken, taken_offsets, held, acked
 
     def _start_offset(self, group: str, topic: str, queue_id: int, from_min: bool) -> int:
         """Where the group reads a queue: its offset; for a group new to the queue, the start

@@ -207,3 +207,45 @@ def test_batch_ack_settles_what_its_bit_sets_name(tmp_path, namesrv):
 
     with running("cluster.broker", "-c", broker_conf(tmp_path, namesrv)) as broker:
         assert asyncio.run(main(broker.address)) == [b"m1"]
+
+
+def test_fifo_pop_holds_the_queue_and_redelivers_only_what_was_not_acked(tmp_path, namesrv):
+    import json
+
+    async def main(broker):
+        client = RemotingClient()
+        try:
+            group = {"groupName": "CID-fifo", "consumeMessageOrderly": True, "retryMaxTimes": 16}
+            made = await client.invoke(broker, request(
+                RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=json.dumps(group).encode()))
+            assert made.code == ResponseCode.SUCCESS, made.remark
+            await _send(client, broker, "PopFifo", 3)
+            first = await client.invoke(broker, pop("PopFifo", group="CID-fifo", order=True,
+                                                    invisible_ms=1500))
+            got = {r.body: (e, r) for e, r in handles(first)}
+            assert sorted(got) == [b"m0", b"m1", b"m2"]
+            # Held: nothing more while the lock lasts.
+            held = await client.invoke(broker, pop("PopFifo", group="CID-fifo", order=True))
+            assert held.code == ResponseCode.PULL_NOT_FOUND
+            extra, record = got[b"m1"]
+            assert (await client.invoke(broker, ack("PopFifo", extra, record,
+                                                    group="CID-fifo"))).code == ResponseCode.SUCCESS
+            await asyncio.sleep(1.7)  # the lock runs out with m0 and m2 unacked
+            again = await client.invoke(broker, pop("PopFifo", group="CID-fifo", order=True))
+            redelivered = handles(again)
+            assert [r.body for _, r in redelivered] == [b"m0", b"m2"]
+            counts = again.ext_fields.get("orderCountInfo", "")
+            assert counts.count(";") == 1
+            assert counts.endswith(" 1")
+            for extra, record in redelivered:
+                await client.invoke(broker, ack("PopFifo", extra, record, group="CID-fifo"))
+            stats = await client.invoke(broker, request(RequestCode.GET_CONSUME_STATS, {
+                "consumerGroup": "CID-fifo", "topic": "PopFifo"}))
+            table = parse_mq_table(stats.body.decode())
+            assert sum(v["consumerOffset"] for v in table.values()) == 3
+            assert sum(v["inFlight"] for v in table.values()) == 0
+        finally:
+            await client.close()
+
+    with running("cluster.broker", "-c", broker_conf(tmp_path, namesrv)) as broker:
+        asyncio.run(main(broker.address))

@@ -57,3 +57,22 @@ def test_locks_and_counts_read_back_after_a_restart(tmp_path):
     assert again.delivered(KEY, 6) == 1
     assert again.in_flight() == 1
     assert again.ack(KEY, 6) == 7
+
+
+def test_what_was_acked_out_of_order_is_not_handed_out_again(tmp_path):
+    path = str(tmp_path / "consumerOrderInfo.json")
+    order = OrderInfoManager(path)
+    order.lock(KEY, [5, 6, 7], next_offset=8, pop_time=1_000, invisible_time=2_000)
+    assert order.ack(KEY, 6) == 5  # 5 not acked: the offset stays
+    assert order.available(KEY, now=4_000)  # ran out
+    assert order.was_acked(KEY, 6)
+    assert not order.was_acked(KEY, 5) and not order.was_acked(KEY, 7)
+    order.persist()
+    again = OrderInfoManager(path)
+    again.load()
+    assert again.was_acked(KEY, 6)
+    # Redelivered: 5 and 7 go out, 6 is held as acked; acking 5 and 7 moves the offset past all.
+    again.lock(KEY, [5, 6, 7], next_offset=8, pop_time=4_000, invisible_time=2_000, acked={6})
+    assert again.ack(KEY, 5) == 7
+    assert again.ack(KEY, 7) == 8
+    assert not again.was_acked(KEY, 6)
