@@ -90,6 +90,8 @@ class MainWindow(QMainWindow):
             self.addAction(action)
         self.topics.export_requested.connect(self.open_export)
         self.model.message.connect(self.show_message)
+        # A sentence about one tab does not follow the user to the next one.
+        self.tabs.currentChanged.connect(lambda _: self.statusBar().clearMessage())
         self.model.cluster_changed.connect(self._cluster_opened)
         self.reload_clusters()
         settings = QSettings("RocketDesk", "console")
@@ -104,6 +106,7 @@ class MainWindow(QMainWindow):
         from PySide6.QtGui import QColor, QPalette
         from PySide6.QtWidgets import QApplication
 
+        self.dark.setText("Light theme" if dark else "Dark theme")  # what a click does
         app = QApplication.instance()
         if dark:
             palette = QPalette()

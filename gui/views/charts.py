@@ -66,6 +66,9 @@ class ChartsView(QWidget):
         plot = pg.PlotWidget(title=title)
         plot.setLabel("left", units=unit)
         plot.setLabel("bottom", "seconds ago")
+        # Counts read as counts: "1,500 msg/s", never "1.5 kmsg/s" or "x0.001".
+        for side in ("left", "bottom"):
+            plot.getAxis(side).enableAutoSIPrefix(False)
         plot.addLegend(offset=(10, 10))
         plot.showGrid(x=True, y=True, alpha=0.3)
         return plot

@@ -100,9 +100,14 @@ class LoadView(QWidget):
         self.tps = pg.PlotWidget(title="TPS of each load process (messages/s)")
         self.tps.addLegend(offset=(10, 10))
         self.tps.setLabel("bottom", "seconds ago")
+        for plot in (self.tps,):
+            for side in ("left", "bottom"):
+                plot.getAxis(side).enableAutoSIPrefix(False)
         self.rt = pg.PlotWidget(title="Producer response times, last second (count per bucket, ms)")
         self.rt_bars = pg.BarGraphItem(x=[], height=[], width=0.8)
         self.rt.addItem(self.rt_bars)
+        for side in ("left", "bottom"):
+            self.rt.getAxis(side).enableAutoSIPrefix(False)
         charts.addWidget(self.tps, 2)
         charts.addWidget(self.rt, 1)
         charts.addWidget(QLabel("Producer latency-fault table"))

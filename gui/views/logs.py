@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from PySide6.QtCore import QTimer
-from PySide6.QtGui import QTextCursor, QTextDocument
+from PySide6.QtGui import QFontDatabase, QTextCursor, QTextDocument
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -42,6 +42,7 @@ class LogsView(QWidget):
         layout.addLayout(top)
         self.text = QPlainTextEdit()
         self.text.setReadOnly(True)
+        self.text.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))  # columns line up
         self.text.setMaximumBlockCount(20000)
         layout.addWidget(self.text, 1)
         self.timer = QTimer(self)

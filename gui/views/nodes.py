@@ -9,6 +9,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QMessageBox,
     QPushButton,
     QTableWidget,
     QTableWidgetItem,
@@ -87,10 +88,21 @@ class NodesView(QWidget):
                 self.table.selectRow(row)
                 return
 
+    # Actions that take a node down ask first, saying what happens.
+    CONFIRM = {"kill": "Kill {node} with SIGKILL, as a crash would? Its clients see it vanish.",
+               "stop": "Stop {node}? Its clients lose it until it is started again."}
+
+    def confirm(self, question: str) -> bool:
+        answer = QMessageBox.question(self, "RocketDesk", question)
+        return answer == QMessageBox.StandardButton.Yes
+
     def run_action(self, action: str) -> None:
         node = self.selected_node()
         if node is None:
             self.model.message.emit("select a node first")
+            return
+        question = self.CONFIRM.get(action)
+        if question is not None and not self.confirm(question.format(node=node)):
             return
         spawn(self.model.node_action(action, node), on_error=self.model.message.emit)
 

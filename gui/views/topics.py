@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 
 from cluster.client.message import Message
 from cluster.client.producer import Producer
+from gui.models.display import body_preview, broker_addrs_text, is_text, properties_text
 from gui.tasks import ConsoleError, spawn
 from storage.inspector import format_timestamp, record_to_json
 
@@ -211,7 +212,8 @@ class TopicsView(QWidget):
         groups = await self.model.admin.groups_of_topic(topic)
         lines = [f"{q['brokerName']}: {q['readQueueNums']} read / {q['writeQueueNums']} write queues, "
                  f"perm {q['perm']}" for q in route["queueDatas"]]
-        lines += [f"{b['brokerName']} at {b['brokerAddrs']}" for b in route["brokerDatas"]]
+        lines += [broker_addrs_text(b["brokerName"], b.get("brokerAddrs") or {})
+                  for b in route["brokerDatas"]]
         lines += [f"  {mq.broker_name} queue {mq.queue_id}: offsets {v['minOffset']}..{v['maxOffset']}"
                   for mq, v in sorted(stats.items(), key=lambda i: (i[0].broker_name, i[0].queue_id))]
         lines.append("read by: " + (", ".join(groups) or "no group yet"))
@@ -345,7 +347,7 @@ class TopicsView(QWidget):
         self.records = list(records)
         self.results.setRowCount(len(self.records))
         for r, record in enumerate(self.records):
-            body = record.body.decode("utf-8", "replace")[:80]
+            body = body_preview(record.body)
             values = [record.topic, str(record.queue_id), str(record.queue_offset),
                       record.keys or "", record.tags or "", record.uniq_key or "",
                       format_timestamp(record.store_timestamp), body]
@@ -374,7 +376,8 @@ class TopicsView(QWidget):
             f"msgId {record.uniq_key}\noffsetMsgId {record.msg_id}\n"
             f"born {format_timestamp(record.born_timestamp)} at {born_ip}:{born_port}\n"
             f"stored {format_timestamp(record.store_timestamp)} at {store_ip}:{store_port}\n"
-            f"reconsumed {record.reconsume_times} times\nproperties {record.properties}\n\n{body}")
+            f"reconsumed {record.reconsume_times} times\nproperties\n"
+            f"{properties_text(record.properties)}\n\n{body}")
 
     BODY_SHOWN = 64 * 1024  # larger bodies are shown truncated; "save full body" has them all
 
@@ -388,8 +391,12 @@ class TopicsView(QWidget):
                 text = json.dumps(json.loads(raw), indent=2, ensure_ascii=False)[: self.BODY_SHOWN]
             except ValueError:
                 text = "(the body is not JSON)\n" + shown.decode("utf-8", "replace")
+        elif is_text(shown):
+            text = shown.decode("utf-8")
         else:
-            text = shown.decode("utf-8", "replace")
+            text = ("(a binary body: shown in hex)\n"
+                    + "\n".join(f"{i:08x}  {shown[i:i + 16].hex(' ')}"
+                                for i in range(0, len(shown), 16)))
         return text + (f"\n… {more:,} more bytes (save the full body to see them)" if more > 0 else "")
 
     def save_body(self, path: str | None = None) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 
 import psutil
@@ -88,7 +89,8 @@ def test_console_runs_a_cluster_topics_messages_charts_and_an_export(qtbot, loop
 
         pump(found, 20, "the message by key")
         assert '"hello": "console"' in topics.detail.toPlainText()
-        assert "'shard': '7'" in topics.detail.toPlainText()
+        # properties one per line, not a Python dict
+        assert re.search(r"^\s+shard\s+= 7$", topics.detail.toPlainText(), re.M)
         topics.trace()  # sent from the console, so traced
         pump(lambda: "Pub       rocketdesk-console ok" in topics.detail.toPlainText(), 20, "the trace")
         topics.resend()
@@ -238,7 +240,12 @@ def test_console_runs_a_cluster_topics_messages_charts_and_an_export(qtbot, loop
         # Kill the broker from the node table: it is marked down.
         window.nodes.select("broker-a-0")
         pid = int(node_row(window, "broker-a-0")["pid"])
-        window.nodes.run_action("kill")
+        asked: list[str] = []
+        window.nodes.confirm = lambda question: asked.append(question) is None and len(asked) > 1
+        window.nodes.run_action("kill")  # asks, and "no" leaves it running
+        assert "Kill broker-a-0" in asked[0]
+        assert node_row(window, "broker-a-0")["state"] == "running"
+        window.nodes.run_action("kill")  # "yes" the second time
         pump(lambda: (node_row(window, "broker-a-0") or {}).get("state") in ("stopped", "died"), 20,
              "the killed broker marked down")
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

@@ -1,0 +1,56 @@
+"""How the console writes values for people (no Qt): message bodies that may be binary, a
+message's properties, a broker group's addresses, and counts with units."""
+
+from __future__ import annotations
+
+import string
+
+_PRINTABLE = set(string.printable) - set("\x0b\x0c")
+
+
+def body_preview(body: bytes, limit: int = 80) -> str:
+    """A one-line view of a body: its text when it is UTF-8 text, else what it is and its first
+    bytes in hex (never replacement characters)."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is not None and all(c in _PRINTABLE or ord(c) > 127 for c in text[:limit * 4]):
+        flat = " ".join(text.split())
+        return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    shown = body[: max(limit // 3, 1)].hex(" ")
+    return f"binary, {len(body):,} bytes: {shown}{' …' if len(body) > limit // 3 else ''}"
+
+
+def is_text(body: bytes) -> bool:
+    """Whether a body reads as UTF-8 text (what the detail shows as text, else as hex)."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return all(c in _PRINTABLE or ord(c) > 127 for c in text)
+
+
+def properties_text(properties: dict[str, str]) -> str:
+    """A message's properties one per line, ``NAME = value``, in name order."""
+    if not properties:
+        return "(none)"
+    width = max(len(k) for k in properties)
+    return "\n".join(f"  {k:<{width}} = {v}" for k, v in sorted(properties.items()))
+
+
+def broker_addrs_text(name: str, addrs: dict) -> str:
+    """``broker-a: master 127.0.0.1:10911, slave 1 127.0.0.1:10921`` from a route's brokerAddrs."""
+    parts = []
+    for broker_id, address in sorted(((int(k), v) for k, v in addrs.items())):
+        parts.append(f"master {address}" if broker_id == 0 else f"slave {broker_id} {address}")
+    return f"{name}: " + (", ".join(parts) if parts else "no node registered")
+
+
+def count(value: float | None, unit: str = "") -> str:
+    """A count for people: thousands separated, never an SI prefix ("1,250 msg/s", not
+    "1.25 kmsg/s")."""
+    if value is None:
+        return "-"
+    text = f"{value:,.0f}" if abs(value) >= 10 or float(value).is_integer() else f"{value:,.1f}"
+    return f"{text} {unit}".strip()

@@ -1,0 +1,32 @@
+"""The console's wording, without Qt: binary bodies never shown as replacement characters,
+properties and broker addresses as people read them, counts without SI prefixes."""
+
+from __future__ import annotations
+
+from gui.models.display import body_preview, broker_addrs_text, count, is_text, properties_text
+
+
+def test_text_bodies_read_as_text_and_binary_ones_as_hex():
+    assert body_preview(b"hello\nworld") == "hello world"
+    assert body_preview("héllo wörld".encode()) == "héllo wörld"
+    assert body_preview(b"x" * 100, limit=10) == "xxxxxxxxx…"
+    binary = bytes(range(0, 256, 17))
+    shown = body_preview(binary, limit=30)
+    assert shown.startswith("binary, 16 bytes: 00 11 22")
+    assert "\ufffd" not in shown
+    assert is_text(b'{"a": 1}') and not is_text(b"\xff\xfe\x00")
+
+
+def test_properties_and_broker_addresses_are_not_python_reprs():
+    text = properties_text({"TAGS": "TagA", "KEYS": "k1", "UNIQ_KEY": "01AB"})
+    assert text.splitlines() == ["  KEYS     = k1", "  TAGS     = TagA", "  UNIQ_KEY = 01AB"]
+    assert properties_text({}) == "(none)"
+    assert broker_addrs_text("broker-a", {"0": "127.0.0.1:10911", "1": "127.0.0.1:10921"}) == \
+        "broker-a: master 127.0.0.1:10911, slave 1 127.0.0.1:10921"
+    assert broker_addrs_text("broker-b", {}) == "broker-b: no node registered"
+
+
+def test_counts_carry_their_unit_without_si_prefixes():
+    assert count(1250, "msg/s") == "1,250 msg/s"
+    assert count(0.5, "msg/s") == "0.5 msg/s"
+    assert count(None) == "-"
