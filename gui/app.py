@@ -26,6 +26,12 @@ def run_console(args) -> int:
         print("rocketdesk console: no display here (DISPLAY is not set), so the console cannot "
               "open; `rocketdesk up` starts the default cluster without it", file=sys.stderr)
         return 2
+    from gui.platform_check import advice, missing_xcb_libraries
+
+    missing = missing_xcb_libraries()
+    if missing:
+        print(f"rocketdesk console: {advice(missing)}", file=sys.stderr)
+        return 2
     import qasync
     from PySide6.QtWidgets import QApplication
 

@@ -95,12 +95,19 @@ def _console(args: argparse.Namespace) -> int:
     import os
 
     from gui.app import DEFAULT_PROFILE, has_display
+    from gui.platform_check import advice, missing_xcb_libraries
 
+    up = ["up", "--profile", args.profile or DEFAULT_PROFILE] + (
+        ["--name", args.name] if args.name else [])
     if not has_display():
         print("rocketdesk: no display here (DISPLAY is not set), so the console cannot open; "
               "starting the default cluster from the command line instead", file=sys.stderr)
-        return main(["up", "--profile", args.profile or DEFAULT_PROFILE]
-                    + (["--name", args.name] if args.name else []))
+        return main(up)
+    missing = missing_xcb_libraries()  # asked before Qt loads: Qt itself would only abort
+    if missing:
+        print(f"rocketdesk: {advice(missing)}; starting the default cluster from the command "
+              "line meanwhile", file=sys.stderr)
+        return main(up)
     argv = [sys.executable, "-m", "gui"] + (["--name", args.name] if args.name else []) + (
         ["--profile", args.profile] if args.profile else [])
     os.execv(sys.executable, argv)

@@ -14,7 +14,8 @@ def test_text_bodies_read_as_text_and_binary_ones_as_hex():
     shown = body_preview(binary, limit=30)
     assert shown.startswith("binary, 16 bytes: 00 11 22")
     assert "\ufffd" not in shown
-    assert is_text(b'{"a": 1}') and not is_text(b"\xff\xfe\x00")
+    assert is_text(b'{"a": 1}')
+    assert not is_text(b"\xff\xfe\x00")
 
 
 def test_properties_and_broker_addresses_are_not_python_reprs():
