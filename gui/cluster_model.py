@@ -209,6 +209,7 @@ class ClusterModel(QObject):
                     "haLag": _num(info.get("haSlaveFallBehindBytes")),
                     "haAck": _num(info.get("haPush2SlaveMaxOffset")),
                     "role": info.get("brokerRole", ""),
+                    "diskRatio": _num(info.get("commitLogDiskRatio")),
                     "latency": _histogram(info.get("putMessageDistributeTime", "")),
                 }
                 key = row["name"]

@@ -24,6 +24,7 @@ from gui.views.groups import GroupsView
 from gui.views.load import LoadView
 from gui.views.logs import LogsView
 from gui.views.nodes import NodesView
+from gui.views.overview import OverviewView
 from gui.views.store_browser import StoreBrowserView
 from gui.views.topics import TopicsView
 
@@ -69,6 +70,8 @@ class MainWindow(QMainWindow):
         toolbar.addWidget(self.dark)
 
         self.tabs = QTabWidget()
+        self.overview = OverviewView(self.model)
+        self.overview.open_view.connect(self.show_subject)
         self.nodes = NodesView(self.model)
         self.charts = ChartsView(self.model)
         self.topics = TopicsView(self.model)
@@ -77,7 +80,8 @@ class MainWindow(QMainWindow):
         self.logs = LogsView(self.model)
         self.store = StoreBrowserView(self.model)
         self.load = LoadView(self.model)
-        for view, title in ((self.nodes, "Cluster"), (self.charts, "Charts"),
+        for view, title in ((self.overview, "Overview"), (self.nodes, "Cluster"),
+                            (self.charts, "Charts"),
                             (self.topics, "Topics && messages"), (self.groups, "Consumer groups"),
                             (self.load, "Load"),
                             (self.export, "Export"), (self.logs, "Logs"), (self.store, "Store browser")):
@@ -126,6 +130,21 @@ class MainWindow(QMainWindow):
     def open_export(self, topic: str, keys: str = "") -> None:
         self.export.prefill(topic, keys)
         self.tabs.setCurrentWidget(self.export)
+
+    def show_subject(self, view: str, subject: str) -> None:
+        """An alert's tab, with what it is about selected."""
+        if view == "cluster":
+            self.tabs.setCurrentWidget(self.nodes)
+            if subject:
+                self.nodes.select(subject)
+        elif view == "groups":
+            self.tabs.setCurrentWidget(self.groups)
+            if subject:
+                self.groups.select_group(subject)
+        elif view == "charts":
+            self.tabs.setCurrentWidget(self.charts)
+        elif view == "topics":
+            self.tabs.setCurrentWidget(self.topics)
 
     def show_message(self, text: str) -> None:
         self.statusBar().showMessage(text, 15000)

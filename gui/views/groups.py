@@ -110,6 +110,14 @@ class GroupsView(QWidget):
             for item in self.groups.findItems(current, Qt.MatchFlag.MatchExactly):
                 self.groups.setCurrentItem(item)
 
+    def select_group(self, group: str) -> None:
+        """Select ``group`` in the list (loading the list first when it is empty)."""
+        found = self.groups.findItems(group, Qt.MatchFlag.MatchExactly)
+        if found:
+            self.groups.setCurrentItem(found[0])
+        else:
+            self.refresh()
+
     def selected_group(self) -> str | None:
         item = self.groups.currentItem()
         return item.text() if item else None

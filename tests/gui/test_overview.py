@@ -1,0 +1,45 @@
+"""The Overview tab from the cluster model's figures (no cluster needed): its cards, its alerts,
+and an alert that opens the tab explaining it."""
+
+from __future__ import annotations
+
+from collections import deque
+
+import pytest
+from PySide6.QtCore import Qt
+
+pytestmark = pytest.mark.gui
+
+
+def test_overview_shows_health_and_opens_the_view_an_alert_is_about(qtbot, loop):
+    from gui.cluster_model import ClusterModel
+    from gui.views.overview import OverviewView
+
+    model = ClusterModel()
+    view = OverviewView(model)
+    qtbot.addWidget(view)
+    view.refresh()
+    assert "no cluster open" in view.headline.text()
+
+    model.nodes = [
+        {"name": "broker-a-0", "kind": "broker", "role": "ASYNC_MASTER", "state": "died",
+         "health": "-", "diskBytes": 4096},
+        {"name": "proxy-0", "kind": "proxy", "role": "PROXY", "state": "running", "health": "ok",
+         "diskBytes": 0}]
+    model.samples = {"broker-b-0": deque([{"time": 1, "putTps": 1500.0, "getTps": 2.0,
+                                           "role": "ASYNC_MASTER"}])}
+    model.lag = {"CID-late": deque([(1, 20_000)])}
+    model.topic_totals = {"Orders": deque([(1, 42)])}
+    view.refresh()
+    assert "needs attention" in view.headline.text()
+    assert "1 / 2" in view.cards["nodes"].text()
+    assert "1,500" in view.cards["traffic"].text()  # a count, not "1.5 k"
+    texts = [view.alerts.item(i).text() for i in range(view.alerts.count())]
+    assert texts[0].startswith("ERROR: broker-a-0 died")
+    assert any("CID-late is 20,000 messages behind" in t for t in texts)
+
+    opened = []
+    view.open_view.connect(lambda tab, subject: opened.append((tab, subject)))
+    view.alerts.itemActivated.emit(view.alerts.item(0))
+    assert opened == [("cluster", "broker-a-0")]
+    assert view.alerts.item(0).data(Qt.ItemDataRole.UserRole) == ("cluster", "broker-a-0")
