@@ -123,7 +123,8 @@ class MainWindow(QMainWindow):
             app.setPalette(palette)
         else:
             app.setPalette(app.style().standardPalette())
-        for plot in (self.charts.tps, self.charts.get_tps, self.charts.positions, self.charts.lag):
+        for plot in (self.charts.tps, self.charts.get_tps, self.charts.positions, self.charts.lag,
+                     self.overview.spark):
             plot.setBackground("k" if dark else "w")
         QSettings("RocketDesk", "console").setValue("dark", dark)
 

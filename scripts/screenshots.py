@@ -3,7 +3,8 @@
     QT_QPA_PLATFORM=offscreen .venv/bin/python scripts/screenshots.py [docs/screenshots]
 
 Starts a scratch `ha` cluster (its own data folder), puts load on it, and saves the cluster
-table, the charts under load, a message's detail and an export in progress.
+overview and the cluster table, the charts under load, a message's detail and an export in
+progress.
 """
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ async def shoot(window: MainWindow, out: str) -> None:
     await window.model.admin.create_topic("Orders", 4, 4)
     loader = asyncio.ensure_future(load(namesrv, 25))
     await until(lambda: window.charts.sample_count() >= 20)
+    window.tabs.setCurrentWidget(window.overview)
+    await asyncio.sleep(1.5)
+    window.grab().save(os.path.join(out, "overview.png"))
     window.tabs.setCurrentWidget(window.nodes)
     await asyncio.sleep(1.5)
     window.grab().save(os.path.join(out, "cluster.png"))

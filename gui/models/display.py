@@ -54,3 +54,8 @@ def count(value: float | None, unit: str = "") -> str:
         return "-"
     text = f"{value:,.0f}" if abs(value) >= 10 or float(value).is_integer() else f"{value:,.1f}"
     return f"{text} {unit}".strip()
+
+
+def plural(number: int, word: str, many: str | None = None) -> str:
+    """``1 master``, ``2 masters`` (``many`` for irregular plurals)."""
+    return f"{number:,} {word if number == 1 else (many or word + 's')}"

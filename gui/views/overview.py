@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
 )
 
 from cluster.supervisor.figures import human_bytes
-from gui.models.display import count
+from gui.models.display import count, plural
 from gui.models.overview import build_overview
 
 CARDS = ["nodes", "brokers", "topics", "disk", "traffic", "lag", "replication", "5.x"]
@@ -52,6 +52,7 @@ class OverviewView(QWidget):
         layout.addLayout(grid)
         self.spark = pg.PlotWidget(title="Put rate, all masters, last 5 minutes (msg/s)")
         self.spark.setMaximumHeight(170)
+        self.spark.setBackground("w")  # the dark theme turns it black with the other charts
         self.spark.hideAxis("bottom")
         self.spark.getAxis("left").enableAutoSIPrefix(False)
         self.spark_curve = self.spark.plot([], [], pen=pg.mkPen("#1565c0", width=2))
@@ -72,11 +73,12 @@ class OverviewView(QWidget):
         view = build_overview(model.nodes, model.samples, model.lag, model.topic_totals)
         state = "healthy" if view.healthy else "needs attention"
         self.headline.setText(f"{model.namesrv_addr or 'cluster'}: {state}, "
-                              f"{len(view.alerts)} alert(s)")
+                              f"{plural(len(view.alerts), 'alert')}")
         self._card("nodes", "Nodes up", f"{view.nodes_up} / {view.nodes_total}",
                    "error" if view.nodes_up < view.nodes_total else None)
-        self._card("brokers", "Brokers", f"{view.masters} master(s), {view.slaves} slave(s)",
-                   None, f"{view.proxies} 5.x proxy(ies)")
+        self._card("brokers", "Brokers",
+                   f"{plural(view.masters, 'master')}, {plural(view.slaves, 'slave')}", None,
+                   f"{plural(view.proxies, 'proxy', 'proxies')} for 5.x clients")
         self._card("topics", "Topics", str(view.topics), None,
                    f"{view.messages_stored:,} messages stored")
         ratio = "" if view.disk_ratio is None else f", fullest disk {view.disk_ratio:.0%}"

@@ -3,7 +3,14 @@ properties and broker addresses as people read them, counts without SI prefixes.
 
 from __future__ import annotations
 
-from gui.models.display import body_preview, broker_addrs_text, count, is_text, properties_text
+from gui.models.display import (
+    body_preview,
+    broker_addrs_text,
+    count,
+    is_text,
+    plural,
+    properties_text,
+)
 
 
 def test_text_bodies_read_as_text_and_binary_ones_as_hex():
@@ -31,3 +38,8 @@ def test_counts_carry_their_unit_without_si_prefixes():
     assert count(1250, "msg/s") == "1,250 msg/s"
     assert count(0.5, "msg/s") == "0.5 msg/s"
     assert count(None) == "-"
+
+
+def test_plurals_read_as_english():
+    assert (plural(1, "master"), plural(2, "master"), plural(0, "proxy", "proxies")) == (
+        "1 master", "2 masters", "0 proxies")
