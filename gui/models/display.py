@@ -59,3 +59,25 @@ def count(value: float | None, unit: str = "") -> str:
 def plural(number: int, word: str, many: str | None = None) -> str:
     """``1 master``, ``2 masters`` (``many`` for irregular plurals)."""
     return f"{number:,} {word if number == 1 else (many or word + 's')}"
+
+
+# A node's state and health as a colour people read at a glance (the view paints the cells).
+STATE_COLORS = {"running": "#2e7d32", "external": "#2e7d32", "paused": "#ef6c00",
+                "stopped": "#757575", "died": "#c62828"}
+HEALTH_COLORS = {"ok": "#2e7d32", "not answering": "#c62828"}
+
+
+def state_color(state: str) -> str | None:
+    return STATE_COLORS.get(state)
+
+
+def health_color(health: str) -> str | None:
+    return HEALTH_COLORS.get(health)
+
+
+def state_words(state: str) -> str:
+    """What a state means, for a tooltip."""
+    return {"running": "running and answering its pid", "paused": "paused with SIGSTOP: it "
+            "answers nobody until resumed", "stopped": "stopped on purpose",
+            "died": "died: it was not stopped by RocketDesk (see its last log lines below)",
+            "external": "run elsewhere; RocketDesk watches it over the protocol"}.get(state, state)

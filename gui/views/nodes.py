@@ -3,7 +3,7 @@ actions on the selected node."""
 
 from __future__ import annotations
 
-from PySide6.QtGui import QGuiApplication
+from PySide6.QtGui import QColor, QGuiApplication
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
 )
 
 from cluster.supervisor.figures import human_bytes
+from gui.models.display import health_color, state_color, state_words
 from gui.tasks import spawn
 
 COLUMNS = ["node", "role", "address", "HA port", "pid", "state", "health", "CPU %", "RSS", "files", "disk",
@@ -40,7 +41,7 @@ class NodesView(QWidget):
         self.address = QLabel("no cluster open")
         self.address.setObjectName("namesrvAddress")
         copy = QPushButton("Copy name-server address")
-        copy.clicked.connect(lambda: QGuiApplication.clipboard().setText(self.model.namesrv_addr))
+        copy.clicked.connect(self.copy_address)
         top.addWidget(self.address, 1)
         top.addWidget(copy)
         layout.addLayout(top)
@@ -68,6 +69,12 @@ class NodesView(QWidget):
         layout.addWidget(self.log_hint)
         model.nodes_changed.connect(self.show_nodes)
         model.cluster_changed.connect(lambda name: self.address.setText(self._where(name)))
+
+    def copy_address(self) -> None:
+        address = self.model.namesrv_addr
+        QGuiApplication.clipboard().setText(address)
+        self.model.message.emit(f"copied {address} (the name-server address) to the clipboard"
+                                if address else "no cluster open: nothing to copy")
 
     def _where(self, name: str) -> str:
         if not name:
@@ -119,7 +126,18 @@ class NodesView(QWidget):
                       human_bytes(row["diskBytes"]), _count(row.get("timersPending")),
                       _count(row.get("popInFlight"))]
             for c, value in enumerate(values):
-                self.table.setItem(r, c, QTableWidgetItem(value))
+                item = QTableWidgetItem(value)
+                item.setToolTip(value)  # the full text, whatever the column's width
+                self.table.setItem(r, c, item)
+            state_item, health_item = self.table.item(r, 5), self.table.item(r, 6)
+            state_item.setToolTip(state_words(row["state"]))
+            for item, color in ((state_item, state_color(row["state"])),
+                                (health_item, health_color(row["health"]))):
+                if color:
+                    item.setForeground(QColor(color))
+                    font = item.font()
+                    font.setBold(True)
+                    item.setFont(font)
             if row["state"] == "died":
                 died.append(f"{row['name']} died; its last log lines:\n{row.get('lastLog', '')}")
         self.log_hint.setText("\n\n".join(died))

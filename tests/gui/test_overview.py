@@ -43,3 +43,27 @@ def test_overview_shows_health_and_opens_the_view_an_alert_is_about(qtbot, loop)
     view.alerts.itemActivated.emit(view.alerts.item(0))
     assert opened == [("cluster", "broker-a-0")]
     assert view.alerts.item(0).data(Qt.ItemDataRole.UserRole) == ("cluster", "broker-a-0")
+
+
+def test_the_node_table_colours_states_and_shows_full_text_in_tooltips(qtbot, loop):
+    from gui.cluster_model import ClusterModel
+    from gui.views.nodes import NodesView
+
+    model = ClusterModel()
+    view = NodesView(model)
+    qtbot.addWidget(view)
+    row = {"name": "broker-a-0", "role": "ASYNC_MASTER", "address": "127.0.0.1:10911",
+           "haPort": 10912, "pid": 42, "cpuPercent": 1.0, "rssBytes": 1 << 20, "openFiles": 9,
+           "diskBytes": 4096}
+    view.show_nodes([dict(row, state="running", health="ok"),
+                     dict(row, name="broker-a-1", role="SLAVE", state="died", health="-",
+                          lastLog="boom")])
+    assert view.table.item(0, 5).foreground().color().name() == "#2e7d32"
+    assert view.table.item(1, 5).foreground().color().name() == "#c62828"
+    assert view.table.item(0, 2).toolTip() == "127.0.0.1:10911"
+    assert "died" in view.table.item(1, 5).toolTip()
+    assert "broker-a-1 died" in view.log_hint.text()
+    said = []
+    model.message.connect(said.append)
+    view.copy_address()
+    assert said == ["no cluster open: nothing to copy"]
