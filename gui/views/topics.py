@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -14,9 +14,9 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
+    QHeaderView,
     QLabel,
     QLineEdit,
-    QListWidget,
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
@@ -29,10 +29,28 @@ from PySide6.QtWidgets import (
 from cluster.client.message import Message
 from cluster.client.producer import Producer
 from gui.models.display import body_preview, broker_addrs_text, is_text, properties_text
+from gui.models.topics import COLUMNS as TOPIC_COLUMNS
+from gui.models.topics import matches, topic_row
 from gui.tasks import ConsoleError, spawn
 from storage.inspector import format_timestamp, record_to_json
 
 RESULT_COLUMNS = ["topic", "queue", "offset", "keys", "tags", "msgId", "stored", "body"]
+
+
+class SortableItem(QTableWidgetItem):
+    """A cell that sorts by its value (numbers as numbers), not by its text."""
+
+    def __init__(self, text: str, key) -> None:
+        super().__init__(text)
+        self.key = key
+
+    def __lt__(self, other) -> bool:
+        if isinstance(other, SortableItem):
+            try:
+                return self.key < other.key
+            except TypeError:
+                pass
+        return super().__lt__(other)
 
 
 class TopicsView(QWidget):
@@ -45,8 +63,25 @@ class TopicsView(QWidget):
         left = QVBoxLayout()
         self.show_system = QCheckBox("show system topics")
         self.show_system.toggled.connect(lambda _: self.refresh())
-        self.topics = QListWidget()
-        self.topics.currentTextChanged.connect(self.show_topic)
+        self.topic_filter = QLineEdit()
+        self.topic_filter.setPlaceholderText("filter topics by name or group")
+        self.topic_filter.textChanged.connect(lambda _: self._fill_topics())
+        self.topics = QTableWidget(0, len(TOPIC_COLUMNS))
+        self.topics.setHorizontalHeaderLabels(TOPIC_COLUMNS)
+        self.topics.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.topics.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.topics.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.topics.verticalHeader().setVisible(False)
+        self.topics.horizontalHeader().setSectionResizeMode(
+            QHeaderView.ResizeMode.ResizeToContents)
+        self.topics.setSortingEnabled(True)
+        self.topics.itemSelectionChanged.connect(lambda: self.show_topic(self.selected_topic()))
+        self.topic_rows: list = []
+        # Live figures while the tab is shown (and the list is there without a click).
+        self.topic_timer = QTimer(self)
+        self.topic_timer.setInterval(5000)
+        self.topic_timer.timeout.connect(lambda: self.refresh() if self.isVisible() else None)
+        self.topic_timer.start()
         self.topic_detail = QPlainTextEdit()
         self.topic_detail.setReadOnly(True)
         self.topic_detail.setMaximumHeight(160)
@@ -74,6 +109,7 @@ class TopicsView(QWidget):
         form.addRow("permission", self.perm)
         form.addRow(create)
         left.addWidget(self.show_system)
+        left.addWidget(self.topic_filter)
         left.addWidget(self.topics, 1)
         left.addWidget(self.topic_detail)
         left.addWidget(refresh)
@@ -181,13 +217,58 @@ class TopicsView(QWidget):
     def refresh(self) -> None:
         if self.model.admin is None:
             return
-        spawn(self.model.admin.topic_list(), on_done=self._show_topics, on_error=self.model.message.emit)
+        spawn(self._load_topics(), on_done=self._show_topics, on_error=self.model.message.emit)
 
-    def _show_topics(self, topics: list[str]) -> None:
+    async def _load_topics(self) -> list:
+        """A row a topic: its route, queue stats and readers, and its rate from the model's
+        5-second samples."""
+        admin = self.model.admin
+        topics = await admin.topic_list()
         shown = sorted(t for t in topics
                        if self.show_system.isChecked() or not self.model.is_internal_topic(t))
-        self.topics.clear()
-        self.topics.addItems(shown)
+        rates = self.model.topic_tps()
+        rows = []
+        for topic in shown:
+            try:
+                route = await admin.topic_route(topic)
+                stats = await admin.topic_stats(topic)
+                groups = await admin.groups_of_topic(topic)
+            except Exception:  # deleted meanwhile, or its broker is down: the name alone
+                route, stats, groups = {}, {}, []
+            rows.append(topic_row(topic, route, stats, groups, rates.get(topic)))
+        return rows
+
+    def _show_topics(self, rows: list) -> None:
+        self.topic_rows = rows
+        self._fill_topics()
+
+    def _fill_topics(self) -> None:
+        selected = self.selected_topic()
+        rows = [r for r in self.topic_rows if matches(r, self.topic_filter.text())]
+        self.topics.setSortingEnabled(False)
+        self.topics.setRowCount(len(rows))
+        for r, row in enumerate(rows):
+            for c, (text, key) in enumerate(zip(row.cells(), row.sort_keys(), strict=True)):
+                item = SortableItem(text, key)
+                item.setToolTip(text)
+                self.topics.setItem(r, c, item)
+        self.topics.setSortingEnabled(True)
+        if selected:
+            self.select_topic(selected)
+
+    def selected_topic(self) -> str | None:
+        rows = self.topics.selectionModel().selectedRows()
+        if not rows:
+            return None
+        item = self.topics.item(rows[0].row(), 0)
+        return item.text() if item else None
+
+    def select_topic(self, topic: str) -> None:
+        for row in range(self.topics.rowCount()):
+            item = self.topics.item(row, 0)
+            if item is not None and item.text() == topic:
+                self.topics.selectRow(row)
+                return
 
     def create_topic(self) -> None:
         name = self.new_topic.text().strip()
@@ -222,8 +303,7 @@ class TopicsView(QWidget):
     export_requested = Signal(str, str)  # topic, keys
 
     def export_topic(self) -> None:
-        item = self.topics.currentItem()
-        topic = item.text() if item else self.query_topic.text().strip()
+        topic = self.selected_topic() or self.query_topic.text().strip()
         if not topic:
             self.model.message.emit("select a topic to export")
             return
@@ -300,11 +380,10 @@ class TopicsView(QWidget):
                                 "their producer's commit or rollback, or for the broker's check-back")
 
     def delete_topic(self) -> None:
-        item = self.topics.currentItem()
-        if item is None:
+        name = self.selected_topic()
+        if name is None:
             self.model.message.emit("select a topic to delete")
             return
-        name = item.text()
         spawn(self.model.admin.delete_topic(name),
               on_done=lambda _: (self.model.message.emit(f"topic {name} deleted"), self.refresh()),
               on_error=self.model.message.emit)

@@ -67,3 +67,24 @@ def test_the_node_table_colours_states_and_shows_full_text_in_tooltips(qtbot, lo
     model.message.connect(said.append)
     view.copy_address()
     assert said == ["no cluster open: nothing to copy"]
+
+
+def test_the_topics_table_sorts_by_value_and_filters(qtbot, loop):
+    from gui.cluster_model import ClusterModel
+    from gui.models.topics import TopicRow
+    from gui.views.topics import TopicsView
+
+    model = ClusterModel()
+    view = TopicsView(model)
+    qtbot.addWidget(view)
+    view._show_topics([TopicRow("Orders", 8, "read/write", 900, 12.5, ("CID-a",), 0),
+                       TopicRow("Payments", 4, "read only", 10_000, 3.0, (), 0),
+                       TopicRow("Audit", 2, "read/write", 50, None, ("CID-audit",), 0)])
+    assert view.topics.rowCount() == 3
+    view.topics.sortItems(3)  # messages, as numbers: 50 < 900 < 10,000
+    assert [view.topics.item(r, 0).text() for r in range(3)] == ["Audit", "Orders", "Payments"]
+    assert view.topics.item(2, 3).text() == "10,000"
+    view.select_topic("Orders")
+    assert view.selected_topic() == "Orders"
+    view.topic_filter.setText("audit")
+    assert [view.topics.item(r, 0).text() for r in range(view.topics.rowCount())] == ["Audit"]
