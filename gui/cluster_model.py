@@ -19,6 +19,7 @@ from cluster.supervisor.spec import ClusterSpec, load_profile
 from cluster.supervisor.state import cluster_names
 from cluster.supervisor.supervisor import Supervisor
 from cluster.topic_validator import is_system_topic
+from gui.models.display import ColorRegistry
 from gui.tasks import ConsoleError, spawn
 
 HISTORY = 3600  # one-second samples kept: an hour
@@ -53,6 +54,7 @@ class ClusterModel(QObject):
         self.external: str | None = None  # a cluster RocketDesk does not run: its name servers
         self.admin: AdminClient | None = None
         self.nodes: list[dict] = []
+        self.colors = ColorRegistry()  # one colour per broker, topic and group in every chart
         self.samples: dict[str, deque] = {}
         self.lag: dict[str, deque] = {}  # consumer group -> (time, total lag), every 5 s
         self.topic_totals: dict[str, deque] = {}  # topic -> (time, messages stored), every 5 s

@@ -123,9 +123,8 @@ class MainWindow(QMainWindow):
             app.setPalette(palette)
         else:
             app.setPalette(app.style().standardPalette())
-        for plot in (self.charts.tps, self.charts.get_tps, self.charts.positions, self.charts.lag,
-                     self.overview.spark):
-            plot.setBackground("k" if dark else "w")
+        self.charts.apply_theme(dark)
+        self.overview.spark.setBackground("k" if dark else "w")
         QSettings("RocketDesk", "console").setValue("dark", dark)
 
     def open_export(self, topic: str, keys: str = "") -> None:

@@ -81,3 +81,31 @@ def state_words(state: str) -> str:
             "answers nobody until resumed", "stopped": "stopped on purpose",
             "died": "died: it was not stopped by RocketDesk (see its last log lines below)",
             "external": "run elsewhere; RocketDesk watches it over the protocol"}.get(state, state)
+
+
+PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+           "#17becf", "#bcbd22", "#7f7f7f"]
+
+
+class ColorRegistry:
+    """One colour per name for a whole session (a broker keeps its colour in every chart, and
+    when others come and go), given out in the order names are first seen."""
+
+    def __init__(self, palette: list[str] | None = None) -> None:
+        self.palette = palette or PALETTE
+        self.assigned: dict[str, str] = {}
+
+    def color(self, name: str) -> str:
+        found = self.assigned.get(name)
+        if found is None:
+            found = self.assigned[name] = self.palette[len(self.assigned) % len(self.palette)]
+        return found
+
+
+def thin_labels(labels: list[str], most: int = 8) -> list[str]:
+    """Axis labels that do not collide: every k-th one kept (the others blank) so that at most
+    ``most`` show."""
+    if len(labels) <= most:
+        return labels
+    step = -(-len(labels) // most)
+    return [label if index % step == 0 else "" for index, label in enumerate(labels)]

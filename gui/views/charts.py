@@ -8,8 +8,9 @@ import time
 import pyqtgraph as pg
 from PySide6.QtWidgets import QComboBox, QGridLayout, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
+from gui.models.display import thin_labels
+
 WINDOWS = {"last 5 min": 300, "last 15 min": 900, "last 60 min": 3600}
-COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
 
 
 class ChartsView(QWidget):
@@ -32,6 +33,7 @@ class ChartsView(QWidget):
                                     "bytes")
         self.lag = self._plot("HA: bytes the slowest slave is behind its master", "bytes")
         self.latency = pg.PlotWidget(title="Put latency, last second, all brokers (puts per bucket)")
+        self.latency.setBackground("w")
         self.latency_bars = pg.BarGraphItem(x=[], height=[], width=0.8, brush="#1f77b4")
         self.latency.addItem(self.latency_bars)
         self.topic_tps = self._plot("Put TPS per topic, the five busiest (messages/s, every 5 s)", "msg/s")
@@ -58,6 +60,7 @@ class ChartsView(QWidget):
             grid.addWidget(plot, index // 2, index % 2)
         layout.addLayout(grid, 1)
         self.curves: dict[tuple, pg.PlotDataItem] = {}
+        self.notes: dict[int, pg.TextItem] = {}
         model.sampled.connect(self.redraw)
         self.window.currentTextChanged.connect(lambda _: self.redraw({}))
 
@@ -69,7 +72,9 @@ class ChartsView(QWidget):
         # Counts read as counts: "1,500 msg/s", never "1.5 kmsg/s" or "x0.001".
         for side in ("left", "bottom"):
             plot.getAxis(side).enableAutoSIPrefix(False)
-        plot.addLegend(offset=(10, 10))
+        plot.setBackground("w")
+        # Top right, see-through, so that the lines show under it.
+        plot.addLegend(offset=(-10, 10), labelTextColor="#333", brush=pg.mkBrush(255, 255, 255, 170))
         plot.showGrid(x=True, y=True, alpha=0.3)
         return plot
 
@@ -102,8 +107,10 @@ class ChartsView(QWidget):
         from PySide6.QtCore import Qt
 
         brokers = sorted(self.model.samples)
-        for index, broker in enumerate(brokers):
-            color = COLORS[index % len(COLORS)]
+        colors = self.model.colors
+        with_slave = self._masters_with_slaves()
+        for broker in brokers:
+            color = colors.color(broker)
             self._curve(self.tps, ("tps", broker), broker, color).setData(*self.points(broker, "putTps"))
             self._curve(self.get_tps, ("get", broker), broker, color).setData(*self.points(broker, "getTps"))
             for field, style in (("max", None), ("flushed", Qt.PenStyle.DashLine),
@@ -111,7 +118,9 @@ class ChartsView(QWidget):
                 name = f"{broker} {field}"
                 self._curve(self.positions, ("pos", broker, field), name, color, style).setData(
                     *self.points(broker, field))
-            self._curve(self.lag, ("lag", broker), broker, color).setData(*self.points(broker, "haLag"))
+            if broker in with_slave:  # a master without a slave has no replication to chart
+                self._curve(self.lag, ("lag", broker), broker, color).setData(
+                    *self.points(broker, "haLag"))
             if any(s.get("role") in ("SYNC_MASTER", "ASYNC_MASTER") for s in self.model.samples[broker]):
                 self._curve(self.positions, ("pos", broker, "ack"), f"{broker} slave ack", color,
                             Qt.PenStyle.DashDotLine).setData(*self.points(broker, "haAck"))
@@ -123,16 +132,59 @@ class ChartsView(QWidget):
         for key, curve in list(self.curves.items()):
             if key[0] == "topic" and key[1] not in busiest:
                 curve.setData([], [])
-        for index, topic in enumerate(busiest):
+        for topic in busiest:
             recent = [(t - now, v) for t, v in rates[topic] if now - t <= window]
-            self._curve(self.topic_tps, ("topic", topic), topic, COLORS[index % len(COLORS)]).setData(
+            self._curve(self.topic_tps, ("topic", topic), topic, colors.color(topic)).setData(
                 [x for x, _ in recent], [y for _, y in recent])
-        for index, (group, points) in enumerate(sorted(self.model.lag.items())):
+        for group, points in sorted(self.model.lag.items()):
             recent = [(t - now, v) for t, v in points if now - t <= window]
-            self._curve(self.group_lag, ("group", group), group, COLORS[index % len(COLORS)]).setData(
+            self._curve(self.group_lag, ("group", group), group, colors.color(group)).setData(
                 [x for x, _ in recent], [y for _, y in recent])
+        self._say_when_empty(self.group_lag, None if self.model.lag else
+                             "no consumer group yet: each group's lag shows here once it consumes")
+        self._say_when_empty(self.lag, None if with_slave else
+                             "no slave in this cluster: nothing is replicated")
+        self._say_when_empty(self.topic_tps, None if busiest else "no topic has messages yet")
         if latest:
             self.fresh.setText("updated " + time.strftime("%H:%M:%S %Z"))
+
+    def plots(self) -> list:
+        return [self.tps, self.get_tps, self.positions, self.lag, self.latency, self.topic_tps,
+                self.group_lag]
+
+    def apply_theme(self, dark: bool) -> None:
+        """Chart backgrounds and legends that match the window's theme."""
+        for plot in self.plots():
+            plot.setBackground("k" if dark else "w")
+            legend = plot.getPlotItem().legend
+            if legend is not None:
+                legend.setLabelTextColor("#ddd" if dark else "#333")
+                legend.setBrush(pg.mkBrush(0, 0, 0, 170) if dark else pg.mkBrush(255, 255, 255, 170))
+
+    def _masters_with_slaves(self) -> set[str]:
+        """Master node names (``broker-a-0``) whose group has a slave node."""
+        groups = {row.get("group") for row in self.model.nodes
+                  if str(row.get("role", "")).startswith("SLAVE") and row.get("group")}
+        named = {f"{row['name'].rsplit('-', 1)[0]}" for row in self.model.nodes
+                 if str(row.get("role", "")).startswith("SLAVE")}
+        return {row["name"] for row in self.model.nodes if row.get("kind") == "broker"
+                and not str(row.get("role", "")).startswith("SLAVE")
+                and (row.get("group") in groups or row["name"].rsplit("-", 1)[0] in named)}
+
+    def _say_when_empty(self, plot, sentence: str | None) -> None:
+        """A sentence in the middle of an empty chart, saying why it is empty."""
+        note = self.notes.get(id(plot))
+        if sentence is None:
+            if note is not None:
+                note.setVisible(False)
+            return
+        if note is None:
+            note = self.notes[id(plot)] = pg.TextItem(anchor=(0.5, 0.5), color="#757575")
+            plot.addItem(note, ignoreBounds=True)
+        note.setText(sentence)
+        view = plot.getViewBox().viewRange()
+        note.setPos((view[0][0] + view[0][1]) / 2, (view[1][0] + view[1][1]) / 2)
+        note.setVisible(True)
 
     def latency_last_second(self) -> list[tuple[str, int]]:
         """Puts per latency bucket in the last second, summed over brokers."""
@@ -152,7 +204,7 @@ class ChartsView(QWidget):
         buckets = self.latency_last_second()
         self.latency_bars.setOpts(x=list(range(len(buckets))), height=[n for _, n in buckets])
         short = [label.strip("[]").replace("~", "-").replace("<=", "≤") for label, _ in buckets]
-        self.latency.getAxis("bottom").setTicks([list(enumerate(short))])
+        self.latency.getAxis("bottom").setTicks([list(enumerate(thin_labels(short)))])
 
     def sample_count(self) -> int:
         return sum(len(v) for v in self.model.samples.values())

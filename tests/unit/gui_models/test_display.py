@@ -43,3 +43,14 @@ def test_counts_carry_their_unit_without_si_prefixes():
 def test_plurals_read_as_english():
     assert (plural(1, "master"), plural(2, "master"), plural(0, "proxy", "proxies")) == (
         "1 master", "2 masters", "0 proxies")
+
+
+def test_a_name_keeps_its_colour_and_axis_labels_thin_out():
+    from gui.models.display import ColorRegistry, thin_labels
+
+    colors = ColorRegistry(["red", "green"])
+    assert [colors.color(n) for n in ("b-0", "a-0", "b-0", "c-0")] == ["red", "green", "red", "red"]
+    labels = [f"{i}ms" for i in range(16)]
+    thinned = thin_labels(labels, most=8)
+    assert len(thinned) == 16 and sum(1 for x in thinned if x) == 8 and thinned[0] == "0ms"
+    assert thin_labels(["a", "b"]) == ["a", "b"]
