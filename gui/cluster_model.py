@@ -81,6 +81,26 @@ class ClusterModel(QObject):
         self.timer.start()
         self.refresh()
 
+    async def check_name_servers(self, namesrv: str) -> None:
+        """Raise ConsoleError, with a sentence, unless a name server answers at ``namesrv``
+        (checked before the console lets go of the cluster it shows)."""
+        addresses = [a.strip() for a in namesrv.split(";") if a.strip()]
+        if not addresses:
+            raise ConsoleError("give a name-server address (host:port;host:port)")
+        for address in addresses:
+            host, _, port = address.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ConsoleError(f"{address!r} is not host:port")
+        prober = Prober(timeout=2.0)
+        try:
+            for address in addresses:
+                if await prober.namesrv_ready(address):
+                    return
+        finally:
+            await prober.close()
+        raise ConsoleError(f"no name server answers at {namesrv} (nothing listens there, or it "
+                           "is not a RocketMQ name server); still showing the cluster before")
+
     def connect_external(self, namesrv: str) -> None:
         """Watch a cluster started elsewhere (a Java RocketMQ, another machine): everything
         over the protocol, no process control."""

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
 
 from cluster.supervisor.spec import profile_names
 from gui.cluster_model import ClusterModel
-from gui.tasks import ConsoleError, spawn
+from gui.tasks import spawn
 from gui.views.charts import ChartsView
 from gui.views.export_view import ExportView
 from gui.views.groups import GroupsView
@@ -168,10 +168,15 @@ class MainWindow(QMainWindow):
         self.groups.refresh()
 
     def connect_external(self) -> None:
-        try:
-            self.model.connect_external(self.external.text())
-        except ConsoleError as exc:
-            self.show_message(str(exc))
+        """Switch to a cluster run elsewhere, once one of its name servers answers (a wrong
+        address leaves the current cluster on screen, with a sentence)."""
+        address = self.external.text()
+
+        async def connect() -> None:
+            await self.model.check_name_servers(address)
+            self.model.connect_external(address)
+
+        spawn(connect(), on_error=self.model.message.emit)
 
     def design_cluster(self) -> None:
         from gui.views.topology import TopologyDialog

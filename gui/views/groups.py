@@ -159,8 +159,9 @@ class GroupsView(QWidget):
             f"{len(clients)} client(s) online: " + ", ".join(_client_text(c) for c in clients)
             + ("\nsubscriptions: " + ", ".join(f"{t} ({s.get('subString', '*')})"
                                                for t, s in subscriptions.items()) if subscriptions else ""))
-        if rows and not self.reset_topic.text():
-            self.reset_topic.setText(rows[0][0].topic)
+        topics = [mq.topic for mq, _ in rows if not mq.topic.startswith(("%RETRY%", "%DLQ%"))]
+        if topics and not self.reset_topic.text():  # the group's own topic, not its retry one
+            self.reset_topic.setText(topics[0])
 
     def _reset_ms(self) -> int:
         return int(self.reset_time.dateTime().toMSecsSinceEpoch())

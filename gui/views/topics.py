@@ -224,8 +224,9 @@ class TopicsView(QWidget):
         5-second samples."""
         admin = self.model.admin
         topics = await admin.topic_list()
-        shown = sorted(t for t in topics
-                       if self.show_system.isChecked() or not self.model.is_internal_topic(t))
+        # Retry topics are the broker's business (a group's lag counts them); system ones too.
+        shown = sorted(t for t in topics if self.show_system.isChecked() or not (
+            self.model.is_internal_topic(t) or t.startswith("%RETRY%")))
         rates = self.model.topic_tps()
         rows = []
         for topic in shown:

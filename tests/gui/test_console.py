@@ -226,9 +226,20 @@ def test_console_runs_a_cluster_topics_messages_charts_and_an_export(qtbot, loop
         load.stop_all()
         pump(lambda: "no load running" in load.running.text(), 20, "the load to stop")
 
-        # The same cluster seen as an external one, by its name-server address only.
+        # A wrong address: a sentence, and the cluster on screen stays.
         namesrv = window.model.namesrv_addr
         supervisor = window.model.supervisor
+        said: list[str] = []
+        window.model.message.connect(said.append)
+        window.external.setText("127.0.0.1:1")
+        window.connect_external()
+        pump(lambda: any("no name server answers at 127.0.0.1:1" in s for s in said), 10,
+             "the refusal")
+        assert window.model.supervisor is supervisor
+        assert window.model.external is None
+        assert not any("Errno" in s for s in said)
+
+        # The same cluster seen as an external one, by its name-server address only.
         window.external.setText(namesrv)
         window.connect_external()
         pump(lambda: node_row(window, "broker-a-0") is not None

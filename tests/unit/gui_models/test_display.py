@@ -52,5 +52,7 @@ def test_a_name_keeps_its_colour_and_axis_labels_thin_out():
     assert [colors.color(n) for n in ("b-0", "a-0", "b-0", "c-0")] == ["red", "green", "red", "red"]
     labels = [f"{i}ms" for i in range(16)]
     thinned = thin_labels(labels, most=8)
-    assert len(thinned) == 16 and sum(1 for x in thinned if x) == 8 and thinned[0] == "0ms"
+    assert len(thinned) == 16
+    assert sum(1 for x in thinned if x) == 8
+    assert thinned[0] == "0ms"
     assert thin_labels(["a", "b"]) == ["a", "b"]

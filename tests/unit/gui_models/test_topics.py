@@ -18,7 +18,9 @@ def test_a_topic_row_from_its_route_stats_groups_and_rate():
                                                                      ("CID-a", "CID-b"))
     assert row.put_tps == 15.0  # the last minute only
     cells = row.cells(now=2_000 + 90)
-    assert cells[3] == "12" and cells[5] == "CID-a, CID-b" and cells[6] == "1 min ago"
+    assert cells[3] == "12"
+    assert cells[5] == "CID-a, CID-b"
+    assert cells[6] == "1 min ago"
     assert topic_row("Empty", {}, {}, [], None).cells()[4:] == ["-", "none yet", "never"]
 
 
@@ -26,5 +28,7 @@ def test_permissions_filter_and_ages():
     route = {"queueDatas": [{"perm": 4, "readQueueNums": 1}, {"perm": 6, "readQueueNums": 1}]}
     assert topic_row("T", route, {}, [], None).permission == "mixed"
     row = topic_row("Payments", {}, {}, ["CID-billing"], None)
-    assert matches(row, "pay") and matches(row, "billing") and not matches(row, "orders")
+    assert matches(row, "pay")
+    assert matches(row, "billing")
+    assert not matches(row, "orders")
     assert (ago(0), ago(10_000, now=15), ago(1, now=7200)) == ("never", "5 s ago", "1 h ago")
