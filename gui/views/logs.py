@@ -1,4 +1,4 @@
-"""A node's log: follow it as it grows, search it."""
+"""A node's log: follow it as it grows, search it, filter it by level or by a text."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QHBoxLayout,
+    QLabel,
     QLineEdit,
     QPlainTextEdit,
     QPushButton,
@@ -17,7 +18,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gui.models.logs import LEVELS, LogFilter
+
 TAIL_BYTES = 256 * 1024
+MAX_LINES = 20000
 
 
 class LogsView(QWidget):
@@ -26,6 +30,8 @@ class LogsView(QWidget):
         self.model = model
         self._path: str | None = None
         self._position = 0
+        self.lines: list[str] = []  # the log as read, whatever the filter shows
+        self._filter = LogFilter()
         layout = QVBoxLayout(self)
         top = QHBoxLayout()
         self.node = QComboBox()
@@ -37,7 +43,16 @@ class LogsView(QWidget):
         self.search.returnPressed.connect(self.find_next)
         find = QPushButton("Find next")
         find.clicked.connect(self.find_next)
-        for widget in (self.node, self.follow, self.search, find):
+        self.level = QComboBox()
+        self.level.addItems(LEVELS)
+        self.level.setToolTip("the lowest level shown (a traceback stays with its line)")
+        self.level.currentTextChanged.connect(lambda _: self.render())
+        self.only_matching = QCheckBox("only matching lines")
+        self.only_matching.toggled.connect(lambda _: self.render())
+        self.search.textChanged.connect(
+            lambda _: self.render() if self.only_matching.isChecked() else None)
+        for widget in (self.node, self.follow, QLabel("level"), self.level, self.search, find,
+                       self.only_matching):
             top.addWidget(widget)
         layout.addLayout(top)
         self.text = QPlainTextEdit()
@@ -68,6 +83,7 @@ class LogsView(QWidget):
             return  # external clusters: their logs are not ours to read
         self._path = self.model.supervisor.node(name).log_path
         self.text.clear()
+        self.lines = []
         size = os.path.getsize(self._path) if os.path.exists(self._path) else 0
         self._position = max(0, size - TAIL_BYTES)
         self.poll()
@@ -78,11 +94,27 @@ class LogsView(QWidget):
         with open(self._path, "rb") as handle:
             handle.seek(self._position)
             data = handle.read()
-        if data:
-            self._position += len(data)
+        if not data:
+            return
+        cut = data.rfind(b"\n") + 1  # whole lines only; the rest is read again next time
+        if cut == 0:
+            return
+        self._position += cut
+        new = data[:cut].decode("utf-8", "replace").splitlines()
+        self.lines = (self.lines + new)[-MAX_LINES:]
+        shown = [line for line in new if self._filter.keep(line)]
+        if shown:
             self.text.moveCursor(QTextCursor.MoveOperation.End)
-            self.text.insertPlainText(data.decode("utf-8", "replace"))
+            self.text.insertPlainText("\n".join(shown) + "\n")
             self.text.moveCursor(QTextCursor.MoveOperation.End)
+
+    def render(self) -> None:
+        """Show the lines read so far through the current filter."""
+        self._filter = LogFilter(self.level.currentText(), self.search.text(),
+                                 self.only_matching.isChecked())
+        shown = self._filter.apply(self.lines)
+        self.text.setPlainText("\n".join(shown) + ("\n" if shown else ""))
+        self.text.moveCursor(QTextCursor.MoveOperation.End)
 
     def find_next(self) -> bool:
         term = self.search.text()

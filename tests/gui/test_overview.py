@@ -88,3 +88,36 @@ def test_the_topics_table_sorts_by_value_and_filters(qtbot, loop):
     assert view.selected_topic() == "Orders"
     view.topic_filter.setText("audit")
     assert [view.topics.item(r, 0).text() for r in range(view.topics.rowCount())] == ["Audit"]
+
+
+def test_the_log_view_filters_by_level_and_text(qtbot, loop, tmp_path):
+    from types import SimpleNamespace
+
+    from gui.cluster_model import ClusterModel
+    from gui.views.logs import LogsView
+
+    log = tmp_path / "node.log"
+    log.write_text("2026-11-25 12:00:01,100 INFO cluster.broker - started\n"
+                   "2026-11-25 12:00:03,100 ERROR cluster.broker - put failed\n"
+                   "Traceback (most recent call last):\n"
+                   "2026-11-25 12:00:04,100 INFO cluster.broker - registered\n")
+    model = ClusterModel()
+    model.supervisor = SimpleNamespace(node=lambda name: SimpleNamespace(log_path=str(log)))
+    view = LogsView(model)
+    qtbot.addWidget(view)
+    view.open_node("broker-a-0")
+    assert view.text.toPlainText().count("\n") == 4
+    view.level.setCurrentText("ERROR")
+    assert view.text.toPlainText().splitlines() == [
+        "2026-11-25 12:00:03,100 ERROR cluster.broker - put failed",
+        "Traceback (most recent call last):"]
+    view.level.setCurrentText("DEBUG")
+    view.only_matching.setChecked(True)
+    view.search.setText("registered")
+    assert view.text.toPlainText().splitlines() == [
+        "2026-11-25 12:00:04,100 INFO cluster.broker - registered"]
+    with log.open("a") as handle:  # new lines go through the same filter
+        handle.write("2026-11-25 12:00:05,100 INFO x - registered again\nnot this one\n")
+    view.poll()
+    assert view.text.toPlainText().splitlines()[-1].endswith("registered again")
+    model.supervisor = None
