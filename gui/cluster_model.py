@@ -57,6 +57,7 @@ class ClusterModel(QObject):
         self.colors = ColorRegistry()  # one colour per broker, topic and group in every chart
         self.samples: dict[str, deque] = {}
         self.lag: dict[str, deque] = {}  # consumer group -> (time, total lag), every 5 s
+        self.consumed: dict[str, deque] = {}  # consumer group -> (time, offsets summed), every 5 s
         self.topic_totals: dict[str, deque] = {}  # topic -> (time, messages stored), every 5 s
         self._lag_due = 0.0
         self._probe = None
@@ -263,6 +264,8 @@ class ClusterModel(QObject):
             total = sum(v["brokerOffset"] - max(v["consumerOffset"], 0) for v in stats.values())
             if stats:
                 self.lag.setdefault(group, deque(maxlen=HISTORY // 5)).append((now, total))
+                consumed = sum(max(v["consumerOffset"], 0) for v in stats.values())
+                self.consumed.setdefault(group, deque(maxlen=HISTORY // 5)).append((now, consumed))
 
     def is_internal_topic(self, topic: str) -> bool:
         """RocketMQ's own topics, and the topic every cluster and broker registers under its name

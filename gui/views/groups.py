@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from PySide6.QtCore import QDateTime, Qt
+from PySide6.QtCore import QDateTime, Qt, QTimer
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QDateTimeEdit,
     QHBoxLayout,
+    QHeaderView,
     QLabel,
     QLineEdit,
-    QListWidget,
     QPushButton,
     QTableWidget,
     QTableWidgetItem,
@@ -21,7 +21,10 @@ from PySide6.QtWidgets import (
 
 from cluster.remoting.codec import request
 from cluster.remoting.codes import RequestCode
+from gui.models.groups import COLUMNS as GROUP_COLUMNS
+from gui.models.groups import group_row
 from gui.tasks import spawn
+from gui.views.table_items import SortableItem
 
 DLQ_COLUMNS = ["original topic", "keys", "tags", "reconsumed", "msgId", "body", "receipt"]
 PROGRESS_COLUMNS = ["topic", "broker", "queue", "broker offset", "consumer offset", "lag",
@@ -42,14 +45,34 @@ class GroupsView(QWidget):
         self.model = model
         layout = QHBoxLayout(self)
         left = QVBoxLayout()
-        self.groups = QListWidget()
-        self.groups.currentTextChanged.connect(lambda _: self.show_group())
+        self.group_filter = QLineEdit()
+        self.group_filter.setPlaceholderText("filter groups")
+        self.group_filter.textChanged.connect(lambda _: self._fill_groups())
+        self.groups = QTableWidget(0, len(GROUP_COLUMNS))
+        self.groups.setHorizontalHeaderLabels(GROUP_COLUMNS)
+        self.groups.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.groups.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.groups.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.groups.verticalHeader().setVisible(False)
+        self.groups.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.groups.horizontalHeader().setSortIndicator(0, Qt.SortOrder.AscendingOrder)
+        self.groups.setSortingEnabled(True)
+        self.groups.itemSelectionChanged.connect(self.show_group)
+        self.group_rows: list = []
+        self.empty = QLabel("")
+        self.empty.setWordWrap(True)
+        self.group_timer = QTimer(self)
+        self.group_timer.setInterval(5000)  # live figures while the tab is shown
+        self.group_timer.timeout.connect(lambda: self.refresh() if self.isVisible() else None)
+        self.group_timer.start()
         refresh = QPushButton("Refresh")
         refresh.clicked.connect(self.refresh)
         delete = QPushButton("Delete selected group")
         delete.clicked.connect(self.delete_group)
         left.addWidget(QLabel("Consumer groups"))
+        left.addWidget(self.group_filter)
         left.addWidget(self.groups, 1)
+        left.addWidget(self.empty)
         left.addWidget(refresh)
         left.addWidget(delete)
         layout.addLayout(left, 1)
@@ -100,26 +123,64 @@ class GroupsView(QWidget):
     def refresh(self) -> None:
         if self.model.admin is None:
             return
-        spawn(self.model.admin.group_list(), on_done=self._show_groups, on_error=self.model.message.emit)
+        spawn(self._load_groups(), on_done=self._show_groups, on_error=self.model.message.emit)
 
-    def _show_groups(self, groups: dict) -> None:
-        current = self.groups.currentItem().text() if self.groups.currentItem() else None
-        self.groups.clear()
-        self.groups.addItems(sorted(g for g in groups if g not in self.model.SYSTEM_GROUPS))
+    async def _load_groups(self) -> list:
+        admin = self.model.admin
+        configs = await admin.group_list()
+        rows = []
+        for group in sorted(g for g in configs if g not in self.model.SYSTEM_GROUPS):
+            try:
+                stats = await admin.consume_stats(group)
+            except Exception:  # its broker is down: the name and config alone
+                stats = {}
+            try:
+                connections = await admin.consumer_connections(group)
+            except Exception:  # nobody online (CONSUMER_NOT_ONLINE)
+                connections = {}
+            rows.append(group_row(group, configs[group], stats, connections,
+                                  self.model.consumed.get(group)))
+        return rows
+
+    def _show_groups(self, rows: list) -> None:
+        self.group_rows = rows
+        self._fill_groups()
+
+    def _fill_groups(self) -> None:
+        current = self.selected_group()
+        needle = self.group_filter.text().lower()
+        rows = [r for r in self.group_rows if needle in r.name.lower()]
+        self.groups.blockSignals(True)
+        self.groups.setSortingEnabled(False)
+        self.groups.setRowCount(len(rows))
+        for r, row in enumerate(rows):
+            for c, (text, key) in enumerate(zip(row.cells(), row.sort_keys(), strict=True)):
+                item = SortableItem(text, key)
+                item.setToolTip(text)
+                self.groups.setItem(r, c, item)
+        self.groups.setSortingEnabled(True)
+        self.groups.blockSignals(False)
+        self.empty.setText("" if self.group_rows else
+                           "no consumer group yet: a group appears when a consumer of it starts, "
+                           "or create one with `rocketdesk group create NAME`")
         if current:
-            for item in self.groups.findItems(current, Qt.MatchFlag.MatchExactly):
-                self.groups.setCurrentItem(item)
+            self.select_group(current, load=False)
 
-    def select_group(self, group: str) -> None:
-        """Select ``group`` in the list (loading the list first when it is empty)."""
-        found = self.groups.findItems(group, Qt.MatchFlag.MatchExactly)
-        if found:
-            self.groups.setCurrentItem(found[0])
-        else:
+    def select_group(self, group: str, load: bool = True) -> None:
+        """Select ``group`` in the table (loading the table first when it is not there yet)."""
+        for row in range(self.groups.rowCount()):
+            item = self.groups.item(row, 0)
+            if item is not None and item.text() == group:
+                self.groups.selectRow(row)
+                return
+        if load:
             self.refresh()
 
     def selected_group(self) -> str | None:
-        item = self.groups.currentItem()
+        rows = self.groups.selectionModel().selectedRows()
+        if not rows:
+            return None
+        item = self.groups.item(rows[0].row(), 0)
         return item.text() if item else None
 
     def show_group(self) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from PySide6.QtCore import QTimer, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -32,25 +32,10 @@ from gui.models.display import body_preview, broker_addrs_text, is_text, propert
 from gui.models.topics import COLUMNS as TOPIC_COLUMNS
 from gui.models.topics import matches, topic_row
 from gui.tasks import ConsoleError, spawn
+from gui.views.table_items import SortableItem
 from storage.inspector import format_timestamp, record_to_json
 
 RESULT_COLUMNS = ["topic", "queue", "offset", "keys", "tags", "msgId", "stored", "body"]
-
-
-class SortableItem(QTableWidgetItem):
-    """A cell that sorts by its value (numbers as numbers), not by its text."""
-
-    def __init__(self, text: str, key) -> None:
-        super().__init__(text)
-        self.key = key
-
-    def __lt__(self, other) -> bool:
-        if isinstance(other, SortableItem):
-            try:
-                return self.key < other.key
-            except TypeError:
-                pass
-        return super().__lt__(other)
 
 
 class TopicsView(QWidget):
@@ -74,6 +59,7 @@ class TopicsView(QWidget):
         self.topics.verticalHeader().setVisible(False)
         self.topics.horizontalHeader().setSectionResizeMode(
             QHeaderView.ResizeMode.ResizeToContents)
+        self.topics.horizontalHeader().setSortIndicator(0, Qt.SortOrder.AscendingOrder)
         self.topics.setSortingEnabled(True)
         self.topics.itemSelectionChanged.connect(lambda: self.show_topic(self.selected_topic()))
         self.topic_rows: list = []

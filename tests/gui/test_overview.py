@@ -121,3 +121,23 @@ def test_the_log_view_filters_by_level_and_text(qtbot, loop, tmp_path):
     view.poll()
     assert view.text.toPlainText().splitlines()[-1].endswith("registered again")
     model.supervisor = None
+
+
+def test_the_groups_table_shows_figures_says_when_empty_and_selects(qtbot, loop):
+    from gui.cluster_model import ClusterModel
+    from gui.models.groups import GroupRow
+    from gui.views.groups import GroupsView
+
+    model = ClusterModel()
+    view = GroupsView(model)
+    qtbot.addWidget(view)
+    view._show_groups([])
+    assert "no consumer group yet" in view.empty.text()
+    view._show_groups([GroupRow("CID-a", 1200, 15.0, 2, "4.x push", 0, 16),
+                       GroupRow("CID-b", 30, None, 0, "-", 4, 1)])
+    assert view.empty.text() == ""
+    assert [view.groups.item(r, 3).text() for r in range(2)] == ["2", "offline"]
+    view.groups.sortItems(1)  # lag, as numbers
+    assert view.groups.item(0, 0).text() == "CID-b"
+    view.select_group("CID-a", load=False)
+    assert view.selected_group() == "CID-a"
