@@ -87,7 +87,9 @@ class TopicsView(QWidget):
         delete.clicked.connect(self.delete_topic)
         export = QPushButton("Export selected topic…")
         export.clicked.connect(self.export_topic)
-        self.tail_button = QPushButton("Live tail of the query topic")
+        self.tail_button = QPushButton("Live tail of the topic")
+        self.tail_button.setToolTip("new messages of the topic in the Find/Browse topic field, "
+                                    "as they arrive")
         self.tail_button.setCheckable(True)
         self.tail_button.toggled.connect(self.toggle_tail)
         form.addRow("name", self.new_topic)
@@ -129,10 +131,11 @@ class TopicsView(QWidget):
         send_form.addRow(send)
         right.addWidget(send_box)
 
-        query_box = QGroupBox("Find messages by key")
+        query_box = QGroupBox("Find messages by key (the topic here is also the one Browse and "
+                              "Live tail read)")
         query_layout = QHBoxLayout(query_box)
         self.query_topic = QLineEdit()
-        self.query_topic.setPlaceholderText("topic")
+        self.query_topic.setPlaceholderText("topic (select one on the left)")
         self.query_key = QLineEdit()
         self.query_key.setPlaceholderText("key or msgId")
         find = QPushButton("Find")
@@ -184,6 +187,7 @@ class TopicsView(QWidget):
         resend.clicked.connect(self.resend)
         self.resend_group = QLineEdit()
         self.resend_group.setPlaceholderText("consumer group")
+        self.resend_group.setMinimumWidth(160)  # a group name fits
         resend_group = QPushButton("Resend to the group")
         resend_group.clicked.connect(self.resend_to_group)
         save_body = QPushButton("Save full body…")
@@ -269,7 +273,12 @@ class TopicsView(QWidget):
                                  self.refresh()),
               on_error=self.model.message.emit)
 
-    def show_topic(self, topic: str) -> None:
+    def show_topic(self, topic: str | None) -> None:
+        if topic:
+            # The selected topic is the one the forms work on: find, browse, live tail and send
+            # all read the topic field, so it says which one that is.
+            self.query_topic.setText(topic)
+            self.send_topic.setText(topic)
         if topic and self.model.admin is not None:
             spawn(self._topic_detail(topic), on_done=self.topic_detail.setPlainText,
                   on_error=self.model.message.emit)
