@@ -58,6 +58,9 @@ class ClusterModel(QObject):
         self.samples: dict[str, deque] = {}
         self.lag: dict[str, deque] = {}  # consumer group -> (time, total lag), every 5 s
         self.consumed: dict[str, deque] = {}  # consumer group -> (time, offsets summed), every 5 s
+        # The latest stats those samples read, for the tables to show without asking again.
+        self.group_stats: dict[str, dict] = {}
+        self.topic_stats: dict[str, dict] = {}
         self.topic_totals: dict[str, deque] = {}  # topic -> (time, messages stored), every 5 s
         self._lag_due = 0.0
         self._probe = None
@@ -78,6 +81,9 @@ class ClusterModel(QObject):
         self.external = None
         self._new_admin()
         self.samples.clear()
+        for cache in (self.lag, self.consumed, self.topic_totals, self.group_stats,
+                      self.topic_stats):
+            cache.clear()  # another cluster's figures must not show as this one's
         self.cluster_changed.emit(name)
         self.timer.start()
         self.refresh()
@@ -111,6 +117,9 @@ class ClusterModel(QObject):
         self.external = namesrv.strip()
         self._new_admin()
         self.samples.clear()
+        for cache in (self.lag, self.consumed, self.topic_totals, self.group_stats,
+                      self.topic_stats):
+            cache.clear()  # another cluster's figures must not show as this one's
         self.cluster_changed.emit(f"external {self.external}")
         self.timer.start()
         self.refresh()
@@ -261,6 +270,7 @@ class ClusterModel(QObject):
                 stats = await asyncio.wait_for(self.admin.consume_stats(group), 2)
             except Exception:
                 continue
+            self.group_stats[group] = stats
             total = sum(v["brokerOffset"] - max(v["consumerOffset"], 0) for v in stats.values())
             if stats:
                 self.lag.setdefault(group, deque(maxlen=HISTORY // 5)).append((now, total))
@@ -288,6 +298,7 @@ class ClusterModel(QObject):
                 stats = await asyncio.wait_for(self.admin.topic_stats(topic), 2)
             except Exception:
                 continue
+            self.topic_stats[topic] = stats
             total = sum(v["maxOffset"] for v in stats.values())
             self.topic_totals.setdefault(topic, deque(maxlen=HISTORY // 5)).append((now, total))
 

@@ -80,8 +80,8 @@ def build_dispatch_request(
     elif topic == TIMER_TOPIC:
         # So is a timer message: the timer service finds due ones from the queue alone.
         deliver = property_from_string(props, PROPERTY_TIMER_DELIVER_MS)
-        if deliver and deliver.isdigit():
-            tags_code = int(deliver)
+        if deliver and deliver.isascii() and deliver.isdigit() and len(deliver) <= 18:
+            tags_code = int(deliver)  # (a unit holds a signed 64-bit tags code)
     return DispatchRequest(
         topic, queue_id, offset, size, tags_code, store_timestamp, queue_offset, keys, uniq_key,
         sys_flag, prepared_transaction_offset, props,

@@ -30,6 +30,7 @@ from cluster.broker.headers import (
 from cluster.broker.pop_checkpoint import REVIVE_QUEUE_ID, PopCheckPoint
 from cluster.broker.pop_revive import max_attempts, now_ms
 from cluster.broker.pull_processor import group_refusal, subscription_filter
+from cluster.broker.send_processor import refusal_code
 from cluster.pop_handle import (
     ExtraInfo,
     ExtraInfoError,
@@ -43,6 +44,7 @@ from cluster.remoting.codec import RemotingCommand
 from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.header import HeaderError
 from cluster.topic_validator import validate_group_name, validate_topic_name
+from storage.errors import PutMessageError
 from storage.record import MessageRecord, decode_record
 from storage.results import GetMessageStatus
 
@@ -84,12 +86,15 @@ class PopMessageProcessor:
                                              header.exp or "")
         if isinstance(message_filter, RemotingCommand):
             return message_filter
-        answer = self._pop_once(header, message_filter)
-        if answer is None and header.poll_time > 0:
-            retry = pop_retry_topic(header.consumer_group, header.topic)
-            if await broker.pull_hold.wait_for_topics(
-                    [header.topic, retry], min(header.poll_time / 1000, MAX_HOLD_SECONDS)):
-                answer = self._pop_once(header, message_filter)
+        try:
+            answer = self._pop_once(header, message_filter)
+            if answer is None and header.poll_time > 0:
+                retry = pop_retry_topic(header.consumer_group, header.topic)
+                if await broker.pull_hold.wait_for_topics(
+                        [header.topic, retry], min(header.poll_time / 1000, MAX_HOLD_SECONDS)):
+                    answer = self._pop_once(header, message_filter)
+        except PutMessageError as exc:  # the store refused the checkpoint (disk full, …)
+            return command.make_response(refusal_code(exc), str(exc))
             if answer is None:
                 return command.make_response(ResponseCode.POLLING_TIMEOUT, "no new message")
         if answer is None:
@@ -168,7 +173,13 @@ class PopMessageProcessor:
             if result.messages:
                 ck = PopCheckPoint(group, topic, queue_id, offset, list(result.queue_offsets),
                                    pop_time, header.invisible_time)
-                broker.pop_revive.add(ck)
+                try:
+                    broker.pop_revive.add(ck)
+                except PutMessageError:
+                    # No checkpoint, no hand-out: the queue keeps its offset and its messages.
+                    if not messages:
+                        raise
+                    break
                 messages.extend(result.messages)
                 starts.append((retry, queue_id, str(offset)))
                 handed.append((retry, queue_id, ",".join(map(str, result.queue_offsets))))
@@ -263,15 +274,22 @@ class PopMessageProcessor:
         key, refusal = self._handle(command, header)
         if refusal is not None:
             return refusal
+        try:
+            self._ack_one(key, header.offset)
+        except PutMessageError as exc:  # the ack record could not be written: not acked
+            return command.make_response(refusal_code(exc), str(exc))
+        return command.make_response(ResponseCode.SUCCESS)
+
+    def _ack_one(self, key, offset: int) -> None:
+        """Ack one message: a FIFO queue's lock, else its checkpoint. An ack of what already
+        came back (or was acked) changes nothing and is not an error: the consumer cannot do
+        better, and RocketMQ answers it the same way."""
         broker = self.broker
-        committed = broker.pop_order.ack(key[:3], header.offset)
+        committed = broker.pop_order.ack(key[:3], offset)
         if committed is not None:
             broker.offsets.commit_offset(key[0], key[1], key[2], committed)
         else:
-            # An ack of what already came back (or was acked) changes nothing and is not an
-            # error: the consumer cannot do better, and RocketMQ answers it the same way.
-            broker.pop_revive.ack(key, header.offset)
-        return command.make_response(ResponseCode.SUCCESS)
+            broker.pop_revive.ack(key, offset)
 
     async def batch_ack(self, connection, command: RemotingCommand) -> RemotingCommand:
         """BATCH_ACK_MESSAGE: a body of acks, each a checkpoint's fields and a bit set of the
@@ -280,7 +298,6 @@ class PopMessageProcessor:
             acks = parse_batch_ack(command.body, self.broker.config.broker_name)
         except HeaderError as exc:
             return command.make_response(ResponseCode.MESSAGE_ILLEGAL, str(exc))
-        broker = self.broker
         for group, topic, retry, queue_id, start, pop_time, offsets in acks:
             problem = validate_group_name(group) or validate_topic_name(topic)
             if problem:
@@ -289,12 +306,11 @@ class PopMessageProcessor:
             if refusal is not None:
                 return refusal
             key = (group, popped_topic(group, topic, retry), queue_id, start, pop_time)
-            for offset in offsets:
-                committed = broker.pop_order.ack(key[:3], offset)
-                if committed is not None:
-                    broker.offsets.commit_offset(key[0], key[1], key[2], committed)
-                else:
-                    broker.pop_revive.ack(key, offset)
+            try:
+                for offset in offsets:
+                    self._ack_one(key, offset)
+            except PutMessageError as exc:
+                return command.make_response(refusal_code(exc), str(exc))
         return command.make_response(ResponseCode.SUCCESS)
 
     @checked(ChangeInvisibleTimeRequestHeader)
@@ -318,8 +334,11 @@ class PopMessageProcessor:
         # in between delivers it twice rather than never.
         moved = PopCheckPoint(ck.group, ck.topic, ck.queue_id, header.offset, [header.offset],
                               pop_time, header.invisible_time)
-        revive.add(moved)
-        revive.ack(key, header.offset)
+        try:
+            revive.add(moved)
+            revive.ack(key, header.offset)
+        except PutMessageError as exc:
+            return command.make_response(refusal_code(exc), str(exc))
         return command.make_response(ResponseCode.SUCCESS, ext_fields={
             "popTime": str(pop_time), "invisibleTime": str(header.invisible_time),
             "reviveQid": str(REVIVE_QUEUE_ID)})

@@ -49,6 +49,9 @@ from storage.record import MessageRecord, decode_record
 log = logging.getLogger(__name__)
 
 REVIVE_INTERVAL = 0.2  # seconds between looks for due checkpoints: redelivery is this late at most
+# Messages put back a round at most, so that many checkpoints falling due together do not stall
+# the broker's event loop (the rest go at the next round, 200 ms later).
+ROUND_BUDGET = 2000
 DEFAULT_MAX_ATTEMPTS = 17  # retryMaxTimes 16, plus the first delivery
 
 
@@ -69,6 +72,7 @@ class PopReviveService:
         self._due: list[tuple[int, CheckPointKey]] = []  # (deadline, key); stale entries skipped
         self._task: asyncio.Task | None = None
         self.revived = 0  # messages put back since start
+        self._settled = True  # a checkpoint left the table: the revive offset may move
         self.dead_lettered = 0
 
     # -- life ---------------------------------------------------------------------------------------
@@ -146,6 +150,7 @@ class PopReviveService:
         ck.acked.add(offset)
         if ck.done:
             del self.table[key]
+            self._settled = True
         return True
 
     def in_flight_by_queue(self, group: str) -> dict[tuple[str, int], int]:
@@ -174,11 +179,12 @@ class PopReviveService:
         return result.append.logics_offset
 
     # -- reviving -------------------------------------------------------------------------------------
-    def revive_due(self, now: int) -> int:
-        """Put back the unacked messages of every checkpoint due by ``now``; how many."""
+    def revive_due(self, now: int, budget: int = ROUND_BUDGET) -> int:
+        """Put back the unacked messages of the checkpoints due by ``now`` (at most about
+        ``budget`` messages; a checkpoint is never split); how many."""
         count = 0
         due = self._due
-        while due and due[0][0] <= now:
+        while due and due[0][0] <= now and count < budget:
             _, key = heapq.heappop(due)
             ck = self.table.get(key)
             if ck is None:
@@ -190,6 +196,7 @@ class PopReviveService:
                 count += 1
             if ck.done:
                 del self.table[key]
+                self._settled = True
             else:
                 # The store refused a put (disk full, shutting down): try again in a second;
                 # the revive offset stays before the checkpoint meanwhile.
@@ -198,7 +205,11 @@ class PopReviveService:
         return count
 
     def _advance(self) -> None:
-        """Move the revive offset up to the oldest open checkpoint (or the queue's end)."""
+        """Move the revive offset up to the oldest open checkpoint (or the queue's end), when
+        a checkpoint was settled since the last time (no scan of the open ones otherwise)."""
+        if not self._settled:
+            return
+        self._settled = False
         store = self.broker.store
         if self.table:
             offset = min(ck.revive_offset for ck in self.table.values())

@@ -212,7 +212,7 @@ class SendMessageProcessor:
         try:
             result, waiter = self.broker.store.put_message_nowait(msg)
         except PutMessageError as exc:
-            return command.make_response(_refusal_code(exc), str(exc))
+            return command.make_response(refusal_code(exc), str(exc))
         return self._answer(command, msg.topic, result, waiter, msg.wait_store_msg_ok,
                             transaction_id)
 
@@ -267,7 +267,7 @@ class SendMessageProcessor:
         try:
             result, waiter = broker.store.put_messages_nowait(batch)
         except PutMessageError as exc:
-            return command.make_response(_refusal_code(exc), str(exc))
+            return command.make_response(refusal_code(exc), str(exc))
         wait = props.get("WAIT", "true").lower() == "true"
         return self._answer(command, topic, result, waiter, wait)
 
@@ -302,7 +302,8 @@ class SendMessageProcessor:
         return status
 
 
-def _refusal_code(exc: PutMessageError) -> int:
+def refusal_code(exc: PutMessageError) -> int:
+    """The response code for a put the store refused (shared by every processor that puts)."""
     if isinstance(exc, MessageIllegalError | PropertiesSizeExceededError):
         return ResponseCode.MESSAGE_ILLEGAL
     if isinstance(exc, ServiceNotAvailableError):

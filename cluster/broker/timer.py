@@ -49,6 +49,9 @@ POLL_INTERVAL = 0.1
 SAVE_INTERVAL = 1.0
 MIN_PENDING_INTERVAL = 10.0
 SCAN_BATCH = 4096  # units filed per read of the queue
+# Deliveries a round at most: a million timers due at once go out over many rounds, not in one
+# multi-second stall of the broker's event loop (about 25,000 a second at POLL_INTERVAL).
+ROUND_BUDGET = 2500
 TIMER_QUEUE_ID = 0
 _UNIT = struct.Struct(">qiq")  # commitLogOffset, size, tagsCode (= delivery time)
 _MAX_TS = 2**62
@@ -74,7 +77,7 @@ def delivery_time(props: dict[str, str], now_ms: int, max_delay_sec: int) -> int
     else:
         scale = 1
     raw = raw.strip()
-    if not raw.isdigit() or len(raw) > 18:
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
         raise TimerError(f"the timer property {raw[:30]!r} is not a whole number")
     deliver = base + int(raw) * scale
     if deliver - now_ms > max_delay_sec * 1000:
@@ -146,7 +149,7 @@ class TimerMessageService:
             try:
                 now = int(time.time() * 1000)
                 self.scan(now)
-                self.deliver_due(now)
+                self.deliver_due(now, budget=ROUND_BUDGET)
             except Exception:  # one bad round must not stop timers for good
                 log.exception("timer messages: a round failed; trying again")
             if time.monotonic() - last_save >= SAVE_INTERVAL:
@@ -193,22 +196,28 @@ class TimerMessageService:
         self.pending += 1
 
     # -- delivering ---------------------------------------------------------------------------------
-    def deliver_due(self, now_ms: int) -> int:
-        """Deliver every slot whose second has come, oldest first; how many messages."""
+    def deliver_due(self, now_ms: int, budget: int | None = None) -> int:
+        """Deliver the slots whose second has come, oldest first (at most ``budget`` messages;
+        the rest at the next round); how many messages."""
         count = 0
         queue = self._queue()
         while self._seconds and self._seconds[0] * 1000 <= now_ms:
+            if budget is not None and count >= budget:
+                break
             second = self._seconds[0]
             slot = self.slots[second]
             done = 0
             for offset in slot:
+                if budget is not None and count + done >= budget:
+                    break
                 if not self._deliver(queue, offset):
                     break
                 done += 1
             count += done
             self.pending -= done
             if done < len(slot):
-                del slot[:done]  # the store refused one: the rest waits for the next round
+                # The budget ran out, or the store refused one: the rest waits for the next round.
+                del slot[:done]
                 break
             heapq.heappop(self._seconds)
             del self.slots[second]

@@ -17,7 +17,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from cluster.pop_handle import POP_RETRY_PREFIX
 from cluster.proxy.schema import Code, pb
 from cluster.remoting.codes import ResponseCode
-from cluster.topic_validator import TRANS_HALF_TOPIC, validate_topic_name
+from cluster.topic_validator import TRANS_HALF_TOPIC, validate_group_name, validate_topic_name
 from storage.message import COMPRESSED_FLAG
 from storage.record import MessageRecord
 
@@ -56,6 +56,21 @@ class MessageRefused(Exception):
 
 def status(code: int = Code.OK, message: str = "OK"):
     return pb.Status(code=code, message=message)
+
+
+def name_refusal(group: str | None = None, topic: str | None = None):
+    """The status refusing a request whose group or topic name is not acceptable (the codes
+    5.x clients expect: ILLEGAL_CONSUMER_GROUP, ILLEGAL_TOPIC), or None. Pass the names the
+    request carries."""
+    if group is not None:
+        problem = validate_group_name(group)
+        if problem:
+            return status(Code.ILLEGAL_CONSUMER_GROUP, problem)
+    if topic is not None:
+        problem = validate_topic_name(topic)
+        if problem:
+            return status(Code.ILLEGAL_TOPIC, problem)
+    return None
 
 
 def to_properties(message, max_body_size: int = MAX_BODY_SIZE) -> tuple[dict[str, str], int]:

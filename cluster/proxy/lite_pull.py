@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 from cluster.proxy.convert import (
+    name_refusal,
     status,
     status_of_response,
     to_message,
@@ -15,7 +16,6 @@ from cluster.proxy.sending import REQUEST_TIMEOUT
 from cluster.remoting.codec import request
 from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.errors import RemotingError
-from cluster.topic_validator import validate_group_name, validate_topic_name
 from storage.record import iter_records
 
 log = logging.getLogger(__name__)
@@ -28,9 +28,9 @@ class LitePullMixin:
         """(topic, broker name, queue id) of a request's message_queue, or a refusal status."""
         queue = request_.message_queue
         topic = queue.topic.name
-        problem = validate_topic_name(topic)
-        if problem:
-            return (Code.ILLEGAL_TOPIC, problem)
+        refusal = name_refusal(topic=topic)
+        if refusal is not None:
+            return (refusal.code, refusal.message)
         if not queue.broker.name or queue.id < 0:
             return (Code.BAD_REQUEST, "a message queue needs its broker and a queue id")
         return topic, queue.broker.name, queue.id
@@ -46,9 +46,9 @@ class LitePullMixin:
         if len(where) == 2:
             yield pb.PullMessageResponse(status=status(*where))
             return
-        if validate_group_name(group):
-            yield pb.PullMessageResponse(status=status(Code.ILLEGAL_CONSUMER_GROUP,
-                                                       validate_group_name(group)))
+        refusal = name_refusal(group)
+        if refusal is not None:
+            yield pb.PullMessageResponse(status=refusal)
             return
         topic, broker_name, queue_id = where
         if request_.offset < 0:
@@ -89,9 +89,11 @@ class LitePullMixin:
         if len(where) == 2:
             return pb.UpdateOffsetResponse(status=status(*where))
         topic, broker_name, queue_id = where
-        if validate_group_name(request_.group.name) or request_.offset < 0:
-            return pb.UpdateOffsetResponse(status=status(Code.BAD_REQUEST,
-                                                         "a valid group and offset are needed"))
+        refusal = name_refusal(request_.group.name)
+        if refusal is not None:
+            return pb.UpdateOffsetResponse(status=refusal)
+        if request_.offset < 0:
+            return pb.UpdateOffsetResponse(status=status(Code.ILLEGAL_OFFSET, "a negative offset"))
         try:
             response = await self._offset_call(broker_name, topic, RequestCode.UPDATE_CONSUMER_OFFSET, {
                 "consumerGroup": request_.group.name, "topic": topic, "queueId": queue_id,
@@ -106,9 +108,9 @@ class LitePullMixin:
         if len(where) == 2:
             return pb.GetOffsetResponse(status=status(*where))
         topic, broker_name, queue_id = where
-        if validate_group_name(request_.group.name):
-            return pb.GetOffsetResponse(status=status(Code.ILLEGAL_CONSUMER_GROUP,
-                                                      validate_group_name(request_.group.name)))
+        refusal = name_refusal(request_.group.name)
+        if refusal is not None:
+            return pb.GetOffsetResponse(status=refusal)
         try:
             response = await self._offset_call(broker_name, topic, RequestCode.QUERY_CONSUMER_OFFSET, {
                 "consumerGroup": request_.group.name, "topic": topic, "queueId": queue_id})

@@ -20,6 +20,7 @@ from cluster.pop_handle import (
     popped_topic,
 )
 from cluster.proxy.convert import (
+    name_refusal,
     status,
     status_of_response,
     to_message,
@@ -29,7 +30,6 @@ from cluster.proxy.sending import REQUEST_TIMEOUT
 from cluster.remoting.codec import request
 from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.errors import RemotingError
-from cluster.topic_validator import validate_group_name, validate_topic_name
 from storage.record import iter_records
 
 log = logging.getLogger(__name__)
@@ -60,12 +60,9 @@ class ReceivingMixin:
     async def QueryAssignment(self, request_, context):
         self._client(context)
         topic, group = request_.topic.name, request_.group.name
-        problem = validate_topic_name(topic) or None
-        if problem:
-            return pb.QueryAssignmentResponse(status=status(Code.ILLEGAL_TOPIC, problem))
-        if validate_group_name(group):
-            return pb.QueryAssignmentResponse(
-                status=status(Code.ILLEGAL_CONSUMER_GROUP, validate_group_name(group)))
+        refusal = name_refusal(group, topic)
+        if refusal is not None:
+            return pb.QueryAssignmentResponse(status=refusal)
         route = await self.routes.get(topic)
         if route is None:
             return pb.QueryAssignmentResponse(status=status(Code.TOPIC_NOT_FOUND,
@@ -83,13 +80,9 @@ class ReceivingMixin:
     async def ReceiveMessage(self, request_, context):
         self._client(context)
         group, topic = request_.group.name, request_.message_queue.topic.name
-        problem = validate_group_name(group)
-        if problem:
-            yield pb.ReceiveMessageResponse(status=status(Code.ILLEGAL_CONSUMER_GROUP, problem))
-            return
-        problem = validate_topic_name(topic)
-        if problem:
-            yield pb.ReceiveMessageResponse(status=status(Code.ILLEGAL_TOPIC, problem))
+        refusal = name_refusal(group, topic)
+        if refusal is not None:
+            yield pb.ReceiveMessageResponse(status=refusal)
             return
         invisible_ms = (request_.invisible_duration.ToMilliseconds()
                         if request_.HasField("invisible_duration") else DEFAULT_INVISIBLE_MS)
@@ -210,12 +203,9 @@ class ReceivingMixin:
     async def AckMessage(self, request_, context):
         self._client(context)
         group, topic = request_.group.name, request_.topic.name
-        problem = validate_group_name(group) or None
-        if problem:
-            return pb.AckMessageResponse(status=status(Code.ILLEGAL_CONSUMER_GROUP, problem))
-        if validate_topic_name(topic):
-            return pb.AckMessageResponse(status=status(Code.ILLEGAL_TOPIC,
-                                                       validate_topic_name(topic)))
+        refusal = name_refusal(group, topic)
+        if refusal is not None:
+            return pb.AckMessageResponse(status=refusal)
         # One BATCH_ACK_MESSAGE a broker for the whole request (a consumer acks what one
         # receive gave it: a handful of checkpoints), not one round trip a message.
         results: dict[int, object] = {}
@@ -262,9 +252,9 @@ class ReceivingMixin:
     async def ChangeInvisibleDuration(self, request_, context):
         self._client(context)
         group, topic = request_.group.name, request_.topic.name
-        if validate_group_name(group) or validate_topic_name(topic):
-            return pb.ChangeInvisibleDurationResponse(status=status(
-                Code.BAD_REQUEST, validate_group_name(group) or validate_topic_name(topic)))
+        refusal = name_refusal(group, topic)
+        if refusal is not None:
+            return pb.ChangeInvisibleDurationResponse(status=refusal)
         extra = self._handle(request_.receipt_handle)
         if isinstance(extra, tuple):
             return pb.ChangeInvisibleDurationResponse(status=status(*extra))
@@ -295,9 +285,9 @@ class ReceivingMixin:
         """The push consumer gave up on a message: into the group's DLQ, and acked."""
         self._client(context)
         group, topic = request_.group.name, request_.topic.name
-        if validate_group_name(group) or validate_topic_name(topic):
-            return pb.ForwardMessageToDeadLetterQueueResponse(status=status(
-                Code.BAD_REQUEST, validate_group_name(group) or validate_topic_name(topic)))
+        refusal = name_refusal(group, topic)
+        if refusal is not None:
+            return pb.ForwardMessageToDeadLetterQueueResponse(status=refusal)
         # A FIFO consumer retries in place, often past the handle's invisible time; what it
         # gives up on must still reach the DLQ, or it would ask forever.
         extra = self._handle(request_.receipt_handle, expired_ok=True)

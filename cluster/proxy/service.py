@@ -21,6 +21,7 @@ from cluster.client.route import PERM_READ, PERM_WRITE, TopicRouteData
 from cluster.proxy.clients import ClientRegistry
 from cluster.proxy.convert import (
     MAX_BODY_SIZE,
+    name_refusal,
     status,
 )
 from cluster.proxy.lite_pull import LitePullMixin
@@ -36,7 +37,6 @@ from cluster.proxy.sending import (
 from cluster.remoting.codec import request
 from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.errors import RemotingError
-from cluster.topic_validator import validate_topic_name
 
 log = logging.getLogger(__name__)
 
@@ -153,9 +153,9 @@ class MessagingService(SendingMixin, ReceivingMixin, LitePullMixin,
     async def QueryRoute(self, request_, context):
         self._client(context)
         topic = request_.topic.name
-        problem = validate_topic_name(topic)
-        if problem:
-            return pb.QueryRouteResponse(status=status(Code.ILLEGAL_TOPIC, problem))
+        refusal = name_refusal(topic=topic)
+        if refusal is not None:
+            return pb.QueryRouteResponse(status=refusal)
         try:
             route = await self.routes.get(topic)
         except RemotingError as exc:

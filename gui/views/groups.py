@@ -131,7 +131,7 @@ class GroupsView(QWidget):
         rows = []
         for group in sorted(g for g in configs if g not in self.model.SYSTEM_GROUPS):
             try:
-                stats = await admin.consume_stats(group)
+                stats = self.model.group_stats.get(group) or await admin.consume_stats(group)
             except Exception:  # its broker is down: the name and config alone
                 stats = {}
             try:

@@ -222,7 +222,8 @@ class TopicsView(QWidget):
         for topic in shown:
             try:
                 route = await admin.topic_route(topic)
-                stats = await admin.topic_stats(topic)
+                # the model sampled it within the last 5 s (system topics it does not sample)
+                stats = self.model.topic_stats.get(topic) or await admin.topic_stats(topic)
                 groups = await admin.groups_of_topic(topic)
             except Exception:  # deleted meanwhile, or its broker is down: the name alone
                 route, stats, groups = {}, {}, []

@@ -89,3 +89,20 @@ def test_a_restart_files_again_what_was_pending_and_nothing_delivered(store_fact
     assert again.deliver_due(NOW + 20_000) == 4
     store.wait_dispatched(timeout=10)
     assert _delivered(store) == [b"t0", b"t1", b"t2", b"t3", b"t4", b"t5", b"late"]
+
+
+def test_a_round_delivers_at_most_its_budget_and_the_rest_follows(store_factory, tmp_path):
+    store = store_factory()
+    for number in range(5):
+        _park(store, f"b{number}".encode(), NOW + 1_000)  # one slot, all due together
+    store.wait_dispatched(timeout=10)
+    timer = TimerMessageService(_broker(store, tmp_path))
+    timer.scan(NOW)
+    assert timer.deliver_due(NOW + 1_000, budget=2) == 2
+    assert timer.pending == 3
+    assert timer.delivered_up_to < NOW + 1_000  # the slot is not done yet
+    assert timer.deliver_due(NOW + 1_000, budget=2) == 2
+    assert timer.deliver_due(NOW + 1_000, budget=2) == 1
+    assert (timer.pending, timer.delivered_up_to) == (0, NOW + 1_000)
+    store.wait_dispatched(timeout=10)
+    assert _delivered(store) == [b"b0", b"b1", b"b2", b"b3", b"b4"]

@@ -82,3 +82,12 @@ def test_broker_answers_map_to_5x_status_codes():
     assert status_of_response(ResponseCode.FLUSH_DISK_TIMEOUT, "x").code == \
         Code.MASTER_PERSISTENCE_TIMEOUT
     assert status_of_response(999, None).code == Code.INTERNAL_SERVER_ERROR
+
+
+def test_names_are_refused_with_the_codes_5x_clients_expect():
+    from cluster.proxy.convert import name_refusal
+
+    assert name_refusal("CID-ok", "TopicOk") is None
+    assert name_refusal("bad group!", "TopicOk").code == Code.ILLEGAL_CONSUMER_GROUP
+    assert name_refusal("CID-ok", "").code == Code.ILLEGAL_TOPIC
+    assert name_refusal(topic="x" * 300).code == Code.ILLEGAL_TOPIC
