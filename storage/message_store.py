@@ -52,7 +52,7 @@ from storage.message import (
 )
 from storage.message_id import decode_message_id
 from storage.page_warmer import page_warmer_for
-from storage.put_checks import check_batch_rules, check_body_size, check_store_status
+from storage.put_checks import check_batch_rules, check_body_size, check_store_status, topic_bytes
 from storage.record import MessageRecord, decode_record, message_size_from_head
 from storage.recovery import recover_store
 from storage.results import (
@@ -295,6 +295,33 @@ class DefaultMessageStore:
         return PutMessageResult(PutMessageStatus.PUT_OK, append), self._flush_request(
             append, msg.wait_store_msg_ok
         )
+
+    def put_plain(
+        self, topic: str, queue_id: int, flag: int, body: bytes, properties: str, sys_flag: int,
+        born_timestamp: int, born_host: bytes, reconsume_times: int,
+    ) -> tuple[int, int, str] | None:
+        """A sender's common message on an ASYNC_FLUSH store (see ``CommitLog.append_plain``
+        for what it must be): (queue offset, next offset, msgId), or None, with nothing
+        written, when only :meth:`put_message_nowait` can take it. Refuses as that does."""
+        if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+            return None  # a put waits for its flush: the general path makes the request
+        check_store_status(self)
+        if len(body) > self.config.max_message_size:
+            return None  # the general path words the refusal
+        done = self.commit_log.append_plain(topic, topic_bytes(topic), queue_id, flag, body,
+                                            properties, sys_flag, born_timestamp, born_host,
+                                            reconsume_times)
+        if done is None:
+            return None
+        offset, total, queue_offset, msg_id, elapsed_ms = done
+        self.stats.record_put(topic, 1, total, elapsed_ms)
+        self.running_flags.clear(WRITE_COMMIT_LOG_ERROR)
+        flush = self.flush_service
+        if self.commit_service is not None:
+            self.commit_service.wakeup()
+        elif isinstance(flush, FlushRealTimeService):  # (None in tools that never start it)
+            flush.wakeup_if_due(offset + total)
+        return queue_offset, offset + total, msg_id
 
     def _put(self, put, arg) -> AppendMessageResult:
         try:

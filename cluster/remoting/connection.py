@@ -111,7 +111,9 @@ class RemotingConnection(asyncio.Protocol):
         self.close_reason: CloseReason | None = None
         self.remote_address = ""
         self.peer: tuple[str, int] | None = None  # (host, port), as the socket reports it
-        self.last_active = asyncio.get_running_loop().time()
+        # The loop, once: asking for the running loop costs a getpid system call a read here.
+        self._loop = asyncio.get_running_loop()
+        self.last_active = self._loop.time()
         # Loop time at which the first byte of the frame still incomplete arrived; None while
         # no partial frame is pending or while we are not reading (the peer cannot finish it).
         self.partial_since: float | None = None
@@ -128,7 +130,7 @@ class RemotingConnection(asyncio.Protocol):
                 self._flow.write_high_water, self._flow.write_low_water)
 
     def data_received(self, data: bytes) -> None:
-        self.last_active = asyncio.get_running_loop().time()
+        self.last_active = self._loop.time()
         self._decoder.feed(data)
         self._drain_decoder()
 
@@ -181,7 +183,7 @@ class RemotingConnection(asyncio.Protocol):
             self.partial_since = None
         elif completed or self.partial_since is None:
             # A new frame started in this read; a frame still arriving keeps its first time.
-            self.partial_since = asyncio.get_running_loop().time()
+            self.partial_since = self._loop.time()
 
     def _too_many_inflight(self) -> bool:
         flow = self._flow
@@ -312,7 +314,7 @@ class RemotingConnection(asyncio.Protocol):
         if corked is None:
             self._corked = [frame]
             if not self._draining:  # else the read's handling ends with the write
-                asyncio.get_running_loop().call_soon(self._uncork)
+                self._loop.call_soon(self._uncork)
         else:
             corked.append(frame)
             if len(corked) >= CORK_FRAMES:

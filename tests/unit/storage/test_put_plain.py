@@ -1,0 +1,132 @@
+"""The one-step put of a sender's common message (``put_plain``) against the general put.
+
+Two stores take the same messages: one through ``put_plain`` (falling back to the general
+path whenever it answers None, as the send processor does), one through the general path only.
+Their CommitLog files, queues, index and answers must be the same, byte for byte. Tiny files
+make both sides roll often, so the fallback at a file's end is exercised too.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time as real_time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from storage import commitlog
+from storage.config import FlushDiskType
+from storage.errors import MessageIllegalError, ServiceNotAvailableError
+from storage.message import MessageExtBrokerInner, properties_to_string
+from storage.message_id import host_to_bytes
+from storage.message_store import DefaultMessageStore
+from storage.results import GetMessageStatus
+from tests.conftest import small_config
+
+FIXED_NOW = SimpleNamespace(time=lambda: 1_700_000_000.123, monotonic=real_time.monotonic)
+
+_names = st.sampled_from(["TopicTest", "orders", "日志"])
+_hosts = st.sampled_from([("127.0.0.1", 40000), ("10.1.2.3", 65535), ("::1", 1234)])
+_props = st.fixed_dictionaries(
+    {"UNIQ_KEY": st.text("0123456789ABCDEF", min_size=32, max_size=32)},
+    optional={"TAGS": st.sampled_from(["TagA", "TagB", "标签"]),
+              "KEYS": st.lists(st.sampled_from(["k1", "k2", "键"]), min_size=1, max_size=3)
+              .map(" ".join),
+              "WAIT": st.sampled_from(["true", "false"]),
+              "extra": st.text(max_size=40).filter(lambda s: "\x01" not in s and "\x02" not in s)},
+).map(lambda p: properties_to_string({**p, "CLUSTER": "DefaultCluster"}))
+_messages = st.lists(st.tuples(
+    _names, st.integers(0, 3), st.integers(-(1 << 31), (1 << 31) - 1), st.binary(max_size=600),
+    _props, st.sampled_from([0, 1, 2, 3, 0x40]), st.integers(-(1 << 63), (1 << 63) - 1),
+    _hosts, st.integers(0, 16)), min_size=1, max_size=25)
+
+
+def _open(root: Path, **overrides) -> DefaultMessageStore:
+    store = DefaultMessageStore(small_config(root, **overrides))
+    store.load()
+    store.start()
+    return store
+
+
+def _commit_log_bytes(store: DefaultMessageStore) -> list[bytes]:
+    return [bytes(f.mm[: f.wrote_position]) for f in store.commit_log.mapped_file_queue]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(messages=_messages)
+def test_put_plain_writes_what_the_general_put_writes(messages):
+    with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(commitlog, "time", FIXED_NOW)
+        plain, general = _open(Path(folder, "plain")), _open(Path(folder, "general"))
+        try:
+            for topic, queue_id, flag, body, props, sys_flag, born_ts, host, reconsume in messages:
+                fields = (topic, body, queue_id, flag, None, props, sys_flag, born_ts, host,
+                          reconsume)
+                done = plain.put_plain(topic, queue_id, flag, body, props, sys_flag, born_ts,
+                                       host_to_bytes(*host), reconsume)
+                if done is None:
+                    result, _ = plain.put_message_nowait(MessageExtBrokerInner(*fields))
+                    done = (result.append.logics_offset, result.append.next_offset,
+                            result.append.msg_id)
+                result, _ = general.put_message_nowait(MessageExtBrokerInner(*fields))
+                assert done == (result.append.logics_offset, result.append.next_offset,
+                                result.append.msg_id)
+            assert _commit_log_bytes(plain) == _commit_log_bytes(general)
+            plain.wait_dispatched()
+            general.wait_dispatched()
+            for topic in {m[0] for m in messages}:
+                for queue_id in range(4):
+                    a = plain.get_message("g", topic, queue_id, 0, 64)
+                    b = general.get_message("g", topic, queue_id, 0, 64)
+                    assert (a.status, a.body, a.max_offset) == (b.status, b.body, b.max_offset)
+                for key in ("k1", "键"):
+                    assert plain.query_message(topic, key, 64, 0, 1 << 62).messages == \
+                        general.query_message(topic, key, 64, 0, 1 << 62).messages
+        finally:
+            plain.shutdown()
+            general.shutdown()
+
+
+def test_put_plain_is_taken_for_most_messages(store_factory):
+    store = store_factory(mapped_file_size_commit_log=1 << 20)
+    host = host_to_bytes("127.0.0.1", 40000)
+    general = 0
+    for _ in range(50):
+        if store.put_plain("TopicTest", 0, 0, b"x" * 100, "A\x01B\x02", 0, 1, host, 0) is None:
+            store.put_message_nowait(MessageExtBrokerInner("TopicTest", b"x" * 100, 0, 0, None,
+                                                           "A\x01B\x02", 0, 1, ("127.0.0.1", 1)))
+            general += 1
+    assert general <= 2  # the file's creation, and where more blocks must be claimed
+    store.wait_dispatched()
+    result = store.get_message("g", "TopicTest", 0, 0, 64)
+    assert result.status is GetMessageStatus.FOUND
+    assert result.max_offset == 50
+
+
+@pytest.mark.parametrize("properties", ["A\x01\udc80\x02", "A\x01" + "v" * 40000 + "\x02"])
+def test_put_plain_leaves_text_it_cannot_write_to_the_general_path(store_factory, properties):
+    store = store_factory(mapped_file_size_commit_log=1 << 20)
+    host = host_to_bytes("127.0.0.1", 40000)
+    assert store.put_plain("TopicTest", 0, 0, b"x", properties, 0, 1, host, 0) is None
+    assert store.get_max_offset_in_queue("TopicTest", 0) == 0
+    assert store.commit_log.get_max_offset() == 0
+
+
+def test_put_plain_leaves_sync_flush_to_the_general_path(store_factory):
+    store = store_factory(flush_disk_type=FlushDiskType.SYNC_FLUSH)
+    host = host_to_bytes("127.0.0.1", 40000)
+    assert store.put_plain("TopicTest", 0, 0, b"x", "", 0, 1, host, 0) is None
+    assert store.commit_log.get_max_offset() == 0
+
+
+def test_put_plain_refuses_as_the_general_put_does(store_factory):
+    store = store_factory()
+    host = host_to_bytes("127.0.0.1", 40000)
+    with pytest.raises(MessageIllegalError):
+        store.put_plain("bad/topic" * 20, 0, 0, b"x", "", 0, 1, host, 0)
+    store.shutdown()
+    with pytest.raises(ServiceNotAvailableError):
+        store.put_plain("TopicTest", 0, 0, b"x", "", 0, 1, host, 0)
