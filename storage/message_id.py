@@ -23,7 +23,6 @@ _OFFSET_TAIL = struct.Struct(">iq")
 _UNIQ_TAIL = struct.Struct(">hiIH")
 
 
-@lru_cache(maxsize=256)
 @lru_cache(maxsize=4096)  # every put parses its client's address: a few µs each
 def host_to_bytes(ip: str, port: int) -> bytes:
     """The 8- or 20-byte form of an (ip, port) pair in records and msgIds."""

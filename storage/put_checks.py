@@ -29,6 +29,7 @@ from storage.record import MAX_PROPERTIES_LENGTH
 from storage.record import MAX_TOPIC_LENGTH_V1 as MAX_TOPIC_LENGTH
 
 _INT32 = (-(1 << 31), (1 << 31) - 1)
+_SLAVE = BrokerRole.SLAVE  # (read once: a member read through its class costs ~70 ns)
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
@@ -36,7 +37,7 @@ def check_store_status(store) -> None:
     """Refuse a put the store cannot take now (``DefaultMessageStore.checkStoreStatus``)."""
     if store._shutdown:
         raise ServiceNotAvailableError("the message store has shut down")
-    if store.config.broker_role is BrokerRole.SLAVE:
+    if store.config.broker_role is _SLAVE:
         raise ServiceNotAvailableError("the message store is a slave: it takes no writes")
     refusal = store.running_flags.write_refusal()
     if refusal is not None:

@@ -195,10 +195,7 @@ class RequestHeader:
     def decode(cls, fields: Mapping[str, str], aliases: Mapping[str, str] | None = None):
         """Check and convert ``fields`` (a command's extFields); raises HeaderError."""
         if aliases is None or aliases is cls.aliases:
-            fast = cls.__dict__.get("_fast_decode")
-            if fast is None:
-                fast = _compile_decoder(cls)
-                cls._fast_decode = staticmethod(fast)  # type: ignore[attr-defined]
+            fast = cls.__dict__.get("_fast_decode") or _install_decoder(cls)
             return fast(fields, aliases is not None)
         values = dict(fields)
         for short, long in aliases.items():
@@ -247,6 +244,13 @@ class RequestHeader:
 
 
 _FIELD_KINDS: dict[type, int] = {}  # filled below, once the field classes exist
+
+
+def _install_decoder(cls: type[RequestHeader]) -> Callable[[Mapping[str, str], bool], Any]:
+    """Make ``cls``'s fast decoder and keep it on the class (its own, not a base's)."""
+    fast = _compile_decoder(cls)
+    cls._fast_decode = staticmethod(fast)  # type: ignore[attr-defined]
+    return fast
 
 
 def _compile_decoder(cls: type[RequestHeader]) -> Callable[[Mapping[str, str], bool], Any]:
@@ -346,10 +350,17 @@ def checked(header_class: type[RequestHeader]):
 
     def wrap(method):
         # A plain method stays plain: the server answers its result at once, without a task.
+        alias_codes = header_class.alias_codes
+        fast: list = []  # the class's decoder, made at the first request (as ``decode`` does)
+
         @functools.wraps(method)
         def run(self, connection, command):
+            # ``header_class.of(command)``, without its two calls: every request goes by here.
             try:
-                header = header_class.of(command)
+                if not fast:
+                    fast.append(header_class.__dict__.get("_fast_decode")
+                                or _install_decoder(header_class))
+                header = fast[0](command.ext_fields, command.code in alias_codes)
             except HeaderError as exc:
                 return _refused(command, exc)
             return method(self, connection, command, header)
