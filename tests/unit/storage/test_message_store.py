@@ -258,6 +258,16 @@ def test_arrival_listener_sees_each_dispatched_message(store_factory):
     assert sorted(seen) == [("TopicTest", 0, 0), ("TopicTest", 1, 0), ("TopicTest", 2, 0)]
 
 
+def test_listeners_hear_once_a_run_of_each_queue_with_its_newest_record(store_factory):
+    store = store_factory(start=False)  # no dispatch thread: the run below takes every record
+    seen = []
+    store.add_arrival_listener(lambda r: seen.append((r.queue_id, r.consume_queue_offset)))
+    for i in range(7):
+        store.put_message_nowait(make_message(queue_id=i % 2))
+    assert store.reput.do_reput() == 7
+    assert sorted(seen) == [(0, 3), (1, 2)]
+
+
 def test_runtime_info_reports_positions_and_the_latency_histogram(store_factory):
     store = store_factory()
     for _ in range(5):

@@ -427,7 +427,11 @@ def test_a_failing_arrival_listener_does_not_stop_dispatch(store_factory):
     for i in range(3):
         _put(store, ledger, _payload("single", 30, ledger, f"m{i}"))
     assert_store_holds(store, ledger)
-    assert seen == [a.offset for a in ledger.acked]
+    # Told of the queue's newest record each run (every record, when each had a run of its own).
+    offsets = [a.offset for a in ledger.acked]
+    assert seen
+    assert seen[-1] == offsets[-1]
+    assert set(seen) <= set(offsets)
 
 
 # -- random failure points over a sequence of puts -------------------------------------------------
