@@ -4,8 +4,9 @@ A real BrokerController (store, dispatch, index) on a temporary folder; pre-enco
 fed to one of its RemotingConnections through a transport that only counts the bytes written,
 ``--burst`` frames per read as a pipelining client sends them. What is left is the broker's own
 work a message: frame split, header decode and checks, the put, dispatch and the encoded answer.
+With ``--batch N`` the frames are SEND_BATCH_MESSAGE requests of N messages each (one a read).
 
-    python scripts/bench_broker_path.py [--messages 50000] [--burst 32] [--profile]
+    python scripts/bench_broker_path.py [--messages 50000] [--burst 32] [--batch 0] [--profile]
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from cluster.remoting.codec import encode, request
 from cluster.remoting.codes import RequestCode
 from storage.message import properties_to_string
 from storage.message_id import UniqIdGenerator
+from storage.record import encode_batch_parts
 
 
 class CountingTransport:
@@ -68,10 +70,21 @@ class CountingTransport:
         pass
 
 
-def send_frames(count: int, size: int) -> list[bytes]:
+def send_frames(count: int, size: int, batch: int = 0) -> list[bytes]:
+    """``count`` SEND_MESSAGE_V2 frames, or SEND_BATCH_MESSAGE frames of ``batch`` messages."""
     ids = UniqIdGenerator()
     body = os.urandom(size)
     frames = []
+    if batch:
+        for i in range(count):
+            inner = encode_batch_parts((0, body, properties_to_string({"UNIQ_KEY": ids.next_id()}))
+                                       for _ in range(batch))
+            fields = {"a": "benchmark_producer", "b": "BenchmarkTest", "c": "TBW102", "d": 4,
+                      "e": i % 4, "f": 0, "g": int(time.time() * 1000), "h": 0,
+                      "i": "WAIT\x01true\x02", "j": 0, "k": False, "m": True}
+            frames.append(encode(request(RequestCode.SEND_BATCH_MESSAGE, fields, inner,
+                                         opaque=i + 1)))
+        return frames
     for i in range(count):
         props = {"UNIQ_KEY": ids.next_id(), "WAIT": "true"}
         fields = {"a": "benchmark_producer", "b": "BenchmarkTest", "c": "TBW102", "d": 4,
@@ -101,8 +114,10 @@ async def measure(args: argparse.Namespace, folder: str) -> None:
             core = describe()
         except ImportError:
             core = "pure Python"
-        frames = send_frames(args.messages, args.size)
-        reads = [b"".join(frames[i:i + args.burst]) for i in range(0, len(frames), args.burst)]
+        per_frame = args.batch or 1
+        frames = send_frames(args.messages // per_frame, args.size, args.batch)
+        burst = max(1, args.burst // per_frame)
+        reads = [b"".join(frames[i:i + burst]) for i in range(0, len(frames), burst)]
         profiler = cProfile.Profile() if args.profile else None
         before = transport.written
         start = time.process_time()
@@ -119,9 +134,10 @@ async def measure(args: argparse.Namespace, folder: str) -> None:
         loop_cpu = time.thread_time() - start_loop
         broker.store.wait_dispatched()
         loop = event_loop.loop_name() if event_loop else "asyncio"
-        print(f"{args.messages} sends in bursts of {args.burst}, {args.size}-byte bodies, "
-              f"loop {loop}, {core}: {cpu / args.messages * 1e6:.1f} µs CPU a send "
-              f"({args.messages / cpu:,.0f} sends/s of one core); {transport.written - before:,} "
+        shape = f"in batches of {args.batch}" if args.batch else f"in bursts of {args.burst}"
+        print(f"{args.messages} messages {shape}, {args.size}-byte bodies, "
+              f"loop {loop}, {core}: {cpu / args.messages * 1e6:.1f} µs CPU a message "
+              f"({args.messages / cpu:,.0f} messages/s of one core); {transport.written - before:,} "
               f"answer bytes in {transport.writes} writes; {loop_cpu / args.messages * 1e6:.1f} µs "
               f"of it on the event loop's thread")
         if profiler:
@@ -135,6 +151,8 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=50000)
     parser.add_argument("--burst", type=int, default=32)
     parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--batch", type=int, default=0,
+                        help="messages a SEND_BATCH_MESSAGE request (0: single sends)")
     parser.add_argument("--profile", action="store_true", help="print a cProfile of the run")
     parser.add_argument("--top", type=int, default=30)
     args = parser.parse_args()

@@ -162,6 +162,11 @@ class ReputMessageService(ServiceThread):
         # Optional: (topic, queue_id, offset, size) -> True when every view already holds the
         # record. Recovery re-reads from the checkpoint; this lets it skip without decoding.
         self.already_dispatched: Callable[[str, int, int, int], bool] | None = None
+        # Optional: what every dispatcher does for an appended entry, in one call, when the
+        # entry is a plain record (True), else False having done nothing. Records the put path
+        # appended are most of what a broker dispatches; a request object and a call per
+        # dispatcher were half of their dispatch.
+        self.dispatch_plain: Callable[[tuple], bool] | None = None
         # Dispatch runs on whichever thread asks: the broker's event loop right after a burst
         # of puts (no other thread woken, no interpreter lock handed over), this service's own
         # thread for what nobody dispatched inline (a slave's replicated bytes, a backstop
@@ -227,17 +232,21 @@ class ReputMessageService(ServiceThread):
             try:
                 dispatcher(request)
             except Exception as exc:
-                reason = describe_os_error(exc) if isinstance(exc, OSError) else \
-                    f"{type(exc).__name__}: {exc}"
-                self.flags.set(WRITE_LOGICS_QUEUE_ERROR,
-                               f"dispatching the message at CommitLog offset "
-                               f"{request.commit_log_offset} ({request.topic}-{request.queue_id}) "
-                               f"failed: {reason}; dispatch retries it every second")
-                if not isinstance(exc, OSError) and self._listener_failures.should_log("dispatch")[0]:
-                    log.error("dispatcher failed", exc_info=exc)  # a bug: show where
-                raise DispatchFailed from exc
+                raise self._failed(request.topic, request.queue_id, request.commit_log_offset,
+                                   exc) from exc
         if self.arrival_listeners:
             self._arrived[(request.topic, request.queue_id)] = request
+
+    def _failed(self, topic: str, queue_id: int, offset: int, exc: Exception) -> DispatchFailed:
+        """Raise WRITE_LOGICS_QUEUE_ERROR for a record a dispatcher could not take."""
+        reason = describe_os_error(exc) if isinstance(exc, OSError) else \
+            f"{type(exc).__name__}: {exc}"
+        self.flags.set(WRITE_LOGICS_QUEUE_ERROR,
+                       f"dispatching the message at CommitLog offset {offset} ({topic}-{queue_id}) "
+                       f"failed: {reason}; dispatch retries it every second")
+        if not isinstance(exc, OSError) and self._listener_failures.should_log("dispatch")[0]:
+            log.error("dispatcher failed", exc_info=exc)  # a bug: show where
+        return DispatchFailed()
 
     def _tell_listeners(self) -> None:
         """The newest record of each queue dispatched since the last call, to every listener."""
@@ -245,7 +254,12 @@ class ReputMessageService(ServiceThread):
         if not arrived:
             return
         self._arrived = {}
-        for request in arrived.values():
+        levels = self.delay_levels_ms
+        for newest in arrived.values():
+            # An appended entry that ``dispatch_plain`` took has no request yet.
+            request = newest if type(newest) is not tuple else build_dispatch_request(
+                newest[4], newest[5], newest[0], newest[1], newest[2], newest[3], newest[6],
+                newest[7], newest[8], levels)
             for listener in self.arrival_listeners:
                 try:
                     listener(request)
@@ -287,6 +301,8 @@ class ReputMessageService(ServiceThread):
         appended = self.commit_log.appended
         readable = self.commit_log.get_max_offset()
         levels = self.delay_levels_ms
+        plain = self.dispatch_plain
+        listening = bool(self.arrival_listeners)
         count = 0
         while appended:
             item = appended[0]
@@ -303,9 +319,17 @@ class ReputMessageService(ServiceThread):
                 _pop_if_first(appended, item)
                 self.reput_from_offset = self.commit_log.roll_next_file(offset)
                 continue
-            request = build_dispatch_request(topic, item[5], offset, size, item[2], item[3],
-                                             item[6], item[7], item[8], levels)
-            self._dispatch(request)  # on failure the entry stays for the next round
+            try:
+                done = plain is not None and plain(item)
+            except Exception as exc:  # the entry stays for the next round, as below
+                raise self._failed(topic, item[5], offset, exc) from exc
+            if done:
+                if listening:
+                    self._arrived[(topic, item[5])] = item
+            else:
+                request = build_dispatch_request(topic, item[5], offset, size, item[2], item[3],
+                                                 item[6], item[7], item[8], levels)
+                self._dispatch(request)  # on failure the entry stays for the next round
             _pop_if_first(appended, item)
             self.reput_from_offset = offset + size
             self.last_store_timestamp = item[2]

@@ -44,11 +44,15 @@ from storage.get_message import read_queue
 from storage.index_file import IndexService
 from storage.mapped_file import TransientStorePool
 from storage.message import (
+    SCHEDULE_TOPIC,
+    TIMER_TOPIC,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     MessageExtBatch,
     MessageExtBrokerInner,
+    dispatch_properties,
+    java_hash,
 )
 from storage.message_id import decode_message_id
 from storage.page_warmer import page_warmer_for
@@ -67,6 +71,7 @@ from storage.stats import StoreStatsService
 
 log = logging.getLogger(__name__)
 
+_TIMED_TOPICS = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC})  # a unit's tags code is a time there
 _SYNC_FLUSH = FlushDiskType.SYNC_FLUSH  # (read once: a member read through its class costs ~70 ns)
 
 
@@ -109,6 +114,7 @@ class DefaultMessageStore:
             dispatchers.append(self._dispatch_index)
         self.reput = ReputMessageService(self.commit_log, dispatchers, self.delay_levels_ms,
                                          self.running_flags)
+        self.reput.dispatch_plain = self._dispatch_plain  # (the two dispatchers above, fused)
         self.commit_log.on_append = self.reput.wakeup
         self.flush_service: GroupCommitService | FlushRealTimeService | None = None
         self.commit_service: CommitRealTimeService | None = None
@@ -426,6 +432,26 @@ class DefaultMessageStore:
         if request.uniq_key or request.keys:
             self.index_service.build_index(request.topic, request.keys, request.uniq_key,
                                            request.commit_log_offset, request.store_timestamp)
+
+    def _dispatch_plain(self, entry: tuple) -> bool:
+        """``_dispatch_consume_queue`` and ``_dispatch_index`` for an entry the put path
+        appended (see ``CommitLog.appended``), in one call and without a DispatchRequest, when
+        it is a plain record: not a transaction's prepare, commit or rollback, not parked in
+        the delay or timer topic (their tags code is a time). False, having done nothing, for
+        the others."""
+        offset, size, store_ts, queue_offset, topic, queue_id, sys_flag, _, props = entry
+        if sys_flag & 0xC or topic in _TIMED_TOPICS:
+            return False
+        tags, keys, uniq_key, _ = dispatch_properties(props)
+        queues = self.consume_queue_table.get(topic)
+        queue = queues.get(queue_id) if queues is not None else None
+        if queue is None:
+            queue = self.find_consume_queue(topic, queue_id)
+        queue.put_message_position_info(  # type: ignore[union-attr]  (create=True: never None)
+            offset, size, java_hash(tags) if tags else 0, queue_offset)
+        if (uniq_key or keys) and self.config.message_index_enable:
+            self.index_service.build_index(topic, keys, uniq_key, offset, store_ts)
+        return True
 
     def _already_dispatched(self, topic: str, queue_id: int, offset: int, size: int) -> bool:
         queue = self.consume_queue_table.get(topic, {}).get(queue_id)

@@ -1,9 +1,11 @@
-"""The one-step put of a sender's common message (``put_plain``) against the general put.
+"""The one-step put of a sender's common message (``put_plain``) and the one-call dispatch of
+what it appended (``dispatch_plain``), against the general put and the dispatchers.
 
 Two stores take the same messages: one through ``put_plain`` (falling back to the general
-path whenever it answers None, as the send processor does), one through the general path only.
-Their CommitLog files, queues, index and answers must be the same, byte for byte. Tiny files
-make both sides roll often, so the fallback at a file's end is exercised too.
+path whenever it answers None, as the send processor does) and ``dispatch_plain``, one through
+the general path and the dispatchers only. Their CommitLog files, ConsumeQueue files, index and
+answers must be the same, byte for byte. Tiny files make both sides roll often, so the
+fallback at a file's end is exercised too.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ _props = st.fixed_dictionaries(
 _messages = st.lists(st.tuples(
     _names, st.integers(0, 3), st.integers(-(1 << 31), (1 << 31) - 1), st.binary(max_size=600),
     _props, st.sampled_from([0, 1, 2, 3, 0x40]), st.integers(-(1 << 63), (1 << 63) - 1),
-    _hosts, st.integers(0, 16)), min_size=1, max_size=25)
+    _hosts, st.integers(0, 16), st.sampled_from([None, None, "delay", "commit"])),
+    min_size=1, max_size=25)
 
 
 def _open(root: Path, **overrides) -> DefaultMessageStore:
@@ -55,18 +58,30 @@ def _commit_log_bytes(store: DefaultMessageStore) -> list[bytes]:
     return [bytes(f.mm[: f.wrote_position]) for f in store.commit_log.mapped_file_queue]
 
 
+def _consume_queue_bytes(store: DefaultMessageStore) -> dict:
+    return {(topic, queue_id): [bytes(f.mm[: f.wrote_position]) for f in queue.mapped_file_queue]
+            for topic, queues in store.consume_queue_table.items()
+            for queue_id, queue in queues.items()}
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(messages=_messages)
 def test_put_plain_writes_what_the_general_put_writes(messages):
     with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as patch:
         patch.setattr(commitlog, "time", FIXED_NOW)
         plain, general = _open(Path(folder, "plain")), _open(Path(folder, "general"))
+        general.reput.dispatch_plain = None
         try:
-            for topic, queue_id, flag, body, props, sys_flag, born_ts, host, reconsume in messages:
+            for (topic, queue_id, flag, body, given_props, given_flag, born_ts, host, reconsume,
+                 special) in messages:
+                # What the send processor leaves to the general put: delays, transactions.
+                props = given_props + ("DELAY\x012\x02" if special == "delay" else "")
+                sys_flag = given_flag | (8 if special == "commit" else 0)
                 fields = (topic, body, queue_id, flag, None, props, sys_flag, born_ts, host,
                           reconsume)
-                done = plain.put_plain(topic, queue_id, flag, body, props, sys_flag, born_ts,
-                                       host_to_bytes(*host), reconsume)
+                done = None if special else plain.put_plain(
+                    topic, queue_id, flag, body, props, sys_flag, born_ts, host_to_bytes(*host),
+                    reconsume)
                 if done is None:
                     result, _ = plain.put_message_nowait(MessageExtBrokerInner(*fields))
                     done = (result.append.logics_offset, result.append.next_offset,
@@ -77,6 +92,7 @@ def test_put_plain_writes_what_the_general_put_writes(messages):
             assert _commit_log_bytes(plain) == _commit_log_bytes(general)
             plain.wait_dispatched()
             general.wait_dispatched()
+            assert _consume_queue_bytes(plain) == _consume_queue_bytes(general)
             for topic in {m[0] for m in messages}:
                 for queue_id in range(4):
                     a = plain.get_message("g", topic, queue_id, 0, 64)
