@@ -447,8 +447,9 @@ class DefaultMessageStore:
         queue = queues.get(queue_id) if queues is not None else None
         if queue is None:
             queue = self.find_consume_queue(topic, queue_id)
-        queue.put_message_position_info(  # type: ignore[union-attr]  (create=True: never None)
-            offset, size, java_hash(tags) if tags else 0, queue_offset)
+            assert queue is not None  # create=True: made when missing
+        queue.put_message_position_info(offset, size, java_hash(tags) if tags else 0,
+                                        queue_offset)
         if (uniq_key or keys) and self.config.message_index_enable:
             self.index_service.build_index(topic, keys, uniq_key, offset, store_ts)
         return True
