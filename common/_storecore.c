@@ -996,10 +996,61 @@ populate_write(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* msync_range                                                                                  */
+
+PyDoc_STRVAR(msync_range_doc,
+"msync_range(mm, start, end) -> int\n\n"
+"Write back the pages of mm[start:end] (from the page holding start) and wait for them, as\n"
+"fdatasync does for the whole file, without the interpreter lock (msync with MS_SYNC: Linux\n"
+"syncs the file's range and the metadata needed to read it). Returns 0, or the errno.\n"
+"Pages of the file outside the range are left as they are: dirty pages ahead of a writer stay\n"
+"writable instead of being written back and write-protected.");
+
+static PyObject *
+msync_range(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "msync_range() takes 3 arguments");
+        return NULL;
+    }
+    Py_ssize_t start, end;
+    if (ssize_arg(args[1], &start) < 0 || ssize_arg(args[2], &end) < 0)
+        return NULL;
+#ifdef __linux__
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (start < 0)
+        start = 0;
+    if (end > view.len)
+        end = view.len;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    char *base = (char *)view.buf;
+    uintptr_t from = ((uintptr_t)(base + start)) & ~(page - 1); /* msync starts on a page */
+    uintptr_t to = (uintptr_t)(base + end);
+    /* Released before the call, as populate_write does: the caller holds the file open (its
+     * reference count) for the call; were it unmapped anyway, msync answers ENOMEM. */
+    PyBuffer_Release(&view);
+    int rc = 0;
+    if (end > start) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = msync((void *)from, (size_t)(to - from), MS_SYNC) == 0 ? 0 : errno;
+        Py_END_ALLOW_THREADS
+    }
+    return PyLong_FromLong(rc);
+#else
+    (void)args;
+    return PyLong_FromLong(ENOSYS); /* the caller syncs the whole file instead */
+#endif
+}
+
+/* ------------------------------------------------------------------------------------------ */
 
 static PyMethodDef methods[] = {
     {"populate_write", (PyCFunction)(void (*)(void))populate_write, METH_FASTCALL,
      populate_write_doc},
+    {"msync_range", (PyCFunction)(void (*)(void))msync_range, METH_FASTCALL, msync_range_doc},
     {"body_crc", (PyCFunction)body_crc, METH_O, body_crc_doc},
     {"batch_layout", (PyCFunction)(void (*)(void))batch_layout, METH_FASTCALL, batch_layout_doc},
     {"encode_batch_into", (PyCFunction)(void (*)(void))encode_batch_into, METH_FASTCALL,

@@ -59,10 +59,11 @@ def _failing(code: int, when=lambda *args: True, real=None):
     return fail
 
 
-def _commit_log_fdatasync_fails(store, code: int):
-    """fdatasync failing for the CommitLog's files only (not the checkpoint's or the queues')."""
-    fds = {mapped._fd for mapped in store.commit_log.mapped_file_queue.mapped_files}
-    return _failing(code, lambda fd: fd in fds, real=os.fdatasync)
+def _commit_log_sync_fails(store, code: int):
+    """A mapped file's sync (msync of its range, or fdatasync) failing for the CommitLog's
+    files only (not the checkpoint's or the queues')."""
+    files = set(store.commit_log.mapped_file_queue.mapped_files)
+    return _failing(code, lambda mapped, *_: mapped in files, real=MappedFile._sync)
 
 
 def _wait_until(condition, timeout: float = 5.0) -> bool:
@@ -172,7 +173,7 @@ def test_a_failing_fdatasync_under_sync_flush_answers_at_once_and_refuses_writes
     ledger.put(store, make_message(body=b"flushed"))
     queue = store.commit_log.mapped_file_queue
     with monkeypatch.context() as mp:
-        mp.setattr(mapped_file_module.os, "fdatasync", _commit_log_fdatasync_fails(store, errno.EIO))
+        mp.setattr(MappedFile, "_sync", _commit_log_sync_fails(store, errno.EIO))
         begin = time.monotonic()
         result = store.put_message(make_message(body=b"not flushed"))
         assert result.status is PutMessageStatus.FLUSH_DISK_TIMEOUT  # stored, not durable
@@ -195,9 +196,9 @@ def test_a_failed_flush_dirties_the_unflushed_pages_again_before_retrying(tmp_pa
     # Linux may count pages whose write-back failed as clean: the retry must not trust that.
     mapped = MappedFile(str(tmp_path / offset_to_file_name(0)), 8192)
     mapped.append(b"a" * 5000)
-    real = os.fdatasync
+    real = MappedFile._sync
     with monkeypatch.context() as mp:
-        mp.setattr(mapped_file_module.os, "fdatasync", _failing(errno.EIO, real=real))
+        mp.setattr(MappedFile, "_sync", _failing(errno.EIO, real=real))
         with pytest.raises(OSError, match="Input/output error"):
             mapped.flush(0)
     assert mapped.flushed_position == 0
@@ -219,8 +220,7 @@ def test_async_flush_failures_raise_a_flag_and_the_service_keeps_going(store_fac
     store = store_factory(flush_interval_commit_log=10, flush_commit_log_thorough_interval=10)
     store.put_message(make_message())
     with monkeypatch.context() as mp:
-        mp.setattr(mapped_file_module.os, "fdatasync",
-                   _commit_log_fdatasync_fails(store, errno.ENOSPC))
+        mp.setattr(MappedFile, "_sync", _commit_log_sync_fails(store, errno.ENOSPC))
         store.put_message(make_message())
         assert _wait_until(lambda: store.running_flags.is_set(FLUSH_COMMIT_LOG_ERROR))
         assert store.flush_service.is_running
@@ -403,9 +403,9 @@ def test_a_store_whose_disk_fails_at_shutdown_still_closes_and_recovers(store_fa
         ledger.put(store, make_message(body=b"%d" % i))
     assert store.wait_dispatched()
     config = store.config
-    real = os.fdatasync
+    real = MappedFile._sync
     with monkeypatch.context() as mp:
-        mp.setattr(mapped_file_module.os, "fdatasync", _failing(errno.EIO, real=real))
+        mp.setattr(MappedFile, "_sync", _failing(errno.EIO, real=real))
         mp.setattr(StoreCheckpoint, "flush", _failing(errno.EIO))
         store.shutdown()
     assert os.path.exists(config.abort_path)  # the next start recovers from the checkpoint

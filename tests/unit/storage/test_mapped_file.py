@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 
 import pytest
@@ -279,3 +280,51 @@ def test_queue_commit_copies_buffered_bytes_and_moves_committed_where(tmp_path):
     assert (queue.committed_where, queue.get_max_offset()) == (10, 10)
     assert _disk(tmp_path / offset_to_file_name(0))[:10] == b"q" * 10
     queue.shutdown()
+
+
+def test_a_flush_syncs_the_written_range_without_fdatasync_where_the_core_can(tmp_path,
+                                                                                monkeypatch):
+    from storage import mapped_file as module
+
+    mapped = MappedFile(str(tmp_path / offset_to_file_name(0)), 1 << 16)
+    calls = []
+    monkeypatch.setattr(module.os, "fdatasync", lambda fd: calls.append("fdatasync"))
+    if module._msync_range is None:  # ROCKETDESK_PURE=1 or not Linux: the whole file
+        mapped.append(b"a" * 5000)
+        assert mapped.flush(0) == 5000
+        assert calls == ["fdatasync"]
+        return
+    ranges = []
+    real = module._msync_range
+    monkeypatch.setattr(module, "_msync_range",
+                        lambda mm, start, end: ranges.append((start, end)) or real(mm, start, end))
+    mapped.append(b"a" * 5000)
+    assert mapped.flush(0) == 5000
+    mapped.append(b"b" * 3000)
+    assert mapped.flush(0) == 8000
+    assert ranges == [(0, 5000), (5000, 8000)]
+    assert calls == []
+    # A kernel without the call: the whole file, as before.
+    monkeypatch.setattr(module, "_msync_range", lambda mm, start, end: errno.ENOSYS)
+    mapped.append(b"c" * 10)
+    assert mapped.flush(0) == 8010
+    assert calls == ["fdatasync"]
+    mapped.close()
+
+
+def test_msync_range_clamps_its_range_and_answers_errors_as_numbers():
+    import mmap
+
+    from common import speedups
+
+    core = speedups.store_core
+    if core is None:
+        pytest.skip("the compiled core is not in use")
+    memory = mmap.mmap(-1, 8192)
+    assert core.msync_range(memory, -5, 1 << 40) == 0  # clamped to the mapping
+    assert core.msync_range(memory, 4000, 100) == 0  # an empty range: nothing to do
+    with pytest.raises(TypeError):
+        core.msync_range(memory, 0)
+    memory.close()
+    with pytest.raises(ValueError, match="closed"):
+        core.msync_range(memory, 0, 10)  # a closed mapping has no buffer

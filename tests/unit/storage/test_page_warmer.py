@@ -131,7 +131,7 @@ def test_a_store_with_the_warmer_keeps_every_message(tmp_path):
 
     if speedups.store_core is None:
         pytest.skip("ROCKETDESK_PURE=1: no warmer on the pure path")
-    config = small_config(tmp_path)
+    config = small_config(tmp_path, warm_commit_log_pages=True)  # (off by default on 2 cores)
     config.mapped_file_size_commit_log = 64 << 20
     store = DefaultMessageStore(config)
     store.load()
