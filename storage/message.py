@@ -213,6 +213,18 @@ def tags_string_to_tags_code(tags: str | None) -> int:
     return java_hash(tags)
 
 
+def wait_store_msg_ok(text: str) -> bool:
+    """Whether a message with the properties string ``text`` waits for its flush and slave:
+    unless WAIT is present and not "true" (any case), as RocketMQ reads it."""
+    if "WAIT\x01" not in text:
+        return True
+    if text.count("WAIT\x01") == 1 and (text.startswith("WAIT\x01true\x02")
+                                         or "\x02WAIT\x01true\x02" in text):
+        return True  # what every RocketMQ producer sends, read without parsing
+    value = property_from_string(text, PROPERTY_WAIT_STORE_MSG_OK)
+    return value is None or value.lower() == "true"
+
+
 # --- the message handed to the store --------------------------------------------------------
 class MessageExtBrokerInner:
     """A message as the broker hands it to the store (RocketMQ's ``MessageExtBrokerInner``).
@@ -324,14 +336,10 @@ class MessageExtBrokerInner:
         """RocketMQ waits for flush/replication unless WAIT is present and not "true"."""
         wait = self._wait
         if wait is None:  # asked twice a put (the flush request, the answer): read once
-            text = self.properties_string
-            if self._properties is None and "WAIT\x01" not in text:
-                wait = True
-            elif self._properties is None and text.count("WAIT\x01") == 1 and (
-                    text.startswith("WAIT\x01true\x02") or "\x02WAIT\x01true\x02" in text):
-                wait = True  # what every RocketMQ producer sends, read without parsing
+            if self._properties is None:
+                wait = wait_store_msg_ok(self.properties_string)
             else:
-                value = self.get_property(PROPERTY_WAIT_STORE_MSG_OK)
+                value = self._properties.get(PROPERTY_WAIT_STORE_MSG_OK)
                 wait = value is None or value.lower() == "true"
             self._wait = wait
         return wait

@@ -301,18 +301,17 @@ class DefaultMessageStore:
         append = self._put(self.commit_log.put_message, msg)
         self._after_put(append, begin)
         return PutMessageResult(PutMessageStatus.PUT_OK, append), self._flush_request(
-            append, msg.wait_store_msg_ok
+            append.next_offset, msg.wait_store_msg_ok
         )
 
     def put_plain(
         self, topic: str, queue_id: int, flag: int, body: bytes, properties: str, sys_flag: int,
-        born_timestamp: int, born_host: bytes, reconsume_times: int,
-    ) -> tuple[int, int, str] | None:
-        """A sender's common message on an ASYNC_FLUSH store (see ``CommitLog.append_plain``
-        for what it must be): (queue offset, next offset, msgId), or None, with nothing
-        written, when only :meth:`put_message_nowait` can take it. Refuses as that does."""
-        if self.config.flush_disk_type is _SYNC_FLUSH:
-            return None  # a put waits for its flush: the general path makes the request
+        born_timestamp: int, born_host: bytes, reconsume_times: int, wait: bool = True,
+    ) -> tuple[int, int, str, GroupCommitRequest | None] | None:
+        """A sender's common message (see ``CommitLog.append_plain`` for what it must be):
+        (queue offset, next offset, msgId, the flush to wait for under SYNC_FLUSH when
+        ``wait``), or None, with nothing written, when only :meth:`put_message_nowait` can take
+        it. Refuses as that does."""
         check_store_status(self)
         if len(body) > self.config.max_message_size:
             return None  # the general path words the refusal
@@ -324,12 +323,15 @@ class DefaultMessageStore:
         offset, total, queue_offset, msg_id, elapsed_ms = done
         self.stats.record_put(topic, 1, total, elapsed_ms)
         self.running_flags.clear(WRITE_COMMIT_LOG_ERROR)
+        end = offset + total
         flush = self.flush_service
+        if self.config.flush_disk_type is _SYNC_FLUSH:
+            return queue_offset, end, msg_id, self._flush_request(end, wait)
         if self.commit_service is not None:
             self.commit_service.wakeup()
         elif isinstance(flush, FlushRealTimeService):  # (None in tools that never start it)
-            flush.wakeup_if_due(offset + total)
-        return queue_offset, offset + total, msg_id
+            flush.wakeup_if_due(end)
+        return queue_offset, end, msg_id, None
 
     def _put(self, put, arg) -> AppendMessageResult:
         try:
@@ -364,24 +366,25 @@ class DefaultMessageStore:
         append = self._put(self.commit_log.put_messages, batch)
         self._after_put(append, begin)
         wait = batch.properties.get("WAIT", "true").lower() == "true"
-        return PutMessageResult(PutMessageStatus.PUT_OK, append), self._flush_request(append, wait)
+        return PutMessageResult(PutMessageStatus.PUT_OK, append), self._flush_request(
+            append.next_offset, wait)
 
-    def _flush_request(self, append: AppendMessageResult, wait: bool) -> GroupCommitRequest | None:
+    def _flush_request(self, next_offset: int, wait: bool) -> GroupCommitRequest | None:
         service = self.flush_service
         if isinstance(service, GroupCommitService):
             if wait:
-                request = GroupCommitRequest(append.next_offset, self.config.sync_flush_timeout)
+                request = GroupCommitRequest(next_offset, self.config.sync_flush_timeout)
                 service.put_request(request)
                 return request
             service.wakeup()
             return None
         if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH and wait:
             # Not started (tests, tools): nobody will flush, so the wait times out as RocketMQ's would.
-            return GroupCommitRequest(append.next_offset, self.config.sync_flush_timeout)
+            return GroupCommitRequest(next_offset, self.config.sync_flush_timeout)
         if self.commit_service is not None:
             self.commit_service.wakeup()
         elif service is not None:
-            service.wakeup_if_due(append.next_offset)
+            service.wakeup_if_due(next_offset)
         return None
 
     def put_message(self, msg: MessageExtBrokerInner) -> PutMessageResult:

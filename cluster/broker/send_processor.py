@@ -57,6 +57,7 @@ from storage.message import (
     property_from_string,
     reset_transaction_type,
     string_to_properties,
+    wait_store_msg_ok,
 )
 from storage.put_checks import born_host_bytes
 
@@ -157,8 +158,7 @@ class SendMessageProcessor:
             if not (text.startswith("UNIQ_KEY\x01") or "\x02UNIQ_KEY\x01" in text):
                 text += f"UNIQ_KEY\x01{broker.uniq_ids.next_id()}\x02"
             if (not sys_flag & TRANSACTION_TYPE_MASK and "DELAY\x01" not in text
-                    and command.serialize_type is _JSON
-                    and broker.store_config.broker_role is not _SYNC_MASTER):
+                    and command.serialize_type is _JSON):
                 answer = self._put_plain(command, topic, queue_id, header.flag,
                                          f"{text}CLUSTER\x01{broker.config.broker_cluster_name}\x02",
                                          sys_flag, born_ts, born_host, reconsume_times)
@@ -218,11 +218,13 @@ class SendMessageProcessor:
         return self._put(command, msg, transaction_id)
 
     def _put_plain(self, command, topic, queue_id, flag, properties, sys_flag, born_ts,
-                   born_host, reconsume_times) -> Response | None:
+                   born_host, reconsume_times) -> HandlerResult | None:
         """Most sends, in one step (``DefaultMessageStore.put_plain``), answered from the
-        template; None when the store wants the general path for this one."""
+        template at once under ASYNC_FLUSH and ASYNC_MASTER; None when the store wants the
+        general path for this one."""
         broker = self.broker
         body = command.body
+        wait = wait_store_msg_ok(properties)
         try:
             host = self._born_hosts.get(born_host)
             if host is None:
@@ -230,17 +232,20 @@ class SendMessageProcessor:
                     self._born_hosts.clear()
                 host = self._born_hosts[born_host] = born_host_bytes(born_host)
             put = broker.store.put_plain(topic, queue_id, flag, body, properties, sys_flag,
-                                         born_ts, host, reconsume_times)
+                                         born_ts, host, reconsume_times, wait)
         except PutMessageError as exc:
             return command.make_response(refusal_code(exc), str(exc))
         if put is None:
             return None
-        queue_offset, _, msg_id = put
-        broker.stats.record_send(topic, 1, len(body))
-        config = broker.config
-        return self._answers.frame(command.opaque, config.region_id,
-                                   "true" if config.trace_on else "false", msg_id, queue_id,
-                                   queue_offset)
+        queue_offset, next_offset, msg_id, waiter = put
+        if waiter is None and broker.store_config.broker_role is not _SYNC_MASTER:
+            broker.stats.record_send(topic, 1, len(body))
+            config = broker.config
+            return self._answers.frame(command.opaque, config.region_id,
+                                       "true" if config.trace_on else "false", msg_id, queue_id,
+                                       queue_offset)
+        return self._answer_put(command, topic, 1, msg_id, queue_id, queue_offset, next_offset,
+                                PutMessageStatus.PUT_OK, waiter, wait)
 
     def _put(self, command, msg: MessageExtBrokerInner,
              transaction_id: str | None) -> HandlerResult:
@@ -259,32 +264,44 @@ class SendMessageProcessor:
 
     def _answer(self, command, topic, result, waiter, wait: bool,
                 transaction_id=None) -> HandlerResult:
+        append = result.append
+        return self._answer_put(command, topic, append.msg_num, append.msg_id, append.queue_id,
+                                append.logics_offset, append.next_offset, result.status, waiter,
+                                wait, transaction_id)
+
+    def _answer_put(self, command, topic, msg_num, msg_id, queue_id, queue_offset, next_offset,
+                    status, waiter, wait: bool, transaction_id=None) -> HandlerResult:
         """The SendMessageResponseHeader, once the put is as durable as the config asks."""
         sync_master = (self.broker.ha_service is not None and wait
-                       and self.broker.store_config.broker_role is BrokerRole.SYNC_MASTER)
+                       and self.broker.store_config.broker_role is _SYNC_MASTER)
         if waiter is None and not sync_master:
-            return self._response(command, topic, result, result.status, transaction_id)
-        return self._answer_when_durable(command, topic, result, waiter, wait, transaction_id)
+            return self._response(command, topic, msg_num, msg_id, queue_id, queue_offset,
+                                  status, transaction_id)
+        return self._answer_when_durable(command, topic, msg_num, msg_id, queue_id,
+                                         queue_offset, next_offset, status, waiter, wait,
+                                         transaction_id)
 
-    async def _answer_when_durable(self, command, topic, result, waiter, wait: bool,
+    async def _answer_when_durable(self, command, topic, msg_num, msg_id, queue_id,
+                                   queue_offset, next_offset, status, waiter, wait: bool,
                                    transaction_id) -> Response:
-        status = await self._await_durable(result, waiter, wait)
-        return self._response(command, topic, result, status, transaction_id)
+        status = await self._await_durable(status, next_offset, waiter, wait)
+        return self._response(command, topic, msg_num, msg_id, queue_id, queue_offset, status,
+                              transaction_id)
 
-    def _response(self, command, topic, result, status, transaction_id) -> Response:
+    def _response(self, command, topic, msg_num, msg_id, queue_id, queue_offset, status,
+                  transaction_id) -> Response:
         config = self.broker.config
-        append = result.append
-        self.broker.stats.record_send(topic, append.msg_num, len(command.body))
+        self.broker.stats.record_send(topic, msg_num, len(command.body))
         code = _STATUS_CODES.get(status, ResponseCode.SYSTEM_ERROR)
         if code == ResponseCode.SUCCESS and transaction_id is None \
-                and command.serialize_type is SerializeType.JSON:
+                and command.serialize_type is _JSON:
             # Nearly every answer: the frame from a template, no command to build and encode.
             return self._answers.frame(command.opaque, config.region_id,
-                                       "true" if config.trace_on else "false", append.msg_id,
-                                       append.queue_id, append.logics_offset)
-        fields = {"msgId": append.msg_id, "queueId": append.queue_id,
-                  "queueOffset": append.logics_offset, "MSG_REGION": config.region_id,
-                  "TRACE_ON": config.trace_on, "transactionId": transaction_id}
+                                       "true" if config.trace_on else "false", msg_id,
+                                       queue_id, queue_offset)
+        fields = {"msgId": msg_id, "queueId": queue_id, "queueOffset": queue_offset,
+                  "MSG_REGION": config.region_id, "TRACE_ON": config.trace_on,
+                  "transactionId": transaction_id}
         return command.make_response(code, ext_fields=fields)
 
     def _send_batch(self, command, header, topic, queue_id, sys_flag, born_host, born_ts):
@@ -317,15 +334,14 @@ class SendMessageProcessor:
             props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = self.broker.uniq_ids.next_id()
         props[PROPERTY_CLUSTER] = self.broker.config.broker_cluster_name
 
-    async def _await_durable(self, result, waiter, wait: bool) -> PutMessageStatus:
+    async def _await_durable(self, status, next_offset: int, waiter,
+                             wait: bool) -> PutMessageStatus:
         """Wait for the disk (SYNC_FLUSH) and a slave (SYNC_MASTER) at once; a late disk
         answers FLUSH_DISK_TIMEOUT, a late or missing slave FLUSH_SLAVE_TIMEOUT or
         SLAVE_NOT_AVAILABLE. None of them undoes the put: the message stays stored."""
-        status = result.status
         ha = self.broker.ha_service
         replica = None
-        if ha is not None and wait and self.broker.store_config.broker_role is BrokerRole.SYNC_MASTER:
-            next_offset = result.append.next_offset
+        if ha is not None and wait and self.broker.store_config.broker_role is _SYNC_MASTER:
             if ha.is_slave_ok(next_offset):
                 replica = ha.wait_for_replica(next_offset)
             else:

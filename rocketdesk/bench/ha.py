@@ -9,10 +9,10 @@ both figures and their ratio (issue target: the synchronous one at least 50 % of
 from __future__ import annotations
 
 import argparse
-import asyncio
 import tempfile
 from pathlib import Path
 
+from cluster.remoting import event_loop
 from cluster.supervisor.spec import ClusterSpec, GroupSpec
 from cluster.supervisor.supervisor import Supervisor
 from rocketdesk.bench.client import producer_bench
@@ -66,5 +66,5 @@ async def _run(args: argparse.Namespace) -> dict:
 
 
 def run_ha_bench(args: argparse.Namespace) -> int:
-    asyncio.run(_run(args))
+    event_loop.run(_run(args))  # the client on uvloop, as `bench producer` runs it
     return 0

@@ -85,10 +85,10 @@ def test_put_plain_writes_what_the_general_put_writes(messages):
                 if done is None:
                     result, _ = plain.put_message_nowait(MessageExtBrokerInner(*fields))
                     done = (result.append.logics_offset, result.append.next_offset,
-                            result.append.msg_id)
+                            result.append.msg_id, None)
                 result, _ = general.put_message_nowait(MessageExtBrokerInner(*fields))
                 assert done == (result.append.logics_offset, result.append.next_offset,
-                                result.append.msg_id)
+                                result.append.msg_id, None)
             assert _commit_log_bytes(plain) == _commit_log_bytes(general)
             plain.wait_dispatched()
             general.wait_dispatched()
@@ -131,11 +131,32 @@ def test_put_plain_leaves_text_it_cannot_write_to_the_general_path(store_factory
     assert store.commit_log.get_max_offset() == 0
 
 
-def test_put_plain_leaves_sync_flush_to_the_general_path(store_factory):
-    store = store_factory(flush_disk_type=FlushDiskType.SYNC_FLUSH)
+def test_put_plain_under_sync_flush_hands_back_the_flush_to_wait_for(store_factory):
+    store = store_factory(flush_disk_type=FlushDiskType.SYNC_FLUSH,
+                          mapped_file_size_commit_log=1 << 20)
     host = host_to_bytes("127.0.0.1", 40000)
-    assert store.put_plain("TopicTest", 0, 0, b"x", "", 0, 1, host, 0) is None
-    assert store.commit_log.get_max_offset() == 0
+    for _ in range(3):  # the first put creates the file through the general path
+        if store.put_plain("TopicTest", 0, 0, b"x", "", 0, 1, host, 0) is None:
+            store.put_message(MessageExtBrokerInner("TopicTest", b"x", 0, 0, None, "", 0, 1,
+                                                    ("127.0.0.1", 1)))
+    queue_offset, end, _, waiter = store.put_plain("TopicTest", 0, 0, b"y", "", 0, 1, host, 0)
+    assert queue_offset == 3
+    assert waiter is not None
+    assert waiter.wait()  # the group commit flushed it
+    assert store.commit_log.mapped_file_queue.flushed_where >= end
+    # WAIT=false: nothing to wait for, as the general path answers.
+    assert store.put_plain("TopicTest", 0, 0, b"z", "WAIT\x01false\x02", 0, 1, host, 0,
+                           wait=False)[3] is None
+
+
+@pytest.mark.parametrize("text", ["", "WAIT\x01true\x02", "WAIT\x01TRUE\x02", "WAIT\x01false\x02",
+                                  "A\x01b\x02WAIT\x01no\x02", "WAIT\x01\x02",
+                                  "WAIT\x01true\x02WAIT\x01false\x02", "XWAIT\x01false\x02"])
+def test_wait_store_msg_ok_reads_the_string_as_the_parsed_properties_do(text):
+    from storage.message import string_to_properties, wait_store_msg_ok
+
+    value = string_to_properties(text).get("WAIT")
+    assert wait_store_msg_ok(text) == (value is None or value.lower() == "true")
 
 
 def test_put_plain_refuses_as_the_general_put_does(store_factory):
