@@ -939,7 +939,35 @@ done:
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* populate_write                                                                               */
+/* populate_write, msync_range: a system call over pages of a mapping, without the lock           */
+
+#ifdef __linux__
+/* The pages of mm[start:end] (clamped to the mapping) as [*from, *to), *from on the page that
+ * holds start; 0, or -1 with an exception set. 1 when the range is empty (nothing to do).
+ * The buffer is released before the caller's system call, so that closing the mapping from
+ * another thread never fails for an export held here; should it be unmapped meanwhile, the
+ * call answers ENOMEM, and neither call changes a byte of whatever is mapped there instead. */
+static int
+mapped_pages(PyObject *const *args, uintptr_t *from, uintptr_t *to)
+{
+    Py_ssize_t start, end;
+    if (ssize_arg(args[1], &start) < 0 || ssize_arg(args[2], &end) < 0)
+        return -1;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return -1;
+    if (start < 0)
+        start = 0;
+    if (end > view.len)
+        end = view.len;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    char *base = (char *)view.buf;
+    *from = ((uintptr_t)(base + start)) & ~(page - 1);
+    *to = (uintptr_t)(base + end);
+    PyBuffer_Release(&view);
+    return end > start ? 0 : 1;
+}
+#endif
 
 PyDoc_STRVAR(populate_write_doc,
 "populate_write(mm, start, end) -> int\n\n"
@@ -956,28 +984,13 @@ populate_write(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "populate_write() takes 3 arguments");
         return NULL;
     }
-    Py_ssize_t start, end;
-    if (ssize_arg(args[1], &start) < 0 || ssize_arg(args[2], &end) < 0)
-        return NULL;
 #ifdef __linux__
-    Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+    uintptr_t from, to;
+    int found = mapped_pages(args, &from, &to);
+    if (found < 0)
         return NULL;
-    if (start < 0)
-        start = 0;
-    if (end > view.len)
-        end = view.len;
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    char *base = (char *)view.buf;
-    uintptr_t from = ((uintptr_t)(base + start)) & ~(page - 1); /* madvise starts on a page */
-    uintptr_t to = (uintptr_t)(base + end);
-    /* The buffer is released before the call, so that closing the mapping from another thread
-     * never fails for an export held here. Should it be unmapped meanwhile, madvise answers
-     * ENOMEM; should other memory be mapped there by then, populating it writable changes no
-     * byte of it. Either way nothing is written. */
-    PyBuffer_Release(&view);
     int rc = 0;
-    if (end > start) {
+    if (found == 0) {
         Py_BEGIN_ALLOW_THREADS
         /* In steps of 256 KiB: populating holds the process's mmap lock (for reading), and a
          * thread of the writer's that maps or unmaps memory meanwhile (the allocator does)
@@ -995,16 +1008,14 @@ populate_write(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 #endif
 }
 
-/* ------------------------------------------------------------------------------------------ */
-/* msync_range                                                                                  */
-
 PyDoc_STRVAR(msync_range_doc,
 "msync_range(mm, start, end) -> int\n\n"
 "Write back the pages of mm[start:end] (from the page holding start) and wait for them, as\n"
 "fdatasync does for the whole file, without the interpreter lock (msync with MS_SYNC: Linux\n"
-"syncs the file's range and the metadata needed to read it). Returns 0, or the errno.\n"
-"Pages of the file outside the range are left as they are: dirty pages ahead of a writer stay\n"
-"writable instead of being written back and write-protected.");
+"syncs the file's range and the metadata needed to read it). Returns 0, or the errno\n"
+"(ENOSYS where it is not Linux: the caller syncs the whole file instead). Pages of the file\n"
+"outside the range are left as they are: dirty pages ahead of a writer stay writable instead\n"
+"of being written back and write-protected.");
 
 static PyObject *
 msync_range(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -1014,26 +1025,13 @@ msync_range(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "msync_range() takes 3 arguments");
         return NULL;
     }
-    Py_ssize_t start, end;
-    if (ssize_arg(args[1], &start) < 0 || ssize_arg(args[2], &end) < 0)
-        return NULL;
 #ifdef __linux__
-    Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+    uintptr_t from, to;
+    int found = mapped_pages(args, &from, &to);
+    if (found < 0)
         return NULL;
-    if (start < 0)
-        start = 0;
-    if (end > view.len)
-        end = view.len;
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    char *base = (char *)view.buf;
-    uintptr_t from = ((uintptr_t)(base + start)) & ~(page - 1); /* msync starts on a page */
-    uintptr_t to = (uintptr_t)(base + end);
-    /* Released before the call, as populate_write does: the caller holds the file open (its
-     * reference count) for the call; were it unmapped anyway, msync answers ENOMEM. */
-    PyBuffer_Release(&view);
     int rc = 0;
-    if (end > start) {
+    if (found == 0) {
         Py_BEGIN_ALLOW_THREADS
         rc = msync((void *)from, (size_t)(to - from), MS_SYNC) == 0 ? 0 : errno;
         Py_END_ALLOW_THREADS
@@ -1041,7 +1039,7 @@ msync_range(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromLong(rc);
 #else
     (void)args;
-    return PyLong_FromLong(ENOSYS); /* the caller syncs the whole file instead */
+    return PyLong_FromLong(ENOSYS);
 #endif
 }
 
