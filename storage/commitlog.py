@@ -308,26 +308,29 @@ class CommitLog:
             queue_offset = self.topic_queue_table.get(key, 0)
             warmer = self.page_warmer
             try:
-                if warmer is not None:
-                    mapped_file.claim_early(end)
-                    warmer.after_claim(mapped_file, end)
-                encode_record_into(
-                    mapped_file.mm, start, crc, queue_id, flag, queue_offset, base + start,
-                    sys_flag, born_timestamp, born_host, store_ts, host, reconsume_times, 0, body,
-                    topic_bytes, props_bytes)
-            except BaseException as exc:
-                # Nothing else has changed yet; the blocks are claimed, so zeroing is safe.
-                mapped_file.mm[start:end] = bytes(total)
+                try:
+                    if warmer is not None:
+                        mapped_file.claim_early(end)
+                        warmer.after_claim(mapped_file, end)
+                    encode_record_into(
+                        mapped_file.mm, start, crc, queue_id, flag, queue_offset, base + start,
+                        sys_flag, born_timestamp, born_host, store_ts, host, reconsume_times, 0,
+                        body, topic_bytes, props_bytes)
+                except BaseException as exc:
+                    # Nothing else has changed yet; the blocks are claimed: zeroing is safe.
+                    mapped_file.mm[start:end] = bytes(total)
+                    if not isinstance(exc, Exception):
+                        raise
+                    raise self._refusal(exc) from exc
+                self.topic_queue_table[key] = queue_offset + 1
+                self.appended.append((base + start, total, store_ts, queue_offset, topic,
+                                      queue_id, sys_flag, 0, properties))
+                mapped_file.store_timestamp = store_ts
+                mapped_file.wrote_position = end  # the record is in: visible from here on
+            finally:
+                # Whatever happened, the lock is no longer held (else OS_PAGECACHE_BUSY on
+                # every put after a second).
                 self.begin_time_in_lock = 0.0
-                if not isinstance(exc, Exception):
-                    raise
-                raise self._refusal(exc) from exc
-            self.topic_queue_table[key] = queue_offset + 1
-            self.appended.append((base + start, total, store_ts, queue_offset, topic, queue_id,
-                                  sys_flag, 0, properties))
-            mapped_file.store_timestamp = store_ts
-            mapped_file.wrote_position = end  # the record is in: visible from here on
-            self.begin_time_in_lock = 0.0
             elapsed = time.monotonic() - begin
         self._notify_append()
         return (base + start, total, queue_offset, f"{self._msg_id_prefix}{base + start:016X}",

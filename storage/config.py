@@ -30,6 +30,13 @@ DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
+def _usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity: a container's, not the host's count)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 @dataclass(slots=True)
 class MessageStoreConfig:
     """Every store setting with RocketMQ's default (see the protocol reference §5.7)."""
@@ -82,7 +89,7 @@ class MessageStoreConfig:
     # default only with more than two cores: the thread's page zeroing pays where it has a core
     # of its own; on two, beside the broker's loop and a client, it took their time (32 senders
     # 47k -> 43k msg/s and p99 1.5 -> 2.2 ms, batches +5 %; docs/benchmarks.md, session 10).
-    warm_commit_log_pages: bool = field(default_factory=lambda: (os.cpu_count() or 1) > 2)
+    warm_commit_log_pages: bool = field(default_factory=lambda: _usable_cpus() > 2)
     duplication_enable: bool = False
     # Replication (the HA service lives in cluster/ha; the store only holds its settings).
     ha_master_address: str = ""

@@ -162,17 +162,24 @@ class MappedFile:
         self.wrote_position = self.file_size
 
     def zero_from(self, position: int) -> None:
-        """Zero the bytes from ``position`` on, so a cut-off tail can never be read again."""
+        """Zero the bytes from ``position`` on, so a cut-off tail can never be read again, and
+        make the zeros durable now: flushes sync only what the writer adds from ``position``
+        on (``_sync``), so zeros beyond it would reach the disk only with the kernel's own
+        write-back, and a crash before that could bring the old tail back."""
         mm = self.mm
+        zeroed = False
         for start, stop in self._data_regions(position):
             pos = start
             while pos < stop:
                 end = min(pos + len(_ZERO_CHUNK), stop)
                 if mm[pos:end] != _ZERO_CHUNK[: end - pos]:
                     mm[pos:end] = _ZERO_CHUNK[: end - pos]
+                    zeroed = True
                 pos = end
         if self.write_buffer is not None:
             self.write_buffer[position:] = bytes(self.file_size - position)
+        if zeroed:
+            os.fdatasync(self._fd)
 
     def _data_regions(self, position: int) -> list[tuple[int, int]]:
         """Ranges from ``position`` on that may hold data. Holes of a sparse file read as zeros

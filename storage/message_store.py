@@ -315,14 +315,17 @@ class DefaultMessageStore:
         check_store_status(self)
         if len(body) > self.config.max_message_size:
             return None  # the general path words the refusal
-        done = self.commit_log.append_plain(topic, topic_bytes(topic), queue_id, flag, body,
-                                            properties, sys_flag, born_timestamp, born_host,
-                                            reconsume_times)
+        done = self._put(lambda name: self.commit_log.append_plain(  # (its failure bookkeeping)
+            name, topic_bytes(name), queue_id, flag, body, properties, sys_flag, born_timestamp,
+            born_host, reconsume_times), topic)
         if done is None:
             return None
         offset, total, queue_offset, msg_id, elapsed_ms = done
-        self.stats.record_put(topic, 1, total, elapsed_ms)
-        self.running_flags.clear(WRITE_COMMIT_LOG_ERROR)
+        try:
+            self.stats.record_put(topic, 1, total, elapsed_ms)
+        except Exception:  # stored: nothing here may turn it into an error for the sender
+            if self._after_put_failures.should_log("stats")[0]:
+                log.exception("recording put statistics failed")
         end = offset + total
         flush = self.flush_service
         if self.config.flush_disk_type is _SYNC_FLUSH:
@@ -333,7 +336,8 @@ class DefaultMessageStore:
             flush.wakeup_if_due(end)
         return queue_offset, end, msg_id, None
 
-    def _put(self, put, arg) -> AppendMessageResult:
+    def _put(self, put, arg):
+        """``put(arg)``, a CommitLog append, with the running flag and failure count kept."""
         try:
             append = put(arg)
         except DiskNotWritableError as exc:

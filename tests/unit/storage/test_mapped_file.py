@@ -328,3 +328,21 @@ def test_msync_range_clamps_its_range_and_answers_errors_as_numbers():
     memory.close()
     with pytest.raises(ValueError, match="closed"):
         core.msync_range(memory, 0, 10)  # a closed mapping has no buffer
+
+
+def test_a_cut_tail_is_zeroed_on_disk_at_once(tmp_path, monkeypatch):
+    # Flushes sync only what is written after the cut: the zeros must not wait for them.
+    from storage import mapped_file as module
+
+    queue = MappedFileQueue(str(tmp_path), 8192)
+    queue.get_last_mapped_file_or_create(0).append(b"r" * 6000)
+    synced = []
+    real = os.fdatasync
+    monkeypatch.setattr(module.os, "fdatasync", lambda fd: synced.append(fd) or real(fd))
+    queue.truncate_dirty_files(1000)
+    assert len(synced) == 1
+    assert bytes(queue.get_last_mapped_file().mm[1000:6000]) == bytes(5000)
+    synced.clear()
+    queue.truncate_dirty_files(1000)  # nothing left to zero: no sync
+    assert synced == []
+    queue.shutdown()

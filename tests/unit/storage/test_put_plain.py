@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from storage import commitlog
 from storage.config import FlushDiskType
-from storage.errors import MessageIllegalError, ServiceNotAvailableError
+from storage.errors import AppendMessageError, MessageIllegalError, ServiceNotAvailableError
 from storage.message import MessageExtBrokerInner, properties_to_string
 from storage.message_id import host_to_bytes
 from storage.message_store import DefaultMessageStore
@@ -167,3 +167,40 @@ def test_put_plain_refuses_as_the_general_put_does(store_factory):
     store.shutdown()
     with pytest.raises(ServiceNotAvailableError):
         store.put_plain("TopicTest", 0, 0, b"x", "", 0, 1, host, 0)
+
+
+def test_a_failed_one_step_put_is_rolled_back_counted_and_frees_the_lock(store_factory,
+                                                                         monkeypatch):
+    store = store_factory(mapped_file_size_commit_log=1 << 20)
+    host = host_to_bytes("127.0.0.1", 40000)
+    while store.put_plain("TopicTest", 0, 0, b"x", "", 0, 1, host, 0) is None:
+        store.put_message(MessageExtBrokerInner("TopicTest", b"x", 0, 0, None, "", 0, 1,
+                                                ("127.0.0.1", 1)))
+    end = store.commit_log.get_max_offset()
+    next_queue_offset = store.commit_log.topic_queue_table[("TopicTest", 0)]
+
+    def broken(*_args):
+        raise RuntimeError("encoder bug")
+
+    monkeypatch.setattr(commitlog, "encode_record_into", broken)
+    with pytest.raises(AppendMessageError, match="rolled back"):
+        store.put_plain("TopicTest", 0, 0, b"y", "", 0, 1, host, 0)
+    assert store.commit_log.begin_time_in_lock == 0.0
+    assert store.stats.put_message_failed_times == 1
+    assert store.commit_log.get_max_offset() == end
+    assert store.commit_log.topic_queue_table[("TopicTest", 0)] == next_queue_offset
+    monkeypatch.undo()
+    assert store.put_plain("TopicTest", 0, 0, b"z", "", 0, 1, host, 0)[0] == next_queue_offset
+
+
+def test_statistics_that_fail_do_not_fail_a_stored_message(store_factory, monkeypatch):
+    store = store_factory(mapped_file_size_commit_log=1 << 20)
+    host = host_to_bytes("127.0.0.1", 40000)
+    store.put_message(MessageExtBrokerInner("TopicTest", b"x", 0, 0, None, "", 0, 1,
+                                            ("127.0.0.1", 1)))
+
+    def broken(*_args):
+        raise RuntimeError("stats bug")
+
+    monkeypatch.setattr(store.stats, "record_put", broken)
+    assert store.put_plain("TopicTest", 0, 0, b"y", "", 0, 1, host, 0)[0] == 1
