@@ -25,6 +25,7 @@ from storage.commitlog import AppendMessageResult, CommitLog
 from storage.config import FlushDiskType, MessageStoreConfig
 from storage.consume_queue import ConsumeQueue
 from storage.dispatch import DispatchRequest, ReputMessageService
+from storage.dispatchers import Dispatchers
 from storage.errors import (
     DiskNotWritableError,
     OffsetOutOfRangeError,
@@ -44,15 +45,8 @@ from storage.get_message import read_queue
 from storage.index_file import IndexService
 from storage.mapped_file import TransientStorePool
 from storage.message import (
-    SCHEDULE_TOPIC,
-    TIMER_TOPIC,
-    TRANSACTION_COMMIT_TYPE,
-    TRANSACTION_NOT_TYPE,
-    TRANSACTION_ROLLBACK_TYPE,
     MessageExtBatch,
     MessageExtBrokerInner,
-    dispatch_properties,
-    java_hash,
 )
 from storage.message_id import decode_message_id
 from storage.page_warmer import page_warmer_for
@@ -71,7 +65,6 @@ from storage.stats import StoreStatsService
 
 log = logging.getLogger(__name__)
 
-_TIMED_TOPICS = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC})  # a unit's tags code is a time there
 _SYNC_FLUSH = FlushDiskType.SYNC_FLUSH  # (read once: a member read through its class costs ~70 ns)
 
 
@@ -109,12 +102,14 @@ class DefaultMessageStore:
         self.checkpoint: StoreCheckpoint | None = None
         self.stats = StoreStatsService()
         self.delay_levels_ms = config.delay_levels_ms()
-        dispatchers: list[Callable[[DispatchRequest], None]] = [self._dispatch_consume_queue]
+        self.dispatchers = Dispatchers(self)
+        dispatchers: list[Callable[[DispatchRequest], None]] = [
+            self.dispatchers.build_consume_queue]
         if config.message_index_enable:
-            dispatchers.append(self._dispatch_index)
+            dispatchers.append(self.dispatchers.build_index)
         self.reput = ReputMessageService(self.commit_log, dispatchers, self.delay_levels_ms,
                                          self.running_flags)
-        self.reput.dispatch_plain = self._dispatch_plain  # (the two dispatchers above, fused)
+        self.reput.dispatch_plain = self.dispatchers.dispatch_plain  # (both above, fused)
         self.commit_log.on_append = self.reput.wakeup
         self.flush_service: GroupCommitService | FlushRealTimeService | None = None
         self.commit_service: CommitRealTimeService | None = None
@@ -424,48 +419,6 @@ class DefaultMessageStore:
                                      self.config.mapped_file_size_consume_queue)
                 queues[queue_id] = queue
             return queue
-
-    def _dispatch_consume_queue(self, request: DispatchRequest) -> None:
-        if request.sys_flag & 0xC not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
-            return  # prepared and rolled-back records take no queue slot
-        queue = self.find_consume_queue(request.topic, request.queue_id)
-        if queue is not None:  # always, with create=True
-            queue.put_message_position_info(request.commit_log_offset, request.msg_size,
-                                            request.tags_code, request.consume_queue_offset)
-
-    def _dispatch_index(self, request: DispatchRequest) -> None:
-        if request.sys_flag & 0xC == TRANSACTION_ROLLBACK_TYPE:
-            return
-        if request.uniq_key or request.keys:
-            self.index_service.build_index(request.topic, request.keys, request.uniq_key,
-                                           request.commit_log_offset, request.store_timestamp)
-
-    def _dispatch_plain(self, entry: tuple) -> bool:
-        """``_dispatch_consume_queue`` and ``_dispatch_index`` for an entry the put path
-        appended (see ``CommitLog.appended``), in one call and without a DispatchRequest, when
-        it is a plain record: not a transaction's prepare, commit or rollback, not parked in
-        the delay or timer topic (their tags code is a time). False, having done nothing, for
-        the others."""
-        offset, size, store_ts, queue_offset, topic, queue_id, sys_flag, _, props = entry
-        if sys_flag & 0xC or topic in _TIMED_TOPICS:
-            return False
-        tags, keys, uniq_key, _ = dispatch_properties(props)
-        queues = self.consume_queue_table.get(topic)
-        queue = queues.get(queue_id) if queues is not None else None
-        if queue is None:
-            queue = self.find_consume_queue(topic, queue_id)
-            assert queue is not None  # create=True: made when missing
-        queue.put_message_position_info(offset, size, java_hash(tags) if tags else 0,
-                                        queue_offset)
-        if (uniq_key or keys) and self.config.message_index_enable:
-            self.index_service.build_index(topic, keys, uniq_key, offset, store_ts)
-        return True
-
-    def _already_dispatched(self, topic: str, queue_id: int, offset: int, size: int) -> bool:
-        queue = self.consume_queue_table.get(topic, {}).get(queue_id)
-        if queue is None or offset + size > queue.max_physic_offset:
-            return False
-        return not self.config.message_index_enable or offset <= self.index_service.last_indexed_offset
 
     def add_arrival_listener(self, listener) -> None:
         """Call ``listener(DispatchRequest)`` on the dispatch thread for every new record."""

@@ -201,7 +201,7 @@ def recover_store(store) -> None:
         reput_from = min(reput_from, store.index_service.end_phy_offset())
     reput_from = max(reput_from, minimum)
     store.reput.reput_from_offset = min(reput_from, valid_end)
-    store.reput.already_dispatched = store._already_dispatched
+    store.reput.already_dispatched = store.dispatchers.already_dispatched
     try:
         store.reput.do_reput()  # catch up now, so queue offsets are right before the first put
     finally:

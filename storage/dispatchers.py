@@ -1,0 +1,81 @@
+"""What dispatch builds from each CommitLog record: its ConsumeQueue unit and its index keys
+(RocketMQ's ``CommitLogDispatcherBuildConsumeQueue`` and ``CommitLogDispatcherBuildIndex``).
+
+``ReputMessageService`` (dispatch.py) hands every record to these, as a DispatchRequest; a
+plain record the put path has just appended goes through both in one call
+(``dispatch_plain``). Both skip what they already hold, so a record dispatched again after a
+failure or a restart is not doubled.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from storage.dispatch import DispatchRequest
+from storage.message import (
+    SCHEDULE_TOPIC,
+    TIMER_TOPIC,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    dispatch_properties,
+    java_hash,
+)
+
+if TYPE_CHECKING:
+    from storage.message_store import DefaultMessageStore
+
+_TIMED_TOPICS = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC})  # a unit's tags code is a time there
+
+
+class Dispatchers:
+    """The store's two dispatchers, over its ConsumeQueues and its index."""
+
+    def __init__(self, store: DefaultMessageStore) -> None:
+        self.store = store
+
+    def build_consume_queue(self, request: DispatchRequest) -> None:
+        if request.sys_flag & 0xC not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
+            return  # prepared and rolled-back records take no queue slot
+        queue = self.store.find_consume_queue(request.topic, request.queue_id)
+        if queue is not None:  # always, with create=True
+            queue.put_message_position_info(request.commit_log_offset, request.msg_size,
+                                            request.tags_code, request.consume_queue_offset)
+
+    def build_index(self, request: DispatchRequest) -> None:
+        if request.sys_flag & 0xC == TRANSACTION_ROLLBACK_TYPE:
+            return
+        if request.uniq_key or request.keys:
+            self.store.index_service.build_index(request.topic, request.keys, request.uniq_key,
+                                                 request.commit_log_offset,
+                                                 request.store_timestamp)
+
+    def dispatch_plain(self, entry: tuple) -> bool:
+        """Both dispatchers for an entry the put path appended (see ``CommitLog.appended``),
+        in one call and without a DispatchRequest, when it is a plain record: not a
+        transaction's prepare, commit or rollback, not parked in the delay or timer topic
+        (their tags code is a time). False, having done nothing, for the others."""
+        offset, size, store_ts, queue_offset, topic, queue_id, sys_flag, _, props = entry
+        if sys_flag & 0xC or topic in _TIMED_TOPICS:
+            return False
+        store = self.store
+        tags, keys, uniq_key, _ = dispatch_properties(props)
+        queues = store.consume_queue_table.get(topic)
+        queue = queues.get(queue_id) if queues is not None else None
+        if queue is None:
+            queue = store.find_consume_queue(topic, queue_id)
+            assert queue is not None  # create=True: made when missing
+        queue.put_message_position_info(offset, size, java_hash(tags) if tags else 0,
+                                        queue_offset)
+        if (uniq_key or keys) and store.config.message_index_enable:
+            store.index_service.build_index(topic, keys, uniq_key, offset, store_ts)
+        return True
+
+    def already_dispatched(self, topic: str, queue_id: int, offset: int, size: int) -> bool:
+        """Whether every view already holds the record (recovery skips it undecoded)."""
+        store = self.store
+        queue = store.consume_queue_table.get(topic, {}).get(queue_id)
+        if queue is None or offset + size > queue.max_physic_offset:
+            return False
+        return (not store.config.message_index_enable
+                or offset <= store.index_service.last_indexed_offset)
