@@ -37,8 +37,18 @@ class LoopBridge:
             if not future.done():
                 future.set_result(value)
 
-    def future_of(self, request) -> asyncio.Future:
-        """An asyncio future resolved with a GroupCommitRequest's outcome."""
+    def future_of(self, request, timeout: float | None = None) -> asyncio.Future:
+        """An asyncio future resolved with a GroupCommitRequest's outcome, or with False after
+        ``timeout`` seconds (a timer, not ``asyncio.wait_for``: that costs a SYNC_FLUSH send
+        a waiter future, callbacks and a cancellation of its own)."""
         future = self.loop.create_future()
+        if timeout is not None:
+            timer = self.loop.call_later(timeout, _resolve_if_pending, future, False)
+            future.add_done_callback(lambda _done: timer.cancel())
         request.add_done_callback(lambda ok: self.resolve_later(future, ok))
         return future
+
+
+def _resolve_if_pending(future: asyncio.Future, value: object) -> None:
+    if not future.done():
+        future.set_result(value)

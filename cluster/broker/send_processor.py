@@ -8,7 +8,6 @@ the store's put and its flush wait, with RocketMQ's mapping of put statuses to r
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 import time
@@ -348,10 +347,7 @@ class SendMessageProcessor:
                 status = PutMessageStatus.SLAVE_NOT_AVAILABLE
         if waiter is not None:
             timeout = self.broker.store_config.sync_flush_timeout / 1000
-            try:
-                flushed = await asyncio.wait_for(self.broker.bridge.future_of(waiter), timeout + 1)
-            except TimeoutError:
-                flushed = False
+            flushed = await self.broker.bridge.future_of(waiter, timeout + 1)
             if not flushed:
                 return PutMessageStatus.FLUSH_DISK_TIMEOUT
         if replica is not None and not await replica:
