@@ -342,7 +342,8 @@ class DefaultMessageStore:
         except Exception:
             self.stats.record_put_failure()
             raise
-        self.running_flags.clear(WRITE_COMMIT_LOG_ERROR)
+        if append is not None:  # (None: a one-step put declined, having tried nothing)
+            self.running_flags.clear(WRITE_COMMIT_LOG_ERROR)
         return append
 
     def _after_put(self, append: AppendMessageResult, begin: float) -> None:
