@@ -12,7 +12,7 @@ from cluster.client.message import Message
 from cluster.client.producer import Producer, sharding_key_selector
 from tests.integration.procs import running
 from tests.integration.test_broker import broker_conf
-from tests.integration.test_client import create_topic, run
+from tests.integration.test_client import create_topic, run, wait_route
 
 pytestmark = pytest.mark.integration
 ORDERS, STEPS = 6, 30
@@ -81,6 +81,10 @@ def test_broadcasting_consumers_each_get_every_message_and_keep_local_offsets(tm
             running("cluster.broker", "-c", broker_conf(tmp_path, ns.address), env=env) as broker:
         async def main():
             await create_topic({"a": broker}, "News", 4)
+            # Consumers refresh routes every 30 s: one that starts before the name server
+            # has the topic would see no queue for longer than this test waits.
+            async with Producer("pg-news", ns.address) as producer:
+                await wait_route(producer, "News", 1)
             received: dict[str, list[bytes]] = {"c1": [], "c2": []}
             consumers = []
             for name, sink in received.items():
