@@ -69,6 +69,8 @@ def test_clustering_consumers_share_the_queues_and_each_message_is_consumed_once
     with two_by_two(tmp_path) as (namesrv, brokers):
         async def main():
             await create_topic(brokers, "Shared")
+            async with Producer("pg-route", namesrv) as producer:  # consumers see the topic
+                await wait_route(producer, "Shared", 2)
             received: dict[str, list[bytes]] = {"c1": [], "c2": []}
             consumers = []
             for name, sink in received.items():
@@ -118,6 +120,8 @@ def test_broadcasting_delivers_everything_to_every_consumer(tmp_path):
     with two_by_two(tmp_path) as (namesrv, brokers):
         async def main():
             await create_topic(brokers, "Fanout", 2)
+            async with Producer("pg-route", namesrv) as producer:  # consumers see the topic
+                await wait_route(producer, "Fanout", 2)
             received = {"x": [], "y": []}
             consumers = []
             for name, sink in received.items():

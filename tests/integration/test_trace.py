@@ -12,7 +12,7 @@ from cluster.client.message import Message
 from cluster.client.producer import Producer
 from tests.integration.procs import running
 from tests.integration.test_broker import broker_conf
-from tests.integration.test_client import create_topic, run
+from tests.integration.test_client import create_topic, run, wait_route
 
 pytestmark = pytest.mark.integration
 
@@ -23,6 +23,8 @@ def test_a_traced_message_shows_its_send_and_its_consumption(tmp_path):
             running("cluster.broker", "-c", broker_conf(tmp_path, ns.address), env=env) as broker:
         async def main():
             await create_topic({"a": broker}, "Traced", 2)
+            async with Producer("pg-route", ns.address) as producer:  # the consumer sees it
+                await wait_route(producer, "Traced", 1)
             got = []
             consumer = PushConsumer("cg-traced", ns.address, trace=True,
                                     consume_from_where="CONSUME_FROM_FIRST_OFFSET")
