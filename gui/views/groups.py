@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from PySide6.QtCore import QDateTime, Qt, QTimer
+from PySide6.QtCore import QDateTime, QTimer
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QDateTimeEdit,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QLineEdit,
     QPushButton,
@@ -24,7 +23,7 @@ from cluster.remoting.codes import RequestCode
 from gui.models.groups import COLUMNS as GROUP_COLUMNS
 from gui.models.groups import group_row
 from gui.tasks import spawn
-from gui.views.table_items import SortableItem
+from gui.views.table_items import SortableItem, row_table, selected_name
 
 DLQ_COLUMNS = ["original topic", "keys", "tags", "reconsumed", "msgId", "body", "receipt"]
 PROGRESS_COLUMNS = ["topic", "broker", "queue", "broker offset", "consumer offset", "lag",
@@ -48,15 +47,7 @@ class GroupsView(QWidget):
         self.group_filter = QLineEdit()
         self.group_filter.setPlaceholderText("filter groups")
         self.group_filter.textChanged.connect(lambda _: self._fill_groups())
-        self.groups = QTableWidget(0, len(GROUP_COLUMNS))
-        self.groups.setHorizontalHeaderLabels(GROUP_COLUMNS)
-        self.groups.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.groups.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.groups.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.groups.verticalHeader().setVisible(False)
-        self.groups.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        self.groups.horizontalHeader().setSortIndicator(0, Qt.SortOrder.AscendingOrder)
-        self.groups.setSortingEnabled(True)
+        self.groups = row_table(GROUP_COLUMNS, sorted_by_name=True)
         self.groups.itemSelectionChanged.connect(self.show_group)
         self.group_rows: list = []
         self.empty = QLabel("")
@@ -177,11 +168,7 @@ class GroupsView(QWidget):
             self.refresh()
 
     def selected_group(self) -> str | None:
-        rows = self.groups.selectionModel().selectedRows()
-        if not rows:
-            return None
-        item = self.groups.item(rows[0].row(), 0)
-        return item.text() if item else None
+        return selected_name(self.groups)
 
     def show_group(self) -> None:
         group = self.selected_group()

@@ -5,13 +5,10 @@ from __future__ import annotations
 
 from PySide6.QtGui import QColor, QGuiApplication
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QMessageBox,
     QPushButton,
-    QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
     QWidget,
@@ -20,6 +17,7 @@ from PySide6.QtWidgets import (
 from cluster.supervisor.figures import human_bytes
 from gui.models.display import health_color, state_color, state_words
 from gui.tasks import spawn
+from gui.views.table_items import row_table, selected_name
 
 COLUMNS = ["node", "role", "address", "HA port", "pid", "state", "health", "CPU %", "RSS", "files", "disk",
            "timers pending", "POP in flight"]
@@ -45,15 +43,8 @@ class NodesView(QWidget):
         top.addWidget(self.address, 1)
         top.addWidget(copy)
         layout.addLayout(top)
-        self.table = QTableWidget(0, len(COLUMNS))
-        self.table.setHorizontalHeaderLabels(COLUMNS)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.verticalHeader().setVisible(False)
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)  # whole addresses
-        header.setStretchLastSection(True)
+        self.table = row_table(COLUMNS)  # columns as wide as whole addresses
+        self.table.horizontalHeader().setStretchLastSection(True)
         layout.addWidget(self.table, 1)
         buttons = QHBoxLayout()
         self.buttons = {}
@@ -84,10 +75,7 @@ class NodesView(QWidget):
         return text + (f" · proxy {proxy} (5.x clients)" if proxy else "")
 
     def selected_node(self) -> str | None:
-        rows = self.table.selectionModel().selectedRows()
-        if not rows:
-            return None
-        return self.table.item(rows[0].row(), 0).text()
+        return selected_name(self.table)
 
     def select(self, name: str) -> None:
         for row in range(self.table.rowCount()):

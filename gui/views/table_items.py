@@ -1,8 +1,35 @@
-"""Table cells shared by the console's tables."""
+"""What the console's tables share: a read-only table of rows, and cells that sort by value."""
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QTableWidgetItem
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem
+
+
+def row_table(columns: list[str], sorted_by_name: bool = False) -> QTableWidget:
+    """A read-only table whose rows are selected one at a time, without row numbers, its
+    columns as wide as their contents; sortable (by the first column first) if asked."""
+    table = QTableWidget(0, len(columns))
+    table.setHorizontalHeaderLabels(columns)
+    table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+    table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+    table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+    table.verticalHeader().setVisible(False)
+    header = table.horizontalHeader()
+    header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+    if sorted_by_name:
+        header.setSortIndicator(0, Qt.SortOrder.AscendingOrder)
+        table.setSortingEnabled(True)
+    return table
+
+
+def selected_name(table: QTableWidget) -> str | None:
+    """The first cell's text of the selected row (a topic's, a group's, a node's name)."""
+    rows = table.selectionModel().selectedRows()
+    if not rows:
+        return None
+    item = table.item(rows[0].row(), 0)
+    return item.text() if item else None
 
 
 class SortableItem(QTableWidgetItem):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -14,7 +14,6 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QLineEdit,
     QPlainTextEdit,
@@ -32,7 +31,7 @@ from gui.models.display import body_preview, broker_addrs_text, is_text, propert
 from gui.models.topics import COLUMNS as TOPIC_COLUMNS
 from gui.models.topics import matches, topic_row
 from gui.tasks import ConsoleError, spawn
-from gui.views.table_items import SortableItem
+from gui.views.table_items import SortableItem, row_table, selected_name
 from storage.inspector import format_timestamp, record_to_json
 
 RESULT_COLUMNS = ["topic", "queue", "offset", "keys", "tags", "msgId", "stored", "body"]
@@ -51,16 +50,7 @@ class TopicsView(QWidget):
         self.topic_filter = QLineEdit()
         self.topic_filter.setPlaceholderText("filter topics by name or group")
         self.topic_filter.textChanged.connect(lambda _: self._fill_topics())
-        self.topics = QTableWidget(0, len(TOPIC_COLUMNS))
-        self.topics.setHorizontalHeaderLabels(TOPIC_COLUMNS)
-        self.topics.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.topics.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.topics.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.topics.verticalHeader().setVisible(False)
-        self.topics.horizontalHeader().setSectionResizeMode(
-            QHeaderView.ResizeMode.ResizeToContents)
-        self.topics.horizontalHeader().setSortIndicator(0, Qt.SortOrder.AscendingOrder)
-        self.topics.setSortingEnabled(True)
+        self.topics = row_table(TOPIC_COLUMNS, sorted_by_name=True)
         self.topics.itemSelectionChanged.connect(lambda: self.show_topic(self.selected_topic()))
         self.topic_rows: list = []
         # Live figures while the tab is shown (and the list is there without a click).
@@ -249,11 +239,7 @@ class TopicsView(QWidget):
             self.select_topic(selected)
 
     def selected_topic(self) -> str | None:
-        rows = self.topics.selectionModel().selectedRows()
-        if not rows:
-            return None
-        item = self.topics.item(rows[0].row(), 0)
-        return item.text() if item else None
+        return selected_name(self.topics)
 
     def select_topic(self, topic: str) -> None:
         for row in range(self.topics.rowCount()):
