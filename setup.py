@@ -19,7 +19,8 @@ setup(
     ext_modules=[
         Extension("common._speedups", ["common/_speedups.c"], depends=["common/_text.h"],
                   extra_compile_args=_FLAGS, optional=True),
-        Extension("common._storecore", ["common/_storecore.c"], depends=["common/_text.h"],
+        Extension("common._storecore", ["common/_storecore.c", "common/_populator.c"],
+                  depends=["common/_text.h", "common/_populator.h"],
                   extra_compile_args=_FLAGS, optional=True),
     ],
 )

@@ -30,14 +30,11 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_populator.h"
 #include "_text.h"
 #ifdef __linux__
 #include <sys/mman.h>
 #include <unistd.h>
-#define POPULATE_STEP ((uintptr_t)256 * 1024)
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels answer EINVAL */
-#endif
 #endif
 
 #define MAGIC_V1 0xDAA320A7u
@@ -939,7 +936,8 @@ done:
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* populate_write, msync_range: a system call over pages of a mapping, without the lock           */
+/* msync_range: a system call over pages of a mapping, without the lock (the page warmer's thread
+ * is common/_populator.c)                                                                    */
 
 #ifdef __linux__
 /* The pages of mm[start:end] (clamped to the mapping) as [*from, *to), *from on the page that
@@ -968,45 +966,6 @@ mapped_pages(PyObject *const *args, uintptr_t *from, uintptr_t *to)
     return end > start ? 0 : 1;
 }
 #endif
-
-PyDoc_STRVAR(populate_write_doc,
-"populate_write(mm, start, end) -> int\n\n"
-"Fault in the pages of mm[start:end] writable, as writing them would, without changing a byte\n"
-"and without the interpreter lock (Linux's MADV_POPULATE_WRITE). Returns 0, or the errno:\n"
-"EINVAL where the kernel cannot (before 5.14, or not Linux), ENOMEM when the range is no\n"
-"longer mapped.");
-
-static PyObject *
-populate_write(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    (void)module;
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "populate_write() takes 3 arguments");
-        return NULL;
-    }
-#ifdef __linux__
-    uintptr_t from, to;
-    int found = mapped_pages(args, &from, &to);
-    if (found < 0)
-        return NULL;
-    int rc = 0;
-    if (found == 0) {
-        Py_BEGIN_ALLOW_THREADS
-        /* In steps of 256 KiB: populating holds the process's mmap lock (for reading), and a
-         * thread of the writer's that maps or unmaps memory meanwhile (the allocator does)
-         * waits for the step to end. */
-        for (uintptr_t at = from; at < to && rc == 0; at += POPULATE_STEP) {
-            size_t length = (size_t)(to - at < POPULATE_STEP ? to - at : POPULATE_STEP);
-            rc = madvise((void *)at, length, MADV_POPULATE_WRITE) == 0 ? 0 : errno;
-        }
-        Py_END_ALLOW_THREADS
-    }
-    return PyLong_FromLong(rc);
-#else
-    (void)args;
-    return PyLong_FromLong(EINVAL);
-#endif
-}
 
 PyDoc_STRVAR(msync_range_doc,
 "msync_range(mm, start, end) -> int\n\n"
@@ -1046,8 +1005,6 @@ msync_range(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 /* ------------------------------------------------------------------------------------------ */
 
 static PyMethodDef methods[] = {
-    {"populate_write", (PyCFunction)(void (*)(void))populate_write, METH_FASTCALL,
-     populate_write_doc},
     {"msync_range", (PyCFunction)(void (*)(void))msync_range, METH_FASTCALL, msync_range_doc},
     {"body_crc", (PyCFunction)body_crc, METH_O, body_crc_doc},
     {"batch_layout", (PyCFunction)(void (*)(void))batch_layout, METH_FASTCALL, batch_layout_doc},
@@ -1077,5 +1034,8 @@ PyMODINIT_FUNC
 PyInit__storecore(void)
 {
     crc_init();
-    return PyModule_Create(&module_def);
+    PyObject *module = PyModule_Create(&module_def);
+    if (module != NULL && populator_add_type(module) < 0)
+        Py_CLEAR(module);
+    return module;
 }

@@ -84,11 +84,12 @@ class MessageStoreConfig:
     transient_store_pool_enable: bool = False
     transient_store_pool_size: int = 5
     os_page_cache_busy_time_out_mills: int = 1000
-    # Fault in the CommitLog's pages ahead of the writer on a thread of its own (page_warmer.py;
-    # compiled core and Linux 5.14+ only). RocketDesk's own setting, not RocketMQ's. On by
-    # default only with more than two cores: the thread's page zeroing pays where it has a core
-    # of its own; on two, beside the broker's loop and a client, it took their time (32 senders
-    # 47k -> 43k msg/s and p99 1.5 -> 2.2 ms, batches +5 %; docs/benchmarks.md, session 10).
+    # Fault in the CommitLog's pages ahead of the writer on a native thread of its own
+    # (page_warmer.py; compiled core and Linux 5.14+ only). RocketDesk's own setting, not
+    # RocketMQ's. On by default only with more than two cores: the thread's page zeroing pays
+    # where it has a core of its own; on two, beside the broker's loop and a client, it takes
+    # their time even without the interpreter lock (32 senders 45k -> 42.5k msg/s and p99 1.6 ->
+    # 2.1 ms, batches +7 %, batched store puts +23 %; docs/benchmarks.md, sessions 10 and 11).
     warm_commit_log_pages: bool = field(default_factory=lambda: _usable_cpus() > 2)
     duplication_enable: bool = False
     # Replication (the HA service lives in cluster/ha; the store only holds its settings).

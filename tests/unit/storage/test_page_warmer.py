@@ -28,67 +28,64 @@ class FakeMap:
     closed = False
 
 
-def _recorder(rc: int = 0):
-    calls = []
+class Recorder:
+    """A Populator's interface, recording what it is asked for."""
 
-    def populate(mm, start, end):
-        calls.append((start, end))
-        return rc
+    def __init__(self, supported: bool = True) -> None:
+        self.calls: list[tuple[int, int]] = []
+        self.once: list[tuple[int, int]] = []
+        self.supported = supported
+        self.warmed_bytes = 0
 
-    return calls, populate
+    def submit(self, mm, start, end):
+        self.calls.append((start, end))
+        return True
+
+    def submit_once(self, mm, start, end):
+        self.once.append((start, end))
+        return True
 
 
 def test_it_asks_for_claimed_pages_ahead_a_megabyte_or_more_at_a_time():
-    calls, populate = _recorder()
-    warmer = PageWarmer(populate)
+    recorder = Recorder()
+    warmer = PageWarmer(recorder)
     f = FakeFile(base=1 << 30, allocated=4 << 20, mm=FakeMap())
     warmer.after_claim(f, 1000)
-    warmer.warm_pending()
-    assert calls == [(1000, 4 << 20)]  # up to the claim, not past it
+    assert recorder.calls == [(1000, 4 << 20)]  # up to the claim, not past it
     warmer.after_claim(f, 2000)  # nothing new claimed: no request
     f.allocated_position = (4 << 20) + STEP // 2
     warmer.after_claim(f, 3000)  # less than a step more: wait for more
-    warmer.warm_pending()
-    assert len(calls) == 1
+    assert len(recorder.calls) == 1
     f.allocated_position = 64 << 20
     warmer.after_claim(f, 4000)
-    warmer.warm_pending()
-    assert calls[-1] == (4 << 20, 4000 + AHEAD)  # from where the last request ended, AHEAD at most
-    assert warmer.warmed_bytes == (4 << 20) - 1000 + (4000 + AHEAD - (4 << 20))
+    # from where the last request ended, AHEAD at most
+    assert recorder.calls[-1] == (4 << 20, 4000 + AHEAD)
 
 
 def test_a_new_file_starts_at_the_writer():
-    calls, populate = _recorder()
-    warmer = PageWarmer(populate)
+    recorder = Recorder()
+    warmer = PageWarmer(recorder)
     warmer.after_claim(FakeFile(0, 8 << 20, FakeMap()), 100)
-    warmer.warm_pending()
     warmer.after_claim(FakeFile(1 << 30, 4 << 20, FakeMap()), 500)
-    warmer.warm_pending()
-    assert calls == [(100, 8 << 20), (500, 4 << 20)]
+    assert recorder.calls == [(100, 8 << 20), (500, 4 << 20)]
 
 
-def test_a_kernel_that_cannot_populate_is_asked_once():
-    calls, populate = _recorder(errno.EINVAL)
-    warmer = PageWarmer(populate)
-    f = FakeFile(0, 8 << 20, FakeMap())
-    warmer.after_claim(f, 0)
-    warmer.warm_pending()
-    f.allocated_position = 32 << 20
-    warmer.after_claim(f, 10)
-    warmer.warm_pending()
-    assert len(calls) == 1
-    assert not warmer.supported
-    assert warmer.warmed_bytes == 0
+def test_a_kernel_that_cannot_populate_is_not_asked():
+    recorder = Recorder(supported=False)
+    warmer = PageWarmer(recorder)
+    warmer.after_claim(FakeFile(0, 8 << 20, FakeMap()), 0)
+    assert recorder.calls == []
 
 
 def test_a_closed_mapping_is_left_alone():
-    calls, populate = _recorder()
-    warmer = PageWarmer(populate)
+    recorder = Recorder()
+    warmer = PageWarmer(recorder)
     closed = FakeMap()
     closed.closed = True
     warmer.after_claim(FakeFile(0, 8 << 20, closed), 0)
-    warmer.warm_pending()
-    assert calls == []
+    warmer.warm_once(FakeFile(0, 8 << 20, closed), 0, 4096)
+    assert recorder.calls == []
+    assert recorder.once == []
 
 
 def test_claim_early_claims_the_next_step_before_the_writer_needs_it(tmp_path):
@@ -154,14 +151,12 @@ def test_a_store_with_the_warmer_keeps_every_message(tmp_path):
         store.shutdown()
 
 
-def test_ranges_asked_once_are_populated_once():
-    calls, populate = _recorder()
-    warmer = PageWarmer(populate)
-    target = FakeFile(0, 0, FakeMap())
-    warmer.warm_once(target, 0, 4096 * 5)
-    warmer.warm_pending()
-    warmer.warm_pending()
-    assert calls == [(0, 4096 * 5)]
+def test_ranges_asked_once_go_beside_the_writers_range():
+    recorder = Recorder()
+    warmer = PageWarmer(recorder)
+    warmer.warm_once(FakeFile(0, 0, FakeMap()), 0, 4096 * 5)
+    assert recorder.once == [(0, 4096 * 5)]
+    assert recorder.calls == []
 
 
 def test_index_hash_slots_are_warmed_for_the_file_being_written_and_each_new_one(tmp_path):
@@ -186,3 +181,86 @@ def test_index_hash_slots_are_warmed_for_the_file_being_written_and_each_new_one
     assert asked[-1] == (service.index_files[-1].mapped_file.file_name, 0, slots_end)
     service.destroy()
 
+
+
+# -- the native thread (common/_populator.c) -------------------------------------------------------
+def _populator_class():
+    from common import speedups
+
+    if speedups.store_core is None:
+        pytest.skip("the compiled core is not built, or ROCKETDESK_PURE=1")
+    return speedups.store_core.Populator
+
+
+def _wait_for(predicate, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return predicate()
+
+
+def _resident_kib(path: str) -> int:
+    """Rss of this process's mappings of ``path``, from /proc/self/smaps."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            if "-" in line.split(" ", 1)[0] and len(line.split()) >= 5:
+                inside = line.rstrip().endswith(path)
+            elif inside and line.startswith("Rss:"):
+                total += int(line.split()[1])
+    return total
+
+
+@pytest.mark.parametrize("idle", [False, True])
+def test_the_populator_faults_in_a_files_pages_and_changes_no_byte(tmp_path, idle):
+    import mmap
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("MADV_POPULATE_WRITE is Linux's")
+    populator = _populator_class()(idle=idle)
+    path = tmp_path / "log"
+    content = bytes(range(256)) * (4 << 12)  # 4 MiB
+    path.write_bytes(content)
+    with open(path, "r+b") as f:
+        mm = mmap.mmap(f.fileno(), len(content))
+    try:
+        before = _resident_kib(str(path))
+        assert populator.submit(mm, 4096, 3 << 20) is True
+        if not _wait_for(lambda: populator.warmed_bytes > 0 or not populator.supported):
+            pytest.fail("nothing populated within 10 s")
+        if not populator.supported:
+            pytest.skip("this kernel cannot populate (before Linux 5.14)")
+        assert populator.warmed_bytes == (3 << 20) - 4096
+        # Faulted in: the pages of the range are now resident in this mapping.
+        assert _resident_kib(str(path)) - before >= ((3 << 20) - 8192) // 1024
+        assert populator.submit(mm, 10, 10) is False  # an empty range: nothing to do
+        assert populator.submit_once(mm, 3 << 20, 4 << 20) is True
+        assert _wait_for(lambda: populator.warmed_bytes == (4 << 20) - 4096)
+        assert mm[:] == content
+    finally:
+        populator.stop()
+        mm.close()
+    assert path.read_bytes() == content
+    assert populator.running is False
+    assert populator.submit(mmap.mmap(-1, 4096), 0, 4096) is False  # stopped: nothing queued
+    populator.stop()  # again: harmless
+
+
+def test_a_closed_mapping_is_refused_and_a_dropped_populator_stops_its_thread():
+    import mmap
+    import os
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the thread runs on Linux only (MADV_POPULATE_WRITE)")
+    threads = len(os.listdir("/proc/self/task"))
+    populator = _populator_class()()
+    assert len(os.listdir("/proc/self/task")) == threads + 1
+    mm = mmap.mmap(-1, 1 << 20)
+    mm.close()
+    with pytest.raises(ValueError, match="closed"):
+        populator.submit(mm, 0, 4096)
+    assert populator.running is True
+    del populator  # its thread is stopped and joined on the way out
+    assert len(os.listdir("/proc/self/task")) == threads

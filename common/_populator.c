@@ -1,0 +1,328 @@
+/*
+ * common._storecore.Populator: a native thread that faults in pages of mapped files ahead of
+ * their writer (Linux's MADV_POPULATE_WRITE), and never takes the interpreter lock.
+ *
+ * Why not a Python thread: the page warmer (storage/page_warmer.py) ran on a ServiceThread that
+ * took the interpreter lock to wake up and between its system calls. On two busy cores the OS
+ * preempted it while it held the lock, and the broker's event loop waited for it: 32 senders
+ * lost 8 % and their p99 rose 1.5 -> 2.2 ms (docs/benchmarks.md, session 10). This thread is
+ * handed address ranges under a mutex and only ever calls madvise; the writer's side is one
+ * mutex and one condition signal per megabyte claimed.
+ *
+ * A range is turned into addresses when it is submitted and the buffer released at once, so a
+ * mapping can be closed at any time (an export held here would make its close fail). Should it
+ * be unmapped while its pages are populated, madvise answers ENOMEM; should the addresses have
+ * been mapped again meanwhile, populating changes no byte of whatever is there.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <errno.h>
+#include <stdint.h>
+
+#include "_populator.h"
+
+#ifdef __linux__
+#include <pthread.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels answer EINVAL */
+#endif
+/* One madvise at most this long: populating holds the process's mmap lock (for reading), and a
+ * thread that maps or unmaps memory meanwhile (the allocator does) waits for the step to end. */
+#define POPULATE_STEP ((uintptr_t)256 * 1024)
+/* Ranges asked for once (an index file's hash slots) waiting at a time; more are dropped. */
+#define ONCE_SLOTS 8
+
+typedef struct {
+    uintptr_t from, to;
+} span;
+#endif
+
+typedef struct {
+    PyObject_HEAD
+#ifdef __linux__
+    pthread_t thread;
+    pthread_mutex_t mutex;
+    pthread_cond_t cond;
+    int running;            /* the thread was started and not yet joined */
+    int stopping;           /* read by the worker between steps without the mutex: atomics */
+    int supported;          /* 0 once the kernel answered EINVAL */
+    int has_target;
+    span target;            /* the newest range ahead of the writer; a newer one replaces it */
+    span once[ONCE_SLOTS];
+    int once_count;
+    unsigned long long warmed;
+    int idle;               /* run as SCHED_IDLE: only on otherwise idle CPU time */
+#endif
+} Populator;
+
+#ifdef __linux__
+static void *
+worker(void *arg)
+{
+    Populator *self = (Populator *)arg;
+    if (self->idle) {
+        struct sched_param param = {0};
+        (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &param);
+    }
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    pthread_mutex_lock(&self->mutex);
+    for (;;) {
+        while (!self->stopping && !self->has_target && self->once_count == 0)
+            pthread_cond_wait(&self->cond, &self->mutex);
+        if (self->stopping)
+            break;
+        span s;
+        if (self->has_target) {
+            s = self->target;
+            self->has_target = 0;
+        } else {
+            s = self->once[--self->once_count];
+        }
+        pthread_mutex_unlock(&self->mutex);
+        int rc = 0;
+        for (uintptr_t at = s.from & ~(page - 1); at < s.to && rc == 0; at += POPULATE_STEP) {
+            if (__atomic_load_n(&self->stopping, __ATOMIC_RELAXED))
+                break;
+            size_t length = (size_t)(s.to - at < POPULATE_STEP ? s.to - at : POPULATE_STEP);
+            rc = madvise((void *)at, length, MADV_POPULATE_WRITE) == 0 ? 0 : errno;
+        }
+        pthread_mutex_lock(&self->mutex);
+        if (rc == EINVAL)
+            self->supported = 0;
+        else if (rc == 0)
+            self->warmed += (unsigned long long)(s.to - s.from);
+        /* else unmapped meanwhile, or out of memory: the writer faults as it would anyway */
+    }
+    pthread_mutex_unlock(&self->mutex);
+    return NULL;
+}
+
+/* The addresses of mm[start:end], clamped to the mapping; 1 when empty, -1 with an error. */
+static int
+addresses(PyObject *const *args, span *out)
+{
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred())
+        return -1;
+    Py_ssize_t end = PyLong_AsSsize_t(args[2]);
+    if (end == -1 && PyErr_Occurred())
+        return -1;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return -1;
+    if (start < 0)
+        start = 0;
+    if (end > view.len)
+        end = view.len;
+    out->from = (uintptr_t)((char *)view.buf + start);
+    out->to = (uintptr_t)((char *)view.buf + end);
+    PyBuffer_Release(&view);
+    return end > start ? 0 : 1;
+}
+
+static void
+stop_worker(Populator *self)
+{
+    if (!self->running)
+        return;
+    pthread_mutex_lock(&self->mutex);
+    __atomic_store_n(&self->stopping, 1, __ATOMIC_RELAXED);
+    pthread_cond_signal(&self->cond);
+    pthread_mutex_unlock(&self->mutex);
+    Py_BEGIN_ALLOW_THREADS
+    pthread_join(self->thread, NULL);
+    Py_END_ALLOW_THREADS
+    self->running = 0;
+}
+#endif
+
+static PyObject *
+populator_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"idle", NULL};
+    int idle = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|p:Populator", keywords, &idle))
+        return NULL;
+    Populator *self = (Populator *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+#ifdef __linux__
+    self->supported = 1;
+    self->idle = idle;
+    pthread_mutex_init(&self->mutex, NULL);
+    pthread_cond_init(&self->cond, NULL);
+    int rc = pthread_create(&self->thread, NULL, worker, self);
+    if (rc != 0) {
+        Py_DECREF(self);
+        errno = rc;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    self->running = 1;
+#else
+    (void)idle;
+#endif
+    return (PyObject *)self;
+}
+
+static void
+populator_dealloc(Populator *self)
+{
+#ifdef __linux__
+    stop_worker(self);
+    pthread_cond_destroy(&self->cond);
+    pthread_mutex_destroy(&self->mutex);
+#endif
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* submit / submit_once: 0 queued, 1 nothing to do; -1 with an error set. */
+static int
+submit(Populator *self, PyObject *const *args, Py_ssize_t nargs, int once)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "takes 3 arguments (mm, start, end)");
+        return -1;
+    }
+#ifdef __linux__
+    span s;
+    int found = addresses(args, &s);
+    if (found != 0)
+        return found;
+    int queued = 0;
+    pthread_mutex_lock(&self->mutex);
+    if (self->running && self->supported && !self->stopping) {
+        if (!once) {
+            self->target = s;
+            self->has_target = 1;
+            queued = 1;
+        } else if (self->once_count < ONCE_SLOTS) {
+            self->once[self->once_count++] = s;
+            queued = 1;
+        }
+        if (queued)
+            pthread_cond_signal(&self->cond);
+    }
+    pthread_mutex_unlock(&self->mutex);
+    return queued ? 0 : 1;
+#else
+    (void)self;
+    (void)args;
+    (void)once;
+    return 1;
+#endif
+}
+
+static PyObject *
+populator_submit(Populator *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    int rc = submit(self, args, nargs, 0);
+    return rc < 0 ? NULL : PyBool_FromLong(rc == 0);
+}
+
+static PyObject *
+populator_submit_once(Populator *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    int rc = submit(self, args, nargs, 1);
+    return rc < 0 ? NULL : PyBool_FromLong(rc == 0);
+}
+
+static PyObject *
+populator_stop(Populator *self, PyObject *unused)
+{
+    (void)unused;
+#ifdef __linux__
+    stop_worker(self);
+#endif
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+populator_get_warmed(Populator *self, void *closure)
+{
+    (void)closure;
+#ifdef __linux__
+    pthread_mutex_lock(&self->mutex);
+    unsigned long long warmed = self->warmed;
+    pthread_mutex_unlock(&self->mutex);
+    return PyLong_FromUnsignedLongLong(warmed);
+#else
+    (void)self;
+    return PyLong_FromLong(0);
+#endif
+}
+
+static PyObject *
+populator_get_supported(Populator *self, void *closure)
+{
+    (void)closure;
+#ifdef __linux__
+    return PyBool_FromLong(__atomic_load_n(&self->supported, __ATOMIC_RELAXED));
+#else
+    (void)self;
+    Py_RETURN_FALSE;
+#endif
+}
+
+static PyObject *
+populator_get_running(Populator *self, void *closure)
+{
+    (void)closure;
+#ifdef __linux__
+    return PyBool_FromLong(self->running);
+#else
+    (void)self;
+    Py_RETURN_FALSE;
+#endif
+}
+
+static PyMethodDef populator_methods[] = {
+    {"submit", (PyCFunction)(void (*)(void))populator_submit, METH_FASTCALL,
+     "submit(mm, start, end) -> bool\n\nPopulate the pages of mm[start:end] soon, in place of "
+     "any range submitted before and not yet started. Never waits; False when nothing was "
+     "queued (an empty range, a kernel that cannot, a stopped thread)."},
+    {"submit_once", (PyCFunction)(void (*)(void))populator_submit_once, METH_FASTCALL,
+     "submit_once(mm, start, end) -> bool\n\nPopulate the pages of mm[start:end] soon, beside "
+     "the range ahead of the writer (a few such ranges wait at a time; False when dropped)."},
+    {"stop", (PyCFunction)populator_stop, METH_NOARGS,
+     "stop()\n\nStop the thread (after the step it is in) and wait for it; again is harmless."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef populator_getset[] = {
+    {"warmed_bytes", (getter)populator_get_warmed, NULL, "bytes populated so far", NULL},
+    {"supported", (getter)populator_get_supported, NULL,
+     "False once the kernel said it cannot populate (before Linux 5.14, or not Linux)", NULL},
+    {"running", (getter)populator_get_running, NULL, "the thread runs (not stopped)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject PopulatorType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "common._storecore.Populator",
+    .tp_basicsize = sizeof(Populator),
+    .tp_dealloc = (destructor)populator_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Populator(idle=False)\n\nA native thread that faults in pages of mapped files "
+              "ahead of their writer, without the interpreter lock (MADV_POPULATE_WRITE). "
+              "idle=True runs it as SCHED_IDLE.",
+    .tp_methods = populator_methods,
+    .tp_getset = populator_getset,
+    .tp_new = populator_new,
+};
+
+int
+populator_add_type(PyObject *module)
+{
+    if (PyType_Ready(&PopulatorType) < 0)
+        return -1;
+    Py_INCREF(&PopulatorType);
+    if (PyModule_AddObject(module, "Populator", (PyObject *)&PopulatorType) < 0) {
+        Py_DECREF(&PopulatorType);
+        return -1;
+    }
+    return 0;
+}
