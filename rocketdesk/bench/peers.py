@@ -64,7 +64,10 @@ class Shape:
     batch: int  # messages per request
 
 
-SHAPES = (Shape("1 sender", 1, 1), Shape("32 senders", 32, 1), Shape("batch 32", 1, 32))
+# One batch sender is a ping-pong of two processes (each waits for the other); four show what
+# the server does with batches when it is the one that is busy.
+SHAPES = (Shape("1 sender", 1, 1), Shape("32 senders", 32, 1), Shape("batch 32", 1, 32),
+          Shape("4 x batch 32", 4, 32))
 
 
 # -- figures (pure) ---------------------------------------------------------------------------------
@@ -156,7 +159,7 @@ def add_ratios(rows: list[Row]) -> None:
 
 
 # (title, width); the first two are left-aligned text, the rest right-aligned figures
-COLUMNS = (("shape", 12), ("system", 16), ("msg/s", 10), ("mean ms", 9), ("p50 ms", 9),
+COLUMNS = (("shape", 14), ("system", 16), ("msg/s", 10), ("mean ms", 9), ("p50 ms", 9),
            ("p99 ms", 9), ("RD/peer", 9), ("server cpu", 12), ("client cpu", 12))
 
 

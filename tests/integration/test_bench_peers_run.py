@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from rocketdesk.bench.peer_servers import JETSTREAM, REDIS_STREAMS, find_binary
-from rocketdesk.bench.peers import ROCKETDESK, SHAPES
+from rocketdesk.bench.peers import COLUMNS, ROCKETDESK, SHAPES
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -42,7 +42,8 @@ def _ours(tmp_path) -> list[str]:
 
 
 def _row(stdout: str, shape: str, system: str) -> str:
-    prefix = f"{shape:<12}{system:<16}"
+    (_, shape_width), (_, system_width) = COLUMNS[:2]
+    prefix = f"{shape:<{shape_width}}{system:<{system_width}}"
     lines = [line for line in stdout.splitlines() if line.startswith(prefix)]
     assert len(lines) == 1, (shape, system, stdout)
     return lines[0][len(prefix):]
