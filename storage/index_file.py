@@ -238,6 +238,7 @@ def _map_index(path: str, size: int) -> MappedFile:
     # An index file's name is a time stamp, not an offset; MappedFile only needs digits.
     mapped_file = MappedFile(path, size)
     mapped_file.set_positions(size)
+    mapped_file.advise_random()  # hash slots and entries are written and read at random
     return mapped_file
 
 

@@ -58,6 +58,20 @@ def offset_to_file_name(offset: int) -> str:
     return f"{offset:020d}"
 
 
+# Readahead advice (not on Windows, whose mmap has no madvise).
+_MADV_RANDOM = getattr(mmap, "MADV_RANDOM", None)
+_MADV_NORMAL = getattr(mmap, "MADV_NORMAL", None)
+
+
+def _advise(mm: mmap.mmap | None, advice: int | None) -> None:
+    if mm is None or advice is None or mm.closed:
+        return
+    try:
+        mm.madvise(advice)
+    except (OSError, ValueError):  # advice only: a mapping that will not take it works as is
+        pass
+
+
 class MappedFile:
     """One fixed-size segment of a log, mapped into memory."""
 
@@ -119,6 +133,20 @@ class MappedFile:
     def set_positions(self, position: int) -> None:
         """Recovery's verdict: everything before ``position`` is valid and on disk."""
         self.wrote_position = self.committed_position = self.flushed_position = position
+
+    # -- readahead ---------------------------------------------------------------------------
+    def advise_random(self) -> None:
+        """No readahead for this mapping's faults: for the file being written, and for files
+        written at random (an index). A write into a page of a shared file mapping first reads
+        it, and the kernel's mmap read-around then reads (for unwritten blocks: zeroes) up to
+        ``read_ahead_kb`` around it: 8 MiB on the project's machine, a stall of ~18 ms every
+        ~60 ms under batched sends (docs/benchmarks.md, session 11). One page a fault is
+        cheaper in total and has no such tail."""
+        _advise(self.mm, _MADV_RANDOM)
+
+    def advise_normal(self) -> None:
+        """Readahead again (a full file is only read from here on, mostly in order)."""
+        _advise(self.mm, _MADV_NORMAL)
 
     # -- writes ------------------------------------------------------------------------------
     def ensure_allocated(self, end: int) -> None:
@@ -439,6 +467,8 @@ class MappedFileQueue:
                                      allocate_ahead=self.allocate_ahead)
             mapped_file.set_positions(self.mapped_file_size)
             files.append(mapped_file)
+        if files:
+            files[-1].advise_random()  # the one written next (recovery sets where)
         self.mapped_files = files
 
     # -- finding files -------------------------------------------------------------------------
@@ -470,6 +500,9 @@ class MappedFileQueue:
             if not self.mapped_files:
                 mapped_file.first_create_in_queue = True
                 self.flushed_where = self.committed_where = create_offset
+            mapped_file.advise_random()
+            if last is not None:
+                last.advise_normal()
             self.mapped_files = [*self.mapped_files, mapped_file]
             return mapped_file
 

@@ -346,3 +346,47 @@ def test_a_cut_tail_is_zeroed_on_disk_at_once(tmp_path, monkeypatch):
     queue.truncate_dirty_files(1000)  # nothing left to zero: no sync
     assert synced == []
     queue.shutdown()
+
+
+# -- readahead advice ------------------------------------------------------------------------------
+def _vm_flags(path: str) -> set[str]:
+    """The VmFlags of this process's mapping of ``path`` (/proc/self/smaps)."""
+    flags, inside = None, False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            if "-" in line.split(" ", 1)[0] and len(line.split()) >= 5:
+                inside = line.rstrip().endswith(path)
+            elif inside and line.startswith("VmFlags:"):
+                flags = set(line.split()[1:])
+    assert flags is not None, f"{path} is not mapped"
+    return flags
+
+
+def test_the_file_being_written_has_no_readahead_and_a_full_one_has_it_back(tmp_path):
+    import sys
+
+    from storage.index_file import IndexService
+    from storage.mapped_file import MappedFileQueue
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("VmFlags are Linux's")
+    queue = MappedFileQueue(str(tmp_path / "log"), 1 << 20)
+    first = queue.get_last_mapped_file_or_create(0)
+    assert "rr" in _vm_flags(first.path)  # MADV_RANDOM: no read-around zeroing megabytes
+    first.wrote_position = first.file_size
+    second = queue.get_last_mapped_file_or_create(0)
+    assert second is not first
+    assert "rr" not in _vm_flags(first.path)
+    assert "rr" in _vm_flags(second.path)
+    queue.shutdown()
+
+    reloaded = MappedFileQueue(str(tmp_path / "log"), 1 << 20)
+    reloaded.load()  # the last file is the one written next
+    assert "rr" not in _vm_flags(reloaded.mapped_files[0].path)
+    assert "rr" in _vm_flags(reloaded.mapped_files[-1].path)
+    reloaded.shutdown()
+
+    service = IndexService(str(tmp_path / "index"), hash_slot_num=100, index_num=400)
+    service.build_index("T", "k1", None, 0, 1)
+    assert "rr" in _vm_flags(service.index_files[-1].mapped_file.path)
+    service.destroy()

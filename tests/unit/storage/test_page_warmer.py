@@ -264,3 +264,4 @@ def test_a_closed_mapping_is_refused_and_a_dropped_populator_stops_its_thread():
     assert populator.running is True
     del populator  # its thread is stopped and joined on the way out
     assert len(os.listdir("/proc/self/task")) == threads
+
