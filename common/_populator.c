@@ -101,29 +101,6 @@ worker(void *arg)
     return NULL;
 }
 
-/* The addresses of mm[start:end], clamped to the mapping; 1 when empty, -1 with an error. */
-static int
-addresses(PyObject *const *args, span *out)
-{
-    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
-    if (start == -1 && PyErr_Occurred())
-        return -1;
-    Py_ssize_t end = PyLong_AsSsize_t(args[2]);
-    if (end == -1 && PyErr_Occurred())
-        return -1;
-    Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
-        return -1;
-    if (start < 0)
-        start = 0;
-    if (end > view.len)
-        end = view.len;
-    out->from = (uintptr_t)((char *)view.buf + start);
-    out->to = (uintptr_t)((char *)view.buf + end);
-    PyBuffer_Release(&view);
-    return end > start ? 0 : 1;
-}
-
 static void
 stop_worker(Populator *self)
 {
@@ -189,7 +166,7 @@ submit(Populator *self, PyObject *const *args, Py_ssize_t nargs, int once)
     }
 #ifdef __linux__
     span s;
-    int found = addresses(args, &s);
+    int found = mapped_pages(args, &s.from, &s.to);
     if (found != 0)
         return found;
     int queued = 0;

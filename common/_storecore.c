@@ -945,7 +945,7 @@ done:
  * The buffer is released before the caller's system call, so that closing the mapping from
  * another thread never fails for an export held here; should it be unmapped meanwhile, the
  * call answers ENOMEM, and neither call changes a byte of whatever is mapped there instead. */
-static int
+int
 mapped_pages(PyObject *const *args, uintptr_t *from, uintptr_t *to)
 {
     Py_ssize_t start, end;
