@@ -45,7 +45,8 @@ from storage.errors import (
     describe_os_error,
     is_disk_error,
 )
-from storage.mapped_file import MappedFile, MappedFileQueue, TransientStorePool
+from storage.mapped_file import MappedFile, TransientStorePool
+from storage.mapped_file_queue import MappedFileQueue
 from storage.message import (
     BORNHOST_V6_FLAG,
     PROPERTY_DELAY_TIME_LEVEL,

@@ -18,7 +18,7 @@ import struct
 from collections.abc import Callable
 from typing import NamedTuple
 
-from storage.mapped_file import MappedFileQueue
+from storage.mapped_file_queue import MappedFileQueue
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,8 @@ from collections.abc import Callable
 from storage.checkpoint import StoreCheckpoint
 from storage.config import MessageStoreConfig
 from storage.errors import describe_os_error
-from storage.mapped_file import OS_PAGE_SIZE, MappedFileQueue
+from storage.mapped_file import OS_PAGE_SIZE
+from storage.mapped_file_queue import MappedFileQueue
 from storage.running_flags import (
     COMMIT_COMMIT_LOG_ERROR,
     FLUSH_COMMIT_LOG_ERROR,

@@ -11,10 +11,10 @@ from storage.errors import OffsetOutOfRangeError, StoreError
 from storage.mapped_file import (
     OS_PAGE_SIZE,
     MappedFile,
-    MappedFileQueue,
     TransientStorePool,
     offset_to_file_name,
 )
+from storage.mapped_file_queue import MappedFileQueue
 
 SIZE = 4096
 
@@ -366,7 +366,7 @@ def test_the_file_being_written_has_no_readahead_and_a_full_one_has_it_back(tmp_
     import sys
 
     from storage.index_file import IndexService
-    from storage.mapped_file import MappedFileQueue
+    from storage.mapped_file_queue import MappedFileQueue
 
     if not sys.platform.startswith("linux"):
         pytest.skip("VmFlags are Linux's")
