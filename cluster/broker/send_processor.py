@@ -8,10 +8,12 @@ the store's put and its flush wait, with RocketMQ's mapping of put statuses to r
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import time
 
+from cluster.broker.durable_answers import DurableAnswers
 from cluster.broker.headers import SendMessageRequestHeader, checked
 from cluster.broker.timer import TimerError, delivery_time, park
 from cluster.broker.topic_config import PERM_READ, PERM_WRITE
@@ -92,6 +94,7 @@ class SendMessageProcessor:
     def __init__(self, broker) -> None:
         self.broker = broker
         self._answers = SendAnswerTemplate()
+        self._durable = DurableAnswers(broker)
         self._born_hosts: dict[tuple[str, int], bytes] = {}  # a client's address as written
 
     def register_with(self, server) -> None:
@@ -270,25 +273,25 @@ class SendMessageProcessor:
 
     def _answer_put(self, command, topic, msg_num, msg_id, queue_id, queue_offset, next_offset,
                     status, waiter, wait: bool, transaction_id=None) -> HandlerResult:
-        """The SendMessageResponseHeader, once the put is as durable as the config asks."""
-        sync_master = (self.broker.ha_service is not None and wait
-                       and self.broker.store_config.broker_role is _SYNC_MASTER)
-        if waiter is None and not sync_master:
-            return self._response(command, topic, msg_num, msg_id, queue_id, queue_offset,
-                                  status, transaction_id)
-        return self._answer_when_durable(command, topic, msg_num, msg_id, queue_id,
-                                         queue_offset, next_offset, status, waiter, wait,
-                                         transaction_id)
-
-    async def _answer_when_durable(self, command, topic, msg_num, msg_id, queue_id,
-                                   queue_offset, next_offset, status, waiter, wait: bool,
-                                   transaction_id) -> Response:
-        status = await self._await_durable(status, next_offset, waiter, wait)
-        return self._response(command, topic, msg_num, msg_id, queue_id, queue_offset, status,
-                              transaction_id)
+        """The SendMessageResponseHeader, once the put is as durable as the config asks: for
+        the disk (SYNC_FLUSH: ``waiter``) and a slave (SYNC_MASTER) at once, a burst of sends
+        together (durable_answers.py). A late disk answers FLUSH_DISK_TIMEOUT, a late slave
+        FLUSH_SLAVE_TIMEOUT, none SLAVE_NOT_AVAILABLE; none of them undoes the put."""
+        broker = self.broker
+        replica = False
+        if broker.ha_service is not None and wait and broker.store_config.broker_role is _SYNC_MASTER:
+            if broker.ha_service.is_slave_ok(next_offset):
+                replica = True
+            else:
+                status = PutMessageStatus.SLAVE_NOT_AVAILABLE
+        respond = functools.partial(self._response, command, topic, msg_num, msg_id, queue_id,
+                                    queue_offset, transaction_id=transaction_id)
+        if waiter is None and not replica:
+            return respond(status)
+        return self._durable.answer_when_durable(next_offset, waiter, replica, status, respond)
 
     def _response(self, command, topic, msg_num, msg_id, queue_id, queue_offset, status,
-                  transaction_id) -> Response:
+                  transaction_id=None) -> Response:
         config = self.broker.config
         self.broker.stats.record_send(topic, msg_num, len(command.body))
         code = _STATUS_CODES.get(status, ResponseCode.SYSTEM_ERROR)
@@ -332,27 +335,6 @@ class SendMessageProcessor:
         if not props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX):
             props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = self.broker.uniq_ids.next_id()
         props[PROPERTY_CLUSTER] = self.broker.config.broker_cluster_name
-
-    async def _await_durable(self, status, next_offset: int, waiter,
-                             wait: bool) -> PutMessageStatus:
-        """Wait for the disk (SYNC_FLUSH) and a slave (SYNC_MASTER) at once; a late disk
-        answers FLUSH_DISK_TIMEOUT, a late or missing slave FLUSH_SLAVE_TIMEOUT or
-        SLAVE_NOT_AVAILABLE. None of them undoes the put: the message stays stored."""
-        ha = self.broker.ha_service
-        replica = None
-        if ha is not None and wait and self.broker.store_config.broker_role is _SYNC_MASTER:
-            if ha.is_slave_ok(next_offset):
-                replica = ha.wait_for_replica(next_offset)
-            else:
-                status = PutMessageStatus.SLAVE_NOT_AVAILABLE
-        if waiter is not None:
-            timeout = self.broker.store_config.sync_flush_timeout / 1000
-            flushed = await self.broker.bridge.future_of(waiter, timeout + 1)
-            if not flushed:
-                return PutMessageStatus.FLUSH_DISK_TIMEOUT
-        if replica is not None and not await replica:
-            return PutMessageStatus.FLUSH_SLAVE_TIMEOUT
-        return status
 
 
 def refusal_code(exc: PutMessageError) -> int:

@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 # spares a request the task, and the loop iteration, that an await costs. A response may come
 # already encoded, as a whole frame (hot answers written from a template: frame_template.py).
 Response = RemotingCommand | bytes | None
-HandlerResult = Response | Awaitable[Response]
+HandlerResult = Response | Awaitable[Response]  # (an asyncio.Future is answered without a task)
 RequestHandler = Callable[["RemotingConnection", RemotingCommand], HandlerResult]
 
 
@@ -106,7 +106,7 @@ class RemotingConnection(asyncio.Protocol):
         self._corked: list[bytes] | None = None  # frames waiting for this iteration's write
         self._corked_bytes = 0
         self._draining = False  # handling the frames of one read: their answers leave at its end
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Future] = set()  # requests being answered (tasks or futures)
         self.closed = asyncio.Event()
         self.close_reason: CloseReason | None = None
         self.remote_address = ""
@@ -231,6 +231,14 @@ class RemotingConnection(asyncio.Protocol):
         if kind is bytes or kind is RemotingCommand or result is None:  # answered at once
             self._reply(command, result)  # type: ignore[arg-type]
             return
+        if kind is asyncio.Future:
+            # Answered by whoever resolves it, with no task a request (SYNC_FLUSH and
+            # SYNC_MASTER sends: cluster/broker/durable_answers.py answers a burst at a time).
+            self._tasks.add(result)  # type: ignore[arg-type]
+            self._inflight_bytes += size
+            result.add_done_callback(  # type: ignore[union-attr]
+                functools.partial(self._answered, command, size))
+            return
         if not inspect.isawaitable(result):  # (asked last: its ABC check is slow)
             self._reply(command, result)
             return
@@ -248,10 +256,20 @@ class RemotingConnection(asyncio.Protocol):
             response = self._failed(command)
         self._reply(command, response)
 
-    def _failed(self, command: RemotingCommand) -> RemotingCommand:
+    def _answered(self, command: RemotingCommand, size: int, future: asyncio.Future) -> None:
+        """A request answered through a future: reply (nothing when it was cancelled, as the
+        connection closed), then account for it as a finished task."""
+        if not future.cancelled():
+            exc = future.exception()
+            self._reply(command, future.result() if exc is None else self._failed(command, exc))
+        self._request_done(size, future)  # type: ignore[arg-type]
+
+    def _failed(self, command: RemotingCommand,
+                exc: BaseException | None = None) -> RemotingCommand:
         # A processor bug: the traceback goes to the log, where it is loud; the peer gets
         # SYSTEM_ERROR with a sentence (never Python's text), and the server goes on.
-        log.exception("request %d from %s failed", command.code, self.remote_address)
+        log.error("request %d from %s failed", command.code, self.remote_address,
+                  exc_info=exc if exc is not None else True)
         return command.make_response(
             1, f"the server failed to process request code {command.code}; see its log")
 

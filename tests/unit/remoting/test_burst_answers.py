@@ -125,3 +125,53 @@ def test_answers_corked_in_a_read_that_fails_midway_are_still_written():
         return transport.writes
 
     assert _answers(asyncio.run(scenario())) == [7]
+
+
+def test_an_answer_given_as_a_future_takes_no_task_and_a_closed_connection_drops_it():
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        futures = []
+
+        def handler(connection, command):  # SYNC sends: answered when their burst is durable
+            futures.append(loop.create_future())
+            return futures[-1]
+
+        tasks_before = len(asyncio.all_tasks())
+        connection = RemotingConnection(handler)
+        transport = RecordingTransport()
+        connection.connection_made(transport)
+        connection.data_received(encode(request(1000, opaque=1)) + encode(request(1000, opaque=2)))
+        tasks = len(asyncio.all_tasks()) - tasks_before
+        waiting = connection.inflight
+        futures[1].set_result(encode(request(1000, opaque=2).make_response(0)))
+        futures[0].set_exception(RuntimeError("a processor bug"))
+        for _ in range(3):
+            await asyncio.sleep(0)
+        answers = _answers(transport.writes)
+        errors = [c for c in _decoded(transport.writes) if c.opaque == 1]
+        # A third request whose connection closes before it is answered: nothing is written.
+        connection.data_received(encode(request(1000, opaque=3)))
+        connection.connection_lost(None)
+        for _ in range(3):
+            await asyncio.sleep(0)
+        return tasks, waiting, answers, errors, futures[2].cancelled(), connection.inflight, \
+            _answers(transport.writes)
+
+    tasks, waiting, answers, errors, cancelled, inflight, final = asyncio.run(scenario())
+    assert tasks == 0
+    assert waiting == 2
+    assert sorted(answers) == [1, 2]
+    assert errors[0].code == 1  # SYSTEM_ERROR with a sentence, not Python's text
+    assert "see its log" in errors[0].remark
+    assert cancelled
+    assert inflight == 0
+    assert 3 not in final
+
+
+def _decoded(writes: list[bytes]) -> list:
+    decoder = FrameDecoder()
+    decoder.feed(b"".join(writes))
+    commands = []
+    while (command := decoder.next_command()) is not None:
+        commands.append(command)
+    return commands

@@ -1,0 +1,142 @@
+"""DurableAnswers: SYNC_FLUSH / SYNC_MASTER sends of one loop iteration wait together, once, and
+each is answered with its own status."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from types import SimpleNamespace
+
+from cluster.broker.bridge import LoopBridge
+from cluster.broker.durable_answers import DurableAnswers
+from cluster.ha.master import ReplicaWaiters
+from storage.errors import PutMessageStatus
+from storage.flush import GroupCommitRequest
+
+OK = PutMessageStatus.PUT_OK
+
+
+class _HA:
+    """What DurableAnswers needs of an HAService, with its real waiters."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.waiters = ReplicaWaiters(loop)
+        self.push_to_slave_max_offset = 0
+        self.asked: list[int] = []
+
+    def wait_for_replica(self, next_offset: int) -> asyncio.Future:
+        self.asked.append(next_offset)
+        return self.waiters.wait(next_offset, self.push_to_slave_max_offset, timeout=0.2)
+
+    def acknowledge(self, offset: int) -> None:
+        self.push_to_slave_max_offset = offset
+        self.waiters.notify(offset)
+
+
+def _broker(loop, ha=None, timeout_ms: int = 3000):
+    return SimpleNamespace(bridge=LoopBridge(loop), ha_service=ha,
+                           store_config=SimpleNamespace(sync_flush_timeout=timeout_ms))
+
+
+def _respond(name: str):
+    return lambda status: (name, status)
+
+
+def test_a_burst_waits_for_its_newest_flush_once_and_answers_every_send():
+    async def run():
+        loop = asyncio.get_running_loop()
+        broker = _broker(loop)
+        answers = DurableAnswers(broker)
+        requests = [GroupCommitRequest(100 * (i + 1), 3000) for i in range(3)]
+        futures = [answers.answer_when_durable(100 * (i + 1), request, False, OK, _respond(f"s{i}"))
+                   for i, request in enumerate(requests)]
+        await asyncio.sleep(0)  # the burst closes at the end of this iteration
+        assert not any(f.done() for f in futures)
+        assert len(requests[-1]._callbacks) == 1  # only the newest request is waited for
+        assert not requests[0]._callbacks
+        for request in requests:  # the group commit completes them in order, on its thread
+            threading.Thread(target=request.complete, args=(True,)).start()
+        answered = await asyncio.wait_for(asyncio.gather(*futures), 2)
+        assert answered == [("s0", OK), ("s1", OK), ("s2", OK)]
+
+    asyncio.run(run())
+
+
+def test_a_late_flush_times_out_only_the_sends_whose_own_bytes_were_not_flushed():
+    async def run():
+        loop = asyncio.get_running_loop()
+        answers = DurableAnswers(_broker(loop, timeout_ms=0))  # the bridge gives up after ~1 s
+        older, newer = GroupCommitRequest(100, 0), GroupCommitRequest(200, 0)
+        first = answers.answer_when_durable(100, older, False, OK, _respond("older"))
+        second = answers.answer_when_durable(200, newer, False, OK, _respond("newer"))
+        older.complete(True)  # flushed before the disk stalled; the newer one never is
+        assert await asyncio.wait_for(first, 3) == ("older", OK)
+        assert await asyncio.wait_for(second, 3) == ("newer", PutMessageStatus.FLUSH_DISK_TIMEOUT)
+
+    asyncio.run(run())
+
+
+def test_one_replica_wait_a_burst_and_a_timeout_spares_what_the_slave_did_acknowledge():
+    async def run():
+        loop = asyncio.get_running_loop()
+        ha = _HA(loop)
+        answers = DurableAnswers(_broker(loop, ha))
+        early = answers.answer_when_durable(100, None, True, OK, _respond("early"))
+        late = answers.answer_when_durable(300, None, True, OK, _respond("late"))
+        unneeded = answers.answer_when_durable(
+            50, None, False, PutMessageStatus.SLAVE_NOT_AVAILABLE, _respond("no slave"))
+        await asyncio.sleep(0)
+        assert ha.asked == [300]  # the newest offset only
+        ha.acknowledge(150)  # the slave got the first send's bytes, not the second's
+        sweeper = loop.create_task(_sweep(ha))
+        try:
+            assert await asyncio.wait_for(late, 3) == ("late", PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
+        finally:
+            sweeper.cancel()
+        assert early.result() == ("early", OK)
+        assert unneeded.result() == ("no slave", PutMessageStatus.SLAVE_NOT_AVAILABLE)
+
+    asyncio.run(run())
+
+
+async def _sweep(ha: _HA) -> None:
+    while True:  # HAService's sweeper: waiters past their deadline fail
+        await asyncio.sleep(0.05)
+        ha.waiters.expire(asyncio.get_running_loop().time() + 1e9)
+
+
+def test_flush_and_replica_both_must_come_and_a_closed_connections_send_is_skipped():
+    async def run():
+        loop = asyncio.get_running_loop()
+        ha = _HA(loop)
+        answers = DurableAnswers(_broker(loop, ha))
+        request = GroupCommitRequest(100, 3000)
+        kept = answers.answer_when_durable(100, request, True, OK, _respond("kept"))
+        gone = answers.answer_when_durable(100, None, True, OK, _respond("gone"))
+        gone.cancel()  # its connection closed meanwhile
+        await asyncio.sleep(0)
+        request.complete(True)
+        await asyncio.sleep(0.05)
+        assert not kept.done()  # flushed, but no slave yet
+        ha.acknowledge(100)
+        assert await asyncio.wait_for(kept, 2) == ("kept", OK)
+
+    asyncio.run(run())
+
+
+def test_a_respond_that_raises_fails_only_its_own_future():
+    async def run():
+        loop = asyncio.get_running_loop()
+        answers = DurableAnswers(_broker(loop))
+        request = GroupCommitRequest(100, 3000)
+
+        def broken(_status):
+            raise RuntimeError("bug")
+
+        bad = answers.answer_when_durable(100, request, False, OK, broken)
+        good = answers.answer_when_durable(100, request, False, OK, _respond("good"))
+        request.complete(True)
+        assert await asyncio.wait_for(good, 2) == ("good", OK)
+        assert isinstance(bad.exception(), RuntimeError)
+
+    asyncio.run(run())
