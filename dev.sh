@@ -24,7 +24,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 # Reinstall only when the project's dependencies or its compiled core changed.
 stamp="$venv/.rocketdesk-installed"
-want=$(cat pyproject.toml setup.py common/_speedups.c common/_storecore.c common/_text.h | sha256sum | cut -d' ' -f1)
+want=$(cat pyproject.toml setup.py common/_speedups.c common/_storecore.c common/_populator.c common/_populator.h common/_text.h | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "dev.sh: installing RocketDesk and its dependencies" >&2
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[test,spark,peers]"

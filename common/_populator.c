@@ -49,7 +49,7 @@ typedef struct {
     pthread_cond_t cond;
     int running;            /* the thread was started and not yet joined */
     int stopping;           /* read by the worker between steps without the mutex: atomics */
-    int supported;          /* 0 once the kernel answered EINVAL */
+    int supported;          /* the kernel can populate (asked once, at creation) */
     int has_target;
     span target;            /* the newest range ahead of the writer; a newer one replaces it */
     span once[ONCE_SLOTS];
@@ -91,11 +91,11 @@ worker(void *arg)
             rc = madvise((void *)at, length, MADV_POPULATE_WRITE) == 0 ? 0 : errno;
         }
         pthread_mutex_lock(&self->mutex);
-        if (rc == EINVAL)
-            self->supported = 0;
-        else if (rc == 0)
+        if (rc == 0)
             self->warmed += (unsigned long long)(s.to - s.from);
-        /* else unmapped meanwhile, or out of memory: the writer faults as it would anyway */
+        /* else unmapped (ENOMEM) or mapped again otherwise (EINVAL) meanwhile, or out of
+         * memory: the writer faults as it would anyway. Whether the kernel can populate at all
+         * was asked once, at creation (kernel_can_populate). */
     }
     pthread_mutex_unlock(&self->mutex);
     return NULL;
@@ -104,16 +104,33 @@ worker(void *arg)
 static void
 stop_worker(Populator *self)
 {
+    /* Under the interpreter lock: a second stop() (another thread, or dealloc) finds
+     * running == 0 before this one lets go of the lock to join, and joins nothing. */
     if (!self->running)
         return;
+    self->running = 0;
+    pthread_t thread = self->thread;
     pthread_mutex_lock(&self->mutex);
     __atomic_store_n(&self->stopping, 1, __ATOMIC_RELAXED);
     pthread_cond_signal(&self->cond);
     pthread_mutex_unlock(&self->mutex);
     Py_BEGIN_ALLOW_THREADS
-    pthread_join(self->thread, NULL);
+    pthread_join(thread, NULL);
     Py_END_ALLOW_THREADS
-    self->running = 0;
+}
+
+/* MADV_POPULATE_WRITE on a private page of our own: 0 where this kernel cannot (before Linux
+ * 5.14 it answers EINVAL for the unknown advice). */
+static int
+kernel_can_populate(void)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    void *probe = mmap(NULL, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (probe == MAP_FAILED)
+        return 0;
+    int ok = madvise(probe, page, MADV_POPULATE_WRITE) == 0;
+    munmap(probe, page);
+    return ok;
 }
 #endif
 
@@ -128,10 +145,12 @@ populator_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     if (self == NULL)
         return NULL;
 #ifdef __linux__
-    self->supported = 1;
+    self->supported = kernel_can_populate();
     self->idle = idle;
     pthread_mutex_init(&self->mutex, NULL);
     pthread_cond_init(&self->cond, NULL);
+    if (!self->supported)
+        return (PyObject *)self; /* no thread: nothing will be queued */
     int rc = pthread_create(&self->thread, NULL, worker, self);
     if (rc != 0) {
         Py_DECREF(self);
@@ -237,7 +256,7 @@ populator_get_supported(Populator *self, void *closure)
 {
     (void)closure;
 #ifdef __linux__
-    return PyBool_FromLong(__atomic_load_n(&self->supported, __ATOMIC_RELAXED));
+    return PyBool_FromLong(self->supported);
 #else
     (void)self;
     Py_RETURN_FALSE;
@@ -272,7 +291,7 @@ static PyMethodDef populator_methods[] = {
 static PyGetSetDef populator_getset[] = {
     {"warmed_bytes", (getter)populator_get_warmed, NULL, "bytes populated so far", NULL},
     {"supported", (getter)populator_get_supported, NULL,
-     "False once the kernel said it cannot populate (before Linux 5.14, or not Linux)", NULL},
+     "False where the kernel cannot populate (before Linux 5.14, or not Linux)", NULL},
     {"running", (getter)populator_get_running, NULL, "the thread runs (not stopped)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };

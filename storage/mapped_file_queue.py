@@ -2,7 +2,8 @@
 one ConsumeQueue, with its flushed and committed watermarks: finding the file of an offset or a
 time, creating the next file, flushing, truncating a dirty tail and deleting expired files.
 
-The file being written gets no readahead and a full one gets it back (``MappedFile.advise_*``).
+The file being written gets no readahead and a full one gets it back (``MappedFile.advise_*``);
+files loaded at start keep readahead while recovery reads them, then the last one loses it.
 """
 
 from __future__ import annotations
@@ -60,9 +61,7 @@ class MappedFileQueue:
                                      allocate_ahead=self.allocate_ahead)
             mapped_file.set_positions(self.mapped_file_size)
             files.append(mapped_file)
-        if files:
-            files[-1].advise_random()  # the one written next (recovery sets where)
-        self.mapped_files = files
+        self.mapped_files = files  # readahead on all: recovery reads them (advise_writing after)
 
     # -- finding files -------------------------------------------------------------------------
     def get_first_mapped_file(self) -> MappedFile | None:
@@ -194,12 +193,21 @@ class MappedFileQueue:
         self.mapped_files = keep
         self.flushed_where = min(self.flushed_where, offset)
         self.committed_where = min(self.committed_where, offset)
+        self.advise_writing()
+
+    def advise_writing(self) -> None:
+        """The last file is the one written next: no readahead for it (``advise_random``).
+        Called after recovery and after a cut, which can make an older file the last one."""
+        last = self.get_last_mapped_file()
+        if last is not None:
+            last.advise_random()
 
     def delete_last_mapped_file(self) -> None:
         last = self.get_last_mapped_file()
         if last is not None:
             last.destroy(1000)
             self.mapped_files = self.mapped_files[:-1]
+            self.advise_writing()
 
     def delete_expired_file_by_time(
         self,

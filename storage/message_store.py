@@ -170,6 +170,11 @@ class DefaultMessageStore:
 
     def _recover(self) -> None:
         recover_store(self)
+        # Recovery has read the files with readahead; the ones written next go without it.
+        self.commit_log.mapped_file_queue.advise_writing()
+        for queues in self.consume_queue_table.values():
+            for queue in queues.values():
+                queue.mapped_file_queue.advise_writing()
 
     def _max_physic_offset_in_consume_queues(self) -> int:
         best = -1

@@ -76,6 +76,7 @@ class PageWarmer:
 def page_warmer_for(config: MessageStoreConfig, pooled: bool) -> PageWarmer | None:
     """A running warmer for a store, where one can run: asked for (``warmCommitLogPages``), the
     compiled core built, and no write buffers (a pool's buffers are warm already)."""
-    if not config.warm_commit_log_pages or pooled or speedups.store_core is None:
+    populator = getattr(speedups.store_core, "Populator", None)  # (absent from an old build)
+    if not config.warm_commit_log_pages or pooled or populator is None:
         return None
-    return PageWarmer(speedups.store_core.Populator())
+    return PageWarmer(populator())

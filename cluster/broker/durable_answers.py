@@ -51,14 +51,24 @@ class DurableAnswers:
 
     def _close_burst(self) -> None:
         burst, self._burst = self._burst, []
+        try:
+            self._wait_for(burst)
+        except BaseException as exc:  # never strand a burst: each send gets SYSTEM_ERROR
+            _fail(burst, exc)
+            if not isinstance(exc, Exception):
+                raise
+
+    def _wait_for(self, burst: list[_Waiting]) -> None:
         broker = self._broker
         waits: list[asyncio.Future] = []
         flush = replica = None
         newest_request = None
         newest_replica = -1
         for item in burst:
-            if item[2] is not None:
-                newest_request = item[2]  # puts are in log order: the last is the newest
+            request = item[2]
+            if request is not None and (newest_request is None
+                                        or request.next_offset > newest_request.next_offset):
+                newest_request = request
             if item[3] and item[1] > newest_replica:
                 newest_replica = item[1]
         if newest_request is not None:
@@ -78,7 +88,10 @@ class DurableAnswers:
             nonlocal left
             left -= 1
             if left == 0:
-                self._answer(burst, flush, replica)
+                try:
+                    self._answer(burst, flush, replica)
+                except Exception as exc:
+                    _fail(burst, exc)
 
         for wait in waits:
             wait.add_done_callback(one_done)
@@ -101,3 +114,11 @@ class DurableAnswers:
                 future.set_result(respond(status))
             except Exception as exc:  # answered as a processor failure by the connection
                 future.set_exception(exc)
+
+
+def _fail(burst: list[_Waiting], exc: BaseException) -> None:
+    """Answer every send of a burst not answered yet as a processor failure (the connection
+    logs it and replies SYSTEM_ERROR with a sentence)."""
+    for item in burst:
+        if not item[0].done():
+            item[0].set_exception(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))

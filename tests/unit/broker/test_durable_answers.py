@@ -140,3 +140,20 @@ def test_a_respond_that_raises_fails_only_its_own_future():
         assert isinstance(bad.exception(), RuntimeError)
 
     asyncio.run(run())
+
+
+def test_a_burst_whose_wait_cannot_be_set_up_answers_every_send_with_the_failure():
+    async def run():
+        loop = asyncio.get_running_loop()
+
+        class BrokenHA(_HA):
+            def wait_for_replica(self, next_offset):
+                raise RuntimeError("no waiters")
+
+        answers = DurableAnswers(_broker(loop, BrokenHA(loop)))
+        futures = [answers.answer_when_durable(100 * i, None, True, OK, _respond(str(i)))
+                   for i in range(3)]
+        await asyncio.sleep(0)
+        assert all(isinstance(f.exception(), RuntimeError) for f in futures)
+
+    asyncio.run(run())

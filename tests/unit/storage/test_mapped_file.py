@@ -381,12 +381,43 @@ def test_the_file_being_written_has_no_readahead_and_a_full_one_has_it_back(tmp_
     queue.shutdown()
 
     reloaded = MappedFileQueue(str(tmp_path / "log"), 1 << 20)
-    reloaded.load()  # the last file is the one written next
+    reloaded.load()  # recovery reads them next: readahead on all
+    assert not any("rr" in _vm_flags(f.path) for f in reloaded.mapped_files)
+    reloaded.advise_writing()  # recovery done: the last file is the one written next
     assert "rr" not in _vm_flags(reloaded.mapped_files[0].path)
     assert "rr" in _vm_flags(reloaded.mapped_files[-1].path)
+    reloaded.truncate_dirty_files(1000)  # a cut that leaves the first file last
+    assert len(reloaded.mapped_files) == 1
+    assert "rr" in _vm_flags(reloaded.mapped_files[0].path)
     reloaded.shutdown()
 
     service = IndexService(str(tmp_path / "index"), hash_slot_num=100, index_num=400)
     service.build_index("T", "k1", None, 0, 1)
     assert "rr" in _vm_flags(service.index_files[-1].mapped_file.path)
     service.destroy()
+
+
+def test_a_recovered_store_writes_its_last_files_without_readahead(tmp_path):
+    import sys
+
+    from storage.message import MessageExtBrokerInner
+    from storage.message_store import DefaultMessageStore
+    from tests.conftest import small_config
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("VmFlags are Linux's")
+    store = DefaultMessageStore(small_config(tmp_path))
+    store.load()
+    store.start()
+    store.put_message(MessageExtBrokerInner(topic="T", body=b"x", queue_id=0))
+    store.wait_dispatched(timeout=10)
+    store.shutdown()
+    again = DefaultMessageStore(small_config(tmp_path))
+    again.load()  # recovery, then the advice
+    try:
+        last_log = again.commit_log.mapped_file_queue.get_last_mapped_file()
+        assert "rr" in _vm_flags(last_log.path)
+        queue = again.find_consume_queue("T", 0, create=False)
+        assert "rr" in _vm_flags(queue.mapped_file_queue.get_last_mapped_file().path)
+    finally:
+        again.shutdown()
