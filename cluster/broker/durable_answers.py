@@ -95,6 +95,18 @@ class DurableAnswers:
 
         for wait in waits:
             wait.add_done_callback(one_done)
+        if flush is not None and replica is not None:
+            # Sends that wait for the disk only (SLAVE_NOT_AVAILABLE, WAIT on a slave-less
+            # moment) are answered with the flush, not with the slave's acknowledgement.
+            disk_only = [item for item in burst if not item[3]]
+            if disk_only:
+                flush.add_done_callback(lambda _done: self._answer_safely(disk_only, flush))
+
+    def _answer_safely(self, burst: list[_Waiting], flush: asyncio.Future) -> None:
+        try:
+            self._answer(burst, flush, None)
+        except Exception as exc:
+            _fail(burst, exc)
 
     def _answer(self, burst: list[_Waiting], flush: asyncio.Future | None,
                 replica: asyncio.Future | None) -> None:

@@ -157,3 +157,22 @@ def test_a_burst_whose_wait_cannot_be_set_up_answers_every_send_with_the_failure
         assert all(isinstance(f.exception(), RuntimeError) for f in futures)
 
     asyncio.run(run())
+
+
+def test_a_send_that_waits_for_the_disk_only_is_not_held_for_the_slave():
+    async def run():
+        loop = asyncio.get_running_loop()
+        ha = _HA(loop)
+        answers = DurableAnswers(_broker(loop, ha))
+        request = GroupCommitRequest(200, 3000)
+        disk_only = answers.answer_when_durable(
+            100, request, False, PutMessageStatus.SLAVE_NOT_AVAILABLE, _respond("disk"))
+        both = answers.answer_when_durable(200, request, True, OK, _respond("both"))
+        await asyncio.sleep(0)
+        request.complete(True)
+        assert await asyncio.wait_for(disk_only, 2) == ("disk", PutMessageStatus.SLAVE_NOT_AVAILABLE)
+        assert not both.done()  # still waiting for the slave
+        ha.acknowledge(200)
+        assert await asyncio.wait_for(both, 2) == ("both", OK)
+
+    asyncio.run(run())
