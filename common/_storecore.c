@@ -585,8 +585,9 @@ index_put_keys(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 /* ------------------------------------------------------------------------------------------ */
 /* batches: SEND_BATCH_MESSAGE bodies to records                                                */
 
-/* RocketMQ's body CRC is zlib's CRC-32 (reflected 0xEDB88320), top bit cleared. Slicing by 8. */
-static uint32_t crc_table[8][256];
+/* RocketMQ's body CRC is zlib's CRC-32 (reflected 0xEDB88320), top bit cleared. Slicing by 16
+ * (16 table lookups a 16 bytes; by 8 ran at 2.2 GB/s here, zlib's own at 4.1). */
+static uint32_t crc_table[16][256];
 
 static void
 crc_init(void)
@@ -598,24 +599,32 @@ crc_init(void)
         crc_table[0][i] = c;
     }
     for (uint32_t i = 0; i < 256; i++)
-        for (int t = 1; t < 8; t++)
+        for (int t = 1; t < 16; t++)
             crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xFF];
+}
+
+static inline uint32_t
+le32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
 }
 
 static uint32_t
 crc32_of(const unsigned char *p, Py_ssize_t n)
 {
     uint32_t c = 0xFFFFFFFFu;
-    while (n >= 8) {
-        uint32_t lo = c ^ ((uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16)
-                           | ((uint32_t)p[3] << 24));
-        uint32_t hi = (uint32_t)p[4] | ((uint32_t)p[5] << 8) | ((uint32_t)p[6] << 16)
-                      | ((uint32_t)p[7] << 24);
-        c = crc_table[7][lo & 0xFF] ^ crc_table[6][(lo >> 8) & 0xFF] ^ crc_table[5][(lo >> 16) & 0xFF]
-            ^ crc_table[4][lo >> 24] ^ crc_table[3][hi & 0xFF] ^ crc_table[2][(hi >> 8) & 0xFF]
-            ^ crc_table[1][(hi >> 16) & 0xFF] ^ crc_table[0][hi >> 24];
-        p += 8;
-        n -= 8;
+    while (n >= 16) {
+        uint32_t a = c ^ le32(p), b = le32(p + 4), d = le32(p + 8), e = le32(p + 12);
+        c = crc_table[15][a & 0xFF] ^ crc_table[14][(a >> 8) & 0xFF]
+            ^ crc_table[13][(a >> 16) & 0xFF] ^ crc_table[12][a >> 24]
+            ^ crc_table[11][b & 0xFF] ^ crc_table[10][(b >> 8) & 0xFF]
+            ^ crc_table[9][(b >> 16) & 0xFF] ^ crc_table[8][b >> 24]
+            ^ crc_table[7][d & 0xFF] ^ crc_table[6][(d >> 8) & 0xFF]
+            ^ crc_table[5][(d >> 16) & 0xFF] ^ crc_table[4][d >> 24]
+            ^ crc_table[3][e & 0xFF] ^ crc_table[2][(e >> 8) & 0xFF]
+            ^ crc_table[1][(e >> 16) & 0xFF] ^ crc_table[0][e >> 24];
+        p += 16;
+        n -= 16;
     }
     while (n-- > 0)
         c = crc_table[0][(c ^ *p++) & 0xFF] ^ (c >> 8);
