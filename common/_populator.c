@@ -24,7 +24,6 @@
 
 #ifdef __linux__
 #include <pthread.h>
-#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 #ifndef MADV_POPULATE_WRITE
@@ -55,7 +54,6 @@ typedef struct {
     span once[ONCE_SLOTS];
     int once_count;
     unsigned long long warmed;
-    int idle;               /* run as SCHED_IDLE: only on otherwise idle CPU time */
 #endif
 } Populator;
 
@@ -64,10 +62,6 @@ static void *
 worker(void *arg)
 {
     Populator *self = (Populator *)arg;
-    if (self->idle) {
-        struct sched_param param = {0};
-        (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &param);
-    }
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
     pthread_mutex_lock(&self->mutex);
     for (;;) {
@@ -137,16 +131,14 @@ kernel_can_populate(void)
 static PyObject *
 populator_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"idle", NULL};
-    int idle = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|p:Populator", keywords, &idle))
+    static char *keywords[] = {NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, ":Populator", keywords))
         return NULL;
     Populator *self = (Populator *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
 #ifdef __linux__
     self->supported = kernel_can_populate();
-    self->idle = idle;
     pthread_mutex_init(&self->mutex, NULL);
     pthread_cond_init(&self->cond, NULL);
     if (!self->supported)
@@ -158,8 +150,6 @@ populator_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         return PyErr_SetFromErrno(PyExc_OSError);
     }
     self->running = 1;
-#else
-    (void)idle;
 #endif
     return (PyObject *)self;
 }
@@ -302,9 +292,8 @@ static PyTypeObject PopulatorType = {
     .tp_basicsize = sizeof(Populator),
     .tp_dealloc = (destructor)populator_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Populator(idle=False)\n\nA native thread that faults in pages of mapped files "
-              "ahead of their writer, without the interpreter lock (MADV_POPULATE_WRITE). "
-              "idle=True runs it as SCHED_IDLE.",
+    .tp_doc = "Populator()\n\nA native thread that faults in pages of mapped files "
+              "ahead of their writer, without the interpreter lock (MADV_POPULATE_WRITE).",
     .tp_methods = populator_methods,
     .tp_getset = populator_getset,
     .tp_new = populator_new,

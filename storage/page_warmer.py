@@ -76,7 +76,10 @@ class PageWarmer:
 def page_warmer_for(config: MessageStoreConfig, pooled: bool) -> PageWarmer | None:
     """A running warmer for a store, where one can run: asked for (``warmCommitLogPages``), the
     compiled core built, and no write buffers (a pool's buffers are warm already)."""
-    populator = getattr(speedups.store_core, "Populator", None)  # (absent from an old build)
-    if not config.warm_commit_log_pages or pooled or populator is None:
+    populator_type = getattr(speedups.store_core, "Populator", None)  # (not in an old build)
+    if not config.warm_commit_log_pages or pooled or populator_type is None:
         return None
-    return PageWarmer(populator())
+    populator = populator_type()
+    # A kernel that cannot populate (before 5.14): no warmer, so the writer claims no blocks
+    # early for it either.
+    return PageWarmer(populator) if populator.supported else None

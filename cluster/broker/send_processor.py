@@ -284,10 +284,11 @@ class SendMessageProcessor:
                 replica = True
             else:
                 status = PutMessageStatus.SLAVE_NOT_AVAILABLE
+        if waiter is None and not replica:
+            return self._response(command, topic, msg_num, msg_id, queue_id, queue_offset,
+                                  status, transaction_id)
         respond = functools.partial(self._response, command, topic, msg_num, msg_id, queue_id,
                                     queue_offset, transaction_id=transaction_id)
-        if waiter is None and not replica:
-            return respond(status)
         return self._durable.answer_when_durable(next_offset, waiter, replica, status, respond)
 
     def _response(self, command, topic, msg_num, msg_id, queue_id, queue_offset, status,

@@ -135,7 +135,9 @@ def test_a_store_with_the_warmer_keeps_every_message(tmp_path):
     store.start()
     try:
         warmer = store.commit_log.page_warmer
-        assert warmer is not None
+        if warmer is None:
+            assert not speedups.store_core.Populator().supported  # only where it cannot run
+            pytest.skip("this kernel cannot populate (before Linux 5.14)")
         ledger = Ledger()
         for i in range(3500):
             ledger.put(store, MessageExtBrokerInner(topic="Warm", body=bytes([i % 251]) * 1500,
@@ -143,7 +145,7 @@ def test_a_store_with_the_warmer_keeps_every_message(tmp_path):
         deadline = time.monotonic() + 10
         while warmer.warmed_bytes == 0 and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert warmer.supported is False or warmer.warmed_bytes > 0
+        assert warmer.warmed_bytes > 0
         store.wait_dispatched(timeout=30)
         assert_store_holds(store, ledger)
         assert_recovers_exactly(store, ledger, tmp_path / "crash")
@@ -211,14 +213,13 @@ def _resident_kib(path: str) -> int:
     return total
 
 
-@pytest.mark.parametrize("idle", [False, True])
-def test_the_populator_faults_in_a_files_pages_and_changes_no_byte(tmp_path, idle):
+def test_the_populator_faults_in_a_files_pages_and_changes_no_byte(tmp_path):
     import mmap
     import sys
 
     if not sys.platform.startswith("linux"):
         pytest.skip("MADV_POPULATE_WRITE is Linux's")
-    populator = _populator_class()(idle=idle)
+    populator = _populator_class()()
     path = tmp_path / "log"
     content = bytes(range(256)) * (4 << 12)  # 4 MiB
     path.write_bytes(content)
