@@ -1,6 +1,12 @@
 /*
  * common._storecore.Populator: a native thread that faults in pages of mapped files ahead of
- * their writer (Linux's MADV_POPULATE_WRITE), and never takes the interpreter lock.
+ * their writer (Linux's MADV_POPULATE_READ / _WRITE), and never takes the interpreter lock.
+ *
+ * The CommitLog is written through the page cache (pwrite, storage/mapped_file.py), so the range
+ * ahead of its writer is populated for reading: the page-cache pages exist (zeroed) before the
+ * writer gets there and no page-table entry is made writable (a writable one costs a TLB flush
+ * on every CPU when write-back cleans it). An index file's hash slots are written through the
+ * mapping, so they are populated for writing.
  *
  * Why not a Python thread: the page warmer (storage/page_warmer.py) ran on a ServiceThread that
  * took the interpreter lock to wake up and between its system calls. On two busy cores the OS
@@ -26,8 +32,11 @@
 #include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14; older kernels answer EINVAL */
+#endif
 #ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels answer EINVAL */
+#define MADV_POPULATE_WRITE 23
 #endif
 /* One madvise at most this long: populating holds the process's mmap lock (for reading), and a
  * thread that maps or unmaps memory meanwhile (the allocator does) waits for the step to end. */
@@ -37,6 +46,7 @@
 
 typedef struct {
     uintptr_t from, to;
+    int advice;             /* MADV_POPULATE_READ or MADV_POPULATE_WRITE */
 } span;
 #endif
 
@@ -82,7 +92,7 @@ worker(void *arg)
             if (__atomic_load_n(&self->stopping, __ATOMIC_RELAXED))
                 break;
             size_t length = (size_t)(s.to - at < POPULATE_STEP ? s.to - at : POPULATE_STEP);
-            rc = madvise((void *)at, length, MADV_POPULATE_WRITE) == 0 ? 0 : errno;
+            rc = madvise((void *)at, length, s.advice) == 0 ? 0 : errno;
         }
         pthread_mutex_lock(&self->mutex);
         if (rc == 0)
@@ -178,6 +188,7 @@ submit(Populator *self, PyObject *const *args, Py_ssize_t nargs, int once)
     int found = mapped_pages(args, &s.from, &s.to);
     if (found != 0)
         return found;
+    s.advice = once ? MADV_POPULATE_WRITE : MADV_POPULATE_READ;
     int queued = 0;
     pthread_mutex_lock(&self->mutex);
     if (self->running && self->supported && !self->stopping) {
@@ -267,12 +278,14 @@ populator_get_running(Populator *self, void *closure)
 
 static PyMethodDef populator_methods[] = {
     {"submit", (PyCFunction)(void (*)(void))populator_submit, METH_FASTCALL,
-     "submit(mm, start, end) -> bool\n\nPopulate the pages of mm[start:end] soon, in place of "
-     "any range submitted before and not yet started. Never waits; False when nothing was "
-     "queued (an empty range, a kernel that cannot, a stopped thread)."},
+     "submit(mm, start, end) -> bool\n\nPopulate the pages of mm[start:end] soon for reading "
+     "(the range ahead of a writer that writes the file with pwrite), in place of any range "
+     "submitted before and not yet started. Never waits; False when nothing was queued (an "
+     "empty range, a kernel that cannot, a stopped thread)."},
     {"submit_once", (PyCFunction)(void (*)(void))populator_submit_once, METH_FASTCALL,
-     "submit_once(mm, start, end) -> bool\n\nPopulate the pages of mm[start:end] soon, beside "
-     "the range ahead of the writer (a few such ranges wait at a time; False when dropped)."},
+     "submit_once(mm, start, end) -> bool\n\nPopulate the pages of mm[start:end] soon for "
+     "writing (a range written through the mapping), beside the range ahead of the writer (a "
+     "few such ranges wait at a time; False when dropped)."},
     {"stop", (PyCFunction)populator_stop, METH_NOARGS,
      "stop()\n\nStop the thread (after the step it is in) and wait for it; again is harmless."},
     {NULL, NULL, 0, NULL},
@@ -293,7 +306,7 @@ static PyTypeObject PopulatorType = {
     .tp_dealloc = (destructor)populator_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Populator()\n\nA native thread that faults in pages of mapped files "
-              "ahead of their writer, without the interpreter lock (MADV_POPULATE_WRITE).",
+              "ahead of their writer, without the interpreter lock (MADV_POPULATE_READ/_WRITE).",
     .tp_methods = populator_methods,
     .tp_getset = populator_getset,
     .tp_new = populator_new,

@@ -8,8 +8,10 @@ The put path (mirrors ``CommitLog.putMessage`` and ``DefaultAppendMessageCallbac
 2. inside the lock: store timestamp (so store times never decrease along the log), the queue
    offset for (topic, queueId), the physical offset; a record that does not fit (plus the 8-byte
    blank marker) ends the file with a blank record and goes to the next file; the blocks are
-   claimed (a full disk is a refusal, not a SIGBUS), the bytes written, and only then the
-   write position moved, which is what makes the record visible;
+   claimed (a full disk is a refusal, not a SIGBUS), the record encoded into a staging buffer
+   and written to the file in one call (through the page cache, not the mapping: see
+   ``MappedFile.write_at``), and only then the write position moved, which is what makes the
+   record visible;
 3. outside the lock: msgId, and the caller's flush/replication wait.
 
 Exception safety: whatever raises in step 2 (a full disk, a failed file roll, a bug) is rolled
@@ -116,6 +118,9 @@ class CommitLog:
         self.mapped_file_queue = MappedFileQueue(config.commit_log_dir, self.mapped_file_size, pool)
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.put_lock = threading.Lock()
+        # Records are encoded here, under the put lock, and then written to the file in one
+        # call (MappedFile.write_at says why not into the mapping); grows to the largest put.
+        self._staging_buffer = bytearray(1 << 16)
         self.begin_time_in_lock = 0.0
         self.store_host = store_host
         self.store_host_bytes = host_to_bytes(*store_host)
@@ -131,6 +136,13 @@ class CommitLog:
         self.on_append: Callable[[], None] | None = None  # set by the store: wakes dispatch
         self._failures = LogThrottle()
         self.page_warmer: PageWarmer | None = None  # set by the store where it can run
+
+    def _staging(self, total: int) -> bytearray:
+        """The encode buffer for a put of ``total`` bytes (under the put lock)."""
+        buffer = self._staging_buffer
+        if len(buffer) < total:
+            buffer = self._staging_buffer = bytearray(total)
+        return buffer
 
     # -- lifecycle -------------------------------------------------------------------------
     def load(self) -> None:
@@ -227,12 +239,12 @@ class CommitLog:
         host = self.store_host_bytes
         flag, born_ts, reconsume = msg.flag, msg.born_timestamp, msg.reconsume_times
 
-        def write(target, start: int, base: int, queue_offset: int, store_ts: int) -> list:
+        def write(target, pos: int, physical: int, queue_offset: int, store_ts: int) -> list:
             encode_record_into(
-                target, start, crc, queue_id, flag, queue_offset, base + start, sys_flag,
+                target, pos, crc, queue_id, flag, queue_offset, physical, sys_flag,
                 born_ts, born_host, store_ts, host, reconsume, prepared, body, topic_bytes,
                 props_bytes)
-            return [(base + start, total, store_ts, queue_offset, topic, queue_id, sys_flag,
+            return [(physical, total, store_ts, queue_offset, topic, queue_id, sys_flag,
                      prepared, props)]
 
         with self.put_lock:
@@ -271,7 +283,7 @@ class CommitLog:
         returns (wrote offset, total, queue offset, msgId, milliseconds in the lock).
 
         Returns None, having written nothing, when the put needs what only
-        :meth:`put_message` does (a new file, claiming blocks, a write buffer, properties that
+        :meth:`put_message` does (a new file, claiming blocks, properties that
         are not UTF-8 or too long): the caller then takes that path, which also words every
         refusal. Why a second path: the general one costs ~9 µs of Python a message in calls
         and objects around a 1 µs encode; this one is a third of that.
@@ -299,8 +311,7 @@ class CommitLog:
             start = mapped_file.wrote_position
             end = start + total
             if (end + END_FILE_MIN_BLANK_LENGTH > mapped_file.file_size
-                    or end > mapped_file.allocated_position
-                    or mapped_file.write_buffer is not None):
+                    or end > mapped_file.allocated_position):
                 return None
             begin = time.monotonic()
             self.begin_time_in_lock = begin
@@ -313,13 +324,15 @@ class CommitLog:
                     if warmer is not None:
                         mapped_file.claim_early(end)
                         warmer.after_claim(mapped_file, end)
+                    staging = self._staging(total)
                     encode_record_into(
-                        mapped_file.mm, start, crc, queue_id, flag, queue_offset, base + start,
+                        staging, 0, crc, queue_id, flag, queue_offset, base + start,
                         sys_flag, born_timestamp, born_host, store_ts, host, reconsume_times, 0,
                         body, topic_bytes, props_bytes)
+                    mapped_file.write_at(start, staging, total)
                 except BaseException as exc:
                     # Nothing else has changed yet; the blocks are claimed: zeroing is safe.
-                    mapped_file.mm[start:end] = bytes(total)
+                    mapped_file.write_at(start, bytes(total), total)
                     if not isinstance(exc, Exception):
                         raise
                     raise self._refusal(exc) from exc
@@ -360,10 +373,10 @@ class CommitLog:
         host = self.store_host_bytes
         ids: list[str] = []
 
-        def write(target, start: int, base: int, queue_offset: int, store_ts: int) -> list:
+        def write(target, pos: int, physical: int, queue_offset: int, store_ts: int) -> list:
             entries, msg_ids = encode_batch_into(
-                target, start, body, cluster_bytes, topic, batch.topic, batch.queue_id,
-                queue_offset, base + start, sys_flag, batch.born_timestamp, born_host, store_ts,
+                target, pos, body, cluster_bytes, topic, batch.topic, batch.queue_id,
+                queue_offset, physical, sys_flag, batch.born_timestamp, born_host, store_ts,
                 host, batch.reconsume_times)
             ids.extend(msg_ids)
             return entries
@@ -387,9 +400,10 @@ class CommitLog:
     def _append_locked(
         self, total: int, write: Callable[..., list], topic: str, queue_id: int, advances: bool,
     ) -> tuple[int, int, int]:
-        """Write ``total`` bytes of records with ``write(target, position, file base, first
-        queue offset, store time)``, which returns their entries for dispatch; returns (store
-        time, first offset, first queue offset).
+        """Write ``total`` bytes of records with ``write(buffer, position, physical offset,
+        first queue offset, store time)``, which encodes them into the staging buffer and
+        returns their entries for dispatch; the bytes then go to the file in one write.
+        Returns (store time, first offset, first queue offset).
 
         Under the put lock. The records become visible in one step at the end (the write
         position moves last); until then readers, dispatch, the commit service and slaves stop
@@ -404,8 +418,6 @@ class CommitLog:
             start = mapped_file.wrote_position
             base = mapped_file.file_from_offset
             previous = self.topic_queue_table.get(key)
-            target = mapped_file.write_buffer if mapped_file.write_buffer is not None \
-                else mapped_file.mm
         except PutMessageError:
             raise
         except Exception as exc:
@@ -416,17 +428,19 @@ class CommitLog:
         try:
             mapped_file.ensure_allocated(start + total)  # ENOSPC here, not SIGBUS while encoding
             claimed = total
-            if self.page_warmer is not None and target is mapped_file.mm:
+            if self.page_warmer is not None:
                 mapped_file.claim_early(start + total)
                 self.page_warmer.after_claim(mapped_file, start + total)
-            entries = write(target, start, base, queue_offset, store_ts)
+            staging = self._staging(total)
+            entries = write(staging, 0, base + start, queue_offset, store_ts)
+            mapped_file.write_at(start, staging, total)
             if advances:
                 self.topic_queue_table[key] = queue_offset + len(entries)
             self.appended.extend(entries)
             mapped_file.store_timestamp = store_ts
             mapped_file.wrote_position = start + total  # the records are in: visible from here on
         except BaseException as exc:
-            self._roll_back(mapped_file, target, start, claimed, key, previous, advances)
+            self._roll_back(mapped_file, start, claimed, key, previous, advances)
             mapped_file.store_timestamp = previous_ts
             if isinstance(exc, PutMessageError) or not isinstance(exc, Exception):
                 raise
@@ -434,7 +448,7 @@ class CommitLog:
         return store_ts, base + start, queue_offset
 
     def _roll_back(
-        self, mapped_file: MappedFile, target, start: int, claimed: int, key: tuple[str, int],
+        self, mapped_file: MappedFile, start: int, claimed: int, key: tuple[str, int],
         previous: int | None, advances: bool,
     ) -> None:
         """Undo a put that failed before its write position moved (see ``_append_locked``)."""
@@ -455,8 +469,8 @@ class CommitLog:
             else:
                 self.topic_queue_table[key] = previous
         mapped_file.wrote_position = start
-        if claimed:  # only bytes whose blocks are claimed: zeroing a hole could SIGBUS
-            target[start : start + claimed] = bytes(claimed)
+        if claimed:  # only bytes whose blocks are claimed (in case the write went halfway)
+            mapped_file.write_at(start, bytes(claimed), claimed)
 
     def _refusal(self, exc: Exception) -> PutMessageError:
         """The typed refusal for what made a put fail under the lock (already rolled back)."""
@@ -520,8 +534,7 @@ class CommitLog:
         pos = mapped_file.wrote_position
         max_blank = mapped_file.remaining()
         mapped_file.ensure_allocated(pos + END_FILE_MIN_BLANK_LENGTH)
-        target = mapped_file.write_buffer if mapped_file.write_buffer is not None else mapped_file.mm
-        target[pos : pos + END_FILE_MIN_BLANK_LENGTH] = encode_blank(max_blank)
+        mapped_file.write_at(pos, encode_blank(max_blank), END_FILE_MIN_BLANK_LENGTH)
         mapped_file.skip_to_end()  # the blank is in: visible from here on
         self.appended.append((mapped_file.file_from_offset + pos, max_blank, 0, 0, None, 0, 0, 0, ""))
 

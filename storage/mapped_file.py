@@ -4,7 +4,7 @@ A file's name is its global start offset as 20 digits (``UtilAll.offset2FileName
 files (mapped_file_queue.py) is one contiguous log (the CommitLog, or one ConsumeQueue). Each
 file keeps three cursors:
 
-* wrote position: bytes appended (into the mmap, or into the transient pool's buffer);
+* wrote position: bytes appended (into the file, or into the transient pool's buffer);
 * committed position: bytes that reached the file (equal to wrote without a transient pool);
 * flushed position: bytes known to be on disk (after ``fdatasync``).
 
@@ -16,12 +16,15 @@ it copies bytes out, and deletion only unmaps once every holder has ``release()`
 
 Durability: with the compiled core on Linux a flush syncs just the range written since the
 last one (``msync_range``: MS_SYNC over those pages, without the interpreter lock); otherwise
-``fdatasync`` on the file descriptor writes back the pages dirtied through the shared mapping
-(Linux keeps one page cache), and unlike ``mmap.flush`` it lets other threads run. Why a range:
-a whole-file sync also wrote back the pages the page warmer had populated ahead of the writer
-(as zeros) and write-protected them, so the writer took a fault a page anyway and the disk
-wrote each of those pages twice. A failed sync leaves the flushed position where it was and
-dirties the unflushed pages again before the next attempt.
+``fdatasync`` on the file descriptor writes back the file's dirty pages (Linux keeps one page
+cache for the mapping and the descriptor), and unlike ``mmap.flush`` it lets other threads run.
+Why a range: a whole-file sync also wrote back pages ahead of the writer that were dirtied early
+(the page warmer populated them for writing until session 12), so the disk wrote those twice. A
+failed sync leaves the flushed position where it was and dirties the unflushed pages again
+before the next attempt.
+
+Writes: appends go to the file with ``pwrite`` (``write_at``), not through the mapping; readers
+read through the mapping.
 
 Space: every write claims its blocks first (``ensure_allocated``, file_space.py), so a full disk
 is an ENOSPC the writer can refuse a put with, never a SIGBUS through the mapping.
@@ -44,6 +47,21 @@ from storage.transient_pool import TransientStorePool
 log = logging.getLogger(__name__)
 
 _msync_range = getattr(speedups.store_core, "msync_range", None)
+
+
+def _write_at_pure(fd: int, data, length: int, offset: int) -> None:
+    view = memoryview(data)[:length]
+    while view:
+        done = os.pwrite(fd, view, offset)
+        view = view[done:]
+        offset += done
+
+
+# How appends reach the file (see MappedFile.write_at): the compiled pwrite, which keeps the
+# interpreter lock for small writes, else os.pwrite; None where there is no pwrite (Windows):
+# through the mapping then.
+_write_at = getattr(speedups.store_core, "write_at", None) or (
+    _write_at_pure if hasattr(os, "pwrite") else None)
 
 OS_PAGE_SIZE = 4096
 # How far ahead of the writer blocks are claimed (file_space.py): one fallocate per this many
@@ -136,11 +154,12 @@ class MappedFile:
     # -- readahead ---------------------------------------------------------------------------
     def advise_random(self) -> None:
         """No readahead for this mapping's faults: for the file being written, and for files
-        written at random (an index). A write into a page of a shared file mapping first reads
-        it, and the kernel's mmap read-around then reads (for unwritten blocks: zeroes) up to
-        ``read_ahead_kb`` around it: 8 MiB on the project's machine, a stall of ~18 ms every
-        ~60 ms under batched sends (docs/benchmarks.md, session 11). One page a fault is
-        cheaper in total and has no such tail."""
+        written at random (an index). A fault on a page not yet in the page cache (a write
+        through the mapping, as ConsumeQueues and indexes do; the page warmer's populating)
+        reads it first, and the kernel's mmap read-around then reads (for unwritten blocks:
+        zeroes) up to ``read_ahead_kb`` around it: 8 MiB on the project's machine, a stall of
+        ~18 ms every ~60 ms under batched sends (docs/benchmarks.md, session 11). One page a
+        fault is cheaper in total and has no such tail."""
         _advise(self.mm, _MADV_RANDOM)
 
     def advise_normal(self) -> None:
@@ -170,6 +189,25 @@ class MappedFile:
             except OSError:
                 pass
 
+    def write_at(self, position: int, data, length: int) -> None:
+        """Put ``data[:length]`` at ``position``, blocks claimed (``ensure_allocated``); the
+        caller moves the wrote position.
+
+        Through the page cache (``pwrite``), not through the mapping: a page written through a
+        shared mapping gets a writable page-table entry, and writing it back (every flush)
+        write-protects it again with a TLB flush that interrupts every other CPU running the
+        process, a page at a time: 17 % of a batch-writing store's CPU here (docs/benchmarks.md,
+        session 12), and the writer's faults on fresh pages besides. Readers keep reading
+        through the mapping; Linux has one page cache, so they see these bytes at once. With a
+        transient store pool the bytes go to its write buffer (the commit service writes them).
+        """
+        if self.write_buffer is not None:
+            self.write_buffer[position : position + length] = memoryview(data)[:length]
+        elif _write_at is not None:
+            _write_at(self._fd, data, length, position)
+        else:
+            self.mm[position : position + length] = memoryview(data)[:length]
+
     def append(self, data: bytes) -> int:
         """Append ``data`` at the wrote position; returns the position it was written at."""
         pos = self.wrote_position
@@ -177,10 +215,7 @@ class MappedFile:
         if end > self.file_size:
             raise StoreError(f"{self.path}: {len(data)} bytes do not fit at position {pos}")
         self.ensure_allocated(end)
-        if self.write_buffer is not None:
-            self.write_buffer[pos:end] = data
-        else:
-            self.mm[pos:end] = data
+        self.write_at(pos, data, len(data))
         self.wrote_position = end
         return pos
 

@@ -1,20 +1,21 @@
-"""PageWarmer: fault in the CommitLog's pages ahead of the writer (and an index file's hash
+"""PageWarmer: bring in the CommitLog's pages ahead of the writer (and an index file's hash
 slots once), on a native thread that never takes the interpreter lock.
 
-The first write to each 4 KiB page of a mapped file traps into the kernel, which finds and
-zeroes a page-cache page for it: about 10 µs a page here, 2.5 µs of every 1 KiB message, paid
-under the put lock while holding the interpreter lock (measured: a 32-message batch put costs
-4 µs a message into fresh pages, 1.3 µs into populated ones). RocketMQ pre-touches whole
-files (``warmMapedFileEnable``) for the same reason. Here the writer, each time it has claimed
-blocks ahead (``MappedFile.ensure_allocated``), hands the newly claimed range to a
-``Populator`` (common/_populator.c), whose thread populates it with Linux's
-MADV_POPULATE_WRITE: the faults are taken on the other core, before the writer gets there, and
-no byte changes. That thread is C only: an earlier Python thread took the interpreter lock to
-wake up and between its calls, and on two busy cores the OS preempted it holding the lock
+The first write to each 4 KiB page of a file finds and zeroes a page-cache page for it, under
+the put lock while holding the interpreter lock. RocketMQ pre-touches whole files
+(``warmMapedFileEnable``) for the same reason. Here the writer, each time it has claimed blocks
+ahead (``MappedFile.ensure_allocated``), hands the newly claimed range to a ``Populator``
+(common/_populator.c), whose thread populates it for reading (Linux's MADV_POPULATE_READ): the
+page-cache pages exist before the writer's pwrite gets there, no page is mapped writable (see
+``MappedFile.write_at``) and no byte changes. An index file's hash slots, which are written
+through the mapping, are populated for writing. `bench store` in batches, warmer forced on, same
+run alternating (docs/benchmarks.md, session 12): for reading 174–199k msg/s, none 141–174k,
+for writing 138–159k. That thread is C only: an earlier Python thread took the interpreter lock
+to wake up and between its calls, and on two busy cores the OS preempted it holding the lock
 while the broker's loop waited (docs/benchmarks.md, session 11).
 
 Only with the compiled core and where the kernel can (Linux 5.14 on). A warmer that falls
-behind costs nothing: the writer faults in whatever is not warm yet, as it does without one.
+behind costs nothing: the writer allocates whatever is not warm yet, as it does without one.
 """
 
 from __future__ import annotations

@@ -202,3 +202,30 @@ def test_a_record_larger_than_a_commitlog_file_is_illegal_and_nothing_is_written
         store.put_message(make_message(body=b"x" * 4096))
     assert store.get_max_phy_offset() == 0
     assert store.put_message(make_message()).append.wrote_offset == 0
+
+
+def test_puts_write_the_log_without_touching_its_mapping(store_factory):
+    import sys
+
+    from storage.message_id import host_to_bytes
+    from tests.unit.storage.test_mapped_file import _mapped_kib
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("smaps is Linux's")
+    store = store_factory(start=False)  # no dispatch: nothing reads the log meanwhile
+    log = store.commit_log
+    log.put_message(make_message(body=b"general"))
+    entries = [BatchEntry(0, f"b{i}".encode(), "") for i in range(4)]
+    log.put_messages(MessageExtBatch(topic="Batch", body=encode_batch_body(entries)))
+    first = log.mapped_file_queue.get_last_mapped_file()
+    while log.mapped_file_queue.get_last_mapped_file() is first:  # past a blank, into the next
+        done = log.append_plain("TopicTest", b"TopicTest", 0, 0, os.urandom(700),
+                                "UNIQ_KEY\x01U\x02", 0, 1, host_to_bytes("127.0.0.1", 1), 0)
+        if done is None:
+            log.put_message(make_message(body=os.urandom(700)))
+    assert [_mapped_kib(f.path) for f in log.mapped_file_queue] == [0, 0]
+    store.start()
+    store.wait_dispatched()
+    assert store.look_message_by_offset(0).body == b"general"
+    assert [store.view_message_by_id(i).body for i in log.put_messages(MessageExtBatch(
+        topic="Batch", body=encode_batch_body(entries))).msg_ids] == [b"b0", b"b1", b"b2", b"b3"]

@@ -348,6 +348,70 @@ def test_a_cut_tail_is_zeroed_on_disk_at_once(tmp_path, monkeypatch):
     queue.shutdown()
 
 
+# -- writes go to the page cache, not through the mapping ----------------------------------------
+def _mapped_kib(path: str, field: str = "Rss") -> int:
+    """Kilobytes of this process's mapping of ``path`` in ``field`` (/proc/self/smaps)."""
+    found, inside = None, False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            if "-" in line.split(" ", 1)[0] and len(line.split()) >= 5:
+                inside = line.rstrip().endswith(path)
+            elif inside and line.startswith(field + ":"):
+                found = int(line.split()[1])
+    assert found is not None, f"{path} is not mapped"
+    return found
+
+
+def test_appends_reach_the_file_without_touching_the_mapping(tmp_path):
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("smaps is Linux's")
+    mapped = MappedFile(str(tmp_path / offset_to_file_name(0)), 1 << 20)
+    mapped.append(b"a" * 10000)
+    mapped.append(b"b" * 5000)
+    # Not a page of the mapping was written (a page written through it would be mapped, and
+    # each flush would write-protect it again with a TLB flush on every CPU).
+    assert _mapped_kib(mapped.path) == 0
+    # Readers still read through the mapping and see the bytes at once (one page cache).
+    assert mapped.read(0, 15000) == b"a" * 10000 + b"b" * 5000
+    assert _mapped_kib(mapped.path) > 0
+    assert mapped.flush(0) == 15000
+    assert _disk(mapped.path)[:15000] == b"a" * 10000 + b"b" * 5000
+    mapped.close()
+
+
+def test_without_pwrite_appends_go_through_the_mapping(tmp_path, monkeypatch):
+    from storage import mapped_file as module
+
+    monkeypatch.setattr(module, "_write_at", None)  # as on Windows
+    mapped = MappedFile(str(tmp_path / offset_to_file_name(0)), 1 << 16)
+    mapped.append(b"w" * 5000)
+    mapped.write_at(100, bytearray(b"xyz!"), 3)
+    assert mapped.read(0, 5000) == b"w" * 100 + b"xyz" + b"w" * 4897
+    assert mapped.flush(0) == 5000
+    assert _disk(mapped.path)[:5000] == b"w" * 100 + b"xyz" + b"w" * 4897
+    mapped.close()
+
+
+def test_the_write_paths_agree(tmp_path, monkeypatch):
+    from storage import mapped_file as module
+
+    contents = []
+    for name, write in (("compiled-or-pure", module._write_at), ("pure", module._write_at_pure),
+                        ("mapping", None)):
+        monkeypatch.setattr(module, "_write_at", write)
+        (tmp_path / name).mkdir()
+        mapped = MappedFile(str(tmp_path / name / offset_to_file_name(0)), 1 << 16)
+        mapped.append(b"1" * 4000)
+        mapped.append(bytes(range(256)) * 20)
+        mapped.write_at(10, memoryview(b"partial write"), 7)
+        mapped.flush(0)
+        contents.append(_disk(mapped.path))
+        mapped.close()
+    assert contents[0] == contents[1] == contents[2]
+
+
 # -- readahead advice ------------------------------------------------------------------------------
 def _vm_flags(path: str) -> set[str]:
     """The VmFlags of this process's mapping of ``path`` (/proc/self/smaps)."""

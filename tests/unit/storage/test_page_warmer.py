@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import importlib
+import os
 import time
 
 import pytest
@@ -201,16 +202,21 @@ def _wait_for(predicate, seconds: float = 10.0) -> bool:
     return predicate()
 
 
-def _resident_kib(path: str) -> int:
-    """Rss of this process's mappings of ``path``, from /proc/self/smaps."""
+def _resident_kib(path: str, *fields: str) -> int:
+    """Kilobytes of this process's mappings of ``path`` in ``fields`` (Rss unless named), from
+    /proc/self/smaps."""
     total, inside = 0, False
     with open("/proc/self/smaps") as smaps:
         for line in smaps:
             if "-" in line.split(" ", 1)[0] and len(line.split()) >= 5:
                 inside = line.rstrip().endswith(path)
-            elif inside and line.startswith("Rss:"):
+            elif inside and line.split(":")[0] in (fields or ("Rss",)):
                 total += int(line.split()[1])
     return total
+
+
+def _dirty_kib(path: str) -> int:
+    return _resident_kib(path, "Shared_Dirty", "Private_Dirty")
 
 
 def test_the_populator_faults_in_a_files_pages_and_changes_no_byte(tmp_path):
@@ -218,12 +224,13 @@ def test_the_populator_faults_in_a_files_pages_and_changes_no_byte(tmp_path):
     import sys
 
     if not sys.platform.startswith("linux"):
-        pytest.skip("MADV_POPULATE_WRITE is Linux's")
+        pytest.skip("MADV_POPULATE_READ/_WRITE are Linux's")
     populator = _populator_class()()
     path = tmp_path / "log"
     content = bytes(range(256)) * (4 << 12)  # 4 MiB
     path.write_bytes(content)
     with open(path, "r+b") as f:
+        os.fsync(f.fileno())  # clean pages: populating for reading must leave them clean
         mm = mmap.mmap(f.fileno(), len(content))
     try:
         before = _resident_kib(str(path))
@@ -235,9 +242,13 @@ def test_the_populator_faults_in_a_files_pages_and_changes_no_byte(tmp_path):
         assert populator.warmed_bytes == (3 << 20) - 4096
         # Faulted in: the pages of the range are now resident in this mapping.
         assert _resident_kib(str(path)) - before >= ((3 << 20) - 8192) // 1024
+        # ... for reading (the CommitLog's writer uses pwrite): no page was made writable.
+        assert _dirty_kib(str(path)) == 0
         assert populator.submit(mm, 10, 10) is False  # an empty range: nothing to do
+        # An index file's hash slots are written through the mapping: populated for writing.
         assert populator.submit_once(mm, 3 << 20, 4 << 20) is True
         assert _wait_for(lambda: populator.warmed_bytes == (4 << 20) - 4096)
+        assert _dirty_kib(str(path)) >= ((1 << 20) - 4096) // 1024
         assert mm[:] == content
     finally:
         populator.stop()

@@ -11,7 +11,9 @@ not (else the fast path would silently never run).
 from __future__ import annotations
 
 import dataclasses
+import errno
 import importlib
+import os
 import struct
 
 import pytest
@@ -323,3 +325,45 @@ def test_properties_past_the_limit_are_refused_by_both():
 @given(st.binary(max_size=5000))
 def test_the_body_crcs_agree(body):
     assert core.body_crc(body) == body_crc(body)
+
+
+# --- writes into the page cache --------------------------------------------------------------------
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.binary(max_size=20000), cut=st.integers(0, 20000), offset=st.integers(0, 9000))
+def test_both_file_writes_put_the_same_bytes_in_the_same_place(tmp_path, data, cut, offset):
+    from storage.mapped_file import _write_at_pure
+
+    length = min(cut, len(data))
+    files = []
+    for number, write in enumerate((core.write_at, _write_at_pure)):
+        path = tmp_path / f"{number}-{len(data)}-{cut}-{offset}"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+        try:
+            os.write(fd, b"\xee" * 30000)
+            write(fd, bytearray(data), length, offset)  # a buffer longer than what is written
+        finally:
+            os.close(fd)
+        files.append(path.read_bytes())
+    assert files[0] == files[1]
+    assert files[0][offset : offset + length] == data[:length]
+    assert files[0][offset + length : offset + length + 1] in (b"\xee", b"")
+
+
+def test_the_compiled_file_write_refuses_bad_arguments(tmp_path):
+    path = tmp_path / "f"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    try:
+        with pytest.raises(ValueError):
+            core.write_at(fd, b"abc", 4, 0)  # more than the buffer holds
+        with pytest.raises(ValueError):
+            core.write_at(fd, b"abc", 3, -1)
+        with pytest.raises(ValueError):
+            core.write_at(-1, b"abc", 3, 0)
+        with pytest.raises(TypeError):
+            core.write_at(fd, b"abc", 3)
+    finally:
+        os.close(fd)
+    with pytest.raises(OSError) as caught:
+        core.write_at(fd, b"abc", 3, 0)  # closed: EBADF
+    assert caught.value.errno == errno.EBADF
+    assert path.read_bytes() == b""
