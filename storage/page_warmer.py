@@ -9,8 +9,8 @@ ahead (``MappedFile.ensure_allocated``), hands the newly claimed range to a ``Po
 page-cache pages exist before the writer's pwrite gets there, no page is mapped writable (see
 ``MappedFile.write_at``) and no byte changes. An index file's hash slots, which are written
 through the mapping, are populated for writing. `bench store` in batches, warmer forced on, same
-run alternating (docs/benchmarks.md, session 12): for reading 174–199k msg/s, none 141–174k,
-for writing 138–159k. That thread is C only: an earlier Python thread took the interpreter lock
+run alternating (docs/benchmarks.md, session 12): for reading 174-199k msg/s, none 141-174k,
+for writing 138-159k. That thread is C only: an earlier Python thread took the interpreter lock
 to wake up and between its calls, and on two busy cores the OS preempted it holding the lock
 while the broker's loop waited (docs/benchmarks.md, session 11).
 

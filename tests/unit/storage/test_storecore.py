@@ -353,11 +353,11 @@ def test_the_compiled_file_write_refuses_bad_arguments(tmp_path):
     path = tmp_path / "f"
     fd = os.open(path, os.O_RDWR | os.O_CREAT)
     try:
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="out of range"):
             core.write_at(fd, b"abc", 4, 0)  # more than the buffer holds
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="out of range"):
             core.write_at(fd, b"abc", 3, -1)
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="not a file descriptor"):
             core.write_at(-1, b"abc", 3, 0)
         with pytest.raises(TypeError):
             core.write_at(fd, b"abc", 3)
