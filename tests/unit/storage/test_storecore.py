@@ -363,7 +363,7 @@ def test_the_compiled_file_write_refuses_bad_arguments(tmp_path):
             core.write_at(fd, b"abc", 3)
     finally:
         os.close(fd)
-    with pytest.raises(OSError) as caught:
+    with pytest.raises(OSError, match="Bad file descriptor") as caught:
         core.write_at(fd, b"abc", 3, 0)  # closed: EBADF
     assert caught.value.errno == errno.EBADF
     assert path.read_bytes() == b""
