@@ -31,7 +31,6 @@ import time
 import zlib
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from storage import put_checks
 from storage.batch_record import batch_layout, encode_batch_into
@@ -72,36 +71,13 @@ from storage.record import (
     encode_blank,
     encode_record_into,
 )
+from storage.results import AppendMessageResult
 from storage.running_flags import LogThrottle
 
 log = logging.getLogger(__name__)
 
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
-
-
-@dataclass(slots=True)
-class AppendMessageResult:
-    """Where a put landed (RocketMQ's ``AppendMessageResult``); batches list every msgId."""
-
-    wrote_offset: int
-    wrote_bytes: int
-    store_timestamp: int
-    logics_offset: int
-    msg_num: int = 1
-    msg_ids: list[str] = field(default_factory=list)
-    topic: str = ""
-    queue_id: int = 0
-    page_cache_rt_ms: float = 0.0
-
-    @property
-    def msg_id(self) -> str:
-        return ",".join(self.msg_ids)
-
-    @property
-    def next_offset(self) -> int:
-        """End of the written bytes: what a flush or a slave must reach."""
-        return self.wrote_offset + self.wrote_bytes
 
 
 class CommitLog:

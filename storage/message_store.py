@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from storage.checkpoint import StoreCheckpoint
 from storage.cleanup import CleanService
-from storage.commitlog import AppendMessageResult, CommitLog
+from storage.commitlog import CommitLog
 from storage.config import FlushDiskType, MessageStoreConfig
 from storage.consume_queue import ConsumeQueue
 from storage.dispatch import DispatchRequest, ReputMessageService
@@ -52,6 +52,7 @@ from storage.page_warmer import page_warmer_for
 from storage.put_checks import check_batch_rules, check_body_size, check_store_status, topic_bytes
 from storage.recovery import recover_store
 from storage.results import (
+    AppendMessageResult,
     GetMessageResult,
     MessageFilter,
     PutMessageResult,

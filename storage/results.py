@@ -6,9 +6,32 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Protocol
 
-from storage.commitlog import AppendMessageResult
 from storage.errors import PutMessageStatus
 from storage.message import tags_string_to_tags_code
+
+
+@dataclass(slots=True)
+class AppendMessageResult:
+    """Where a put landed (RocketMQ's ``AppendMessageResult``); batches list every msgId."""
+
+    wrote_offset: int
+    wrote_bytes: int
+    store_timestamp: int
+    logics_offset: int
+    msg_num: int = 1
+    msg_ids: list[str] = field(default_factory=list)
+    topic: str = ""
+    queue_id: int = 0
+    page_cache_rt_ms: float = 0.0
+
+    @property
+    def msg_id(self) -> str:
+        return ",".join(self.msg_ids)
+
+    @property
+    def next_offset(self) -> int:
+        """End of the written bytes: what a flush or a slave must reach."""
+        return self.wrote_offset + self.wrote_bytes
 
 
 @dataclass(slots=True)

@@ -25,7 +25,6 @@ from cluster.remoting.codec import RemotingCommand, request
 from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.errors import RemotingError
 from cluster.remoting.header import java_integer
-from storage.commitlog import AppendMessageResult
 from storage.errors import PutMessageError, StoreError
 from storage.message import (
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
@@ -47,6 +46,7 @@ from storage.message import (
     reset_transaction_type,
     string_to_properties,
 )
+from storage.results import AppendMessageResult
 
 log = logging.getLogger(__name__)
 OP_TAG = "d"
