@@ -141,6 +141,12 @@ class ClusterModel(QObject):
         """Where 5.x clients connect, for a cluster RocketDesk runs."""
         return self.supervisor.state.proxy_addr if self.supervisor is not None else None
 
+    def store_dirs(self) -> list[tuple[str, str]]:
+        """(broker node, its store directory) for a cluster RocketDesk runs; none otherwise."""
+        if self.supervisor is None:
+            return []
+        return [(n.name, n.store_dir) for n in self.supervisor.state.nodes if n.kind == "broker"]
+
     async def create_and_start(self, profile: str | ClusterSpec, name: str | None = None) -> None:
         spec = load_profile(profile) if isinstance(profile, str) else profile
         name = name or spec.name

@@ -51,6 +51,8 @@ class MainWindow(QMainWindow):
         toolbar.addSeparator()
         toolbar.addWidget(QLabel(" Cluster "))
         self.clusters = QComboBox()
+        self.clusters.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self.clusters.setMinimumContentsLength(12)  # whole names, not "2m-2s-as"
         self.clusters.activated.connect(lambda _: self.open_cluster(self.clusters.currentText()))
         toolbar.addWidget(self.clusters)
         self.dark = QPushButton("Dark theme")
@@ -93,6 +95,7 @@ class MainWindow(QMainWindow):
             action.triggered.connect(lambda _=False, i=index: self.tabs.setCurrentIndex(i))
             self.addAction(action)
         self.topics.export_requested.connect(self.open_export)
+        self.nodes.logs_requested.connect(self.open_log)
         self.model.message.connect(self.show_message)
         # A sentence about one tab does not follow the user to the next one.
         self.tabs.currentChanged.connect(lambda _: self.statusBar().clearMessage())
@@ -118,14 +121,23 @@ class MainWindow(QMainWindow):
             for which, color in ((role.Window, "#2b2b2b"), (role.WindowText, "#e0e0e0"),
                                  (role.Base, "#1e1e1e"), (role.Text, "#e0e0e0"),
                                  (role.Button, "#3c3c3c"), (role.ButtonText, "#e0e0e0"),
-                                 (role.Highlight, "#2f65ca")):
+                                 (role.Highlight, "#2f65ca"),
+                                 # Hints in empty fields readable on the dark base.
+                                 (role.PlaceholderText, "#9a9a9a"),
+                                 (role.ToolTipBase, "#3c3c3c"), (role.ToolTipText, "#e0e0e0")):
                 palette.setColor(which, QColor(color))
             app.setPalette(palette)
         else:
             app.setPalette(app.style().standardPalette())
         self.charts.apply_theme(dark)
+        self.load.apply_theme(dark)
+        self.nodes.picture.set_dark(dark)
         self.overview.spark.setBackground("k" if dark else "w")
         QSettings("RocketDesk", "console").setValue("dark", dark)
+
+    def open_log(self, node: str) -> None:
+        self.logs.node.setCurrentText(node)
+        self.tabs.setCurrentWidget(self.logs)
 
     def open_export(self, topic: str, keys: str = "") -> None:
         self.export.prefill(topic, keys)

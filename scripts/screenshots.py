@@ -1,10 +1,12 @@
-"""Screenshots of the console's main views from a real run, under offscreen Qt.
+"""Screenshots of every tab of the console in both themes, from a real run.
 
-    QT_QPA_PLATFORM=offscreen .venv/bin/python scripts/screenshots.py [docs/screenshots]
+    xvfb-run -a -s "-screen 0 1600x1000x24" env QT_QPA_PLATFORM=xcb \
+        .venv/bin/python scripts/screenshots.py [docs/screenshots]
 
-Starts a scratch `ha` cluster (its own data folder), puts load on it, and saves the cluster
-overview and the cluster table, the charts under load, a message's detail and an export in
-progress.
+(or QT_QPA_PLATFORM=offscreen without an X server). Starts a scratch `2m-2s-async` cluster (its
+own data folder), puts load on it, and saves each tab in the light and the dark theme
+(``light-<tab>.png``, ``dark-<tab>.png``), a message's detail, an export in progress, and the
+Cluster tab during a fault drill (a slave paused, a master killed).
 """
 
 from __future__ import annotations
@@ -48,42 +50,67 @@ async def load(namesrv: str, seconds: float) -> None:
 
 async def main(out: str) -> None:
     window = MainWindow()
-    window.resize(1280, 820)
+    window.resize(1400, 900)
     window.show()
-    await window.model.create_and_start("ha")
+    await window.model.create_and_start("2m-2s-async")
     try:
         await shoot(window, out)
     finally:  # the scratch cluster goes, whatever happened
         await window.model.stop_cluster()
         await window.model.close()
+        window.set_dark(False)
         window.close()
+
+
+def _slug(title: str) -> str:
+    return title.replace("&&", "and").lower().replace(" ", "-")
+
+
+async def _every_tab(window: MainWindow, out: str, theme: str) -> None:
+    for index in range(window.tabs.count()):
+        window.tabs.setCurrentIndex(index)
+        await asyncio.sleep(1.2)
+        name = f"{theme}-{_slug(window.tabs.tabText(index))}.png"
+        window.grab().save(os.path.join(out, name))
 
 
 async def shoot(window: MainWindow, out: str) -> None:
     namesrv = window.model.namesrv_addr
     await window.model.admin.create_topic("Orders", 4, 4)
-    loader = asyncio.ensure_future(load(namesrv, 25))
+    await window.model.admin.create_group("CID-orders")
+    loader = asyncio.ensure_future(load(namesrv, 40))
     await until(lambda: window.charts.sample_count() >= 20)
-    window.tabs.setCurrentWidget(window.overview)
-    await asyncio.sleep(1.5)
-    window.grab().save(os.path.join(out, "overview.png"))
-    window.tabs.setCurrentWidget(window.nodes)
-    await asyncio.sleep(1.5)
-    window.grab().save(os.path.join(out, "cluster.png"))
-    window.tabs.setCurrentWidget(window.charts)
-    await asyncio.sleep(1.5)
-    window.grab().save(os.path.join(out, "charts.png"))
-    await loader
-    window.tabs.setCurrentWidget(window.topics)
+    # Tabs with something in them: a topic and a query, a group, a log, a store, an export.
     window.topics.refresh()
-    window.topics.query_topic.setText("Orders")
+    window.groups.refresh()
+    await asyncio.sleep(2)
+    window.topics.select_topic("Orders")
     window.topics.query_key.setText("order-42")
     window.topics.find()
     await until(lambda: window.topics.results.rowCount() > 0)
+    window.groups.select_group("CID-orders")
+    window.logs.node.setCurrentText("broker-a-0")
+    window.store.open_store()
+    window.export.prefill("Orders")
+    for theme in ("light", "dark"):
+        window.set_dark(theme == "dark")
+        await _every_tab(window, out, theme)
+    window.set_dark(False)
+    await loader
+    window.tabs.setCurrentWidget(window.topics)
     await asyncio.sleep(0.5)
     window.grab().save(os.path.join(out, "message.png"))
+    # A fault drill as the picture shows it: a slave paused, the other group's master killed.
+    window.tabs.setCurrentWidget(window.nodes)
+    await window.model.node_action("pause", "broker-a-1")
+    await window.model.node_action("kill", "broker-b-0")
+    await until(lambda: any(r["name"] == "broker-b-0" and r["state"] != "running"
+                            for r in window.model.nodes), 30)
+    await asyncio.sleep(1.5)
+    window.grab().save(os.path.join(out, "drill.png"))
+    await window.model.node_action("resume", "broker-a-1")
+    await window.model.node_action("start", "broker-b-0")
     window.tabs.setCurrentWidget(window.export)
-    window.export.topic.setText("Orders")
     window.export.out.setText(os.path.join(os.environ["ROCKETDESK_HOME"], "orders-export"))
     window.export.start()
     await until(lambda: window.export.progress.value() > 0 or window.export.state != "running", 180)

@@ -8,9 +8,11 @@ import os
 import sys
 import tempfile
 
-from PySide6.QtCore import QProcess, QTimer, QUrl
+from PySide6.QtCore import QProcess, QStringListModel, Qt, QTimer, QUrl
 from PySide6.QtWidgets import (
     QComboBox,
+    QCompleter,
+    QFileDialog,
     QFormLayout,
     QHBoxLayout,
     QLabel,
@@ -20,6 +22,8 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+
+EXPORTS_FOLDER = os.path.join(os.path.expanduser("~"), "rocketdesk-exports")
 
 
 class ExportView(QWidget):
@@ -43,11 +47,28 @@ class ExportView(QWidget):
         self.since.setPlaceholderText("from: earliest, an ISO time or ms (optional)")
         self.until = QLineEdit()
         self.until.setPlaceholderText("to: latest, an ISO time or ms (optional)")
-        self.out = QLineEdit(os.path.join(os.path.expanduser("~"), "rocketdesk-exports", "export"))
+        # The topic: typed, or picked from the cluster's topics as one types (or Down opens all).
+        self.topic.setPlaceholderText("a topic of the open cluster")
+        self.topic_names = QStringListModel(self)
+        completer = QCompleter(self.topic_names, self)
+        completer.setCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
+        completer.setFilterMode(Qt.MatchFlag.MatchContains)
+        self.topic.setCompleter(completer)
+        # The output folder follows the topic (~/rocketdesk-exports/<topic>) until the user
+        # picks or types a folder of their own.
+        self.out = QLineEdit(os.path.join(EXPORTS_FOLDER, "export"))
+        self._auto_out = self.out.text()
+        self.topic.textChanged.connect(self._follow_topic)
+        choose = QPushButton("Choose…")
+        choose.setToolTip("pick the folder the files are written to")
+        choose.clicked.connect(self.choose_folder)
+        out_row = QHBoxLayout()
+        out_row.addWidget(self.out, 1)
+        out_row.addWidget(choose)
         self.master = QLineEdit("local[*]")
         for label, widget in (("topic", self.topic), ("format", self.format), ("tags", self.tags),
                               ("keys", self.keys), ("from", self.since), ("to", self.until),
-                              ("output folder", self.out), ("Spark master", self.master)):
+                              ("output folder", out_row), ("Spark master", self.master)):
             form.addRow(label, widget)
         layout.addLayout(form)
         buttons = QHBoxLayout()
@@ -70,6 +91,29 @@ class ExportView(QWidget):
         self.timer = QTimer(self)
         self.timer.setInterval(300)
         self.timer.timeout.connect(self.poll_events)
+
+    def showEvent(self, event) -> None:
+        self.offer_topics()
+        super().showEvent(event)
+
+    def offer_topics(self) -> None:
+        """The open cluster's topics for the topic field's picker: those the Topics tab lists
+        (no system or retry topics; dead-letter topics stay, they are worth exporting)."""
+        names = sorted(t for t in self.model.topic_totals
+                       if not (self.model.is_internal_topic(t) or t.startswith("%RETRY%")))
+        self.topic_names.setStringList(names)
+
+    def _follow_topic(self, topic: str) -> None:
+        if self.out.text() == self._auto_out and topic.strip():
+            self._auto_out = os.path.join(EXPORTS_FOLDER, topic.strip())
+            self.out.setText(self._auto_out)
+
+    def choose_folder(self) -> None:
+        start = self.out.text().strip() or EXPORTS_FOLDER
+        folder = QFileDialog.getExistingDirectory(self, "Export into this folder",
+                                                  os.path.dirname(start.rstrip(os.sep)))
+        if folder:
+            self.out.setText(folder)
 
     def prefill(self, topic: str, keys: str = "") -> None:
         """Opened from a topic or a query: the form starts from it."""

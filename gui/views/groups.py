@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 
 from cluster.remoting.codec import request
 from cluster.remoting.codes import RequestCode
+from cluster.topic_validator import validate_group_name
 from gui.models.groups import COLUMNS as GROUP_COLUMNS
 from gui.models.groups import group_row
 from gui.tasks import spawn
@@ -60,10 +61,20 @@ class GroupsView(QWidget):
         refresh.clicked.connect(self.refresh)
         delete = QPushButton("Delete selected group")
         delete.clicked.connect(self.delete_group)
+        create_row = QHBoxLayout()
+        self.new_group = QLineEdit()
+        self.new_group.setPlaceholderText("new group name")
+        self.new_group.returnPressed.connect(self.create_group)
+        create = QPushButton("Create group")
+        create.setToolTip("create the subscription group on every master (Enter in the name)")
+        create.clicked.connect(self.create_group)
+        create_row.addWidget(self.new_group, 1)
+        create_row.addWidget(create)
         left.addWidget(QLabel("Consumer groups"))
         left.addWidget(self.group_filter)
         left.addWidget(self.groups, 1)
         left.addWidget(self.empty)
+        left.addLayout(create_row)
         left.addWidget(refresh)
         left.addWidget(delete)
         layout.addLayout(left, 1)
@@ -82,7 +93,11 @@ class GroupsView(QWidget):
         self.reset_topic = QLineEdit()
         self.reset_topic.setPlaceholderText("topic")
         self.reset_time = QDateTimeEdit(QDateTime.currentDateTime())
-        self.reset_time.setDisplayFormat("yyyy-MM-dd HH:mm:ss")
+        # The zone is on screen: a reset an hour off moves a group past an hour of messages.
+        self.reset_time.setDisplayFormat("yyyy-MM-dd HH:mm:ss t")
+        self.reset_time.setToolTip("local time of this computer "
+                                   f"({QDateTime.currentDateTime().timeZoneAbbreviation()}); "
+                                   "the broker compares it with each message's store time")
         preview = QPushButton("Preview reset")
         preview.clicked.connect(self.preview_reset)
         apply = QPushButton("Reset offsets")
@@ -152,8 +167,8 @@ class GroupsView(QWidget):
         self.groups.setSortingEnabled(True)
         self.groups.blockSignals(False)
         self.empty.setText("" if self.group_rows else
-                           "no consumer group yet: a group appears when a consumer of it starts, "
-                           "or create one with `rocketdesk group create NAME`")
+                           "No consumer group yet: a group appears when a consumer of it starts, "
+                           "or create one below.")
         if current:
             self.select_group(current, load=False)
 
@@ -316,6 +331,22 @@ class GroupsView(QWidget):
                     receipt = f"failed: {exc}"
                 self.dead.setItem(row, 6, QTableWidgetItem(receipt))
         self.model.message.emit(f"redrove {len(rows)} message(s)")
+
+    def create_group(self) -> None:
+        group = self.new_group.text().strip()
+        problem = validate_group_name(group)
+        if problem:
+            self.model.message.emit(problem)
+            return
+
+        def created(_) -> None:
+            self.model.message.emit(f"group {group} created on every master")
+            self.new_group.clear()
+            self.refresh()
+            self.select_group(group)
+
+        spawn(self.model.admin.create_group(group), on_done=created,
+              on_error=self.model.message.emit)
 
     def delete_group(self) -> None:
         group = self.selected_group()

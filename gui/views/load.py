@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
+    QHeaderView,
     QLabel,
     QLineEdit,
     QPushButton,
@@ -108,15 +109,25 @@ class LoadView(QWidget):
         self.rt.addItem(self.rt_bars)
         for side in ("left", "bottom"):
             self.rt.getAxis(side).enableAutoSIPrefix(False)
+        self.apply_theme(False)
         charts.addWidget(self.tps, 2)
         charts.addWidget(self.rt, 1)
         charts.addWidget(QLabel("Producer latency-fault table"))
         self.faults = QTableWidget(0, 4)
         self.faults.setHorizontalHeaderLabels(["broker", "current latency (ms)", "not available until",
                                                "available"])
+        # Headers and values whole, however narrow the default columns were.
+        self.faults.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.faults.horizontalHeader().setStretchLastSection(True)
+        self.faults.verticalHeader().setVisible(False)
         charts.addWidget(self.faults, 1)
         layout.addLayout(charts, 2)
         self.curves: dict[str, pg.PlotDataItem] = {}
+
+    def apply_theme(self, dark: bool) -> None:
+        """Chart backgrounds that match the window's theme (as the Charts tab's)."""
+        for plot in (self.tps, self.rt):
+            plot.setBackground("k" if dark else "w")
 
     def _start(self, name: str, args: list[str]) -> None:
         if not self.model.namesrv_addr:

@@ -3,12 +3,14 @@ actions on the selected node."""
 
 from __future__ import annotations
 
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QGuiApplication
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QMessageBox,
     QPushButton,
+    QSplitter,
     QTableWidgetItem,
     QVBoxLayout,
     QWidget,
@@ -16,8 +18,10 @@ from PySide6.QtWidgets import (
 
 from cluster.supervisor.figures import human_bytes
 from gui.models.display import health_color, state_color, state_words
+from gui.models.topology import build_topology
 from gui.tasks import spawn
 from gui.views.table_items import row_table, selected_name
+from gui.views.topology_picture import TopologyView
 
 COLUMNS = ["node", "role", "address", "HA port", "pid", "state", "health", "CPU %", "RSS", "files", "disk",
            "timers pending", "POP in flight"]
@@ -31,6 +35,11 @@ def _count(value) -> str:
 
 
 class NodesView(QWidget):
+    """The topology picture above the node table; a node picked in either is picked in both,
+    and the buttons (or the picture's menu) act on it."""
+
+    logs_requested = Signal(str)  # a node's name: show its log
+
     def __init__(self, model, parent=None) -> None:
         super().__init__(parent)
         self.model = model
@@ -43,9 +52,21 @@ class NodesView(QWidget):
         top.addWidget(self.address, 1)
         top.addWidget(copy)
         layout.addLayout(top)
+        self.picture = TopologyView()
+        self.picture.setToolTip("Click a node to pick it; right-click (or the menu key) for "
+                                "its actions; arrow keys move between nodes")
+        self.picture.node_clicked.connect(self.select)
+        self.picture.action_requested.connect(self._picture_action)
         self.table = row_table(COLUMNS)  # columns as wide as whole addresses
         self.table.horizontalHeader().setStretchLastSection(True)
-        layout.addWidget(self.table, 1)
+        self.table.itemSelectionChanged.connect(
+            lambda: self.picture.select(self.selected_node()))
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(self.picture)
+        split.addWidget(self.table)
+        split.setSizes([320, 240])
+        layout.addWidget(split, 1)
+        self.picture.show_picture(build_topology([]))  # says why it is empty
         buttons = QHBoxLayout()
         self.buttons = {}
         for action in ACTIONS:
@@ -82,6 +103,13 @@ class NodesView(QWidget):
             if self.table.item(row, 0).text() == name:
                 self.table.selectRow(row)
                 return
+
+    def _picture_action(self, action: str, node: str) -> None:
+        self.select(node)
+        if action == "logs":
+            self.logs_requested.emit(node)
+        else:
+            self.run_action(action)
 
     # Actions that take a node down ask first, saying what happens.
     CONFIRM = {"kill": "Kill {node} with SIGKILL, as a crash would? Its clients see it vanish.",
@@ -129,5 +157,7 @@ class NodesView(QWidget):
             if row["state"] == "died":
                 died.append(f"{row['name']} died; its last log lines:\n{row.get('lastLog', '')}")
         self.log_hint.setText("\n\n".join(died))
+        latest = {name: points[-1] for name, points in self.model.samples.items() if points}
+        self.picture.show_picture(build_topology(rows, latest))
         if selected:
             self.select(selected)

@@ -4,7 +4,7 @@ only (storage.inspector takes no lock and writes nothing)."""
 from __future__ import annotations
 
 from PySide6.QtWidgets import (
-    QAbstractItemView,
+    QComboBox,
     QFileDialog,
     QHBoxLayout,
     QLabel,
@@ -12,12 +12,12 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
-    QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 
+from gui.views.table_items import row_table
 from storage.errors import StoreError
 from storage.inspector import format_timestamp, inspect_store, iter_store_records
 from storage.record import MessageRecord
@@ -38,7 +38,11 @@ class StoreBrowserView(QWidget):
         browse.clicked.connect(self.choose)
         open_button = QPushButton("Open")
         open_button.clicked.connect(self.open_store)
-        for widget in (self.path, browse, open_button):
+        # The open cluster's brokers' stores, one pick away (the path stays editable).
+        self.cluster_stores = QComboBox()
+        self.cluster_stores.setToolTip("the stores of the cluster the console has open")
+        self.cluster_stores.activated.connect(self._pick_cluster_store)
+        for widget in (self.cluster_stores, self.path, browse, open_button):
             top.addWidget(widget)
         layout.addLayout(top)
         self.summary = QLabel("")
@@ -57,15 +61,37 @@ class StoreBrowserView(QWidget):
         for widget in (self.topic, self.text, QLabel("at most"), self.limit, scan):
             search.addWidget(widget)
         layout.addLayout(search)
-        self.table = QTableWidget(0, len(COLUMNS))
-        self.table.setHorizontalHeaderLabels(COLUMNS)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table = row_table(COLUMNS)  # whole headers ("commitLog offset", not ":ommitLog offse")
+        self.table.horizontalHeader().setStretchLastSection(True)
         self.table.itemSelectionChanged.connect(self.show_detail)
         layout.addWidget(self.table, 2)
         self.detail = QPlainTextEdit()
         self.detail.setReadOnly(True)
         layout.addWidget(self.detail, 1)
+        model.cluster_changed.connect(self.show_cluster_stores)
+        self.show_cluster_stores()
+
+    def show_cluster_stores(self, _name: str = "") -> None:
+        """List the open cluster's broker stores and put the first in the path, unless the
+        user has typed a path of their own."""
+        stores = self.model.store_dirs()
+        previous = [self.cluster_stores.itemData(i) for i in range(self.cluster_stores.count())]
+        self.cluster_stores.clear()
+        if not stores:
+            self.cluster_stores.addItem("no cluster run here", None)
+            self.cluster_stores.setEnabled(False)
+            return
+        self.cluster_stores.setEnabled(True)
+        for node, path in stores:
+            self.cluster_stores.addItem(f"{node}'s store", path)
+        if not self.path.text().strip() or self.path.text() in previous:
+            self.path.setText(stores[0][1])
+
+    def _pick_cluster_store(self, index: int) -> None:
+        path = self.cluster_stores.itemData(index)
+        if path:
+            self.path.setText(path)
+            self.open_store()
 
     def choose(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "A RocketMQ store directory")
@@ -87,6 +113,7 @@ class StoreBrowserView(QWidget):
             f"{format_timestamp(result.first_store_timestamp)} .. "
             f"{format_timestamp(result.last_store_timestamp)}; "
             f"topics: {', '.join(topics) or '-'}; {problems}")
+        self.scan()  # its first records at once, not an empty table
 
     def scan(self) -> None:
         root = self.path.text().strip()

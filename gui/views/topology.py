@@ -8,6 +8,7 @@ from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
     QFormLayout,
+    QHeaderView,
     QLabel,
     QLineEdit,
     QPushButton,
@@ -37,6 +38,10 @@ class TopologyDialog(QDialog):
         layout.addLayout(form)
         self.groups = QTableWidget(0, len(GROUP_COLUMNS))
         self.groups.setHorizontalHeaderLabels(GROUP_COLUMNS)
+        # Every column as wide as its header and its widest choice ("ASYNC_MASTER"), no cuts.
+        self.groups.horizontalHeader().setSectionResizeMode(
+            QHeaderView.ResizeMode.ResizeToContents)
+        self.groups.verticalHeader().setVisible(False)
         layout.addWidget(QLabel("Broker groups: a master and its slaves each"))
         layout.addWidget(self.groups)
         add = QPushButton("Add a broker group")
@@ -54,6 +59,7 @@ class TopologyDialog(QDialog):
         buttons.rejected.connect(self.reject)
         layout.addWidget(buttons)
         self.add_group()
+        self.resize(max(self.sizeHint().width(), 760), 460)
 
     def _add_default_group(self) -> None:
         self.add_group()

@@ -134,7 +134,7 @@ def test_the_groups_table_shows_figures_says_when_empty_and_selects(qtbot, loop)
     view = GroupsView(model)
     qtbot.addWidget(view)
     view._show_groups([])
-    assert "no consumer group yet" in view.empty.text()
+    assert "No consumer group yet" in view.empty.text()
     view._show_groups([GroupRow("CID-a", 1200, 15.0, 2, "4.x push", 0, 16),
                        GroupRow("CID-b", 30, None, 0, "-", 4, 1)])
     assert view.empty.text() == ""

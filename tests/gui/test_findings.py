@@ -1,0 +1,159 @@
+"""Findings of the first-time walk through the console (issue 16), each held by a test: no
+cluster needed, the views driven as a user would (offscreen)."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+
+pytestmark = pytest.mark.gui
+
+
+def test_the_store_browser_offers_the_open_clusters_stores(qtbot, loop, tmp_path):
+    from gui.cluster_model import ClusterModel
+    from gui.views.store_browser import StoreBrowserView
+    from storage.message import MessageExtBrokerInner
+    from storage.message_store import DefaultMessageStore
+    from tests.conftest import small_config
+
+    root = tmp_path / "broker-a-0" / "store"
+    store = DefaultMessageStore(small_config(root))
+    store.load()
+    store.start()
+    store.put_message(MessageExtBrokerInner(topic="Orders", body=b"x", queue_id=0))
+    store.shutdown()
+
+    model = ClusterModel()
+    view = StoreBrowserView(model)
+    qtbot.addWidget(view)
+    assert not view.cluster_stores.isEnabled()  # no cluster run here: nothing to offer
+    model.supervisor = SimpleNamespace(state=SimpleNamespace(nodes=[
+        SimpleNamespace(name="namesrv-0", kind="namesrv", store_dir=str(tmp_path / "n")),
+        SimpleNamespace(name="broker-a-0", kind="broker", store_dir=str(root)),
+        SimpleNamespace(name="broker-a-1", kind="broker", store_dir=str(tmp_path / "b1"))]))
+    model.cluster_changed.emit("test")
+    assert [view.cluster_stores.itemText(i) for i in range(view.cluster_stores.count())] == [
+        "broker-a-0's store", "broker-a-1's store"]
+    assert view.path.text() == str(root)  # pre-filled with the first broker's store
+    view.cluster_stores.activated.emit(0)
+    assert "1 records" in view.summary.text()
+    assert "Orders" in view.summary.text()
+    assert view.table.rowCount() == 1  # its records listed at once
+    header = view.table.horizontalHeader()
+    assert header.sectionSize(3) >= header.fontMetrics().horizontalAdvance("commitLog offset")
+    # A path the user typed stays when the cluster changes.
+    view.path.setText("/somewhere/else")
+    model.cluster_changed.emit("test")
+    assert view.path.text() == "/somewhere/else"
+    model.supervisor = None
+
+
+def test_an_empty_group_list_says_so_and_creates_a_group(qtbot, loop, monkeypatch):
+    from gui.cluster_model import ClusterModel
+    from gui.views.groups import GroupsView
+
+    model = ClusterModel()
+    view = GroupsView(model)
+    qtbot.addWidget(view)
+    view._show_groups([])
+    assert "No consumer group yet" in view.empty.text()
+    assert "create one below" in view.empty.text()
+    said, created = [], []
+
+    async def create_group(group):
+        created.append(group)
+        return ["127.0.0.1:10911"]
+
+    model.admin = SimpleNamespace(create_group=create_group)
+    monkeypatch.setattr(view, "refresh", lambda: None)
+    model.message.connect(said.append)
+    view.new_group.setText("bad name")
+    view.create_group()
+    assert created == []
+    assert "characters other than" in said[-1]
+    view.new_group.setText("CID-orders")
+    view.create_group()
+    loop.run_until_complete(asyncio.sleep(0.05))
+    assert created == ["CID-orders"]
+    assert said[-1] == "group CID-orders created on every master"
+    assert view.new_group.text() == ""
+    # The reset time says which zone it is in.
+    assert view.reset_time.displayFormat().endswith(" t")
+    assert "local time" in view.reset_time.toolTip()
+
+
+def test_the_new_topology_dialog_shows_whole_columns(qtbot, loop):
+    from gui.views.topology import GROUP_COLUMNS, TopologyDialog
+
+    dialog = TopologyDialog()
+    qtbot.addWidget(dialog)
+    dialog.show()
+    header = dialog.groups.horizontalHeader()
+    metrics = header.fontMetrics()
+    for column, title in enumerate(GROUP_COLUMNS):
+        assert header.sectionSize(column) >= metrics.horizontalAdvance(title)
+    total = sum(header.sectionSize(c) for c in range(len(GROUP_COLUMNS)))
+    assert dialog.width() >= total  # the table fits the dialog: nothing cut off to the right
+    role = dialog.groups.cellWidget(0, 1)
+    assert header.sectionSize(1) >= role.sizeHint().width()  # "ASYNC_MASTER", not "ASYNC_MAS"
+
+
+def test_the_fault_table_and_the_dark_theme_read_whole(qtbot, loop, home):
+    from PySide6.QtGui import QPalette
+    from PySide6.QtWidgets import QApplication
+
+    from gui.main_window import MainWindow
+
+    window = MainWindow()
+    qtbot.addWidget(window)
+    header = window.load.faults.horizontalHeader()
+    metrics = header.fontMetrics()
+    assert header.sectionSize(1) >= metrics.horizontalAdvance("current latency (ms)")
+    window.set_dark(True)
+    palette = QApplication.instance().palette()
+    placeholder = palette.color(QPalette.ColorRole.PlaceholderText)
+    base = palette.color(QPalette.ColorRole.Base)
+    assert placeholder.lightness() - base.lightness() > 100  # readable on the dark base
+    assert window.dark.text() == "Light theme"
+    window.set_dark(False)
+
+
+def test_the_export_form_offers_topics_and_a_folder_that_follows_the_topic(qtbot, loop,
+                                                                            monkeypatch):
+    from collections import deque
+
+    from gui.cluster_model import ClusterModel
+    from gui.views import export_view
+    from gui.views.export_view import EXPORTS_FOLDER, ExportView
+
+    model = ClusterModel()
+    model.topic_totals = {"Orders": deque(), "Payments": deque(), "RMQ_SYS_TRACE_TOPIC": deque(),
+                          "%RETRY%CID-a": deque()}
+    view = ExportView(model)
+    qtbot.addWidget(view)
+    view.show()  # the picker is filled when the tab is shown
+    assert view.topic_names.stringList() == ["Orders", "Payments"]
+    view.topic.setText("Orders")
+    assert view.out.text() == f"{EXPORTS_FOLDER}/Orders"
+    view.topic.setText("Payments")
+    assert view.out.text() == f"{EXPORTS_FOLDER}/Payments"
+    # A folder of the user's own stays, whatever the topic.
+    monkeypatch.setattr(export_view.QFileDialog, "getExistingDirectory",
+                        lambda *args: "/data/lake")
+    view.choose_folder()
+    view.topic.setText("Orders")
+    assert view.out.text() == "/data/lake"
+
+
+def test_the_load_charts_follow_the_theme(qtbot, loop, home):
+    from gui.main_window import MainWindow
+
+    window = MainWindow()
+    qtbot.addWidget(window)
+    assert window.load.tps.backgroundBrush().color().name() == "#ffffff"
+    window.set_dark(True)
+    assert window.load.tps.backgroundBrush().color().name() == "#000000"
+    window.set_dark(False)
+    assert window.load.rt.backgroundBrush().color().name() == "#ffffff"
