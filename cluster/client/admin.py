@@ -181,6 +181,53 @@ class AdminClient:
             offsets.update({mq: int(v) for mq, v in parse_mq_table(body.decode()).items()})
         return offsets
 
+    async def preview_reset_by_time(self, group: str, topic: str,
+                                    timestamp_ms: int) -> list[tuple[MessageQueue, int, int]]:
+        """Where a reset of ``group`` on ``topic`` to ``timestamp_ms`` would move each queue,
+        without moving it: (queue, the group's offset now or -1, the offset at that time), in
+        broker and queue order."""
+        stats = await self.consume_stats(group, topic)
+        now = {(mq.broker_name, mq.queue_id): int(v.get("consumerOffset", -1))
+               for mq, v in stats.items()}
+        moves = []
+        for mq in await self.readable_queues(topic):
+            target = await self.offset_at_time(mq, timestamp_ms)
+            moves.append((mq, now.get((mq.broker_name, mq.queue_id), -1), target))
+        return moves
+
+    async def readable_queues(self, topic: str, broker: str | None = None) -> list[MessageQueue]:
+        """The queues of ``topic`` a reader pulls from (each broker's read queues), of one
+        broker if named, in broker and queue order."""
+        route = await self.instance.fetch_route(topic)
+        if route is None:
+            raise BrokerResponseError(ResponseCode.TOPIC_NOT_EXIST, f"no route for topic {topic}")
+        return sorted((MessageQueue(topic, d["brokerName"], q) for d in route.queue_datas
+                       for q in range(d["readQueueNums"])
+                       if broker is None or d["brokerName"] == broker),
+                      key=lambda mq: (mq.broker_name, mq.queue_id))
+
+    async def max_offset(self, mq: MessageQueue) -> int:
+        """The offset the next message of ``mq`` will get (GET_MAX_OFFSET)."""
+        return await self._queue_offset(RequestCode.GET_MAX_OFFSET, mq)
+
+    async def offset_at_time(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        """The offset of ``mq``'s first message stored at or after ``timestamp_ms``
+        (SEARCH_OFFSET_BY_TIMESTAMP; the end when none is)."""
+        return await self._queue_offset(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, mq,
+                                        timestamp=timestamp_ms)
+
+    async def _queue_offset(self, code: int, mq: MessageQueue, **extra) -> int:
+        address = self.instance.admin_addr(mq.broker_name)
+        if address is None:
+            await self.instance.fetch_route(mq.topic)
+            address = self.instance.admin_addr(mq.broker_name)
+        if address is None:
+            raise BrokerResponseError(ResponseCode.SYSTEM_ERROR,
+                                      f"the broker {mq.broker_name} is not in the routes")
+        answer = await self._broker(address, request(code, {
+            "topic": mq.topic, "queueId": mq.queue_id, **extra}))
+        return int(answer.field("offset") or 0)
+
     async def groups_of_topic(self, topic: str) -> list[str]:
         """The consumer groups that read ``topic`` (online, or with offsets committed)."""
         groups: set[str] = set()

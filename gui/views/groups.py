@@ -18,8 +18,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from cluster.remoting.codec import request
-from cluster.remoting.codes import RequestCode
 from cluster.topic_validator import validate_group_name
 from gui.models.groups import COLUMNS as GROUP_COLUMNS
 from gui.models.groups import group_row
@@ -237,23 +235,10 @@ class GroupsView(QWidget):
         spawn(self._preview(group, topic, self._reset_ms()), on_error=self.model.message.emit)
 
     async def _preview(self, group: str, topic: str, ms: int) -> None:
-        """Where each queue would move (SEARCH_OFFSET_BY_TIMESTAMP), without moving it."""
-        admin = self.model.admin
-        route = await admin.instance.fetch_route(topic)
-        stats = await admin.consume_stats(group, topic)
-        lines = []
-        for broker, address in sorted((route.master_addrs() if route else {}).items()):
-            for data in route.queue_datas:
-                if data["brokerName"] != broker:
-                    continue
-                for queue_id in range(data["writeQueueNums"]):
-                    answer = await admin.instance.remoting.invoke(address, request(
-                        RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
-                        {"topic": topic, "queueId": queue_id, "timestamp": ms}), 5)
-                    target = int(answer.field("offset") or 0)
-                    now = next((v["consumerOffset"] for mq, v in stats.items()
-                                if mq.broker_name == broker and mq.queue_id == queue_id), -1)
-                    lines.append(f"{broker} queue {queue_id}: {now} -> {target}")
+        """Where each queue would move, without moving it."""
+        moves = await self.model.admin.preview_reset_by_time(group, topic, ms)
+        lines = [f"{mq.broker_name} queue {mq.queue_id}: {now} -> {target}"
+                 for mq, now, target in moves]
         self.preview.setText("preview (nothing changed yet):\n" + "\n".join(lines))
 
     def apply_reset(self) -> None:

@@ -319,18 +319,12 @@ class TopicsView(QWidget):
         where the queues ended when the tail began; nothing committed)."""
         import asyncio
 
-        from cluster.client.pull import TOOLS_GROUP, PullStatus, pull_message, queue_offset_request
-        from cluster.client.route import MessageQueue
-        from cluster.remoting.codes import RequestCode
+        from cluster.client.pull import TOOLS_GROUP, PullStatus, pull_message
 
-        instance = self.model.admin.instance
-        route = await instance.fetch_route(topic)
-        if route is None:
-            raise ConsoleError(f"no route for topic {topic}")
-        queues = [MessageQueue(topic, d["brokerName"], q) for d in route.queue_datas
-                  for q in range(d["readQueueNums"])]
-        positions = {mq: await queue_offset_request(instance, RequestCode.GET_MAX_OFFSET, mq)
-                     for mq in queues}
+        admin = self.model.admin
+        instance = admin.instance
+        queues = await admin.readable_queues(topic)
+        positions = {mq: await admin.max_offset(mq) for mq in queues}
         self.model.message.emit(f"tailing {topic} ({len(queues)} queues)")
         while True:
             fresh = []
@@ -532,24 +526,20 @@ class TopicsView(QWidget):
                       limit: int = 64):
         """Pull from ``offset`` (or from the first message stored ``minutes`` ago, in every
         queue) as a tool does: the TOOLS_CONSUMER group, nothing committed."""
-        from cluster.client.pull import TOOLS_GROUP, PullStatus, pull_message, queue_offset_request
+        from cluster.client.pull import TOOLS_GROUP, PullStatus, pull_message
         from cluster.client.route import MessageQueue
 
-        instance = self.model.admin.instance
-        route = await instance.fetch_route(topic)
-        if route is None:
-            raise ConsoleError(f"no route for topic {topic}")
+        admin = self.model.admin
+        instance = admin.instance
+        queues = await admin.readable_queues(topic, broker)  # (routes fresh for the pulls too)
         if minutes:
             import time as _time
 
-            from cluster.remoting.codes import RequestCode
-
-            queues = [MessageQueue(topic, d["brokerName"], q) for d in route.queue_datas
-                      for q in range(d["readQueueNums"]) if d["brokerName"] == broker]
             since = int((_time.time() - minutes * 60) * 1000)
-            starts = {mq: await queue_offset_request(instance, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, mq,
-                                                     timestamp=since) for mq in queues}
+            starts = {mq: await admin.offset_at_time(mq, since) for mq in queues}
         else:
+            if MessageQueue(topic, broker, queue_id) not in queues:
+                raise ConsoleError(f"{topic} has no queue {queue_id} on {broker}")
             starts = {MessageQueue(topic, broker, queue_id): offset}
         found, scanned = [], 0
         for mq, start in starts.items():

@@ -157,3 +157,25 @@ def test_the_load_charts_follow_the_theme(qtbot, loop, home):
     assert window.load.tps.backgroundBrush().color().name() == "#000000"
     window.set_dark(False)
     assert window.load.rt.backgroundBrush().color().name() == "#ffffff"
+
+
+def test_a_reset_preview_asks_the_admin_client_and_says_where_each_queue_moves(qtbot, loop):
+    from cluster.client.route import MessageQueue
+    from gui.cluster_model import ClusterModel
+    from gui.views.groups import GroupsView
+
+    model = ClusterModel()
+    view = GroupsView(model)
+    qtbot.addWidget(view)
+    asked = []
+
+    async def preview_reset_by_time(group, topic, ms):
+        asked.append((group, topic, ms))
+        return [(MessageQueue(topic, "broker-a", 0), 120, 40), (MessageQueue(topic, "broker-a", 1),
+                                                                -1, 0)]
+
+    model.admin = SimpleNamespace(preview_reset_by_time=preview_reset_by_time)
+    loop.run_until_complete(view._preview("CID-a", "Orders", 1_700_000_000_000))
+    assert asked == [("CID-a", "Orders", 1_700_000_000_000)]
+    assert view.preview.text().splitlines() == [
+        "preview (nothing changed yet):", "broker-a queue 0: 120 -> 40", "broker-a queue 1: -1 -> 0"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 
 import pytest
 
@@ -14,6 +15,7 @@ from cluster.client.pull import PullConsumer, PullStatus
 from cluster.remoting.client import RemotingClient
 from cluster.remoting.codec import request
 from cluster.remoting.codes import RequestCode, ResponseCode
+from cluster.remoting.errors import BrokerResponseError
 from tests.integration.procs import running
 from tests.integration.test_broker import broker_conf
 
@@ -225,6 +227,22 @@ def test_admin_client_topics_stats_and_resend_to_a_consumer(tmp_path):
                     await asyncio.sleep(0.05)
                 assert [r.body for r in found] == [b"resend me"]
                 assert (await admin.view_message(sent.offset_msg_id)).body == b"resend me"
+                # Queue offsets and a reset's preview (what the console's views ask for).
+                queues = await admin.readable_queues("AdminTopic")
+                assert sorted({mq.broker_name for mq in queues}) == ["broker-a", "broker-b"]
+                assert len(queues) == 4
+                assert [mq.queue_id for mq in await admin.readable_queues("AdminTopic",
+                                                                         "broker-a")] == [0, 1]
+                ends = {mq: await admin.max_offset(mq) for mq in queues}
+                assert sum(ends.values()) == 1
+                future = int(time.time() * 1000) + 3_600_000
+                assert {mq: await admin.offset_at_time(mq, 0) for mq in queues} == dict.fromkeys(
+                    queues, 0)
+                assert {mq: await admin.offset_at_time(mq, future) for mq in queues} == ends
+                moves = await admin.preview_reset_by_time("cg-admin", "AdminTopic", 0)
+                assert [(mq, target) for mq, _now, target in moves] == [(mq, 0) for mq in queues]
+                with pytest.raises(BrokerResponseError, match="no route"):
+                    await admin.readable_queues("NoSuchTopic")
 
                 got = []
                 consumer = PushConsumer("cg-admin", namesrv)
