@@ -79,42 +79,42 @@ def test_console_runs_a_cluster_topics_messages_charts_and_an_export(qtbot, loop
         topics.send_props.setText("origin=console; shard=7")
         topics.send_message()
         pump(lambda: "SEND_OK" in window.statusBar().currentMessage(), 20, "the send")
-        topics.query_topic.setText("ConsoleTopic")
-        topics.query_key.setText("console-key-1")
+        topics.finder.query_topic.setText("ConsoleTopic")
+        topics.finder.query_key.setText("console-key-1")
 
         def found(count=1):
-            if topics.results.rowCount() < count:
-                every(0.5, topics.find)
-            return topics.results.rowCount() >= count
+            if topics.finder.results.rowCount() < count:
+                every(0.5, topics.finder.find)
+            return topics.finder.results.rowCount() >= count
 
         pump(found, 20, "the message by key")
-        assert '"hello": "console"' in topics.detail.toPlainText()
+        assert '"hello": "console"' in topics.finder.detail.toPlainText()
         # properties one per line, not a Python dict
-        assert re.search(r"^\s+shard\s+= 7$", topics.detail.toPlainText(), re.M)
-        topics.trace()  # sent from the console, so traced
-        pump(lambda: "Pub       rocketdesk-console ok" in topics.detail.toPlainText(), 20, "the trace")
-        topics.resend()
+        assert re.search(r"^\s+shard\s+= 7$", topics.finder.detail.toPlainText(), re.M)
+        topics.finder.trace()  # sent from the console, so traced
+        pump(lambda: "Pub       rocketdesk-console ok" in topics.finder.detail.toPlainText(), 20, "the trace")
+        topics.finder.resend()
         pump(lambda: "resent to ConsoleTopic: SEND_OK" in window.statusBar().currentMessage(), 20,
              "the resend")
         pump(lambda: found(2), 20, "both copies")
-        topics.body_mode.setCurrentText("hex")
-        assert "7b 22 68 65" in topics.detail.toPlainText()  # {"he…
-        topics.body_mode.setCurrentText("pretty JSON")
-        topics.save_body(str(tmp_path / "body.bin"))
+        topics.finder.body_mode.setCurrentText("hex")
+        assert "7b 22 68 65" in topics.finder.detail.toPlainText()  # {"he…
+        topics.finder.body_mode.setCurrentText("pretty JSON")
+        topics.finder.save_body(str(tmp_path / "body.bin"))
         assert (tmp_path / "body.bin").read_bytes() == b'{"hello": "console"}'
-        topics.export_results(str(tmp_path / "results.json"))
+        topics.finder.export_results(str(tmp_path / "results.json"))
         assert len((tmp_path / "results.json").read_text().splitlines()) == 2
 
         # Browse the queue the message is in, from offset 0, as a tool (nothing committed).
-        first = topics.records[0]
-        topics.records, before = [], topics.results.rowCount()
-        topics.results.setRowCount(0)
-        topics.browse_broker.setText("broker-a")
-        topics.browse_queue.setValue(first.queue_id)
-        topics.browse_offset.setValue(0)
-        topics.browse()
-        pump(lambda: topics.results.rowCount() >= 1, 20, "the browsed queue")
-        assert any(r.keys == "console-key-1" for r in topics.records)
+        first = topics.finder.records[0]
+        topics.finder.records, before = [], topics.finder.results.rowCount()
+        topics.finder.results.setRowCount(0)
+        topics.finder.browse_broker.setText("broker-a")
+        topics.finder.browse_queue.setValue(first.queue_id)
+        topics.finder.browse_offset.setValue(0)
+        topics.finder.browse()
+        pump(lambda: topics.finder.results.rowCount() >= 1, 20, "the browsed queue")
+        assert any(r.keys == "console-key-1" for r in topics.finder.records)
         assert before == 2
 
         # Charts receive one-second samples.
@@ -125,14 +125,14 @@ def test_console_runs_a_cluster_topics_messages_charts_and_an_export(qtbot, loop
         assert [label for label, _ in window.charts.latency_last_second()][:1] == ["[<=0ms]"]
 
         # Live tail: a message sent now shows up.
-        topics.query_topic.setText("ConsoleTopic")
-        topics.tail_button.setChecked(True)
+        topics.finder.query_topic.setText("ConsoleTopic")
+        topics.finder.tail_button.setChecked(True)
         loop.run_until_complete(asyncio.sleep(1.5))
         topics.send_keys.setText("tailed-1")
         topics.send_props.setText("")
         topics.send_message()
-        pump(lambda: any(r.keys == "tailed-1" for r in topics.records), 20, "the tailed message")
-        topics.tail_button.setChecked(False)
+        pump(lambda: any(r.keys == "tailed-1" for r in topics.finder.records), 20, "the tailed message")
+        topics.finder.tail_button.setChecked(False)
 
         # Start an export from the topic, and cancel it; the form is usable again.
         export = window.export
@@ -140,8 +140,8 @@ def test_console_runs_a_cluster_topics_messages_charts_and_an_export(qtbot, loop
         topics.export_topic()
         assert window.tabs.currentWidget() is export
         assert export.topic.text() == "ConsoleTopic"
-        topics.query_key.setText("console-key-1")
-        topics.export_query()
+        topics.finder.query_key.setText("console-key-1")
+        topics.finder.export_query()
         assert export.keys.text() == "console-key-1"
         export.keys.setText("")
         export.out.setText(str(tmp_path / "console-export"))
@@ -184,9 +184,9 @@ def test_console_runs_a_cluster_topics_messages_charts_and_an_export(qtbot, loop
         loop.run_until_complete(consumer.shutdown())
 
         # The message's track: which groups consumed it; the topic's route and offsets.
-        topics.results.selectRow(0)
-        topics.track()
-        pump(lambda: "cg-console: CONSUMED" in topics.detail.toPlainText(), 20, "the message track")
+        topics.finder.results.selectRow(0)
+        topics.finder.track()
+        pump(lambda: "cg-console: CONSUMED" in topics.finder.detail.toPlainText(), 20, "the message track")
         items = topics.topics.findItems("ConsoleTopic", Qt.MatchFlag.MatchExactly)
         topics.topics.setCurrentItem(items[0])
         topics.show_topic("ConsoleTopic")
@@ -356,7 +356,8 @@ def test_the_console_redrives_a_dead_letter(qtbot, loop, pump, home):
 
         loop.run_until_complete(open_transaction())
         window.topics.show_pending_transactions()
-        pump(lambda: any(r.keys == "tx-1" for r in window.topics.records), 20, "the pending transaction")
-        assert cell(window.topics.results, 0, 0) == "Payments (half, checks: 0)"
+        pump(lambda: any(r.keys == "tx-1" for r in window.topics.finder.records), 20,
+             "the pending transaction")
+        assert cell(window.topics.finder.results, 0, 0) == "Payments (half, checks: 0)"
     finally:
         close_console(window, loop, pump)

@@ -87,7 +87,7 @@ def test_the_topics_table_sorts_by_value_and_filters(qtbot, loop):
     view.select_topic("Orders")
     assert view.selected_topic() == "Orders"
     # the forms work on the selected topic, and say so
-    assert (view.query_topic.text(), view.send_topic.text()) == ("Orders", "Orders")
+    assert (view.finder.query_topic.text(), view.send_topic.text()) == ("Orders", "Orders")
     view.topic_filter.setText("audit")
     assert [view.topics.item(r, 0).text() for r in range(view.topics.rowCount())] == ["Audit"]
 
