@@ -149,6 +149,10 @@ class GroupsView(QWidget):
     def _show_groups(self, rows: list) -> None:
         self.group_rows = rows
         self._fill_groups()
+        # The selected group's lag per queue refreshes with the table, not only on a click.
+        group = self.selected_group()
+        if group and self.model.admin is not None:
+            spawn(self._load(group), on_error=self.model.message.emit)
 
     def _fill_groups(self) -> None:
         current = self.selected_group()

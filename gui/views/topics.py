@@ -139,10 +139,18 @@ class TopicsView(QWidget):
     def _show_topics(self, rows: list) -> None:
         self.topic_rows = rows
         self._fill_topics()
+        # The selected topic's queues and offsets refresh with the table (its forms do not:
+        # what the user typed there stays).
+        topic = self.selected_topic()
+        if topic and self.model.admin is not None:
+            self._show_topic_detail(topic)
 
     def _fill_topics(self) -> None:
         selected = self.selected_topic()
         rows = [r for r in self.topic_rows if matches(r, self.topic_filter.text())]
+        # A refill is not the user picking a topic: the forms keep what they hold.
+        self.topics.blockSignals(True)
+        self.topics.selectionModel().blockSignals(True)
         self.topics.setSortingEnabled(False)
         self.topics.setRowCount(len(rows))
         for r, row in enumerate(rows):
@@ -153,6 +161,8 @@ class TopicsView(QWidget):
         self.topics.setSortingEnabled(True)
         if selected:
             self.select_topic(selected)
+        self.topics.selectionModel().blockSignals(False)
+        self.topics.blockSignals(False)
 
     def selected_topic(self) -> str | None:
         return selected_name(self.topics)
@@ -183,8 +193,14 @@ class TopicsView(QWidget):
             self.finder.query_topic.setText(topic)
             self.send_topic.setText(topic)
         if topic and self.model.admin is not None:
-            spawn(self._topic_detail(topic), on_done=self.topic_detail.setPlainText,
-                  on_error=self.model.message.emit)
+            self._show_topic_detail(topic)
+
+    def _show_topic_detail(self, topic: str) -> None:
+        def show(text: str) -> None:
+            if self.selected_topic() == topic:  # not an answer about a topic left meanwhile
+                self.topic_detail.setPlainText(text)
+
+        spawn(self._topic_detail(topic), on_done=show, on_error=self.model.message.emit)
 
     async def _topic_detail(self, topic: str) -> str:
         route = await self.model.admin.topic_route(topic)

@@ -179,3 +179,65 @@ def test_a_reset_preview_asks_the_admin_client_and_says_where_each_queue_moves(q
     assert asked == [("CID-a", "Orders", 1_700_000_000_000)]
     assert view.preview.text().splitlines() == [
         "preview (nothing changed yet):", "broker-a queue 0: 120 -> 40", "broker-a queue 1: -1 -> 0"]
+
+
+def test_a_refreshed_topic_table_refreshes_the_detail_and_keeps_the_forms(qtbot, loop):
+    from gui.cluster_model import ClusterModel
+    from gui.models.topics import TopicRow
+    from gui.views.topics import TopicsView
+
+    model = ClusterModel()
+    view = TopicsView(model)
+    qtbot.addWidget(view)
+    answers = iter(["offsets 0..10", "offsets 0..20", "offsets 0..30"])
+
+    async def detail(topic):
+        return f"{topic}: {next(answers)}"
+
+    view._topic_detail = detail
+    model.admin = SimpleNamespace()
+    rows = [TopicRow("Orders", 8, "read/write", 10, 1.0, (), 0),
+            TopicRow("Audit", 2, "read/write", 5, None, (), 0)]
+    view._show_topics(rows)
+    view.select_topic("Orders")
+    loop.run_until_complete(asyncio.sleep(0.05))
+    assert view.topic_detail.toPlainText() == "Orders: offsets 0..10"
+    view.finder.query_topic.setText("Audit")  # the user typed another topic to search
+    view._show_topics(rows)  # the 5-second refresh
+    loop.run_until_complete(asyncio.sleep(0.05))
+    assert view.topic_detail.toPlainText() == "Orders: offsets 0..20"
+    assert view.finder.query_topic.text() == "Audit"
+    assert view.selected_topic() == "Orders"
+
+
+def test_the_selected_groups_lag_refreshes_with_the_table(qtbot, loop):
+    from cluster.client.route import MessageQueue
+    from gui.cluster_model import ClusterModel
+    from gui.models.groups import GroupRow
+    from gui.views.groups import GroupsView
+
+    model = ClusterModel()
+    view = GroupsView(model)
+    qtbot.addWidget(view)
+    broker_offsets = iter([4206, 4300])
+
+    async def consume_stats(group, topic=None):
+        return {MessageQueue("Orders", "broker-a", 0): {"brokerOffset": next(broker_offsets),
+                                                        "consumerOffset": 0}}
+
+    async def consumer_connections(group):
+        return {}
+
+    model.admin = SimpleNamespace(consume_stats=consume_stats,
+                                  consumer_connections=consumer_connections)
+    rows = [GroupRow("CID-a", 4206, None, 0, "-", 0, 16)]
+    view._show_groups(rows)
+    view.groups.blockSignals(True)
+    view.select_group("CID-a", load=False)
+    view.groups.blockSignals(False)
+    view.show_group()
+    loop.run_until_complete(asyncio.sleep(0.05))
+    assert "total lag 4,206" in view.summary.text()
+    view._show_groups(rows)  # the 5-second refresh, the same group still selected
+    loop.run_until_complete(asyncio.sleep(0.05))
+    assert "total lag 4,300" in view.summary.text()
