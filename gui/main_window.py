@@ -89,11 +89,7 @@ class MainWindow(QMainWindow):
                             (self.export, "Export"), (self.logs, "Logs"), (self.store, "Store browser")):
             self.tabs.addTab(view, title)
         self.setCentralWidget(self.tabs)
-        for index in range(self.tabs.count()):
-            action = QAction(self)
-            action.setShortcut(QKeySequence(f"Ctrl+{index + 1}"))
-            action.triggered.connect(lambda _=False, i=index: self.tabs.setCurrentIndex(i))
-            self.addAction(action)
+        self._build_menus(design, connect, stop)
         self.topics.export_requested.connect(self.open_export)
         self.nodes.logs_requested.connect(self.open_log)
         self.model.message.connect(self.show_message)
@@ -108,6 +104,69 @@ class MainWindow(QMainWindow):
             self.restoreGeometry(settings.value("geometry"))
         else:
             self.resize(1200, 800)
+
+    # -- menus: every action of the window from the keyboard, shortcuts shown --------------------
+    def _action(self, menu, text: str, slot, shortcut: str | None = None, button=None):
+        action = QAction(text, self)
+        if shortcut:
+            action.setShortcut(QKeySequence(shortcut))
+        action.triggered.connect(lambda _=False: slot())
+        menu.addAction(action)
+        if button is not None and shortcut:  # the toolbar's button says its key too
+            button.setToolTip(f"{text.replace('&', '').rstrip('…')} "
+                              f"({QKeySequence(shortcut).toString()})")
+        return action
+
+    def _build_menus(self, design, connect, stop) -> None:
+        bar = self.menuBar()
+        cluster = bar.addMenu("&Cluster")
+        self._action(cluster, "&Create and start the profile", self.create_cluster,
+                     "Ctrl+Shift+N", self.create_button)
+        self._action(cluster, "&New topology…", self.design_cluster, "Ctrl+N", design)
+        self._action(cluster, "Open a cluster run &here", self.clusters.showPopup, "Ctrl+O")
+        self._action(cluster, "C&onnect to a name server", self._focus_external, "Ctrl+L",
+                     connect)
+        self._action(cluster, "&Stop the cluster",
+                     lambda: spawn(self.model.stop_cluster(), on_error=self.show_message),
+                     "Ctrl+Shift+S", stop)
+        cluster.addSeparator()
+        self._action(cluster, "&Quit", self.close, "Ctrl+Q")
+        node = bar.addMenu("&Node")
+        for action, label in (("start", "&Start"), ("stop", "S&top…"), ("restart", "&Restart"),
+                              ("kill", "&Kill (SIGKILL)…"), ("pause", "&Pause (SIGSTOP)"),
+                              ("resume", "Res&ume (SIGCONT)")):
+            self._action(node, label, lambda a=action: self._node_action(a))
+        self._action(node, "Show its &log", lambda: self._node_action("logs"))
+        view = bar.addMenu("&View")
+        for index in range(self.tabs.count()):
+            title = self.tabs.tabText(index).replace("&&", "&")
+            self._action(view, title.replace("&", "&&"),
+                         lambda i=index: self.tabs.setCurrentIndex(i), f"Ctrl+{index + 1}")
+        view.addSeparator()
+        self._action(view, "&Refresh this tab", self.refresh_tab, "F5")
+        self.dark_action = self._action(view, "&Dark theme", self.dark.toggle, "Ctrl+Shift+D",
+                                        self.dark)
+
+    def _focus_external(self) -> None:
+        self.external.setFocus()
+        self.external.selectAll()
+
+    def _node_action(self, action: str) -> None:
+        """A Node menu entry: on the node picked on the Cluster tab."""
+        node = self.nodes.selected_node()
+        if node is None:
+            self.tabs.setCurrentWidget(self.nodes)
+            self.show_message("pick a node on the Cluster tab first (click it, or arrow keys "
+                              "in the picture)")
+            return
+        self.nodes._picture_action(action, node)
+
+    def refresh_tab(self) -> None:
+        current = self.tabs.currentWidget()
+        refresh = getattr(current, "refresh", None)
+        if callable(refresh):
+            refresh()
+        self.model.refresh()
 
     def set_dark(self, dark: bool) -> None:
         from PySide6.QtGui import QColor, QPalette

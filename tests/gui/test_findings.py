@@ -241,3 +241,51 @@ def test_the_selected_groups_lag_refreshes_with_the_table(qtbot, loop):
     view._show_groups(rows)  # the 5-second refresh, the same group still selected
     loop.run_until_complete(asyncio.sleep(0.05))
     assert "total lag 4,300" in view.summary.text()
+
+
+def test_every_window_action_is_in_a_menu_with_its_shortcut_shown(qtbot, loop, home,
+                                                                   monkeypatch):
+    from PySide6.QtCore import Qt
+
+    from gui.main_window import MainWindow
+
+    window = MainWindow()
+    qtbot.addWidget(window)
+    window.show()
+    window.activateWindow()
+    qtbot.waitUntil(window.isActiveWindow, timeout=3000)  # shortcuts reach the active window
+    menus = {m.title(): m for m in (a.menu() for a in window.menuBar().actions())}
+    assert list(menus) == ["&Cluster", "&Node", "&View"]
+    shortcuts = {a.text(): a.shortcut().toString() for m in menus.values() for a in m.actions()
+                 if not a.isSeparator()}
+    assert shortcuts["&New topology…"] == "Ctrl+N"
+    assert shortcuts["&Refresh this tab"] == "F5"
+    assert shortcuts["Cluster"] == "Ctrl+2"
+    assert shortcuts["Topics && messages"] == "Ctrl+4"
+    assert "Kill" in " ".join(shortcuts)
+    assert window.create_button.toolTip() == "Create and start the profile (Ctrl+Shift+N)"
+    assert "(Ctrl+Shift+D)" in window.dark.toolTip()
+    # The keys work: a tab, the theme, the address field.
+    qtbot.keyClick(window, Qt.Key.Key_2, Qt.KeyboardModifier.ControlModifier)
+    assert window.tabs.currentWidget() is window.nodes
+    qtbot.keyClick(window, Qt.Key.Key_L, Qt.KeyboardModifier.ControlModifier)
+    assert window.external.hasFocus()
+    refreshed = []
+    monkeypatch.setattr(window.groups, "refresh", lambda: refreshed.append("groups"))
+    window.tabs.setCurrentWidget(window.groups)
+    qtbot.keyClick(window, Qt.Key.Key_F5)
+    assert refreshed == ["groups"]
+    # The Node menu acts on the node picked on the Cluster tab, and says so when none is.
+    said, acted = [], []
+    window.model.message.connect(said.append)
+    window._node_action("pause")
+    assert window.tabs.currentWidget() is window.nodes
+    assert "pick a node on the Cluster tab first" in window.statusBar().currentMessage()
+    monkeypatch.setattr(window.nodes, "run_action", acted.append)
+    window.nodes.show_nodes([{"name": "broker-a-0", "kind": "broker", "role": "ASYNC_MASTER",
+                              "address": "127.0.0.1:10911", "haPort": 10912, "pid": 1,
+                              "state": "running", "health": "ok", "cpuPercent": 0.0,
+                              "rssBytes": 1, "openFiles": 1, "diskBytes": 1}])
+    window.nodes.select("broker-a-0")
+    window._node_action("pause")
+    assert acted == ["pause"]
