@@ -3,6 +3,7 @@ message's properties, a broker group's addresses, and counts with units."""
 
 from __future__ import annotations
 
+import math
 import string
 
 _PRINTABLE = set(string.printable) - set("\x0b\x0c")
@@ -109,3 +110,23 @@ def thin_labels(labels: list[str], most: int = 8) -> list[str]:
         return labels
     step = -(-len(labels) // most)
     return [label if index % step == 0 else "" for index, label in enumerate(labels)]
+
+
+def readout(x: float, series: list[tuple[str, list[float], list[float]]], unit: str = "") -> str:
+    """What a chart's hover line says at ``x`` (seconds ago): each series' value at the sample
+    nearest ``x`` (gaps and series without a sample within 3 s left out), largest first."""
+    values = []
+    for name, xs, ys in series:
+        best = None
+        for px, py in zip(xs, ys, strict=False):
+            if math.isnan(py):  # a gap in the line
+                continue
+            if best is None or abs(px - x) < abs(best[0] - x):
+                best = (px, py)
+        if best is not None and abs(best[0] - x) <= 3:
+            values.append((best[1], name))
+    if not values:
+        return ""
+    values.sort(key=lambda item: -item[0])
+    when = f"{-x:,.0f} s ago" if x < -0.5 else "now"
+    return f"{when}: " + " · ".join(f"{name} {count(value, unit)}" for value, name in values)

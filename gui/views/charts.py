@@ -8,7 +8,7 @@ import time
 import pyqtgraph as pg
 from PySide6.QtWidgets import QComboBox, QGridLayout, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from gui.models.display import thin_labels
+from gui.models.display import readout, thin_labels
 
 WINDOWS = {"last 5 min": 300, "last 15 min": 900, "last 60 min": 3600}
 
@@ -76,7 +76,44 @@ class ChartsView(QWidget):
         # Top right, see-through, so that the lines show under it.
         plot.addLegend(offset=(-10, 10), labelTextColor="#333", brush=pg.mkBrush(255, 255, 255, 170))
         plot.showGrid(x=True, y=True, alpha=0.3)
+        ChartsView._hover(plot, unit)
         return plot
+
+    @staticmethod
+    def _hover(plot: pg.PlotWidget, unit: str) -> None:
+        """A vertical line under the mouse and each line's value there, in words."""
+        dotted = pg.mkPen("#888", style=pg.QtCore.Qt.PenStyle.DotLine)
+        line = pg.InfiniteLine(angle=90, movable=False, pen=dotted)
+        label = pg.TextItem("", color="#333", fill=pg.mkBrush(255, 255, 255, 200), anchor=(0, 0))
+        line.setVisible(False)
+        label.setVisible(False)
+        plot.addItem(line, ignoreBounds=True)
+        plot.addItem(label, ignoreBounds=True)
+        plot.hover_readout = label  # (tests read it)
+
+        def moved(position) -> None:
+            box = plot.getPlotItem().vb
+            if not box.sceneBoundingRect().contains(position):
+                line.setVisible(False)
+                label.setVisible(False)
+                return
+            x = box.mapSceneToView(position).x()
+            series = []
+            for item in plot.getPlotItem().listDataItems():
+                name = item.name()
+                xs, ys = item.getData()
+                if name and xs is not None and len(xs):
+                    series.append((name, list(xs), list(ys)))
+            text = readout(x, series, unit)
+            line.setPos(x)
+            line.setVisible(bool(text))
+            label.setText(text)
+            (left, _right), (_bottom, top) = box.viewRange()
+            label.setPos(left, top)
+            label.setVisible(bool(text))
+
+        plot.scene().sigMouseMoved.connect(moved)
+        plot.hover_moved = moved  # (tests drive it without a mouse)
 
     def _curve(self, plot, key: tuple, name: str, color: str, style=None) -> pg.PlotDataItem:
         curve = self.curves.get(key)

@@ -289,3 +289,31 @@ def test_every_window_action_is_in_a_menu_with_its_shortcut_shown(qtbot, loop, h
     window.nodes.select("broker-a-0")
     window._node_action("pause")
     assert acted == ["pause"]
+
+
+def test_a_chart_reads_out_its_values_under_the_mouse(qtbot, loop):
+    from gui.cluster_model import ClusterModel
+    from gui.views.charts import ChartsView
+
+    view = ChartsView(ClusterModel())
+    qtbot.addWidget(view)
+    view.resize(1000, 700)
+    view.show()
+    plot = view.tps
+    plot.plot([-10, -5, -1], [100, 2500, 3120], name="broker-a-0")
+    plot.plot([-10, -5, -1], [90, 2400, 3050], name="broker-b-0")
+    plot.getPlotItem().vb.setRange(xRange=(-12, 0), yRange=(0, 4000), padding=0)
+    box = plot.getPlotItem().vb
+    point = box.mapViewToScene(pg_point(-5, 1000))
+    plot.hover_moved(point)
+    assert plot.hover_readout.isVisible()
+    assert plot.hover_readout.textItem.toPlainText() == (
+        "5 s ago: broker-a-0 2,500 msg/s · broker-b-0 2,400 msg/s")
+    plot.hover_moved(box.sceneBoundingRect().bottomRight() + pg_point(50, 50))  # outside
+    assert not plot.hover_readout.isVisible()
+
+
+def pg_point(x, y):
+    from PySide6.QtCore import QPointF
+
+    return QPointF(x, y)

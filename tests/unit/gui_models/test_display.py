@@ -56,3 +56,17 @@ def test_a_name_keeps_its_colour_and_axis_labels_thin_out():
     assert sum(1 for x in thinned if x) == 8
     assert thinned[0] == "0ms"
     assert thin_labels(["a", "b"]) == ["a", "b"]
+
+
+def test_a_charts_hover_reads_out_each_series_at_the_nearest_sample():
+    from gui.models.display import readout
+
+    nan = float("nan")
+    series = [("broker-a-0", [-10.0, -5.0, -1.0], [100.0, 2500.0, 3120.4]),
+              ("broker-b-0", [-10.0, -5.5, -1.0], [90.0, nan, 3050.0]),
+              ("broker-c-0", [-60.0], [7.0])]  # nothing within 3 s of the line
+    assert readout(-5.2, series, "msg/s") == "5 s ago: broker-a-0 2,500 msg/s"  # b has a gap
+    assert readout(-1.1, series, "msg/s") == (
+        "1 s ago: broker-a-0 3,120 msg/s · broker-b-0 3,050 msg/s")
+    assert readout(-0.1, series[:1], "bytes") == "now: broker-a-0 3,120 bytes"
+    assert readout(-30, series) == ""
