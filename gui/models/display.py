@@ -130,3 +130,23 @@ def readout(x: float, series: list[tuple[str, list[float], list[float]]], unit: 
     values.sort(key=lambda item: -item[0])
     when = f"{-x:,.0f} s ago" if x < -0.5 else "now"
     return f"{when}: " + " · ".join(f"{name} {count(value, unit)}" for value, name in values)
+
+
+def trace_timeline(events, when=None) -> list[str]:
+    """A message's trace as a timeline: the first event's time, then every event with how long
+    after the first it happened, in time order (events without a time last). ``when`` writes
+    a timestamp (the inspector's format by default)."""
+    if not events:
+        return ["  no trace (tracing was off for it)"]
+    if when is None:
+        from storage.inspector import format_timestamp as when
+    timed = sorted((e for e in events if e.timestamp), key=lambda e: e.timestamp)
+    untimed = [e for e in events if not e.timestamp]
+    lines = [f"  from {when(timed[0].timestamp)}"] if timed else []
+    for event in timed + untimed:
+        at = f"+{event.timestamp - timed[0].timestamp:,} ms" if event.timestamp else "(no time)"
+        outcome = "" if event.success is None else (" ok" if event.success else " FAILED")
+        cost = "" if event.cost_ms is None else f", took {event.cost_ms} ms"
+        lines.append(f"  {at:>12}  {event.kind:<9} {event.group}{outcome}{cost} "
+                     f"{event.detail}".rstrip())
+    return lines

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 
 from cluster.client.message import Message
 from cluster.client.producer import Producer
-from gui.models.display import body_preview, is_text, properties_text
+from gui.models.display import body_preview, is_text, properties_text, trace_timeline
 from gui.models.message_filter import FilterProblem, ResultFilter
 from gui.tasks import ConsoleError, spawn
 from gui.views.table_items import row_table
@@ -523,14 +523,7 @@ class MessageFinder(QWidget):
             return
 
         def show(events):
-            lines = []
-            for e in events:
-                when = format_timestamp(e.timestamp) if e.timestamp else "(time not recorded)"
-                outcome = "" if e.success is None else (" ok" if e.success else " FAILED")
-                cost = "" if e.cost_ms is None else f" in {e.cost_ms} ms"
-                lines.append(f"  {when}  {e.kind:<9} {e.group}{outcome}{cost} {e.detail}".rstrip())
-            self.detail.appendPlainText("\ntrace:\n" + ("\n".join(lines) or
-                                                         "  no trace (tracing was off for it)"))
+            self.detail.appendPlainText("\ntrace:\n" + "\n".join(trace_timeline(events)))
             self.last_trace = events
 
         spawn(self.model.admin.message_trace(record.uniq_key or ""), on_done=show,

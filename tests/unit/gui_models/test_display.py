@@ -70,3 +70,24 @@ def test_a_charts_hover_reads_out_each_series_at_the_nearest_sample():
         "1 s ago: broker-a-0 3,120 msg/s · broker-b-0 3,050 msg/s")
     assert readout(-0.1, series[:1], "bytes") == "now: broker-a-0 3,120 bytes"
     assert readout(-30, series) == ""
+
+
+def test_a_trace_reads_as_a_timeline():
+    from types import SimpleNamespace
+
+    from gui.models.display import trace_timeline
+
+    def event(kind, ts, group, success=None, cost=None, detail=""):
+        return SimpleNamespace(kind=kind, timestamp=ts, group=group, success=success,
+                               cost_ms=cost, detail=detail)
+
+    lines = trace_timeline([event("SubAfter", 1_000_250, "CID-a", True, 4),
+                            event("Pub", 1_000_000, "pg", True, 2, "to broker-a"),
+                            event("EndTx", 0, "pg"),
+                            event("SubBefore", 1_000_245, "CID-a")], when=lambda ms: f"t{ms}")
+    assert lines == ["  from t1000000",
+                     "         +0 ms  Pub       pg ok, took 2 ms to broker-a",
+                     "       +245 ms  SubBefore CID-a",
+                     "       +250 ms  SubAfter  CID-a ok, took 4 ms",
+                     "     (no time)  EndTx     pg"]
+    assert trace_timeline([]) == ["  no trace (tracing was off for it)"]
