@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 
 from PySide6.QtCore import QProcess, QStringListModel, Qt, QTimer, QUrl
 from PySide6.QtWidgets import (
@@ -34,6 +35,8 @@ class ExportView(QWidget):
         self.events_path: str | None = None
         self._read = 0
         self.state = "idle"
+        self._started = 0.0
+        self._planned = False
         self.output: str | None = None
         layout = QVBoxLayout(self)
         form = QFormLayout()
@@ -147,7 +150,9 @@ class ExportView(QWidget):
         self.process.start()
         self.state = "running"
         self.progress.setRange(0, 0)
-        self.status.setText("starting Spark… (about 10 s)")
+        self._started = time.monotonic()
+        self._planned = False
+        self.status.setText("starting Spark…")
         self.start_button.setEnabled(False)
         self.cancel_button.setEnabled(True)
         self.timer.start()
@@ -161,6 +166,10 @@ class ExportView(QWidget):
     def poll_events(self) -> None:
         if not self.events_path:
             return
+        if self.state == "running" and not self._planned:
+            # Spark's start takes from seconds to a minute: the time so far, not a guess.
+            self.status.setText(f"starting Spark… {time.monotonic() - self._started:.0f} s "
+                                "(a first export in a while starts slowest)")
         try:
             with open(self.events_path, encoding="utf-8") as handle:
                 handle.seek(self._read)
@@ -177,6 +186,7 @@ class ExportView(QWidget):
     def on_event(self, event: dict) -> None:
         kind = event["event"]
         if kind == "planned":
+            self._planned = True
             self.progress.setRange(0, max(event["total"], 1))
             self.status.setText(f"{event['total']:,} messages to export")
         elif kind == "progress" and event.get("total"):

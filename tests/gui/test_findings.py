@@ -317,3 +317,25 @@ def pg_point(x, y):
     from PySide6.QtCore import QPointF
 
     return QPointF(x, y)
+
+
+def test_the_export_says_how_long_spark_has_been_starting(qtbot, loop, tmp_path):
+    import json
+    import time
+
+    from gui.cluster_model import ClusterModel
+    from gui.views.export_view import ExportView
+
+    view = ExportView(ClusterModel())
+    qtbot.addWidget(view)
+    events = tmp_path / "events.jsonl"
+    events.write_text("")
+    view.events_path, view.state = str(events), "running"
+    view._started, view._planned = time.monotonic() - 12.4, False
+    view.poll_events()
+    assert view.status.text().startswith("starting Spark… 12 s")
+    events.write_text(json.dumps({"event": "planned", "total": 20000}) + "\n")
+    view.poll_events()
+    assert view.status.text() == "20,000 messages to export"
+    view.poll_events()  # planned: no more talk of Spark starting
+    assert view.status.text() == "20,000 messages to export"
