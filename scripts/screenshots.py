@@ -43,7 +43,9 @@ async def load(namesrv: str, seconds: float) -> None:
         n = 0
         while time.monotonic() < end:
             batch = [Message("Orders", f'{{"order": {n + i}, "total": {(n + i) * 3}}}'.encode(),
-                             tags="paid", keys=f"order-{n + i}") for i in range(16)]
+                             tags="paid" if (n + i) % 3 else "refunded", keys=f"order-{n + i}",
+                             properties={"region": "eu" if (n + i) % 2 else "us"})
+                     for i in range(16)]
             await asyncio.gather(*(producer.send(message) for message in batch))
             n += 16
 
@@ -85,9 +87,19 @@ async def shoot(window: MainWindow, out: str) -> None:
     window.groups.refresh()
     await asyncio.sleep(2)
     window.topics.select_topic("Orders")
-    window.topics.finder.query_key.setText("order-42")
-    window.topics.finder.find()
-    await until(lambda: window.topics.finder.results.rowCount() > 0)
+    finder = window.topics.finder
+    finder.query_key.setText("order-42")
+    finder.find()
+    await until(lambda: finder.results.rowCount() > 0)
+    # The last minutes of broker-a's queues, a page, narrowed by a filter.
+    finder.browse_broker.setText("broker-a")
+    finder.browse_minutes.setValue(10)
+    finder.browse()
+    await until(lambda: len(finder.records) >= 64)
+    finder.filter_sql.setText("TAGS = 'paid' AND region IN ('eu', 'us')")
+    finder.filter_json.setText("$.total > 30")
+    finder.apply_filter()
+    finder.results.selectRow(0)
     window.groups.select_group("CID-orders")
     window.logs.node.setCurrentText("broker-a-0")
     window.store.open_store()

@@ -124,6 +124,11 @@ class GroupsView(QWidget):
         self.dead_records = []
         layout.addLayout(right, 3)
 
+    def showEvent(self, event) -> None:
+        # Current figures the moment the tab is shown, not up to 5 s later.
+        self.refresh()
+        super().showEvent(event)
+
     def refresh(self) -> None:
         if self.model.admin is None:
             return

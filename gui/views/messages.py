@@ -82,6 +82,7 @@ class MessageFinder(QWidget):
         browse_layout = QHBoxLayout(browse_box)
         self.browse_broker = QLineEdit()
         self.browse_broker.setPlaceholderText("broker (e.g. broker-a)")
+        self.browse_broker.setMinimumWidth(140)  # a broker's whole name
         self.browse_queue = QSpinBox()
         self.browse_queue.setRange(0, 1023)
         self.browse_offset = QSpinBox()
@@ -141,11 +142,18 @@ class MessageFinder(QWidget):
         apply.clicked.connect(self.apply_filter)
         clear = QPushButton("Clear")
         clear.clicked.connect(self.clear_filter)
-        for widget, stretch in ((self.filter_sql, 3), (self.filter_body, 1), (self.filter_json, 2),
-                                (self.filter_time, 0), (self.filter_since, 0),
-                                (QLabel("and"), 0), (self.filter_until, 0), (apply, 0),
-                                (clear, 0)):
-            filter_layout.addWidget(widget, stretch)
+        # Two rows, so that an expression has room to be read whole.
+        filter_rows = QVBoxLayout()
+        first, second = QHBoxLayout(), QHBoxLayout()
+        first.addWidget(self.filter_sql, 3)
+        first.addWidget(self.filter_body, 1)
+        for widget, stretch in ((self.filter_json, 2), (self.filter_time, 0),
+                                (self.filter_since, 0), (QLabel("and"), 0),
+                                (self.filter_until, 0), (apply, 0), (clear, 0)):
+            second.addWidget(widget, stretch)
+        filter_rows.addLayout(first)
+        filter_rows.addLayout(second)
+        filter_layout.addLayout(filter_rows)
         right.addWidget(filter_box)
         self.result_count = QLabel("")
         right.addWidget(self.result_count)

@@ -84,7 +84,17 @@ class TopicsView(QWidget):
         layout.addLayout(left, 1)
 
         right = QVBoxLayout()
-        send_box = QGroupBox("Send a test message")
+        # Folded away until wanted: the messages below get the room.
+        self.send_toggle = QPushButton("▸ Send a test message")
+        self.send_toggle.setCheckable(True)
+        self.send_toggle.setFlat(True)
+        self.send_toggle.setStyleSheet("text-align: left")
+        send_box = QGroupBox()
+        send_box.setVisible(False)
+        self.send_toggle.toggled.connect(lambda shown: (
+            send_box.setVisible(shown),
+            self.send_toggle.setText(("▾" if shown else "▸") + " Send a test message")))
+        right.addWidget(self.send_toggle)
         send_form = QFormLayout(send_box)
         self.send_topic = QLineEdit()
         self.send_keys = QLineEdit()
@@ -110,6 +120,11 @@ class TopicsView(QWidget):
         layout.addLayout(right, 2)
 
     # -- topics ----------------------------------------------------------------------------------
+    def showEvent(self, event) -> None:
+        # Current figures the moment the tab is shown, not up to 5 s later.
+        self.refresh()
+        super().showEvent(event)
+
     def refresh(self) -> None:
         if self.model.admin is None:
             return

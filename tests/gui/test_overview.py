@@ -88,6 +88,11 @@ def test_the_topics_table_sorts_by_value_and_filters(qtbot, loop):
     assert view.selected_topic() == "Orders"
     # the forms work on the selected topic, and say so
     assert (view.finder.query_topic.text(), view.send_topic.text()) == ("Orders", "Orders")
+    # The send form is folded away until wanted.
+    assert not view.send_topic.isVisibleTo(view)
+    view.send_toggle.click()
+    assert view.send_topic.isVisibleTo(view)
+    assert view.send_toggle.text() == "▾ Send a test message"
     view.topic_filter.setText("audit")
     assert [view.topics.item(r, 0).text() for r in range(view.topics.rowCount())] == ["Audit"]
 
