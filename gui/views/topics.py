@@ -3,7 +3,7 @@ themselves (find, browse, tail, filter, a message's detail) are gui/views/messag
 
 from __future__ import annotations
 
-from PySide6.QtCore import QTimer, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
+    QSplitter,
     QVBoxLayout,
     QWidget,
 )
@@ -81,7 +82,13 @@ class TopicsView(QWidget):
         pending.clicked.connect(self.show_pending_transactions)
         left.addWidget(pending)
         left.addWidget(create_box)
-        layout.addLayout(left, 1)
+        # A splitter: the user decides how much room the topic table's columns get.
+        split = QSplitter(Qt.Orientation.Horizontal)
+        left_pane = QWidget()
+        left_pane.setLayout(left)
+        left.setContentsMargins(0, 0, 0, 0)
+        split.addWidget(left_pane)
+        layout.addWidget(split)
 
         right = QVBoxLayout()
         # Folded away until wanted: the messages below get the room.
@@ -117,7 +124,12 @@ class TopicsView(QWidget):
         self.finder = MessageFinder(self.model)
         self.finder.export_requested.connect(self.export_requested)
         right.addWidget(self.finder, 1)
-        layout.addLayout(right, 2)
+        right_pane = QWidget()
+        right_pane.setLayout(right)
+        right.setContentsMargins(0, 0, 0, 0)
+        split.addWidget(right_pane)
+        split.setStretchFactor(0, 1)
+        split.setStretchFactor(1, 2)
 
     # -- topics ----------------------------------------------------------------------------------
     def showEvent(self, event) -> None:
