@@ -66,7 +66,7 @@ class MainWindow(QMainWindow):
         toolbar.addWidget(self.external)
         toolbar.addWidget(connect)
         stop = QPushButton("Stop cluster")
-        stop.clicked.connect(lambda: spawn(self.model.stop_cluster(), on_error=self.show_message))
+        stop.clicked.connect(self.stop_cluster)
         toolbar.addWidget(stop)
         toolbar.addSeparator()
         toolbar.addWidget(self.dark)
@@ -126,9 +126,7 @@ class MainWindow(QMainWindow):
         self._action(cluster, "Open a cluster run &here", self.clusters.showPopup, "Ctrl+O")
         self._action(cluster, "C&onnect to a name server", self._focus_external, "Ctrl+L",
                      connect)
-        self._action(cluster, "&Stop the cluster",
-                     lambda: spawn(self.model.stop_cluster(), on_error=self.show_message),
-                     "Ctrl+Shift+S", stop)
+        self._action(cluster, "&Stop the cluster…", self.stop_cluster, "Ctrl+Shift+S", stop)
         cluster.addSeparator()
         self._action(cluster, "&Quit", self.close, "Ctrl+Q")
         node = bar.addMenu("&Node")
@@ -144,8 +142,15 @@ class MainWindow(QMainWindow):
                          lambda i=index: self.tabs.setCurrentIndex(i), f"Ctrl+{index + 1}")
         view.addSeparator()
         self._action(view, "&Refresh this tab", self.refresh_tab, "F5")
-        self.dark_action = self._action(view, "&Dark theme", self.dark.toggle, "Ctrl+Shift+D",
-                                        self.dark)
+        self._action(view, "&Dark theme", self.dark.toggle, "Ctrl+Shift+D", self.dark)
+
+    def stop_cluster(self) -> None:
+        """Stop every node of the open cluster, once the user has said yes (as for one node)."""
+        name = self.clusters.currentText() or "the cluster"
+        if not self.nodes.confirm(f"Stop every node of {name}? Its clients lose it until it is "
+                                  "started again."):
+            return
+        spawn(self.model.stop_cluster(), on_error=self.show_message)
 
     def _focus_external(self) -> None:
         self.external.setFocus()
@@ -195,6 +200,9 @@ class MainWindow(QMainWindow):
         QSettings("RocketDesk", "console").setValue("dark", dark)
 
     def open_log(self, node: str) -> None:
+        if self.logs.node.findText(node) < 0:  # a node of a cluster run elsewhere has none here
+            self.show_message(f"no log of {node} here: RocketDesk keeps logs of the nodes it runs")
+            return
         self.logs.node.setCurrentText(node)
         self.tabs.setCurrentWidget(self.logs)
 

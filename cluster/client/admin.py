@@ -11,7 +11,7 @@ import time
 
 from cluster.client.errors import ClientArgumentError
 from cluster.client.instance import MQClientInstance
-from cluster.client.route import MessageQueue, parse_mq_table
+from cluster.client.route import MessageQueue, parse_mq_table, subscribe_queues
 from cluster.remoting import fastjson
 from cluster.remoting.codec import RemotingCommand, request
 from cluster.remoting.codes import RequestCode, ResponseCode
@@ -201,9 +201,8 @@ class AdminClient:
         route = await self.instance.fetch_route(topic)
         if route is None:
             raise BrokerResponseError(ResponseCode.TOPIC_NOT_EXIST, f"no route for topic {topic}")
-        return sorted((MessageQueue(topic, d["brokerName"], q) for d in route.queue_datas
-                       for q in range(d["readQueueNums"])
-                       if broker is None or d["brokerName"] == broker),
+        return sorted((mq for mq in subscribe_queues(topic, route)  # readable (perm) only
+                       if broker is None or mq.broker_name == broker),
                       key=lambda mq: (mq.broker_name, mq.queue_id))
 
     async def max_offset(self, mq: MessageQueue) -> int:

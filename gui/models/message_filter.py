@@ -21,7 +21,9 @@ from cluster.filter.sql92 import FilterSyntaxError, SqlFilter
 from common.errors import RocketDeskError
 
 _MISSING = object()
-_JSON_OPERATORS = ("contains", ">=", "<=", "!=", "=", ">", "<")
+# A condition: the path (no spaces or operator characters), then an operator, then the value.
+_CONDITION = re.compile(r"^\s*([^\s=!<>]+?)\s*(?:(contains|>=|<=|!=|=|>|<)\s*(.*?))?\s*$",
+                        re.DOTALL)
 _STEP = re.compile(r"\.?([A-Za-z_][\w-]*)|\[(\d+)\]|\.?\[\"([^\"]*)\"\]")
 
 
@@ -77,6 +79,17 @@ def _literal(text: str):
         return text.strip("'")  # a bare word, or 'single quoted': a string
 
 
+def _same(a, b) -> bool:
+    """JSON equality: true is not 1, 1 is 1.0, and nested values compare the same way."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return a == b
+
+
 @dataclass(frozen=True, slots=True)
 class JsonCondition:
     steps: tuple
@@ -85,14 +98,17 @@ class JsonCondition:
 
     @classmethod
     def parse(cls, text: str) -> JsonCondition:
-        for op in _JSON_OPERATORS:
-            pattern = rf"\s+{op}\s+" if op == "contains" else re.escape(op)
-            parts = re.split(pattern, text, maxsplit=1)
-            if len(parts) == 2:
-                if not parts[1].strip():
-                    raise FilterProblem(f"the JSON condition {text.strip()!r} has no value after {op}")
-                return cls(tuple(_parse_path(parts[0])), op, _literal(parts[1].strip()))
-        return cls(tuple(_parse_path(text)), None, None)
+        match = _CONDITION.match(text)
+        if match is None:
+            raise FilterProblem(f"the JSON condition {text.strip()!r} is not like "
+                                "$.order.total > 100")
+        path, op, value = match.groups()
+        if op is not None and not value:
+            raise FilterProblem(f"the JSON condition {text.strip()!r} has no value after {op}")
+        if op is None and value:
+            raise FilterProblem(f"the JSON condition {text.strip()!r} is not like "
+                                "$.order.total > 100")
+        return cls(tuple(_parse_path(path)), op, _literal(value) if op else None)
 
     def holds(self, body: bytes) -> bool:
         try:
@@ -107,10 +123,12 @@ class JsonCondition:
             return True
         if op == "contains":
             if isinstance(found, str):
-                return str(value) in found
-            return isinstance(found, list | dict) and value in found
+                return isinstance(value, str) and value in found
+            if isinstance(found, dict):  # a key of the object
+                return isinstance(value, str) and value in found
+            return isinstance(found, list) and any(_same(item, value) for item in found)
         if op in ("=", "!="):
-            return (found == value) == (op == "=")
+            return _same(found, value) == (op == "=")
         numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (found, value))
         if not numbers and not (isinstance(found, str) and isinstance(value, str)):
             return False  # ordering compares numbers with numbers, strings with strings

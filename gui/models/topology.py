@@ -111,7 +111,7 @@ def _box(row: dict, x: int, y: int) -> NodeBox:
     return NodeBox(row.get("name", "?"), row.get("kind", ""), x, y, lines, fill, edge, tooltip)
 
 
-def _link(master: dict, slave: dict, sample: dict | None) -> Link:
+def _link(master: dict, slave: dict, sample: dict | None, slaves: int) -> Link:
     serving = condition(master) == "ok" and condition(slave) == "ok"
     lag = (sample or {}).get("haLag")
     if not serving:
@@ -119,7 +119,11 @@ def _link(master: dict, slave: dict, sample: dict | None) -> Link:
     elif lag is None:
         label, color = "HA lag unknown", "#757575"
     else:
-        label = f"HA lag {human_bytes(int(lag))}"
+        # The master reports its slowest slave's lag (haSlaveFallBehindBytes): with several
+        # slaves the figure is an upper bound for each, and says so.
+        bound = f"≤ {human_bytes(int(lag))} (slowest of {slaves})" if slaves > 1 \
+            else human_bytes(int(lag))
+        label = f"HA lag {bound}"
         color = "#ef6c00" if lag > HA_LAG_WARNING_BYTES else "#2e7d32"
     return Link(master["name"], slave["name"], label, color, dashed=not serving)
 
@@ -153,7 +157,8 @@ def build_topology(rows: list[dict], samples: dict | None = None) -> TopologyPic
         for row in members:
             picture.boxes.append(_box(row, x, y))
             if master is not None and row is not master:
-                picture.links.append(_link(master, row, samples.get(master["name"])))
+                picture.links.append(_link(master, row, samples.get(master["name"]),
+                                           len(members) - 1))
             y += BOX_HEIGHT + GAP_Y
         bottom = max(bottom, y - GAP_Y)
         x += BOX_WIDTH + GAP_X

@@ -203,6 +203,8 @@ class GroupsView(QWidget):
             connections = await self.model.admin.consumer_connections(group)
         except Exception:
             connections = {}
+        if self.selected_group() != group:
+            return  # the user picked another group meanwhile: not its pane
         self.progress.setSortingEnabled(False)
         rows = sorted(stats.items(), key=lambda i: (i[0].topic, i[0].broker_name, i[0].queue_id))
         self.progress.setRowCount(len(rows))
@@ -328,16 +330,22 @@ class GroupsView(QWidget):
 
     def create_group(self) -> None:
         group = self.new_group.text().strip()
+        if self.model.admin is None:
+            self.model.message.emit("open a cluster first: a group is created on its masters")
+            return
         problem = validate_group_name(group)
         if problem:
             self.model.message.emit(problem)
             return
 
+        def listed(rows) -> None:
+            self._show_groups(rows)
+            self.select_group(group, load=False)
+
         def created(_) -> None:
             self.model.message.emit(f"group {group} created on every master")
             self.new_group.clear()
-            self.refresh()
-            self.select_group(group)
+            spawn(self._load_groups(), on_done=listed, on_error=self.model.message.emit)
 
         spawn(self.model.admin.create_group(group), on_done=created,
               on_error=self.model.message.emit)

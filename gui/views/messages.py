@@ -5,7 +5,10 @@ message_filter.py), and a message's detail, trace and the actions on it."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
+import zlib
 
 from PySide6.QtCore import QDateTime, Signal
 from PySide6.QtWidgets import (
@@ -32,6 +35,7 @@ from gui.models.message_filter import FilterProblem, ResultFilter
 from gui.tasks import ConsoleError, spawn
 from gui.views.table_items import row_table
 from storage.inspector import format_timestamp, record_to_json
+from storage.message import COMPRESSED_FLAG
 
 RESULT_COLUMNS = ["topic", "queue", "offset", "keys", "tags", "msgId", "stored", "body"]
 PAGE = 64  # messages a find or a browse shows at a time ("More" goes on from there)
@@ -41,6 +45,18 @@ async def send_traced(model, message: Message):
     """Send from the console, traced: the message's detail then shows where it went."""
     async with Producer("rocketdesk-console", model.namesrv_addr, trace=True) as producer:
         return await producer.send(message)
+
+
+def readable(record):
+    """The record with its body as the producer sent it (bodies over 4 KiB are stored zlib-
+    compressed): what the filter searches, the detail shows and a resend sends."""
+    if not record.sys_flag & COMPRESSED_FLAG:
+        return record
+    try:
+        body = zlib.decompress(record.body)
+    except zlib.error:
+        return record  # said compressed, is not: shown as stored
+    return dataclasses.replace(record, body=body, sys_flag=record.sys_flag & ~COMPRESSED_FLAG)
 
 
 class MessageFinder(QWidget):
@@ -57,6 +73,10 @@ class MessageFinder(QWidget):
         self._next_page = None  # where "More" goes on: {queue: next offset}, or None
         self._tail_paused = False
         self._held = 0  # messages the paused tail has taken and not shown yet
+        self._frozen: list | None = None  # what a paused tail's table shows
+        self._setting_range = False
+        self._find_task = None
+        self._detail_of = None  # the record the detail pane is about
         right = QVBoxLayout(self)
         right.setContentsMargins(0, 0, 0, 0)
 
@@ -129,12 +149,12 @@ class MessageFinder(QWidget):
         self.filter_since = QDateTimeEdit(QDateTime.currentDateTime().addSecs(-3600))
         self.filter_until = QDateTimeEdit(QDateTime.currentDateTime().addSecs(3600))
         self.filter_time = QCheckBox("stored between")
+        self._range_edited = False  # until the user sets it, the range is the last/next hour
         for edit in (self.filter_since, self.filter_until):
             edit.setDisplayFormat("yyyy-MM-dd HH:mm:ss t")
             edit.setCalendarPopup(True)
-            edit.dateTimeChanged.connect(lambda _: self.apply_filter()
-                                         if self.filter_time.isChecked() else None)
-        self.filter_time.toggled.connect(lambda _: self.apply_filter())
+            edit.dateTimeChanged.connect(self._range_changed)
+        self.filter_time.toggled.connect(self._range_toggled)
         for edit in (self.filter_sql, self.filter_body, self.filter_json):
             edit.returnPressed.connect(self.apply_filter)
         apply = QPushButton("Apply")
@@ -204,6 +224,21 @@ class MessageFinder(QWidget):
             return
         self._render()
 
+    def _range_changed(self, _when) -> None:
+        if not self._setting_range:
+            self._range_edited = True
+        if self.filter_time.isChecked():
+            self.apply_filter()
+
+    def _range_toggled(self, on: bool) -> None:
+        if on and not self._range_edited:  # around now, not around when the tab was built
+            now = QDateTime.currentDateTime()
+            self._setting_range = True
+            self.filter_since.setDateTime(now.addSecs(-3600))
+            self.filter_until.setDateTime(now.addSecs(3600))
+            self._setting_range = False
+        self.apply_filter()
+
     def clear_filter(self) -> None:
         for edit in (self.filter_sql, self.filter_body, self.filter_json):
             edit.clear()
@@ -214,14 +249,15 @@ class MessageFinder(QWidget):
     # -- results ---------------------------------------------------------------------------------
     def _show_results(self, records, announce: bool = True) -> None:
         """New results (a find, a browse, a tail's window): shown through the filter."""
-        self.records = list(records)
+        self.records = [readable(r) for r in records]
         self._render(announce)
 
     def _render(self, announce: bool = False) -> None:
         """The table from the records through the filter; the selected message stays selected
         (and its detail with it) when it is still listed."""
         selected = self.selected_record()
-        self.shown = self._filter.apply(self.records)
+        source = self._frozen if self._frozen is not None else self.records
+        self.shown = self._filter.apply(source)
         self.results.blockSignals(True)
         self.results.setRowCount(len(self.shown))
         for r, record in enumerate(self.shown):
@@ -240,9 +276,10 @@ class MessageFinder(QWidget):
             self.results.selectRow(row)
         self.results.blockSignals(False)
         if row is None:
+            self._detail_of = None
             self.detail.clear()  # never the detail of a message the table no longer lists
-        else:
-            self.show_detail()
+        elif self.shown[row] is not self._detail_of:
+            self.show_detail()  # (the same message's detail stays, with its trace or track)
         filtered = (f", {len(self.shown):,} of them through the filter"
                     if self._filter.active else "")
         more = " · More shows the next page" if self._next_page else ""
@@ -277,17 +314,16 @@ class MessageFinder(QWidget):
         if not topic or not key:
             self.model.message.emit("give a topic and a key to search for")
             return
-        self._next_page = None
-        self.more_button.setEnabled(False)
-        spawn(self.model.admin.query_by_key(topic, key, PAGE), on_done=self._show_results,
-              on_error=self.model.message.emit)
+        self._stop_scans()
+        self._find_task = spawn(self.model.admin.query_by_key(topic, key, PAGE),
+                                on_done=self._show_results, on_error=self.model.message.emit)
 
     def browse(self) -> None:
         topic, broker = self.query_topic.text().strip(), self.browse_broker.text().strip()
         if not topic or not broker:
             self.model.message.emit("give the topic (above) and a broker name to browse")
             return
-        self.cancel_browse()
+        self._stop_scans()
         self._browse_task = spawn(
             self._browse(topic, broker, self.browse_queue.value(), self.browse_offset.value(),
                          self.browse_minutes.value()),
@@ -298,7 +334,7 @@ class MessageFinder(QWidget):
         if not self._next_page:
             self.model.message.emit("nothing more: browse first")
             return
-        self.cancel_browse()
+        self.cancel_browse(quiet=True)
         self._browse_task = spawn(self._pull_page(dict(self._next_page)),
                                   on_done=lambda page: self._show_page(page, append=True),
                                   on_error=self.model.message.emit)
@@ -307,6 +343,16 @@ class MessageFinder(QWidget):
         found, self._next_page = page
         self.more_button.setEnabled(bool(self._next_page))
         self._show_results((self.records if append else []) + found, announce=True)
+
+    def _stop_scans(self) -> None:
+        """A new find, browse or tail replaces whatever filled the table before."""
+        for task in (self._find_task, self._browse_task):
+            if task is not None and not task.done():
+                task.cancel()
+        if self.tail_button.isChecked():
+            self.tail_button.setChecked(False)  # stops the tail
+        self._next_page = None
+        self.more_button.setEnabled(False)
 
     async def _browse(self, topic: str, broker: str, queue_id: int, offset: int, minutes: int):
         """Pull from ``offset`` (or from the first message stored ``minutes`` ago, in every
@@ -334,7 +380,7 @@ class MessageFinder(QWidget):
         from cluster.client.pull import TOOLS_GROUP, PullStatus, pull_message
 
         instance = self.model.admin.instance
-        found, scanned = [], 0
+        found = []
         positions = dict(starts)
         for mq in list(positions):
             while len(found) < PAGE:
@@ -343,10 +389,9 @@ class MessageFinder(QWidget):
                 if result.status is not PullStatus.FOUND or not result.messages:
                     del positions[mq]  # read to its end
                     break
-                scanned += len(result.messages)
                 found.extend(m.record for m in result.messages)
                 positions[mq] = result.next_begin_offset
-                self.model.message.emit(f"scanned {scanned:,}, found {len(found):,}")
+                self.model.message.emit(f"read {len(found):,} message(s)")
             if len(found) >= PAGE:
                 break
         return found, (positions or None)
@@ -363,21 +408,32 @@ class MessageFinder(QWidget):
             self.model.message.emit("give a topic (in the query row) to tail")
             self.tail_button.setChecked(False)
             return
+        for task in (self._find_task, self._browse_task):
+            if task is not None and not task.done():
+                task.cancel()
         self._next_page = None
         self.more_button.setEnabled(False)
         self._show_results([])
-        self._tail_task = spawn(self._tail(topic), on_error=self.model.message.emit)
+        self._tail_task = spawn(self._tail(topic), on_error=self._tail_failed)
+
+    def _tail_failed(self, text: str) -> None:
+        self.model.message.emit(f"the live tail stopped: {text}")
+        self.tail_button.setChecked(False)
 
     def pause_tail(self, paused: bool) -> None:
-        """Hold the table still to read it; the tail keeps reading and shows all on resume."""
+        """Hold the table still to read it (filters apply to what it holds); the tail keeps
+        reading and shows all on resume."""
         self._tail_paused = paused
+        self._frozen = list(self.records) if paused else None
         self._held = 0
         self.pause_button.setText("Resume" if paused else "&Pause")
         self._render()
 
-    def take_tailed(self, fresh: list, limit: int = 500) -> None:
-        """Messages the tail read: kept (the newest ``limit``), shown unless paused."""
-        self.records = (self.records + sorted(fresh, key=lambda r: r.store_timestamp))[-limit:]
+    def take_tailed(self, fresh: list, limit: int = 500, paused_limit: int = 20000) -> None:
+        """Messages the tail read: kept (the newest ``limit``, or up to ``paused_limit`` while
+        paused, so that a pause loses nothing short of that), shown unless paused."""
+        fresh = sorted((readable(r) for r in fresh), key=lambda r: r.store_timestamp)
+        self.records = (self.records + fresh)[-(paused_limit if self._tail_paused else limit):]
         if self._tail_paused:
             self._held += len(fresh)
             self.result_count.setText(f"{len(self.shown):,} message(s) shown · paused: "
@@ -388,7 +444,6 @@ class MessageFinder(QWidget):
     async def _tail(self, topic: str) -> None:
         """New messages of every queue of ``topic`` as they arrive (pulled each second from
         where the queues ended when the tail began; nothing committed)."""
-        import asyncio
 
         from cluster.client.pull import TOOLS_GROUP, PullStatus, pull_message
 
@@ -397,10 +452,21 @@ class MessageFinder(QWidget):
         queues = await admin.readable_queues(topic)
         positions = {mq: await admin.max_offset(mq) for mq in queues}
         self.model.message.emit(f"tailing {topic} ({len(queues)} queues)")
+        failing: set = set()
         while True:
             fresh = []
             for mq in queues:
-                result = await pull_message(instance, TOOLS_GROUP, mq, "*", positions[mq], 32)
+                try:
+                    result = await pull_message(instance, TOOLS_GROUP, mq, "*", positions[mq], 32)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # its broker is down (a drill): the others go on
+                    if mq.broker_name not in failing:
+                        failing.add(mq.broker_name)
+                        self.model.message.emit(f"live tail: {mq.broker_name} does not answer "
+                                                f"({exc}); its queues are skipped until it does")
+                    continue
+                failing.discard(mq.broker_name)
                 if result.status is PullStatus.FOUND:
                     fresh.extend(m.record for m in result.messages)
                     positions[mq] = result.next_begin_offset
@@ -419,7 +485,9 @@ class MessageFinder(QWidget):
 
     def show_detail(self) -> None:
         record = self.selected_record()
+        self._detail_of = record
         if record is None:
+            self.detail.clear()
             return
         body = self.render_body(record.body)
         born_ip, born_port = record.born_host
@@ -504,10 +572,11 @@ class MessageFinder(QWidget):
             f"receipt from {group}: {r.get('consumeResult')} in {r.get('spentTimeMills', '?')} ms"),
             on_error=self.model.message.emit)
 
-    def cancel_browse(self) -> None:
+    def cancel_browse(self, quiet: bool = False) -> None:
         if self._browse_task is not None and not self._browse_task.done():
             self._browse_task.cancel()
-            self.model.message.emit("scan cancelled")
+            if not quiet:
+                self.model.message.emit("scan cancelled")
 
     def track(self) -> None:
         record = self.selected_record()
@@ -516,6 +585,8 @@ class MessageFinder(QWidget):
             return
 
         def show(track):
+            if self._detail_of is not record:
+                return  # the user moved on: not under another message's detail
             lines = [f"  {t['group']}: {t['state']} (its offset in this queue: {t['consumerOffset']})"
                      for t in track] or ["  no consumer group reads this topic"]
             self.detail.appendPlainText("\nconsumer groups:\n" + "\n".join(lines))
@@ -531,6 +602,8 @@ class MessageFinder(QWidget):
             return
 
         def show(events):
+            if self._detail_of is not record:
+                return  # the user moved on: not under another message's detail
             self.detail.appendPlainText("\ntrace:\n" + "\n".join(trace_timeline(events)))
             self.last_trace = events
 

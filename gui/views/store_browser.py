@@ -113,7 +113,9 @@ class StoreBrowserView(QWidget):
             f"{format_timestamp(result.first_store_timestamp)} .. "
             f"{format_timestamp(result.last_store_timestamp)}; "
             f"topics: {', '.join(topics) or '-'}; {problems}")
-        self.scan()  # its first records at once, not an empty table
+        if not (self.topic.text().strip() or self.text.text().strip()):
+            self.scan()  # its first records at once (a filtered scan waits for Scan: it may
+            #              walk the whole CommitLog)
 
     def scan(self) -> None:
         root = self.path.text().strip()

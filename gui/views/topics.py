@@ -169,7 +169,9 @@ class TopicsView(QWidget):
         # The selected topic's queues and offsets refresh with the table (its forms do not:
         # what the user typed there stays).
         topic = self.selected_topic()
-        if topic and self.model.admin is not None:
+        if topic is None:
+            self.topic_detail.clear()  # deleted or filtered out: no stale offsets
+        elif self.model.admin is not None:
             self._show_topic_detail(topic)
 
     def _fill_topics(self) -> None:

@@ -137,6 +137,10 @@ class TopologyView(QGraphicsView):
         if names and key in (Qt.Key.Key_Right, Qt.Key.Key_Down, Qt.Key.Key_Left, Qt.Key.Key_Up):
             step = 1 if key in (Qt.Key.Key_Right, Qt.Key.Key_Down) else -1
             index = names.index(self.selected) if self.selected in names else -step
-            self.node_clicked.emit(names[(index + step) % len(names)])
+            name = names[(index + step) % len(names)]
+            self.node_clicked.emit(name)
+            box = self.picture.box(name)
+            if box is not None:
+                self.ensureVisible(box.x, box.y, box.width, box.height)
             return
         super().keyPressEvent(event)

@@ -66,9 +66,19 @@ def test_an_empty_group_list_says_so_and_creates_a_group(qtbot, loop, monkeypatc
         created.append(group)
         return ["127.0.0.1:10911"]
 
-    model.admin = SimpleNamespace(create_group=create_group)
-    monkeypatch.setattr(view, "refresh", lambda: None)
     model.message.connect(said.append)
+    view.new_group.setText("CID-orders")
+    view.create_group()  # no cluster open: a sentence, not a traceback
+    assert said[-1] == "open a cluster first: a group is created on its masters"
+    model.admin = SimpleNamespace(create_group=create_group)
+
+    async def listing():
+        from gui.models.groups import GroupRow
+
+        return [GroupRow(g, 0, None, 0, "-", 0, 16) for g in ["CID-a", *created]]
+
+    monkeypatch.setattr(view, "_load_groups", listing)
+    monkeypatch.setattr(view, "show_group", lambda: None)
     view.new_group.setText("bad name")
     view.create_group()
     assert created == []
@@ -79,6 +89,7 @@ def test_an_empty_group_list_says_so_and_creates_a_group(qtbot, loop, monkeypatc
     assert created == ["CID-orders"]
     assert said[-1] == "group CID-orders created on every master"
     assert view.new_group.text() == ""
+    assert view.selected_group() == "CID-orders"  # listed and picked
     # The reset time says which zone it is in.
     assert view.reset_time.displayFormat().endswith(" t")
     assert "local time" in view.reset_time.toolTip()
@@ -340,3 +351,63 @@ def test_the_export_says_how_long_spark_has_been_starting(qtbot, loop, tmp_path)
     assert view.status.text() == "20,000 messages to export"
     view.poll_events()  # planned: no more talk of Spark starting
     assert view.status.text() == "20,000 messages to export"
+
+
+def test_a_late_answer_about_another_group_does_not_fill_the_pane(qtbot, loop):
+    from cluster.client.route import MessageQueue
+    from gui.cluster_model import ClusterModel
+    from gui.models.groups import GroupRow
+    from gui.views.groups import GroupsView
+
+    model = ClusterModel()
+    view = GroupsView(model)
+    qtbot.addWidget(view)
+    gate = asyncio.Event()
+
+    async def consume_stats(group, topic=None):
+        if group == "CID-a":
+            await gate.wait()  # slow
+        return {MessageQueue(f"T-{group}", "broker-a", 0): {"brokerOffset": 5,
+                                                            "consumerOffset": 0}}
+
+    async def consumer_connections(group):
+        return {}
+
+    model.admin = SimpleNamespace(consume_stats=consume_stats,
+                                  consumer_connections=consumer_connections)
+    view.group_rows = [GroupRow(g, 0, None, 0, "-", 0, 16) for g in ("CID-a", "CID-b")]
+    view._fill_groups()
+    view.select_group("CID-a", load=False)  # starts CID-a's slow load
+    view.select_group("CID-b", load=False)
+    loop.run_until_complete(asyncio.sleep(0.05))
+    gate.set()
+    loop.run_until_complete(asyncio.sleep(0.05))
+    assert view.summary.text().startswith("group CID-b")
+    assert view.reset_topic.text() == "T-CID-b"
+
+
+def test_a_deleted_topic_leaves_no_detail_and_a_log_or_stop_says_what_happens(qtbot, loop, home,
+                                                                              monkeypatch):
+    from gui.main_window import MainWindow
+    from gui.models.topics import TopicRow
+
+    window = MainWindow()
+    qtbot.addWidget(window)
+    view = window.topics
+    view.topic_detail.setPlainText("Orders: offsets 0..10")
+    view._show_topics([TopicRow("Audit", 2, "read/write", 5, None, (), 0)])  # Orders went
+    assert view.topic_detail.toPlainText() == ""
+    window.open_log("broker-x-0")  # a node RocketDesk does not run
+    assert "no log of broker-x-0 here" in window.statusBar().currentMessage()
+    asked, stopped = [], []
+    monkeypatch.setattr(window.nodes, "confirm", asked.append)
+
+    async def stop_cluster():
+        stopped.append(True)
+
+    monkeypatch.setattr(window.model, "stop_cluster", stop_cluster)
+    window.stop_cluster()  # answered no
+    loop.run_until_complete(asyncio.sleep(0.02))
+    assert len(asked) == 1
+    assert "Stop every node" in asked[0]
+    assert stopped == []

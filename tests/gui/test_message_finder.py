@@ -149,3 +149,109 @@ def test_a_live_tail_pauses_without_losing_what_arrives(finder, loop, tmp_path):
     assert len((tmp_path / "tail.json").read_text().splitlines()) == 2
     finder.tail_button.setChecked(False)
     assert not finder.pause_button.isEnabled()
+
+
+def test_a_new_scan_replaces_the_running_one_and_a_failed_tail_says_so(finder, loop):
+    from cluster.client import pull
+
+    finder.query_topic.setText("Orders")
+    finder.tail_button.setChecked(True)
+    wait(loop, lambda: "tailing Orders" in " ".join(finder.said))
+    finder.browse_broker.setText("broker-a")
+    finder.browse()  # the browse stops the tail: its page is not appended to
+    assert not finder.tail_button.isChecked()
+    assert not finder.pause_button.isEnabled()
+    wait(loop, lambda: len(finder.records) == 64)
+    finder.stored[MessageQueue("Orders", "broker-a", 0)].append(record(0, 100))
+    loop.run_until_complete(asyncio.sleep(1.3))
+    assert len(finder.records) == 64
+    # A broker that stops answering: its queues are skipped, the tail goes on; a tail that
+    # cannot start at all says why and is off again.
+    calls = {"n": 0}
+    real = pull.pull_message
+
+    async def flaky(instance, group, mq, *args, **kwargs):
+        calls["n"] += 1
+        if mq.queue_id == 1:
+            raise ConnectionError("broker down")
+        return await real(instance, group, mq, *args, **kwargs)
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(pull, "pull_message", flaky)
+    finder.tail_button.setChecked(True)
+    wait(loop, lambda: any("does not answer" in s for s in finder.said))
+    assert finder.tail_button.isChecked()
+    finder.tail_button.setChecked(False)
+    patch.undo()
+
+    async def no_route(topic, broker=None):
+        from cluster.remoting.codes import ResponseCode
+        from cluster.remoting.errors import BrokerResponseError
+
+        raise BrokerResponseError(ResponseCode.TOPIC_NOT_EXIST, "no route for topic Nope")
+
+    finder.model.admin.readable_queues = no_route
+    finder.query_topic.setText("Nope")
+    finder.tail_button.setChecked(True)
+    wait(loop, lambda: not finder.tail_button.isChecked())
+    assert finder.said[-1].startswith("the live tail stopped:")
+    assert "no route for topic Nope" in finder.said[-1]
+
+
+def test_a_trace_lands_only_under_its_own_message(finder, loop):
+    gate = asyncio.Event()
+
+    async def message_trace(msg_id):
+        await gate.wait()
+        return []
+
+    finder.model.admin.message_trace = message_trace
+    finder._show_results([record(0, i) for i in range(3)])
+    finder.results.selectRow(0)
+    finder.trace()
+    finder.results.selectRow(1)  # the user moves on before the answer comes
+    gate.set()
+    loop.run_until_complete(asyncio.sleep(0.05))
+    assert "trace:" not in finder.detail.toPlainText()
+    assert "offset 1" in finder.detail.toPlainText()
+    finder.results.clearSelection()
+    assert finder.detail.toPlainText() == ""
+
+
+def test_compressed_bodies_are_searched_and_shown_as_sent(finder):
+    import dataclasses
+    import zlib
+
+    from storage.message import COMPRESSED_FLAG
+
+    plain = record(0, 7)
+    stored = dataclasses.replace(plain, body=zlib.compress(plain.body),
+                                 sys_flag=plain.sys_flag | COMPRESSED_FLAG)
+    finder._show_results([stored])
+    finder.filter_json.setText("$.n = 7")
+    finder.apply_filter()
+    assert len(finder.shown) == 1
+    assert finder.shown[0].body == plain.body
+    assert not finder.shown[0].sys_flag & COMPRESSED_FLAG
+
+
+def test_a_paused_tail_filters_what_it_holds_and_the_range_starts_around_now(finder, loop):
+    from PySide6.QtCore import QDateTime
+
+    finder._show_results([record(0, i) for i in range(4)])
+    finder.tail_button.blockSignals(True)
+    finder.tail_button.setChecked(True)
+    finder.tail_button.blockSignals(False)
+    finder.pause_button.setEnabled(True)
+    finder.pause_button.setChecked(True)
+    finder.take_tailed([record(0, i) for i in range(4, 10)])
+    finder.filter_sql.setText("TAGS = 'even'")
+    finder.apply_filter()
+    assert [r.queue_offset for r in finder.shown] == [0, 2]  # the held six stay held
+    assert "6 new held back" in finder.result_count.text()
+    finder.pause_button.setChecked(False)
+    assert [r.queue_offset for r in finder.shown] == [0, 2, 4, 6, 8]
+    # Ticking the time range, untouched so far, centres it on now.
+    finder.filter_time.setChecked(True)
+    now = QDateTime.currentDateTime().toMSecsSinceEpoch()
+    assert abs(finder.filter_since.dateTime().toMSecsSinceEpoch() - (now - 3_600_000)) < 5000

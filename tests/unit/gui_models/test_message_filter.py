@@ -73,15 +73,35 @@ def test_a_filter_that_cannot_be_used_says_why(kwargs, words):
         ResultFilter.parse(**kwargs)
 
 
-@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
-                    lambda inner: st.lists(inner, max_size=3)
-                    | st.dictionaries(st.text("abc", min_size=1, max_size=3), inner, max_size=3),
-                    max_leaves=10),
-       st.text("abc.[]0$", max_size=12))
-def test_json_conditions_never_raise_on_any_body(document, path):
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+                     | st.text(max_size=5),
+                     lambda inner: st.lists(inner, max_size=3)
+                     | st.dictionaries(st.text("abc", min_size=1, max_size=3), inner, max_size=3),
+                     max_leaves=10)
+
+
+@given(_json, st.text("abc.[]0$", max_size=12),
+       st.sampled_from(["", " = ", " != ", " > ", " >= ", " < ", " <= ", " contains "]),
+       _json)
+def test_json_conditions_never_raise_on_any_body(document, path, op, value):
     try:
-        condition = JsonCondition.parse(path)
+        condition = JsonCondition.parse(path + (op + json.dumps(value) if op else ""))
     except FilterProblem:
         return
     assert condition.holds(json.dumps(document).encode()) in (True, False)
     assert condition.holds(b"\xff not json") is False
+
+
+def test_operators_inside_values_and_json_equality():
+    body = json.dumps({"note": "a>=b", "flag": True, "one": 1, "tags": ["x", {"k": 1}],
+                       "obj": {"k": 1}}).encode()
+    assert JsonCondition.parse('$.note = "a>=b"').holds(body)
+    assert JsonCondition.parse("$.note contains >=").holds(body)
+    assert not JsonCondition.parse("$.flag = 1").holds(body)  # true is not 1
+    assert JsonCondition.parse("$.flag = true").holds(body)
+    assert JsonCondition.parse("$.one = 1.0").holds(body)
+    assert JsonCondition.parse('$.tags contains {"k": 1}').holds(body)
+    assert JsonCondition.parse("$.obj contains k").holds(body)
+    assert not JsonCondition.parse('$.obj contains ["x"]').holds(body)
+    with pytest.raises(FilterProblem, match="is not like"):
+        JsonCondition.parse("$.a b")

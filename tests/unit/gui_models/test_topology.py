@@ -94,3 +94,9 @@ def test_no_cluster_says_why_the_picture_is_empty_and_states_read_as_words():
     assert condition({"state": "running", "health": "-"}) == "starting"
     assert condition({"state": "stopped"}) == "stopped"
     assert condition({"state": "something new"}) == "stopped"
+
+
+def test_with_several_slaves_the_masters_figure_is_an_upper_bound_for_each():
+    rows = [node("broker-a-0"), node("broker-a-1", role="SLAVE"), node("broker-a-2", role="SLAVE")]
+    picture = build_topology(rows, {"broker-a-0": {"haLag": 2048}})
+    assert [link.label for link in picture.links] == ["HA lag ≤ 2.0 KiB (slowest of 2)"] * 2
