@@ -39,6 +39,7 @@ from storage.message import COMPRESSED_FLAG
 
 RESULT_COLUMNS = ["topic", "queue", "offset", "keys", "tags", "msgId", "stored", "body"]
 PAGE = 64  # messages a find or a browse shows at a time ("More" goes on from there)
+TAIL_KEEP = 500  # the newest messages a live tail lists
 
 
 async def send_traced(model, message: Message):
@@ -74,6 +75,7 @@ class MessageFinder(QWidget):
         self._tail_paused = False
         self._held = 0  # messages the paused tail has taken and not shown yet
         self._frozen: list | None = None  # what a paused tail's table shows
+        self._keep = TAIL_KEEP  # how many messages a running tail keeps listed
         self._setting_range = False
         self._find_task = None
         self._detail_of = None  # the record the detail pane is about
@@ -413,6 +415,7 @@ class MessageFinder(QWidget):
                 task.cancel()
         self._next_page = None
         self.more_button.setEnabled(False)
+        self._keep = TAIL_KEEP
         self._show_results([])
         self._tail_task = spawn(self._tail(topic), on_error=self._tail_failed)
 
@@ -425,15 +428,19 @@ class MessageFinder(QWidget):
         reading and shows all on resume."""
         self._tail_paused = paused
         self._frozen = list(self.records) if paused else None
+        if not paused:  # what was held stays listed; newer messages push the oldest out
+            self._keep = max(TAIL_KEEP, len(self.records))
         self._held = 0
         self.pause_button.setText("Resume" if paused else "&Pause")
         self._render()
 
-    def take_tailed(self, fresh: list, limit: int = 500, paused_limit: int = 20000) -> None:
-        """Messages the tail read: kept (the newest ``limit``, or up to ``paused_limit`` while
-        paused, so that a pause loses nothing short of that), shown unless paused."""
+    def take_tailed(self, fresh: list, paused_limit: int = 20000) -> None:
+        """Messages the tail read: kept (the newest 500, or as many as a pause held; up to
+        ``paused_limit`` while paused, so that a pause loses nothing short of that), shown
+        unless paused."""
         fresh = sorted((readable(r) for r in fresh), key=lambda r: r.store_timestamp)
-        self.records = (self.records + fresh)[-(paused_limit if self._tail_paused else limit):]
+        keep = paused_limit if self._tail_paused else self._keep
+        self.records = (self.records + fresh)[-keep:]
         if self._tail_paused:
             self._held += len(fresh)
             self.result_count.setText(f"{len(self.shown):,} message(s) shown · paused: "

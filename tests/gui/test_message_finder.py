@@ -251,6 +251,13 @@ def test_a_paused_tail_filters_what_it_holds_and_the_range_starts_around_now(fin
     assert "6 new held back" in finder.result_count.text()
     finder.pause_button.setChecked(False)
     assert [r.queue_offset for r in finder.shown] == [0, 2, 4, 6, 8]
+    # Held past the tail's 500 and resumed: they stay listed as newer ones come.
+    finder.clear_filter()
+    finder.pause_button.setChecked(True)
+    finder.take_tailed([record(1, i) for i in range(600)])
+    finder.pause_button.setChecked(False)
+    finder.take_tailed([record(1, 600)])
+    assert len(finder.records) == 610
     # Ticking the time range, untouched so far, centres it on now.
     finder.filter_time.setChecked(True)
     now = QDateTime.currentDateTime().toMSecsSinceEpoch()
