@@ -1059,9 +1059,11 @@ write_at(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         } else {
             done = pwrite((int)fd, data, (size_t)length, (off_t)offset);
         }
-        if (done < 0) {
-            if (errno == EINTR)
+        if (done <= 0) {
+            if (done < 0 && errno == EINTR)
                 continue;
+            if (done == 0)
+                errno = EIO; /* no progress on a regular file: never loop on it */
             PyBuffer_Release(&view);
             return PyErr_SetFromErrno(PyExc_OSError);
         }

@@ -53,6 +53,8 @@ def _write_at_pure(fd: int, data, length: int, offset: int) -> None:
     view = memoryview(data)[:length]
     while view:
         done = os.pwrite(fd, view, offset)
+        if done <= 0:  # no progress on a regular file: never loop on it
+            raise OSError(errno.EIO, "pwrite wrote nothing", None)
         view = view[done:]
         offset += done
 
