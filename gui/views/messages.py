@@ -10,11 +10,9 @@ import dataclasses
 import json
 import zlib
 
-from PySide6.QtCore import QDateTime, Signal
+from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
-    QCheckBox,
     QComboBox,
-    QDateTimeEdit,
     QFileDialog,
     QGroupBox,
     QHBoxLayout,
@@ -31,8 +29,9 @@ from PySide6.QtWidgets import (
 from cluster.client.message import Message
 from cluster.client.producer import Producer
 from gui.models.display import body_preview, is_text, properties_text, trace_timeline
-from gui.models.message_filter import FilterProblem, ResultFilter
+from gui.models.message_filter import ResultFilter
 from gui.tasks import ConsoleError, spawn
+from gui.views.filter_bar import FilterBar
 from gui.views.table_items import row_table
 from storage.inspector import format_timestamp, record_to_json
 from storage.message import COMPRESSED_FLAG
@@ -76,7 +75,6 @@ class MessageFinder(QWidget):
         self._held = 0  # messages the paused tail has taken and not shown yet
         self._frozen: list | None = None  # what a paused tail's table shows
         self._keep = TAIL_KEEP  # how many messages a running tail keeps listed
-        self._setting_range = False
         self._find_task = None
         self._detail_of = None  # the record the detail pane is about
         right = QVBoxLayout(self)
@@ -137,46 +135,10 @@ class MessageFinder(QWidget):
             browse_layout.addWidget(widget)
         right.addWidget(browse_box)
 
-        filter_box = QGroupBox("Filter the results")
-        filter_layout = QHBoxLayout(filter_box)
-        self.filter_sql = QLineEdit()
-        self.filter_sql.setPlaceholderText("SQL92, e.g. TAGS = 'paid' AND amount > 100")
-        self.filter_sql.setToolTip("RocketMQ's SQL92 over the properties, plus topic, queueId, "
-                                   "queueOffset, storeTimestamp, bornTimestamp, reconsumeTimes, "
-                                   "bodyLength")
-        self.filter_body = QLineEdit()
-        self.filter_body.setPlaceholderText("text in the body")
-        self.filter_json = QLineEdit()
-        self.filter_json.setPlaceholderText("JSON path, e.g. $.order.total > 100")
-        self.filter_since = QDateTimeEdit(QDateTime.currentDateTime().addSecs(-3600))
-        self.filter_until = QDateTimeEdit(QDateTime.currentDateTime().addSecs(3600))
-        self.filter_time = QCheckBox("stored between")
-        self._range_edited = False  # until the user sets it, the range is the last/next hour
-        for edit in (self.filter_since, self.filter_until):
-            edit.setDisplayFormat("yyyy-MM-dd HH:mm:ss t")
-            edit.setCalendarPopup(True)
-            edit.dateTimeChanged.connect(self._range_changed)
-        self.filter_time.toggled.connect(self._range_toggled)
-        for edit in (self.filter_sql, self.filter_body, self.filter_json):
-            edit.returnPressed.connect(self.apply_filter)
-        apply = QPushButton("Apply")
-        apply.setToolTip("narrow the results (Enter in any field)")
-        apply.clicked.connect(self.apply_filter)
-        clear = QPushButton("Clear")
-        clear.clicked.connect(self.clear_filter)
-        # Two rows, so that an expression has room to be read whole.
-        filter_rows = QVBoxLayout()
-        first, second = QHBoxLayout(), QHBoxLayout()
-        first.addWidget(self.filter_sql, 3)
-        first.addWidget(self.filter_body, 1)
-        for widget, stretch in ((self.filter_json, 2), (self.filter_time, 0),
-                                (self.filter_since, 0), (QLabel("and"), 0),
-                                (self.filter_until, 0), (apply, 0), (clear, 0)):
-            second.addWidget(widget, stretch)
-        filter_rows.addLayout(first)
-        filter_rows.addLayout(second)
-        filter_layout.addLayout(filter_rows)
-        right.addWidget(filter_box)
+        self.filter_bar = FilterBar()
+        self.filter_bar.changed.connect(self._filter_changed)
+        self.filter_bar.problem.connect(self.model.message.emit)
+        right.addWidget(self.filter_bar)
         self.result_count = QLabel("")
         right.addWidget(self.result_count)
 
@@ -213,39 +175,8 @@ class MessageFinder(QWidget):
         right.addLayout(actions)
 
     # -- the filter --------------------------------------------------------------------------------
-    def apply_filter(self) -> None:
-        since = until = None
-        if self.filter_time.isChecked():
-            since = self.filter_since.dateTime().toMSecsSinceEpoch()
-            until = self.filter_until.dateTime().toMSecsSinceEpoch()
-        try:
-            self._filter = ResultFilter.parse(self.filter_sql.text(), self.filter_body.text(),
-                                              self.filter_json.text(), since, until)
-        except FilterProblem as exc:
-            self.model.message.emit(str(exc))
-            return
-        self._render()
-
-    def _range_changed(self, _when) -> None:
-        if not self._setting_range:
-            self._range_edited = True
-        if self.filter_time.isChecked():
-            self.apply_filter()
-
-    def _range_toggled(self, on: bool) -> None:
-        if on and not self._range_edited:  # around now, not around when the tab was built
-            now = QDateTime.currentDateTime()
-            self._setting_range = True
-            self.filter_since.setDateTime(now.addSecs(-3600))
-            self.filter_until.setDateTime(now.addSecs(3600))
-            self._setting_range = False
-        self.apply_filter()
-
-    def clear_filter(self) -> None:
-        for edit in (self.filter_sql, self.filter_body, self.filter_json):
-            edit.clear()
-        self.filter_time.setChecked(False)
-        self._filter = ResultFilter()
+    def _filter_changed(self, result_filter: ResultFilter) -> None:
+        self._filter = result_filter
         self._render()
 
     # -- results ---------------------------------------------------------------------------------

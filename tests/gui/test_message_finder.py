@@ -100,32 +100,32 @@ def test_the_filter_narrows_results_and_the_detail_follows_the_selection(finder,
     finder._show_results([record(0, i) for i in range(10)])
     finder.results.selectRow(3)
     assert "offset 3" in finder.detail.toPlainText()
-    finder.filter_sql.setText("TAGS = 'odd' AND n > 2")
-    finder.apply_filter()
+    finder.filter_bar.sql.setText("TAGS = 'odd' AND n > 2")
+    finder.filter_bar.apply()
     assert [r.queue_offset for r in finder.shown] == [3, 5, 7, 9]
     assert "10 message(s), 4 of them through the filter" in finder.result_count.text()
     assert finder.selected_record().queue_offset == 3  # still the one selected
     assert "offset 3" in finder.detail.toPlainText()
-    finder.filter_json.setText("$.n >= 7")
-    finder.apply_filter()
+    finder.filter_bar.json_path.setText("$.n >= 7")
+    finder.filter_bar.apply()
     assert [r.queue_offset for r in finder.shown] == [7, 9]
     assert finder.selected_record() is None
     assert finder.detail.toPlainText() == ""  # no detail of a message no longer listed
-    finder.filter_body.setText('"n": 9')
-    finder.apply_filter()
+    finder.filter_bar.body_text.setText('"n": 9')
+    finder.filter_bar.apply()
     assert [r.queue_offset for r in finder.shown] == [9]
-    finder.filter_sql.setText("TAGS = ")
-    finder.apply_filter()
+    finder.filter_bar.sql.setText("TAGS = ")
+    finder.filter_bar.apply()
     assert "not valid" in finder.said[-1]
     assert [r.queue_offset for r in finder.shown] == [9]  # the last good filter stays
-    finder.clear_filter()
+    finder.filter_bar.clear()
     assert len(finder.shown) == 10
     # A store-time range.
-    finder.filter_since.setDateTime(finder.filter_since.dateTime().fromMSecsSinceEpoch(
+    finder.filter_bar.since.setDateTime(finder.filter_bar.since.dateTime().fromMSecsSinceEpoch(
         1_700_000_000_005))
-    finder.filter_until.setDateTime(finder.filter_until.dateTime().fromMSecsSinceEpoch(
+    finder.filter_bar.until.setDateTime(finder.filter_bar.until.dateTime().fromMSecsSinceEpoch(
         1_700_000_000_007))
-    finder.filter_time.setChecked(True)
+    finder.filter_bar.in_range.setChecked(True)
     assert [r.queue_offset for r in finder.shown] == [5, 6, 7]
 
 
@@ -228,8 +228,8 @@ def test_compressed_bodies_are_searched_and_shown_as_sent(finder):
     stored = dataclasses.replace(plain, body=zlib.compress(plain.body),
                                  sys_flag=plain.sys_flag | COMPRESSED_FLAG)
     finder._show_results([stored])
-    finder.filter_json.setText("$.n = 7")
-    finder.apply_filter()
+    finder.filter_bar.json_path.setText("$.n = 7")
+    finder.filter_bar.apply()
     assert len(finder.shown) == 1
     assert finder.shown[0].body == plain.body
     assert not finder.shown[0].sys_flag & COMPRESSED_FLAG
@@ -245,20 +245,20 @@ def test_a_paused_tail_filters_what_it_holds_and_the_range_starts_around_now(fin
     finder.pause_button.setEnabled(True)
     finder.pause_button.setChecked(True)
     finder.take_tailed([record(0, i) for i in range(4, 10)])
-    finder.filter_sql.setText("TAGS = 'even'")
-    finder.apply_filter()
+    finder.filter_bar.sql.setText("TAGS = 'even'")
+    finder.filter_bar.apply()
     assert [r.queue_offset for r in finder.shown] == [0, 2]  # the held six stay held
     assert "6 new held back" in finder.result_count.text()
     finder.pause_button.setChecked(False)
     assert [r.queue_offset for r in finder.shown] == [0, 2, 4, 6, 8]
     # Held past the tail's 500 and resumed: they stay listed as newer ones come.
-    finder.clear_filter()
+    finder.filter_bar.clear()
     finder.pause_button.setChecked(True)
     finder.take_tailed([record(1, i) for i in range(600)])
     finder.pause_button.setChecked(False)
     finder.take_tailed([record(1, 600)])
     assert len(finder.records) == 610
     # Ticking the time range, untouched so far, centres it on now.
-    finder.filter_time.setChecked(True)
+    finder.filter_bar.in_range.setChecked(True)
     now = QDateTime.currentDateTime().toMSecsSinceEpoch()
-    assert abs(finder.filter_since.dateTime().toMSecsSinceEpoch() - (now - 3_600_000)) < 5000
+    assert abs(finder.filter_bar.since.dateTime().toMSecsSinceEpoch() - (now - 3_600_000)) < 5000
