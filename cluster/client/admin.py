@@ -11,6 +11,7 @@ import time
 
 from cluster.client.errors import ClientArgumentError
 from cluster.client.instance import MQClientInstance
+from cluster.client.pull import queue_offset_request
 from cluster.client.route import MessageQueue, parse_mq_table, subscribe_queues
 from cluster.remoting import fastjson
 from cluster.remoting.codec import RemotingCommand, request
@@ -216,16 +217,9 @@ class AdminClient:
                                         timestamp=timestamp_ms)
 
     async def _queue_offset(self, code: int, mq: MessageQueue, **extra) -> int:
-        address = self.instance.admin_addr(mq.broker_name)
-        if address is None:
-            await self.instance.fetch_route(mq.topic)
-            address = self.instance.admin_addr(mq.broker_name)
-        if address is None:
-            raise BrokerResponseError(ResponseCode.SYSTEM_ERROR,
-                                      f"the broker {mq.broker_name} is not in the routes")
-        answer = await self._broker(address, request(code, {
-            "topic": mq.topic, "queueId": mq.queue_id, **extra}))
-        return int(answer.field("offset") or 0)
+        if self.instance.admin_addr(mq.broker_name) is None:
+            await self.instance.fetch_route(mq.topic)  # a queue of a topic not looked up yet
+        return await queue_offset_request(self.instance, code, mq, **extra)
 
     async def groups_of_topic(self, topic: str) -> list[str]:
         """The consumer groups that read ``topic`` (online, or with offsets committed)."""

@@ -47,15 +47,24 @@ async def send_traced(model, message: Message):
         return await producer.send(message)
 
 
+# The most a compressed body may expand to in the console: a few bytes of zlib can claim
+# gigabytes, and a message is anyone's to send.
+MAX_EXPANDED_BODY = 64 * 1024 * 1024
+
+
 def readable(record):
     """The record with its body as the producer sent it (bodies over 4 KiB are stored zlib-
-    compressed): what the filter searches, the detail shows and a resend sends."""
+    compressed): what the filter searches, the detail shows and a resend sends. A body that
+    is not zlib, or would expand past MAX_EXPANDED_BODY, stays as stored."""
     if not record.sys_flag & COMPRESSED_FLAG:
         return record
+    expander = zlib.decompressobj()
     try:
-        body = zlib.decompress(record.body)
+        body = expander.decompress(record.body, MAX_EXPANDED_BODY)
     except zlib.error:
         return record  # said compressed, is not: shown as stored
+    if expander.unconsumed_tail:
+        return record  # larger than the console will hold
     return dataclasses.replace(record, body=body, sys_flag=record.sys_flag & ~COMPRESSED_FLAG)
 
 

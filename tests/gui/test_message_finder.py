@@ -233,6 +233,16 @@ def test_compressed_bodies_are_searched_and_shown_as_sent(finder):
     assert len(finder.shown) == 1
     assert finder.shown[0].body == plain.body
     assert not finder.shown[0].sys_flag & COMPRESSED_FLAG
+    # A hostile body: zlib that expands past what the console holds, or not zlib at all,
+    # stays as stored (no gigabytes in memory, no traceback).
+    from gui.views import messages
+
+    bomb = dataclasses.replace(plain, body=zlib.compress(bytes(messages.MAX_EXPANDED_BODY + 1)),
+                               sys_flag=plain.sys_flag | COMPRESSED_FLAG)
+    junk = dataclasses.replace(plain, body=b"not zlib", sys_flag=plain.sys_flag | COMPRESSED_FLAG)
+    finder.filter_bar.clear()
+    finder._show_results([bomb, junk])
+    assert [r.body for r in finder.shown] == [bomb.body, b"not zlib"]
 
 
 def test_a_paused_tail_filters_what_it_holds_and_the_range_starts_around_now(finder, loop):
