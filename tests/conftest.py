@@ -1,9 +1,12 @@
-"""Shared fixtures: small stores in tmp_path, so file rolls are exercised."""
+"""Shared fixtures: small stores in tmp_path, so file rolls are exercised; a watchdog that ends
+a run whose test hangs where pytest-timeout cannot reach it."""
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import sys
+import threading
 import time
 
 import pytest
@@ -63,3 +66,50 @@ def store_factory(tmp_path):
     yield open_store
     for store in opened:
         store.shutdown()
+
+
+# pytest-timeout (300 s, pyproject.toml) fails a test by a signal whose Python handler runs only
+# when the main thread runs Python again: a test stuck inside C (Qt's event loop with nothing
+# scheduled, a thread join, a lock) never sees it, and CI would sit out its whole limit. So each
+# test also has a watchdog: past HARD_LIMIT it prints every thread's stack, ends the processes the
+# test started and exits the run. The native faulthandler timer is the last resort when the
+# stuck thread holds the interpreter lock and the watchdog thread cannot run.
+HARD_LIMIT = float(os.environ.get("ROCKETDESK_TEST_HANG_LIMIT", "420"))
+
+
+def pytest_configure(config):
+    # A copy of the real stderr, taken before any test's output is captured.
+    config._hang_report_fd = os.dup(2)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    fd = item.config._hang_report_fd
+    finished = threading.Event()
+    watchdog = threading.Thread(target=_watch, args=(item.nodeid, fd, finished), daemon=True,
+                                name="hang-watchdog")
+    watchdog.start()
+    faulthandler.dump_traceback_later(HARD_LIMIT + 60, exit=True, file=fd)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+        finished.set()
+        watchdog.join()
+
+
+def _watch(nodeid: str, fd: int, finished: threading.Event) -> None:
+    if finished.wait(HARD_LIMIT):
+        return
+    os.write(fd, f"\n{nodeid} still running after {HARD_LIMIT:.0f} s: "
+                 "every thread's stack, then the run ends\n".encode())
+    faulthandler.dump_traceback(file=fd, all_threads=True)
+    try:
+        import psutil
+
+        children = psutil.Process().children(recursive=True)
+        for child in children:
+            child.kill()
+        psutil.wait_procs(children, timeout=10)
+    finally:
+        os._exit(3)

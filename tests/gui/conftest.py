@@ -12,9 +12,25 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 qasync = pytest.importorskip("qasync")
 
 
+# The longest a test may wait on the console's event loop in one call.
+LOOP_WAIT_LIMIT = 120.0
+
+
+class BoundedEventLoop(qasync.QEventLoop):
+    """A qasync loop whose every run_until_complete has a time limit.
+
+    pytest-timeout's signal cannot end a wait inside Qt's event loop: its handler runs only
+    when Python does, and then inside a callback, where asyncio logs the exception and goes on.
+    A wait for something that never happens would hold CI until its own limit; this one fails
+    with TimeoutError instead."""
+
+    def run_until_complete(self, future, limit: float = LOOP_WAIT_LIMIT):
+        return super().run_until_complete(asyncio.wait_for(future, limit))
+
+
 @pytest.fixture
 def loop(qapp):
-    event_loop = qasync.QEventLoop(qapp)
+    event_loop = BoundedEventLoop(qapp)
     asyncio.set_event_loop(event_loop)
     yield event_loop
     event_loop.run_until_complete(asyncio.sleep(0))
