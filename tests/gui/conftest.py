@@ -17,12 +17,24 @@ LOOP_WAIT_LIMIT = 120.0
 
 
 class BoundedEventLoop(qasync.QEventLoop):
-    """A qasync loop whose every run_until_complete has a time limit.
+    """A qasync loop for tests: the running loop all test long, as in the app, and every
+    run_until_complete with a time limit.
+
+    Between a test's waits Qt still runs the loop's callbacks (qasync's last pass of events
+    after each wait, pytest-qt's waits and teardown), but qasync has unset the running loop by
+    then: a client's task that asked for it there died (a consumer that never rebalanced, under
+    a loaded CPU). In the app the loop never stops, so the tests keep it set.
 
     pytest-timeout's signal cannot end a wait inside Qt's event loop: its handler runs only
     when Python does, and then inside a callback, where asyncio logs the exception and goes on.
     A wait for something that never happens would hold CI until its own limit; this one fails
     with TimeoutError instead."""
+
+    def run_forever(self):
+        try:
+            return super().run_forever()
+        finally:
+            asyncio._set_running_loop(self)
 
     def run_until_complete(self, future, limit: float = LOOP_WAIT_LIMIT):
         return super().run_until_complete(asyncio.wait_for(future, limit))
@@ -32,8 +44,10 @@ class BoundedEventLoop(qasync.QEventLoop):
 def loop(qapp):
     event_loop = BoundedEventLoop(qapp)
     asyncio.set_event_loop(event_loop)
+    asyncio._set_running_loop(event_loop)
     yield event_loop
     event_loop.run_until_complete(asyncio.sleep(0))
+    asyncio._set_running_loop(None)
     event_loop.close()  # while Qt is alive: closing at interpreter exit trips over deleted signals
     asyncio.set_event_loop(None)
 
