@@ -55,7 +55,7 @@ class ReportReader:
 @dataclass(frozen=True, slots=True)
 class TransferFrame:
     offset: int
-    body: bytes
+    body: bytes | memoryview  # a view of the bytes read (TransferReader)
 
     @property
     def is_heartbeat(self) -> bool:
@@ -63,29 +63,46 @@ class TransferFrame:
 
 
 class TransferReader:
-    """The slave's side: splits the master's stream into frames, keeping a partial one."""
+    """The slave's side: splits the master's stream into frames, keeping a partial one.
+
+    A frame's body is a view of the bytes that arrived, not a copy: the master writes a frame
+    whole, so a read usually starts at a frame's header and the bodies go to the CommitLog
+    without being copied on the way (only a frame split across reads is joined)."""
 
     def __init__(self, max_body: int = MAX_TRANSFER_BODY) -> None:
-        self._buffer = bytearray()
+        self._pending = bytearray()
+        self._needed = 0  # what the pending frame needs before it is whole
         self._max_body = max_body
 
     @property
     def buffered(self) -> int:
-        return len(self._buffer)
+        return len(self._pending)
 
     def feed(self, data: bytes) -> list[TransferFrame]:
-        buffer = self._buffer
-        buffer += data
+        if self._pending:
+            self._pending += data
+            if len(self._pending) < self._needed:
+                return []  # a large frame still arriving: no copy of it per read
+            source = bytes(self._pending)
+            self._pending.clear()
+        else:
+            source = bytes(data)
+        view = memoryview(source)
         frames = []
         pos = 0
-        while len(buffer) - pos >= TRANSFER_HEADER_SIZE:
-            offset, size = _HEADER.unpack_from(buffer, pos)
+        total = len(source)
+        while total - pos >= TRANSFER_HEADER_SIZE:
+            offset, size = _HEADER.unpack_from(source, pos)
             if offset < 0 or size < 0 or size > self._max_body:
                 raise HAProtocolError(f"bad transfer header: offset {offset}, size {size}")
             end = pos + TRANSFER_HEADER_SIZE + size
-            if end > len(buffer):
+            if end > total:
                 break
-            frames.append(TransferFrame(offset, bytes(buffer[pos + TRANSFER_HEADER_SIZE : end])))
+            frames.append(TransferFrame(offset, view[pos + TRANSFER_HEADER_SIZE : end]))
             pos = end
-        del buffer[:pos]
+        if pos < total:
+            self._pending += view[pos:]
+            self._needed = TRANSFER_HEADER_SIZE
+            if total - pos >= TRANSFER_HEADER_SIZE:
+                self._needed += _HEADER.unpack_from(source, pos)[1]
         return frames

@@ -235,3 +235,39 @@ def test_connections_beyond_the_limit_are_closed_at_once(tmp_path, caplog):
         asyncio.run(main())
     master_store.shutdown()
     assert len([r for r in caplog.records if "connection(s) refused" in r.getMessage()]) == 1
+
+
+def test_a_slave_reports_while_idle_and_leaves_a_master_gone_silent(tmp_path):
+    # Heartbeats every 100 ms; a master silent for 400 ms is given up on, and connected to again.
+    slave_store = open_store(tmp_path / "s", ha_send_heartbeat_interval=100,
+                             ha_housekeeping_interval=400)
+
+    async def main():
+        reports: list[list[bytes]] = []
+
+        async def silent_master(reader, writer):
+            mine: list[bytes] = []
+            reports.append(mine)
+            try:
+                while True:
+                    mine.append(await reader.readexactly(8))
+            except (asyncio.IncompleteReadError, ConnectionError):
+                writer.close()
+
+        server = await asyncio.start_server(silent_master, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = HAClient(slave_store, slave_store.config)
+        client.update_master_address(f"127.0.0.1:{port}")
+        client.start()
+        try:
+            await until(lambda: client.sessions >= 2, timeout=10)
+            assert "sent nothing" in client.last_error
+            # The first session: the offset at once, then heartbeats until it was given up.
+            assert 3 <= len(reports[0]) <= 6
+            assert {int.from_bytes(r, "big") for r in reports[0]} == {0}
+        finally:
+            await client.stop()
+            server.close()
+
+    asyncio.run(main())
+    slave_store.shutdown()
