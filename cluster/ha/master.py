@@ -1,10 +1,9 @@
-"""The master's side of replication: RocketMQ's HAService, AcceptSocketService, HAConnection
-and GroupTransferService, on the broker's event loop.
+"""The master's side of replication: RocketMQ's HAService, AcceptSocketService and
+GroupTransferService, on the broker's event loop.
 
-Each slave connection has a reader (the slave's 8-byte reports: where to start, then
-acknowledgements) and a writer (raw CommitLog bytes from where the slave stands, at most
-haTransferBatchSize per frame, an empty frame every haSendHeartbeatInterval when idle). A
-SYNC_MASTER send waits in :class:`ReplicaWaiters` until some slave acknowledged its end offset.
+Each slave is an :class:`~cluster.ha.connection.HAConnection` (its reports in, CommitLog bytes
+out). A SYNC_MASTER send waits in :class:`ReplicaWaiters` until some slave acknowledged its end
+offset.
 """
 
 from __future__ import annotations
@@ -13,27 +12,14 @@ import asyncio
 import heapq
 import itertools
 import logging
-import socket
 import threading
 import time
 from dataclasses import dataclass
 
-from cluster.ha.errors import HAProtocolError
-from cluster.ha.protocol import ReportReader, encode_transfer_header
-from cluster.ha.rate import ByteRate
+from cluster.ha.connection import HAConnection
 from storage.config import MessageStoreConfig
-from storage.errors import OffsetOutOfRangeError
 
 log = logging.getLogger(__name__)
-
-WRITER_IDLE_WAIT = 0.1  # allWaitForRunning(100)
-# Once woken, a writer lets the loop run this many more iterations before it reads the
-# CommitLog: the sends of the same moment (many clients' reads) then leave in one transfer
-# instead of one each. Each transfer costs the master a write and the slave a read, an append
-# and a report; `bench ha -w 32`: ASYNC +15 %, SYNC unchanged (docs/benchmarks.md, session 11).
-COALESCE_ITERATIONS = 2
-SOCKET_BUFFER = 64 * 1024
-
 
 class ReplicaWaiters:
     """Sends waiting for a slave to acknowledge their end offset (GroupTransferService).
@@ -94,155 +80,6 @@ class RejectedSlave:
     at_ms: int
 
 
-class HAConnection:
-    """One slave: its reports in, CommitLog bytes out."""
-
-    def __init__(self, service: HAService, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter) -> None:
-        self.service = service
-        self.reader = reader
-        self.writer = writer
-        peer = writer.get_extra_info("peername")
-        self.addr = f"{peer[0]}:{peer[1]}" if peer else "?"
-        self.slave_request_offset = -1
-        self.slave_ack_offset = -1
-        self.next_transfer_from = -1
-        now = time.monotonic()
-        self.last_read = now
-        self.last_write = now
-        self.connected_at_ms = int(time.time() * 1000)
-        self.rate = ByteRate()
-        self.reports = ReportReader()
-        self.first_report = asyncio.Event()
-        self.wake = asyncio.Event()
-        self.state = "HANDSHAKE"  # -> TRANSFER, or REJECTED
-        self._tasks: list[asyncio.Future] = []
-
-    def close(self) -> None:
-        """End both halves; :meth:`run` then returns normally."""
-        for task in self._tasks:
-            task.cancel()
-
-    async def run(self) -> None:
-        tasks = [asyncio.ensure_future(self._read_loop()), asyncio.ensure_future(self._write_loop())]
-        self._tasks = tasks
-        try:
-            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                if not task.cancelled() and task.exception() is not None:
-                    exc = task.exception()
-                    if isinstance(exc, ConnectionError | HAProtocolError):
-                        log.warning("HA connection from %s closed: %s", self.addr, exc)
-                    else:
-                        log.error("HA connection from %s failed", self.addr, exc_info=exc)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            self.writer.close()
-            try:
-                await self.writer.wait_closed()
-            except (ConnectionError, OSError):
-                pass
-
-    # -- reports ---------------------------------------------------------------------------------
-    async def _read_loop(self) -> None:
-        housekeeping = self.service.config.ha_housekeeping_interval / 1000
-        while True:
-            try:
-                async with asyncio.timeout(housekeeping):
-                    data = await self.reader.read(64 * 1024)
-            except TimeoutError:
-                log.warning("HA: slave %s sent nothing for %.0f s; closing", self.addr, housekeeping)
-                return
-            if not data:
-                log.info("HA: slave %s closed the connection", self.addr)
-                return
-            self.last_read = time.monotonic()
-            offset = self.reports.feed(data)
-            if offset is not None and not self._on_report(offset):
-                return
-
-    def _on_report(self, offset: int) -> bool:
-        service = self.service
-        if self.slave_request_offset < 0:
-            problem = service.check_start(offset)
-            if problem is not None:
-                service.reject(self, offset, problem)
-                return False
-            self.slave_request_offset = offset
-            self.state = "TRANSFER"
-            service.rejected.pop(self.addr.rsplit(":", 1)[0], None)
-            self.first_report.set()
-            log.info("HA: slave %s starts at offset %d", self.addr, offset)
-        if offset > service.store.get_max_phy_offset():
-            service.reject(self, offset, "the slave acknowledged bytes the master never wrote")
-            return False
-        self.slave_ack_offset = offset
-        service.notify_transfer_some(offset)
-        return True
-
-    # -- transfers -------------------------------------------------------------------------------
-    async def _write_loop(self) -> None:
-        await self.first_report.wait()
-        service = self.service
-        store = service.store
-        config = service.config
-        if self.slave_request_offset == 0:
-            # A new slave starts from the master's last file, not from the beginning of time.
-            max_offset = store.get_max_phy_offset()
-            self.next_transfer_from = max(0, max_offset - max_offset % config.mapped_file_size_commit_log)
-        else:
-            self.next_transfer_from = self.slave_request_offset
-        batch = config.ha_transfer_batch_size
-        heartbeat = config.ha_send_heartbeat_interval / 1000
-        writer = self.writer
-        while True:
-            try:
-                data = store.get_commit_log_data(self.next_transfer_from, batch)
-            except OffsetOutOfRangeError as exc:
-                # Deleted under the slave (it fell behind the oldest file) or not yet there.
-                log.warning("HA: nothing to send %s at %d: %s", self.addr, self.next_transfer_from, exc)
-                data = b""
-            if data:
-                # One write, one segment: a header written alone left in a segment of its own
-                # (TCP_NODELAY), woke the slave for 12 bytes and cost a system call a transfer.
-                writer.write(encode_transfer_header(self.next_transfer_from, len(data)) + data)
-                self.next_transfer_from += len(data)
-                self.rate.add(len(data))
-                await writer.drain()
-                self.last_write = time.monotonic()
-                continue
-            if time.monotonic() - self.last_write > heartbeat:
-                writer.write(encode_transfer_header(self.next_transfer_from, 0))
-                await writer.drain()
-                self.last_write = time.monotonic()
-            self.wake.clear()
-            try:
-                async with asyncio.timeout(WRITER_IDLE_WAIT):
-                    await self.wake.wait()
-            except TimeoutError:
-                continue
-            for _ in range(COALESCE_ITERATIONS):
-                await asyncio.sleep(0)
-
-    def info(self, master_offset: int) -> dict:
-        ack = max(self.slave_ack_offset, 0)
-        diff = master_offset - ack if self.state == "TRANSFER" else 0
-        return {
-            "addr": self.addr,
-            "state": self.state,
-            "slaveAckOffset": self.slave_ack_offset,
-            "diff": diff,
-            "inSync": self.state == "TRANSFER" and diff < self.service.config.ha_slave_fallbehind_max,
-            "transferredByteInSecond": self.rate.per_second(),
-            "transferredBytesTotal": self.rate.total,
-            "transferFromWhere": self.next_transfer_from,
-            "lastReadAgoMs": int((time.monotonic() - self.last_read) * 1000),
-            "connectedAt": self.connected_at_ms,
-        }
-
-
 class HAService:
     """Accepts slaves, tracks the highest acknowledged offset, releases SYNC_MASTER sends."""
 
@@ -260,7 +97,6 @@ class HAService:
         self._server: asyncio.AbstractServer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
-        self._tasks: set[asyncio.Task] = set()
         self._sweeper: asyncio.Task | None = None
         self.waiters: ReplicaWaiters | None = None
 
@@ -268,8 +104,9 @@ class HAService:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self.waiters = ReplicaWaiters(self._loop)
-        self._server = await asyncio.start_server(
-            self._accept, self.bind_address, self.port, reuse_address=True, backlog=1024)
+        self._server = await self._loop.create_server(
+            lambda: HAConnection(self), self.bind_address, self.port, reuse_address=True,
+            backlog=1024)
         self.port = self._server.sockets[0].getsockname()[1]
         self._sweeper = self._loop.create_task(self._sweep())
         log.info("HA service listening on %s:%d", self.bind_address, self.port)
@@ -279,7 +116,8 @@ class HAService:
     # holding a socket, a task and 20 s of housekeeping.
     MAX_CONNECTIONS = 64
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def admit(self, connection: HAConnection) -> bool:
+        """Count a new slave connection in, unless the limit is reached (then it is closed)."""
         if len(self.connections) >= self.MAX_CONNECTIONS:
             self._refused += 1
             now = time.monotonic()
@@ -287,24 +125,13 @@ class HAService:
                 log.warning("HA: %d connection(s) refused: already %d open (the limit)",
                             self._refused, len(self.connections))
                 self._refused, self._refused_said = 0, now
-            writer.transport.abort()
-            return
-        sock = writer.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
-        connection = HAConnection(self, reader, writer)
-        log.info("HA: slave connected from %s", connection.addr)
+            return False
         self.connections.append(connection)
-        task = asyncio.current_task()
-        self._tasks.add(task)
-        try:
-            await connection.run()
-        finally:
-            self._tasks.discard(task)
-            if connection in self.connections:
-                self.connections.remove(connection)
+        return True
+
+    def release(self, connection: HAConnection) -> None:
+        if connection in self.connections:
+            self.connections.remove(connection)
 
     async def _sweep(self) -> None:
         while True:
@@ -316,10 +143,10 @@ class HAService:
             self._sweeper.cancel()
         if self._server is not None:
             self._server.close()
-        # Closing (not cancelling) the handlers lets asyncio's stream callbacks end quietly.
-        for connection in list(self.connections):
+        connections = list(self.connections)
+        for connection in connections:
             connection.close()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*(c.closed for c in connections), return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
         if self.waiters is not None:
@@ -364,7 +191,7 @@ class HAService:
             return
         if threading.get_ident() == self._loop_thread:
             for connection in self.connections:
-                connection.wake.set()
+                connection.wakeup()
         else:
             self._loop.call_soon_threadsafe(self.wakeup)
 

@@ -271,3 +271,33 @@ def test_a_slave_reports_while_idle_and_leaves_a_master_gone_silent(tmp_path):
 
     asyncio.run(main())
     slave_store.shutdown()
+
+
+def test_the_master_heartbeats_an_idle_slave_and_closes_one_gone_silent(tmp_path, caplog):
+    master_store = open_store(tmp_path / "m", ha_send_heartbeat_interval=100,
+                              ha_housekeeping_interval=600)
+
+    async def main():
+        ha = HAService(master_store, master_store.config, "127.0.0.1", 0)
+        await ha.start()
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", ha.port)
+            writer.write(encode_report(0))  # where it starts, then never a word again
+            started = asyncio.get_running_loop().time()
+            frames = TransferReader()
+            got = []
+            while data := await asyncio.wait_for(reader.read(4096), 5):
+                got.extend(frames.feed(data))
+            lasted = asyncio.get_running_loop().time() - started
+            writer.close()
+            assert all(f.is_heartbeat and f.offset == 0 for f in got)
+            assert 3 <= len(got) <= 7  # one every 100 ms until closed at 600 ms
+            assert 0.5 <= lasted < 3
+            await until(lambda: not ha.connections)
+        finally:
+            await ha.stop()
+
+    with caplog.at_level(logging.WARNING, logger="cluster.ha.connection"):
+        asyncio.run(main())
+    master_store.shutdown()
+    assert any("sent nothing" in r.getMessage() for r in caplog.records)
