@@ -51,6 +51,10 @@ RETRY_PREFIX = "%RETRY%"
 ORDERLY_LOCK_RENEW = 20.0  # seconds; the broker keeps a lock 60 s
 PULL_SUSPEND_MS = 15_000
 REBALANCE_INTERVAL = 20.0
+# A subscribed topic the name server has no route for yet (created a moment ago, its broker's
+# registration still on the way) is looked for again after 1 s, then 2, 4… up to the interval,
+# rather than leaving the consumer idle for 20 s.
+ROUTE_RETRY_FIRST = 1.0
 PERSIST_INTERVAL = 5.0
 
 
@@ -117,6 +121,7 @@ class PushConsumer:
         self._rebalance_lock = asyncio.Lock()  # the timer, a broker's notice and callers may race
         # Loops also check this: in 3.11 a cancel that races a wait_for's own result can be lost.
         self._closing = False
+        self._routeless: list[str] = []  # subscribed topics the last rebalance found no route for
         self._tasks: list[asyncio.Task] = []
         if message_model == "BROADCASTING":
             self.offset_store: LocalFileOffsetStore | RemoteBrokerOffsetStore = LocalFileOffsetStore(
@@ -196,14 +201,19 @@ class PushConsumer:
         self._rebalance_wake.set()
 
     async def _rebalance_loop(self) -> None:
+        retry = ROUTE_RETRY_FIRST
         while not self._closing:
             self._rebalance_wake.clear()
             try:
                 await self.rebalance()
             except Exception:
                 log.exception("rebalance of %s failed", self.group)
+            if self._routeless:
+                wait, retry = retry, min(retry * 2, REBALANCE_INTERVAL)
+            else:
+                wait, retry = REBALANCE_INTERVAL, ROUTE_RETRY_FIRST
             try:
-                async with asyncio.timeout(REBALANCE_INTERVAL):
+                async with asyncio.timeout(wait):
                     await self._rebalance_wake.wait()
             except TimeoutError:
                 pass
@@ -215,9 +225,12 @@ class PushConsumer:
 
     async def _rebalance(self) -> None:
         wanted: set[MessageQueue] = set()
+        routeless = []
         for topic in self.subscriptions:
             route = await self.instance.fetch_route(topic)
             if route is None:
+                if not topic.startswith(RETRY_PREFIX):  # (exists only once something failed)
+                    routeless.append(topic)
                 continue
             queues = subscribe_queues(topic, route)
             if self.message_model == "BROADCASTING":
@@ -225,6 +238,7 @@ class PushConsumer:
                 continue
             ids = await consumer_ids(self.instance, self.group, route)
             wanted.update(allocate_average(self.instance.client_id, ids, queues))
+        self._routeless = routeless
         if self._closing:
             return
         for mq in list(self._pull_tasks):

@@ -268,3 +268,39 @@ def test_admin_client_topics_stats_and_resend_to_a_consumer(tmp_path):
                 assert "AdminTopic" not in await admin.topic_list()
 
         run(main())
+
+
+def test_a_consumer_started_before_its_topic_exists_consumes_within_seconds(tmp_path):
+    """No route for a subscribed topic: looked for again after 1 s, 2 s…, not at the next 20 s
+    rebalance."""
+    env = {"HOME": str(tmp_path)}
+    with running("cluster.namesrv", "-p", "0", env=env) as ns, \
+            running("cluster.broker", "-c", broker_conf(tmp_path, "", autoCreateTopicEnable="false"),
+                    "-n", ns.address, env=env) as broker:
+        async def main():
+            received = []
+            consumer = PushConsumer("cg-early", ns.address, consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+            consumer.subscribe("NotYet", "*")
+
+            async def listener(messages):
+                received.extend(m.body for m in messages)
+                return ConsumeStatus.CONSUME_SUCCESS
+
+            consumer.register_listener(listener)
+            await consumer.start()
+            try:
+                await asyncio.sleep(1.5)  # its first rebalances found nothing
+                assert consumer._routeless == ["NotYet"]
+                await create_topic({"a": broker}, "NotYet", 2)
+                async with Producer("pg-early", ns.address) as producer:
+                    await wait_route(producer, "NotYet", 1)
+                    assert (await producer.send(Message("NotYet", b"first"))).status is SendStatus.SEND_OK
+                started = time.monotonic()
+                while not received and time.monotonic() - started < 15:
+                    await asyncio.sleep(0.1)
+                assert received == [b"first"]
+                assert time.monotonic() - started < 10  # well before the 20 s rebalance
+            finally:
+                await consumer.shutdown()
+
+        run(main(), timeout=60)
