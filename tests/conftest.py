@@ -50,6 +50,16 @@ def make_message(topic="TopicTest", body=b"hello", queue_id=0, tags=None, keys=N
                                  born_timestamp=int(time.time() * 1000), **extra)
 
 
+def process_gone(pid: int) -> bool:
+    """Whether a process has ended (exited, or a zombie its parent has not reaped yet)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 @pytest.fixture
 def store_factory(tmp_path):
     """Open stores under tmp_path; every store opened is shut down after the test."""
@@ -71,10 +81,11 @@ def store_factory(tmp_path):
 # pytest-timeout (300 s, pyproject.toml) fails a test by a signal whose Python handler runs only
 # when the main thread runs Python again: a test stuck inside C (Qt's event loop with nothing
 # scheduled, a thread join, a lock) never sees it, and CI would sit out its whole limit. So each
-# test also has a watchdog: past HARD_LIMIT it prints every thread's stack, ends the processes the
-# test started and exits the run. The native faulthandler timer is the last resort when the
-# stuck thread holds the interpreter lock and the watchdog thread cannot run.
-HARD_LIMIT = float(os.environ.get("ROCKETDESK_TEST_HANG_LIMIT", "420"))
+# test also has a watchdog: HANG_MARGIN past its own timeout it prints every thread's stack,
+# ends the processes the test started and exits the run. The native faulthandler timer is the
+# last resort when the stuck thread holds the interpreter lock and the watchdog thread cannot
+# run (left to pytest's own when faulthandler_timeout is set: there is one such timer).
+HANG_MARGIN = float(os.environ.get("ROCKETDESK_TEST_HANG_MARGIN", "120"))
 
 
 def pytest_configure(config):
@@ -82,26 +93,48 @@ def pytest_configure(config):
     config._hang_report_fd = os.dup(2)
 
 
+def _timeout_of(item) -> float:
+    """The test's pytest-timeout limit: its marker, else the command line, else the ini."""
+    marker = item.get_closest_marker("timeout")
+    if marker is not None:
+        value = marker.kwargs.get("timeout", marker.args[0] if marker.args else None)
+        if value is not None:
+            return float(value)
+    option = item.config.getoption("timeout", None)
+    if option is not None:
+        return float(option)
+    return float(item.config.getini("timeout") or 0)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    fd = item.config._hang_report_fd
+    config = item.config
+    timeout = _timeout_of(item)
+    if timeout <= 0 or config.getoption("usepdb", False):  # no limit asked for, or a debugger
+        yield
+        return
+    limit = timeout + HANG_MARGIN
+    fd = config._hang_report_fd
     finished = threading.Event()
-    watchdog = threading.Thread(target=_watch, args=(item.nodeid, fd, finished), daemon=True,
-                                name="hang-watchdog")
+    watchdog = threading.Thread(target=_watch, args=(item.nodeid, limit, fd, finished),
+                                daemon=True, name="hang-watchdog")
     watchdog.start()
-    faulthandler.dump_traceback_later(HARD_LIMIT + 60, exit=True, file=fd)
+    native = not float(config.getini("faulthandler_timeout") or 0)
+    if native:
+        faulthandler.dump_traceback_later(limit + 60, exit=True, file=fd)
     try:
         yield
     finally:
-        faulthandler.cancel_dump_traceback_later()
+        if native:
+            faulthandler.cancel_dump_traceback_later()
         finished.set()
         watchdog.join()
 
 
-def _watch(nodeid: str, fd: int, finished: threading.Event) -> None:
-    if finished.wait(HARD_LIMIT):
+def _watch(nodeid: str, limit: float, fd: int, finished: threading.Event) -> None:
+    if finished.wait(limit):
         return
-    os.write(fd, f"\n{nodeid} still running after {HARD_LIMIT:.0f} s: "
+    os.write(fd, f"\n{nodeid} still running after {limit:.0f} s: "
                  "every thread's stack, then the run ends\n".encode())
     faulthandler.dump_traceback(file=fd, all_threads=True)
     try:

@@ -116,9 +116,17 @@ class HAConnection(asyncio.Protocol):
         self._drained = None
 
     def close(self) -> None:
-        """End the connection; :attr:`closed` is done once it is gone."""
+        """End the connection now; :attr:`closed` is done once it is gone.
+
+        Aborted, not closed: a peer that stopped reading would hold a closing transport (and
+        its place among the connections) until its unsent bytes left, which is never."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._writer is not None:
+            self._writer.cancel()
         if self.transport is not None:
-            self.transport.close()
+            self.transport.abort()
 
     def _tick(self) -> None:
         housekeeping = self.service.config.ha_housekeeping_interval / 1000

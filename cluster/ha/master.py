@@ -98,6 +98,7 @@ class HAService:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self._sweeper: asyncio.Task | None = None
+        self._stopping = False
         self.waiters: ReplicaWaiters | None = None
 
     async def start(self) -> None:
@@ -118,6 +119,8 @@ class HAService:
 
     def admit(self, connection: HAConnection) -> bool:
         """Count a new slave connection in, unless the limit is reached (then it is closed)."""
+        if self._stopping:
+            return False  # accepted just before the server closed
         if len(self.connections) >= self.MAX_CONNECTIONS:
             self._refused += 1
             now = time.monotonic()
@@ -139,6 +142,7 @@ class HAService:
             self.waiters.expire(time.monotonic())
 
     async def stop(self) -> None:
+        self._stopping = True
         if self._sweeper is not None:
             self._sweeper.cancel()
         if self._server is not None:

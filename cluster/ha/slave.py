@@ -206,4 +206,4 @@ class TransferSession(asyncio.Protocol):
             self._timer.cancel()
             self._timer = None
         if self.transport is not None:
-            self.transport.close()
+            self.transport.abort()  # (a master that stopped reading would keep it closing)

@@ -46,10 +46,13 @@ def loop(qapp):
     asyncio.set_event_loop(event_loop)
     asyncio._set_running_loop(event_loop)
     yield event_loop
-    event_loop.run_until_complete(asyncio.sleep(0))
-    asyncio._set_running_loop(None)
-    event_loop.close()  # while Qt is alive: closing at interpreter exit trips over deleted signals
-    asyncio.set_event_loop(None)
+    try:
+        event_loop.run_until_complete(asyncio.sleep(0))
+    finally:
+        # Whatever happened: a loop left set as running would fail every later asyncio.run().
+        asyncio._set_running_loop(None)
+        event_loop.close()  # while Qt is alive: at interpreter exit it trips over deleted signals
+        asyncio.set_event_loop(None)
 
 
 @pytest.fixture

@@ -6,11 +6,11 @@ import asyncio
 import re
 import time
 
-import psutil
 import pytest
 from PySide6.QtCore import Qt
 
 from gui.main_window import MainWindow
+from tests.conftest import process_gone
 
 pytestmark = [pytest.mark.gui, pytest.mark.integration]
 
@@ -259,7 +259,7 @@ def test_console_runs_a_cluster_topics_messages_charts_and_an_export(qtbot, loop
         window.nodes.run_action("kill")  # "yes" the second time
         pump(lambda: (node_row(window, "broker-a-0") or {}).get("state") in ("stopped", "died"), 20,
              "the killed broker marked down")
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        assert process_gone(pid)
     finally:
         close_console(window, loop, pump)
 

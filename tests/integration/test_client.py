@@ -289,7 +289,10 @@ def test_a_consumer_started_before_its_topic_exists_consumes_within_seconds(tmp_
             consumer.register_listener(listener)
             await consumer.start()
             try:
-                await asyncio.sleep(1.5)  # its first rebalances found nothing
+                for _ in range(100):  # its first rebalance finds nothing
+                    if consumer._routeless == ["NotYet"]:
+                        break
+                    await asyncio.sleep(0.05)
                 assert consumer._routeless == ["NotYet"]
                 await create_topic({"a": broker}, "NotYet", 2)
                 async with Producer("pg-early", ns.address) as producer:

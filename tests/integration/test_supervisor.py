@@ -13,6 +13,8 @@ import time
 import psutil
 import pytest
 
+from tests.conftest import process_gone
+
 pytestmark = pytest.mark.integration
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -70,8 +72,7 @@ def test_every_profile_comes_up_answers_and_goes_down_without_orphans(rd, tmp_pa
     assert len(slaves) == {"single": 0, "ha": 1}.get(profile, 2)
     pids = [n["pid"] for n in nodes]
     rd("down")
-    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
-                   for p in pids)
+    assert all(process_gone(p) for p in pids)
     assert all(n["state"] == "stopped" for n in status(rd)["nodes"])
     rd("rm", profile)
     assert json.loads(rd("clusters", "--json").stdout) == []

@@ -301,3 +301,35 @@ def test_the_master_heartbeats_an_idle_slave_and_closes_one_gone_silent(tmp_path
         asyncio.run(main())
     master_store.shutdown()
     assert any("sent nothing" in r.getMessage() for r in caplog.records)
+
+
+def test_a_peer_that_stops_reading_loses_its_place_and_does_not_hold_up_stop(tmp_path):
+    # Anyone on loopback can connect: one that reports 0 and then reads nothing fills the
+    # master's buffers. It is given up on after housekeeping like a silent one, at once (not
+    # after bytes it will never read), and stop() does not wait for it either.
+    master_store = open_store(tmp_path / "m", mapped_file_size_commit_log=1 << 20,
+                              ha_housekeeping_interval=500)
+    for _ in range(3000):
+        master_store.put_message(make_message(body=b"x" * 1024))
+
+    async def main():
+        ha = HAService(master_store, master_store.config, "127.0.0.1", 0)
+        await ha.start()
+        sock = socket.create_connection(("127.0.0.1", ha.port))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.sendall(encode_report(0))
+        try:
+            await until(lambda: ha.connections and ha.connections[0].state == "TRANSFER")
+            await until(lambda: not ha.connections, timeout=5)  # closed, not stuck closing
+            sock2 = socket.create_connection(("127.0.0.1", ha.port))
+            sock2.sendall(encode_report(0))
+            await until(lambda: len(ha.connections) == 1)
+            await asyncio.sleep(0.2)  # its buffers full too
+            await asyncio.wait_for(ha.stop(), 5)
+            assert not ha.connections
+            sock2.close()
+        finally:
+            sock.close()
+
+    asyncio.run(main())
+    master_store.shutdown()
