@@ -9,6 +9,8 @@ filter into later queries; spark.md §2.4).
 
 from __future__ import annotations
 
+import os
+
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -19,23 +21,33 @@ from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailab
 
 from export.datasource_math import cap_rows
 from export.options import SourceOptions
-from export.planner import QueueBounds, QueueRange, plan, resolve, split
+from export.planner import QueueBounds, QueueRange, pack, plan, resolve, split
 from export.schema import SCHEMA_DDL
 
 
 class RangePartition(InputPartition):
-    def __init__(self, rng: QueueRange) -> None:
-        super().__init__(rng)
-        self.rng = rng
+    """The ranges one Spark task reads: a chunk of a large queue, or many small queues."""
+
+    def __init__(self, ranges: list[QueueRange]) -> None:
+        super().__init__(ranges)
+        self.ranges = ranges
+
+
+def _partitions(ranges: list[QueueRange], options: SourceOptions) -> list[RangePartition]:
+    minimum = options.min_partitions or os.cpu_count() or 1
+    return [RangePartition(p) for p in pack(split(ranges, options.partition_size),
+                                           options.partition_size, minimum)]
 
 
 def _read(partition, options: SourceOptions):
-    from export.pull_reader import read_range, read_store_range
+    from export.pull_reader import read_ranges, read_store_range
 
-    rng = getattr(partition, "value", None)
-    if not isinstance(rng, QueueRange):
+    ranges = getattr(partition, "value", None)
+    if not isinstance(ranges, list) or not ranges:
         return iter(())  # Spark's stand-in partition when a plan has no range: nothing to read
-    return read_store_range(rng, options) if options.path else read_range(rng, options)
+    if options.path:
+        return (batch for rng in ranges for batch in read_store_range(rng, options))
+    return read_ranges(ranges, options)
 
 
 class RocketMQDataSource(DataSource):
@@ -61,7 +73,7 @@ class RocketMQBatchReader(DataSourceReader):
     def partitions(self):
         # End offsets are fixed here, once: the job reads what existed when it was planned.
         self.ranges = plan(self.source_options)
-        return [RangePartition(r) for r in split(self.ranges, self.source_options.partition_size)]
+        return _partitions(self.ranges, self.source_options)
 
     def read(self, partition):
         yield from _read(partition, self.source_options)
@@ -135,7 +147,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     if stop > begin:
                         ranges.append(QueueRange(topic, broker, int(queue_id), begin, stop,
                                                  self._address(topic, broker)))
-        return [RangePartition(r) for r in split(ranges, self.source_options.partition_size)]
+        return _partitions(ranges, self.source_options)
 
     def _address(self, topic: str, broker: str) -> str | None:
         if self.source_options.path:

@@ -19,6 +19,7 @@ _KNOWN = {
     "tags": "tags", "keys": "keys", "maxoffsetspertrigger": "maxOffsetsPerTrigger",
     "partitionsize": "partitionSize", "path": "path", "failondataloss": "failOnDataLoss",
     "pullbatchsize": "pullBatchSize", "brokername": "brokerName",
+    "minpartitions": "minPartitions",
 }
 
 
@@ -36,6 +37,7 @@ class SourceOptions:
     keys: set[str] | None = None
     max_offsets_per_trigger: int | None = None
     partition_size: int = 50_000
+    min_partitions: int | None = None  # None: the driver's CPU count (Kafka source's option)
     fail_on_data_loss: bool = True
     pull_batch_size: int = 1024
     broker_names: set[str] | None = None
@@ -71,6 +73,7 @@ class SourceOptions:
         parsed.max_offsets_per_trigger = _int(options, "maxOffsetsPerTrigger", minimum=1)
         parsed.partition_size = _int(options, "partitionSize", minimum=1) or parsed.partition_size
         parsed.pull_batch_size = _int(options, "pullBatchSize", minimum=1) or parsed.pull_batch_size
+        parsed.min_partitions = _int(options, "minPartitions", minimum=1)
         parsed.fail_on_data_loss = options.get("failOnDataLoss", "true").lower() != "false"
         if options.get("brokerName"):
             parsed.broker_names = {b.strip() for b in options["brokerName"].split(",")}

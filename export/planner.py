@@ -3,12 +3,13 @@
 A plan is a list of :class:`QueueRange` (topic, broker, queue, ``[start, end)``), resolved once
 on the driver: end offsets are snapshotted, so a job reads exactly what existed when it was
 planned, however much arrives meanwhile. Large ranges are cut into chunks of ``partitionSize``
-messages, one Spark partition each.
+messages, and chunks packed into Spark partitions of at most that many (:func:`pack`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 import os
 from dataclasses import dataclass
 
@@ -42,6 +43,32 @@ def split(ranges: list[QueueRange], size: int) -> list[QueueRange]:
             chunks.append(QueueRange(r.topic, r.broker_name, r.queue_id, start,
                                      min(start + size, r.end), r.address))
     return sorted(chunks, key=lambda c: (-c.count, c.topic, c.broker_name, c.queue_id, c.start))
+
+
+def pack(chunks: list[QueueRange], size: int, min_partitions: int) -> list[list[QueueRange]]:
+    """Spark partitions of chunks: at most ``size`` messages each, small queues together.
+
+    A Spark task costs ~50 ms to schedule and run here however little it reads, so a topic of
+    1,024 small queues as 1,024 tasks spent 50 s on 93,000 messages. Chunks go, largest first,
+    to the partition holding the fewest messages while that stays within ``size``; there are
+    at least ``min_partitions`` (as many as there are chunks, if fewer), so every core works.
+    """
+    if not chunks:
+        return []
+    total = sum(c.count for c in chunks)
+    count = min(len(chunks), max(min_partitions, -(-total // size)))
+    bins: list[tuple[int, int]] = [(0, i) for i in range(count)]  # (messages, index): a heap
+    parts: list[list[QueueRange]] = [[] for _ in range(count)]
+    for chunk in sorted(chunks, key=lambda c: -c.count):
+        held, index = bins[0]
+        if held and held + chunk.count > size:
+            index = len(parts)
+            parts.append([chunk])
+            heapq.heappush(bins, (chunk.count, index))
+            continue
+        parts[index].append(chunk)
+        heapq.heapreplace(bins, (held + chunk.count, index))
+    return sorted(parts, key=lambda p: -sum(c.count for c in p))  # long tasks start first
 
 
 def offsets_json(ranges: list[QueueRange], which: str = "end") -> dict:

@@ -22,45 +22,61 @@ from export.planner import QueueRange
 
 def read_range(rng: QueueRange, options: SourceOptions) -> Iterator:
     """Arrow batches of the messages of ``rng`` the filters keep."""
-    builder = BatchBuilder(rng.broker_name, options, rng.topic)
-    try:
-        remoting = BlockingRemotingClient(rng.address)
-    except RemotingError as exc:
-        raise ExportError(f"cannot read {rng.topic} from {rng.broker_name}: {exc}") from exc
-    try:
-        offset = rng.start
-        while offset < rng.end:
-            try:
-                answer = remoting.invoke(pull_request(
-                    TOOLS_GROUP, rng.topic, rng.queue_id, offset,
-                    min(options.pull_batch_size, rng.end - offset),
-                    subscription=options.tag_expression))
-            except RemotingError as exc:
-                raise ExportError(f"reading {rng.topic} queue {rng.queue_id} from "
-                                  f"{rng.broker_name} failed: {exc}") from exc
-            next_offset = int(answer.field("nextBeginOffset") or offset)
-            if answer.code == ResponseCode.SUCCESS:
-                body = answer.body
-                starts, size = _record_starts(body, rng.end)
-                builder.add(body, starts, size)
-                if builder.full():
-                    yield from builder.take_batches()
-            elif answer.code == ResponseCode.PULL_OFFSET_MOVED:
-                if options.fail_on_data_loss:
-                    raise DataLossError(f"{rng.topic} {rng.broker_name} queue {rng.queue_id}: offset "
-                                        f"{offset} is gone (moved to {next_offset})")
-            elif answer.code == ResponseCode.PULL_NOT_FOUND and next_offset <= offset:
-                break  # nothing more before the end (the queue shrank?)
-            elif answer.code not in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY):
-                raise ExportError(f"{rng.broker_name} answered a pull of {rng.topic} queue "
-                                  f"{rng.queue_id} with code {answer.code}: {answer.remark}")
-            if next_offset <= offset:
-                raise ExportError(f"{rng.broker_name} did not advance past offset {offset} of "
-                                  f"{rng.topic} queue {rng.queue_id}")
-            offset = next_offset
-    finally:
-        remoting.close()
-    yield from builder.take_batches()
+    return read_ranges([rng], options)
+
+
+def read_ranges(ranges: list[QueueRange], options: SourceOptions) -> Iterator:
+    """Arrow batches of the messages of several ranges (one Spark partition): one connection
+    and one batch builder for the ranges of each broker and topic, so many small queues make
+    full batches, not a batch each."""
+    groups: dict[tuple, list[QueueRange]] = {}
+    for rng in ranges:
+        groups.setdefault((rng.broker_name, rng.topic, rng.address), []).append(rng)
+    for (broker_name, topic, address), group in groups.items():
+        builder = BatchBuilder(broker_name, options, topic)
+        try:
+            remoting = BlockingRemotingClient(address)
+        except RemotingError as exc:
+            raise ExportError(f"cannot read {topic} from {broker_name}: {exc}") from exc
+        try:
+            for rng in group:
+                yield from _pull_range(remoting, rng, options, builder)
+        finally:
+            remoting.close()
+        yield from builder.take_batches()
+
+
+def _pull_range(remoting, rng: QueueRange, options: SourceOptions, builder) -> Iterator:
+    offset = rng.start
+    while offset < rng.end:
+        try:
+            answer = remoting.invoke(pull_request(
+                TOOLS_GROUP, rng.topic, rng.queue_id, offset,
+                min(options.pull_batch_size, rng.end - offset),
+                subscription=options.tag_expression))
+        except RemotingError as exc:
+            raise ExportError(f"reading {rng.topic} queue {rng.queue_id} from "
+                              f"{rng.broker_name} failed: {exc}") from exc
+        next_offset = int(answer.field("nextBeginOffset") or offset)
+        if answer.code == ResponseCode.SUCCESS:
+            body = answer.body
+            starts, size = _record_starts(body, rng.end)
+            builder.add(body, starts, size)
+            if builder.full():
+                yield from builder.take_batches()
+        elif answer.code == ResponseCode.PULL_OFFSET_MOVED:
+            if options.fail_on_data_loss:
+                raise DataLossError(f"{rng.topic} {rng.broker_name} queue {rng.queue_id}: offset "
+                                    f"{offset} is gone (moved to {next_offset})")
+        elif answer.code == ResponseCode.PULL_NOT_FOUND and next_offset <= offset:
+            return  # nothing more before the end (the queue shrank?)
+        elif answer.code not in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY):
+            raise ExportError(f"{rng.broker_name} answered a pull of {rng.topic} queue "
+                              f"{rng.queue_id} with code {answer.code}: {answer.remark}")
+        if next_offset <= offset:
+            raise ExportError(f"{rng.broker_name} did not advance past offset {offset} of "
+                              f"{rng.topic} queue {rng.queue_id}")
+        offset = next_offset
 
 
 _SIZE_AND_QUEUE_OFFSET = struct.Struct(">i16xq")  # TOTALSIZE .. QUEUEOFFSET

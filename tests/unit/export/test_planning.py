@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from export.datasource_math import cap_rows
 from export.decode import RowBuilder
 from export.errors import DataLossError, OptionError
 from export.options import SourceOptions
-from export.planner import QueueBounds, QueueRange, offsets_json, plan_from_store, resolve, split
+from export.planner import (
+    QueueBounds,
+    QueueRange,
+    offsets_json,
+    pack,
+    plan_from_store,
+    resolve,
+    split,
+)
 from export.pull_reader import read_store_range
 from storage.message_store import DefaultMessageStore
 from storage.record import iter_records
@@ -53,6 +63,32 @@ def test_split_cuts_ranges_into_chunks_largest_first():
         (0, 0, 10), (0, 10, 20), (1, 5, 12), (0, 20, 25)]
     assert sum(c.count for c in chunks) == 32
     assert offsets_json(chunks[:1], "end") == {"T": {"b": {"0": 10}}}
+
+
+def test_pack_puts_small_queues_together_and_keeps_every_core_busy():
+    # 1,024 queues of 90 messages (a BenchmarkTest-like topic): not 1,024 tasks.
+    small = [QueueRange("T", "b", q, 0, 90) for q in range(1024)]
+    parts = pack(split(small, 50_000), 50_000, 2)
+    assert len(parts) == 2
+    assert sorted(sum(r.count for r in p) for p in parts) == [46_080, 46_080]
+    # Large queues still cut at partitionSize; never fewer partitions than asked for.
+    parts = pack(split([QueueRange("T", "b", 0, 0, 120), QueueRange("T", "b", 1, 0, 30)], 50),
+                 50, 4)
+    assert sorted(sum(r.count for r in p) for p in parts) == [20, 30, 50, 50]
+    assert pack([], 10, 2) == []
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 500)), max_size=40),
+       st.integers(1, 200), st.integers(1, 8))
+def test_pack_reads_every_message_once_within_the_partition_size(queues, size, minimum):
+    ranges = [QueueRange("T", f"b{b}", q, 0, n) for q, (b, n) in enumerate(queues) if n]
+    chunks = split(ranges, size)
+    parts = pack(chunks, size, minimum)
+    packed = [r for p in parts for r in p]
+    assert sorted(packed, key=lambda r: (r.queue_id, r.start)) == \
+        sorted(chunks, key=lambda r: (r.queue_id, r.start))
+    assert all(0 < sum(r.count for r in p) <= size for p in parts)
+    assert len(parts) >= min(minimum, len(chunks))
 
 
 def test_read_limits_spread_over_queues_without_starving_any():
