@@ -27,6 +27,15 @@ async def until(predicate, timeout=10.0):
         await asyncio.sleep(0.02)
 
 
+async def slave_of(handler, slave_store) -> tuple[asyncio.Server, HAClient]:
+    """A stand-in master (``handler`` serves each connection) and a slave replicating from it."""
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    client = HAClient(slave_store, slave_store.config)
+    client.update_master_address(f"127.0.0.1:{server.sockets[0].getsockname()[1]}")
+    client.start()
+    return server, client
+
+
 def test_a_slave_replicates_byte_for_byte_and_acknowledges(tmp_path):
     master_store = open_store(tmp_path / "m")
     slave_store = open_store(tmp_path / "s")
@@ -159,11 +168,7 @@ def test_a_slave_drops_a_master_whose_stream_does_not_continue_its_log(tmp_path)
             await reader.read()  # until the slave hangs up
             writer.close()
 
-        server = await asyncio.start_server(fake_master, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        client = HAClient(slave_store, slave_store.config)
-        client.update_master_address(f"127.0.0.1:{port}")
-        client.start()
+        server, client = await slave_of(fake_master, slave_store)
         try:
             await asyncio.wait_for(accepted.wait(), 10)
             await until(lambda: client.last_error is not None)
@@ -254,11 +259,7 @@ def test_a_slave_reports_while_idle_and_leaves_a_master_gone_silent(tmp_path):
             except (asyncio.IncompleteReadError, ConnectionError):
                 writer.close()
 
-        server = await asyncio.start_server(silent_master, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        client = HAClient(slave_store, slave_store.config)
-        client.update_master_address(f"127.0.0.1:{port}")
-        client.start()
+        server, client = await slave_of(silent_master, slave_store)
         try:
             await until(lambda: client.sessions >= 2, timeout=10)
             assert "sent nothing" in client.last_error
