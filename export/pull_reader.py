@@ -20,15 +20,10 @@ from export.options import SourceOptions
 from export.planner import QueueRange
 
 
-def read_range(rng: QueueRange, options: SourceOptions) -> Iterator:
-    """Arrow batches of the messages of ``rng`` the filters keep."""
-    return read_ranges([rng], options)
-
-
 def read_ranges(ranges: list[QueueRange], options: SourceOptions) -> Iterator:
-    """Arrow batches of the messages of several ranges (one Spark partition): one connection
-    and one batch builder for the ranges of each broker and topic, so many small queues make
-    full batches, not a batch each."""
+    """Arrow batches of the messages of ``ranges`` (one Spark partition) the filters keep: one
+    connection and one batch builder for the ranges of each broker and topic, so many small
+    queues make full batches, not a batch each."""
     groups: dict[tuple, list[QueueRange]] = {}
     for rng in ranges:
         groups.setdefault((rng.broker_name, rng.topic, rng.address), []).append(rng)

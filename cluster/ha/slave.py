@@ -57,7 +57,7 @@ class HAClient:
             self.master_address = address
             self._address_changed.set()
             if self._transport is not None:
-                self._transport.close()
+                self._transport.abort()  # (an old master that stopped reading never lets it close)
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()

@@ -78,6 +78,20 @@ def test_pack_puts_small_queues_together_and_keeps_every_core_busy():
     assert pack([], 10, 2) == []
 
 
+def test_the_source_plans_packed_partitions_and_checks_min_partitions():
+    from export.datasource import RangePartition, _partitions
+
+    small = [QueueRange("T", "b", q, 0, 90) for q in range(1024)]
+    parts = _partitions(small, opts(minPartitions="3"))
+    assert len(parts) == 3
+    assert all(isinstance(p, RangePartition) for p in parts)
+    assert sorted(r.queue_id for p in parts for r in p.ranges) == list(range(1024))
+    assert len(_partitions(small, opts(minPartitions="3", partitionSize="10000"))) == 10
+    for bad in ("0", "-4", "many", ""):
+        with pytest.raises(OptionError, match="minPartitions"):
+            opts(minPartitions=bad)
+
+
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 500)), max_size=40),
        st.integers(1, 200), st.integers(1, 8))
 def test_pack_reads_every_message_once_within_the_partition_size(queues, size, minimum):
