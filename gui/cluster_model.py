@@ -52,6 +52,7 @@ class ClusterModel(QObject):
         super().__init__(parent)
         self.supervisor: Supervisor | None = None
         self.external: str | None = None  # a cluster RocketDesk does not run: its name servers
+        self.title = "no cluster"  # the cluster on screen, in words
         self.admin: AdminClient | None = None
         self.nodes: list[dict] = []
         self.colors = ColorRegistry()  # one colour per broker, topic and group in every chart
@@ -79,6 +80,7 @@ class ClusterModel(QObject):
         # Keep the supervisor that started the nodes: it is their parent and reaps them.
         self.supervisor = supervisor or Supervisor.attach(name)
         self.external = None
+        self.title = f"cluster {name}"
         self._new_admin()
         self.samples.clear()
         for cache in (self.lag, self.consumed, self.topic_totals, self.group_stats,
@@ -115,6 +117,7 @@ class ClusterModel(QObject):
             raise ConsoleError("give a name-server address (host:port;host:port)")
         self.supervisor = None
         self.external = namesrv.strip()
+        self.title = f"the cluster at {self.external}"
         self._new_admin()
         self.samples.clear()
         for cache in (self.lag, self.consumed, self.topic_totals, self.group_stats,

@@ -45,6 +45,15 @@ class TopicConfig:
                    str(data.get("topicFilterType", "SINGLE_TAG")),
                    int(data.get("topicSysFlag", 0)), bool(data.get("order", False)))
 
+    def __str__(self) -> str:
+        # As RocketMQ logs one (TopicConfig.toString), not as a Python dict.
+        perm = (("R" if self.readable else "-") + ("W" if self.writeable else "-")
+                + ("X" if self.perm & PERM_INHERIT else "-"))
+        return (f"TopicConfig [topicName={self.topic_name}, readQueueNums={self.read_queue_nums}, "
+                f"writeQueueNums={self.write_queue_nums}, perm={perm}, "
+                f"topicFilterType={self.topic_filter_type}, topicSysFlag={self.topic_sys_flag}, "
+                f"order={str(self.order).lower()}]")
+
     @property
     def readable(self) -> bool:
         return bool(self.perm & PERM_READ)
@@ -160,7 +169,7 @@ class TopicConfigManager:
         with self._lock:
             old = self.table.get(config.topic_name)
             self.table[config.topic_name] = config
-            log.info("%s topic config %s", "updated" if old else "created", config.to_json())
+            log.info("%s %s", "updated" if old else "created", config)
             self._changed()
 
     def delete(self, topic: str) -> bool:

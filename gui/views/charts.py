@@ -8,7 +8,8 @@ import time
 import pyqtgraph as pg
 from PySide6.QtWidgets import QComboBox, QGridLayout, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from gui.models.display import readout, thin_labels
+from gui.models.display import thin_labels
+from gui.views.plot_style import apply_theme, say_when_empty, time_plot
 
 WINDOWS = {"last 5 min": 300, "last 15 min": 900, "last 60 min": 3600}
 
@@ -27,17 +28,17 @@ class ChartsView(QWidget):
         top.addStretch(1)
         top.addWidget(self.fresh)
         layout.addLayout(top)
-        self.tps = self._plot("Put TPS per broker (messages/s, 10 s average)", "msg/s")
-        self.get_tps = self._plot("Get TPS per broker (messages/s, 10 s average)", "msg/s")
-        self.positions = self._plot("CommitLog positions: max (solid), flushed (dashed), dispatched (dotted)",
+        self.tps = time_plot("Put TPS per broker (messages/s, 10 s average)", "msg/s")
+        self.get_tps = time_plot("Get TPS per broker (messages/s, 10 s average)", "msg/s")
+        self.positions = time_plot("CommitLog positions: max (solid), flushed (dashed), dispatched (dotted)",
                                     "bytes")
-        self.lag = self._plot("HA: bytes the slowest slave is behind its master", "bytes")
+        self.lag = time_plot("HA: bytes the slowest slave is behind its master", "bytes")
         self.latency = pg.PlotWidget(title="Put latency, last second, all brokers (puts per bucket)")
         self.latency.setBackground("w")
         self.latency_bars = pg.BarGraphItem(x=[], height=[], width=0.8, brush="#1f77b4")
         self.latency.addItem(self.latency_bars)
-        self.topic_tps = self._plot("Put TPS per topic, the five busiest (messages/s, every 5 s)", "msg/s")
-        self.group_lag = self._plot("Consumer lag per group (messages not yet consumed, every 5 s)",
+        self.topic_tps = time_plot("Put TPS per topic, the five busiest (messages/s, every 5 s)", "msg/s")
+        self.group_lag = time_plot("Consumer lag per group (messages not yet consumed, every 5 s)",
                                     "msgs")
         explain = {
             self.tps: "Messages stored per second by each broker, averaged over its last 10 s "
@@ -60,60 +61,8 @@ class ChartsView(QWidget):
             grid.addWidget(plot, index // 2, index % 2)
         layout.addLayout(grid, 1)
         self.curves: dict[tuple, pg.PlotDataItem] = {}
-        self.notes: dict[int, pg.TextItem] = {}
         model.sampled.connect(self.redraw)
         self.window.currentTextChanged.connect(lambda _: self.redraw({}))
-
-    @staticmethod
-    def _plot(title: str, unit: str) -> pg.PlotWidget:
-        plot = pg.PlotWidget(title=title)
-        plot.setLabel("left", units=unit)
-        plot.setLabel("bottom", "seconds ago")
-        # Counts read as counts: "1,500 msg/s", never "1.5 kmsg/s" or "x0.001".
-        for side in ("left", "bottom"):
-            plot.getAxis(side).enableAutoSIPrefix(False)
-        plot.setBackground("w")
-        # Top right, see-through, so that the lines show under it.
-        plot.addLegend(offset=(-10, 10), labelTextColor="#333", brush=pg.mkBrush(255, 255, 255, 170))
-        plot.showGrid(x=True, y=True, alpha=0.3)
-        ChartsView._hover(plot, unit)
-        return plot
-
-    @staticmethod
-    def _hover(plot: pg.PlotWidget, unit: str) -> None:
-        """A vertical line under the mouse and each line's value there, in words."""
-        dotted = pg.mkPen("#888", style=pg.QtCore.Qt.PenStyle.DotLine)
-        line = pg.InfiniteLine(angle=90, movable=False, pen=dotted)
-        label = pg.TextItem("", color="#333", fill=pg.mkBrush(255, 255, 255, 200), anchor=(0, 0))
-        line.setVisible(False)
-        label.setVisible(False)
-        plot.addItem(line, ignoreBounds=True)
-        plot.addItem(label, ignoreBounds=True)
-        plot.hover_readout = label  # (tests read it)
-
-        def moved(position) -> None:
-            box = plot.getPlotItem().vb
-            if not box.sceneBoundingRect().contains(position):
-                line.setVisible(False)
-                label.setVisible(False)
-                return
-            x = box.mapSceneToView(position).x()
-            series = []
-            for item in plot.getPlotItem().listDataItems():
-                name = item.name()
-                xs, ys = item.getData()
-                if name and xs is not None and len(xs):
-                    series.append((name, list(xs), list(ys)))
-            text = readout(x, series, unit)
-            line.setPos(x)
-            line.setVisible(bool(text))
-            label.setText(text)
-            (left, _right), (_bottom, top) = box.viewRange()
-            label.setPos(left, top)
-            label.setVisible(bool(text))
-
-        plot.scene().sigMouseMoved.connect(moved)
-        plot.hover_moved = moved  # (tests drive it without a mouse)
 
     def _curve(self, plot, key: tuple, name: str, color: str, style=None) -> pg.PlotDataItem:
         curve = self.curves.get(key)
@@ -177,11 +126,11 @@ class ChartsView(QWidget):
             recent = [(t - now, v) for t, v in points if now - t <= window]
             self._curve(self.group_lag, ("group", group), group, colors.color(group)).setData(
                 [x for x, _ in recent], [y for _, y in recent])
-        self._say_when_empty(self.group_lag, None if self.model.lag else
-                             "no consumer group yet: each group's lag shows here once it consumes")
-        self._say_when_empty(self.lag, None if with_slave else
-                             "no slave in this cluster: nothing is replicated")
-        self._say_when_empty(self.topic_tps, None if busiest else "no topic has messages yet")
+        say_when_empty(self.group_lag, None if self.model.lag else
+                       "no consumer group yet: each group's lag shows here once it consumes", window)
+        say_when_empty(self.lag, None if with_slave else
+                       "no slave in this cluster: nothing is replicated", window)
+        say_when_empty(self.topic_tps, None if busiest else "no topic has messages yet", window)
         if latest:
             self.fresh.setText("updated " + time.strftime("%H:%M:%S %Z"))
 
@@ -191,12 +140,7 @@ class ChartsView(QWidget):
 
     def apply_theme(self, dark: bool) -> None:
         """Chart backgrounds and legends that match the window's theme."""
-        for plot in self.plots():
-            plot.setBackground("k" if dark else "w")
-            legend = plot.getPlotItem().legend
-            if legend is not None:
-                legend.setLabelTextColor("#ddd" if dark else "#333")
-                legend.setBrush(pg.mkBrush(0, 0, 0, 170) if dark else pg.mkBrush(255, 255, 255, 170))
+        apply_theme(self.plots(), dark)
 
     def _masters_with_slaves(self) -> set[str]:
         """Master node names (``broker-a-0``) whose group has a slave node."""
@@ -207,21 +151,6 @@ class ChartsView(QWidget):
         return {row["name"] for row in self.model.nodes if row.get("kind") == "broker"
                 and not str(row.get("role", "")).startswith("SLAVE")
                 and (row.get("group") in groups or row["name"].rsplit("-", 1)[0] in named)}
-
-    def _say_when_empty(self, plot, sentence: str | None) -> None:
-        """A sentence in the middle of an empty chart, saying why it is empty."""
-        note = self.notes.get(id(plot))
-        if sentence is None:
-            if note is not None:
-                note.setVisible(False)
-            return
-        if note is None:
-            note = self.notes[id(plot)] = pg.TextItem(anchor=(0.5, 0.5), color="#757575")
-            plot.addItem(note, ignoreBounds=True)
-        note.setText(sentence)
-        view = plot.getViewBox().viewRange()
-        note.setPos((view[0][0] + view[0][1]) / 2, (view[1][0] + view[1][1]) / 2)
-        note.setVisible(True)
 
     def latency_last_second(self) -> list[tuple[str, int]]:
         """Puts per latency bucket in the last second, summed over brokers."""

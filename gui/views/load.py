@@ -26,7 +26,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"]
+from gui.models.display import thin_labels
+from gui.views.plot_style import apply_theme, say_when_empty, time_plot
+
+WINDOW = 600  # seconds of each load process charted
 
 
 class LoadProcess:
@@ -98,21 +101,19 @@ class LoadView(QWidget):
         controls.addStretch(1)
         layout.addLayout(controls, 1)
         charts = QVBoxLayout()
-        self.tps = pg.PlotWidget(title="TPS of each load process (messages/s)")
-        self.tps.addLegend(offset=(10, 10))
-        self.tps.setLabel("bottom", "seconds ago")
-        for plot in (self.tps,):
-            for side in ("left", "bottom"):
-                plot.getAxis(side).enableAutoSIPrefix(False)
-        self.rt = pg.PlotWidget(title="Producer response times, last second (count per bucket, ms)")
-        self.rt_bars = pg.BarGraphItem(x=[], height=[], width=0.8)
+        self.tps = time_plot("TPS of each load process (messages/s)", "msg/s")
+        self.rt = pg.PlotWidget(title="Producer response times, last second (sends per bucket, ms)")
+        self.rt_bars = pg.BarGraphItem(x=[], height=[], width=0.8, brush="#1f77b4")
         self.rt.addItem(self.rt_bars)
+        self.rt.setLabel("left", units="sends")
         for side in ("left", "bottom"):
             self.rt.getAxis(side).enableAutoSIPrefix(False)
         self.apply_theme(False)
+        self._say_what_is_empty()
         charts.addWidget(self.tps, 2)
         charts.addWidget(self.rt, 1)
-        charts.addWidget(QLabel("Producer latency-fault table"))
+        charts.addWidget(QLabel("Producer latency-fault table: brokers the producers avoid for a while "
+                                "after a slow or failed send (empty while every broker is fine)"))
         self.faults = QTableWidget(0, 4)
         self.faults.setHorizontalHeaderLabels(["broker", "current latency (ms)", "not available until",
                                                "available"])
@@ -126,8 +127,14 @@ class LoadView(QWidget):
 
     def apply_theme(self, dark: bool) -> None:
         """Chart backgrounds that match the window's theme (as the Charts tab's)."""
-        for plot in (self.tps, self.rt):
-            plot.setBackground("k" if dark else "w")
+        apply_theme([self.tps, self.rt], dark)
+
+    def _say_what_is_empty(self) -> None:
+        producers = any(name.startswith("producer") for name in self.loads)
+        say_when_empty(self.tps, None if self.loads else
+                       "no load yet: start a producer or a consumer on the left", WINDOW)
+        say_when_empty(self.rt, None if producers else
+                       "no producer yet: its sends' response times show here", None)
 
     def _start(self, name: str, args: list[str]) -> None:
         if not self.model.namesrv_addr:
@@ -186,17 +193,18 @@ class LoadView(QWidget):
 
     def _redraw(self, load: LoadProcess, latest: dict) -> None:
         now = time.time()
-        for index, (name, lp) in enumerate(sorted(self.loads.items())):
+        for name, lp in sorted(self.loads.items()):
             curve = self.curves.get(name)
             if curve is None:
-                pen = pg.mkPen(COLORS[index % len(COLORS)], width=2)
-                curve = self.curves[name] = self.tps.plot([], [], name=name, pen=pen)
-            recent = lp.seconds[-600:]
+                pen = pg.mkPen(self.model.colors.color(name), width=2)
+                curve = self.curves[name] = self.tps.plot([], [], name=name, pen=pen, connect="finite")
+            recent = [s for s in lp.seconds[-WINDOW:] if now - s["time"] <= WINDOW]
             curve.setData([s["time"] - now for s in recent], [s["tps"] for s in recent])
+        self._say_what_is_empty()
         if load.name.startswith("producer"):
             self.rt_bars.setOpts(x=list(range(len(latest["histogram"]))), height=latest["histogram"])
             labels = [f"≤{b}" for b in latest["buckets"]] + [f">{latest['buckets'][-1]}"]
-            self.rt.getAxis("bottom").setTicks([list(enumerate(labels))])
+            self.rt.getAxis("bottom").setTicks([list(enumerate(thin_labels(labels)))])
             faults = latest.get("faults") or []
             self.faults.setRowCount(len(faults))
             for r, item in enumerate(faults):

@@ -72,7 +72,7 @@ class OverviewView(QWidget):
             return
         view = build_overview(model.nodes, model.samples, model.lag, model.topic_totals)
         state = "healthy" if view.healthy else "needs attention"
-        self.headline.setText(f"{model.namesrv_addr or 'cluster'}: {state}, "
+        self.headline.setText(f"{model.title}: {state}, "
                               f"{plural(len(view.alerts), 'alert')}")
         self._card("nodes", "Nodes up", f"{view.nodes_up} / {view.nodes_total}",
                    "error" if view.nodes_up < view.nodes_total else None)

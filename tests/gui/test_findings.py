@@ -411,3 +411,41 @@ def test_a_deleted_topic_leaves_no_detail_and_a_log_or_stop_says_what_happens(qt
     assert len(asked) == 1
     assert "Stop every node" in asked[0]
     assert stopped == []
+
+
+def test_empty_charts_say_why_over_plain_axes_and_legends_follow_the_theme(qtbot, loop, home):
+    from gui.main_window import MainWindow
+
+    window = MainWindow()
+    qtbot.addWidget(window)
+    charts, load = window.charts, window.load
+    charts.redraw({})
+    # No group: a sentence, the 5-minute window below and no numbers on the left (not 0.1..0.9).
+    note = charts.group_lag.empty_note
+    assert note.isVisible()
+    assert "no consumer group yet" in note.textItem.toPlainText()
+    assert charts.group_lag.getViewBox().viewRange()[0] == [-300, 0]
+    assert not charts.group_lag.getAxis("left").style["showValues"]
+    for plot, words in ((load.tps, "no load yet"), (load.rt, "no producer yet")):
+        assert plot.empty_note.isVisible()
+        assert words in plot.empty_note.textItem.toPlainText()
+        assert not plot.getAxis("left").style["showValues"]
+    assert not load.rt.getAxis("bottom").style["showValues"]  # buckets, not time: nothing below
+
+    # Data arrives: the sentence goes and the axes follow the data again.
+    from collections import deque
+
+    window.model.lag = {"CID-orders": deque([(__import__("time").time() - 5, 1200)])}
+    charts.redraw({})
+    assert not note.isVisible()
+    assert charts.group_lag.getAxis("left").style["showValues"]
+
+    # A legend label drawn in the light theme is redrawn in the dark one (it kept its colour).
+    legend = charts.group_lag.getPlotItem().legend
+    _sample, label = legend.items[0]
+    assert label.text == "CID-orders"
+    window.set_dark(True)
+    assert "#dddddd" in label.item.toHtml()
+    window.set_dark(False)
+    assert "#333333" in label.item.toHtml()
+    assert "#dddddd" not in label.item.toHtml()

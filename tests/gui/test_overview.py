@@ -30,8 +30,10 @@ def test_overview_shows_health_and_opens_the_view_an_alert_is_about(qtbot, loop)
                                            "role": "ASYNC_MASTER"}])}
     model.lag = {"CID-late": deque([(1, 20_000)])}
     model.topic_totals = {"Orders": deque([(1, 42)])}
+    model.title = "cluster demo"
     view.refresh()
-    assert "needs attention" in view.headline.text()
+    # The cluster by its name, not by a list of name-server addresses.
+    assert view.headline.text().startswith("cluster demo: needs attention")
     assert "1 / 2" in view.cards["nodes"].text()
     assert "1,500" in view.cards["traffic"].text()  # a count, not "1.5 k"
     texts = [view.alerts.item(i).text() for i in range(view.alerts.count())]
