@@ -230,6 +230,12 @@ class ClusterModel(QObject):
                         if "timerPendingNum" in info else None
                     row["popInFlight"] = _num(info.get("popInFlightNum")) \
                         if "popInFlightNum" in info else None
+                    # Transactions not yet ended (masters), and the clients heartbeating here.
+                    for key, field in (("transactionsOpen", "transactionOpenNum"),
+                                       ("transactionsChecking", "transactionCheckingNum"),
+                                       ("producers", "producerClientNum"),
+                                       ("consumers", "consumerClientNum")):
+                        row[key] = _num(info.get(field)) if field in info else None
                     if info.get("actingMaster") == "true":  # delivering for a master that is down
                         row["role"] = f"{row['role']} (acting master)"
                 except Exception:  # a broker that stopped answering: a gap in its charts

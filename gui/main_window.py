@@ -224,6 +224,8 @@ class MainWindow(QMainWindow):
             self.tabs.setCurrentWidget(self.charts)
         elif view == "topics":
             self.tabs.setCurrentWidget(self.topics)
+            if subject == "transactions":
+                self.topics.show_pending_transactions()
 
     def show_message(self, text: str) -> None:
         self.statusBar().showMessage(text, 15000)

@@ -120,6 +120,10 @@ class ConsumerManager:
                     gone.append((group, client_id))
         return gone
 
+    def client_ids(self) -> set[str]:
+        """Every consumer client heartbeating here, once however many groups it is in."""
+        return {info.client_id for group in self.groups.values() for info in group.channels.values()}
+
     def find(self, group: str) -> ConsumerGroupInfo | None:
         return self.groups.get(group)
 
@@ -157,6 +161,10 @@ class ProducerManager:
             for connection, channel in list(channels.items()):
                 if now - channel.last_update > CHANNEL_EXPIRED_SECONDS:
                     self.unregister(group, connection)
+
+    def client_ids(self) -> set[str]:
+        """Every producer client heartbeating here, once however many groups it is in."""
+        return {info.client_id for channels in self.groups.values() for info in channels.values()}
 
     def any_channel(self, group: str) -> ClientChannelInfo | None:
         """A live producer of the group (transaction check-back asks one of them)."""

@@ -217,7 +217,13 @@ class BrokerController:
             "putTps": f"{self.stats.put_tps(10):.4f} {self.stats.put_tps(60):.4f}",
             "getTransferedTps": f"{self.stats.get_tps(10):.4f} {self.stats.get_tps(60):.4f}",
             "pullRequestsHeld": str(self.pull_hold.held_count()),
+            # Our own keys (RocketMQ reports clients per group only): for the console's overview.
+            "producerClientNum": str(len(self.producers.client_ids())),
+            "consumerClientNum": str(len(self.consumers.client_ids())),
         })
+        transactions = self.transactions.open_counts()
+        if transactions is not None:  # half messages not yet committed or rolled back
+            info["transactionOpenNum"], info["transactionCheckingNum"] = map(str, transactions)
         if self.timer is not None:  # 5.x: timers waiting for their time
             info["timerPendingNum"] = str(self.timer.pending)
             info["timerNextDueTimestamp"] = str(self.timer.next_due() or 0)

@@ -161,6 +161,17 @@ class TransactionalMessageService:
         self._register_open()
         return progress
 
+    def open_counts(self) -> tuple[int, int] | None:
+        """(open transactions, those of them past transactionTimeOut that the check-back has
+        reached and asks their producers about), or None before the progress is read. Every half
+        message from the half offset on is one open transaction unless settled (ended, or
+        replaced by the copy that holds its transaction now)."""
+        progress = self.progress
+        if progress is None:
+            return None
+        stored = self.broker.store.get_max_offset_in_queue(TRANS_HALF_TOPIC, 0)
+        return max(0, stored - progress.half_offset - len(progress.settled)), len(progress.live)
+
     def _register_open(self) -> None:
         """Learn which transaction each open half message holds, so that an END_TRANSACTION for
         an original that was put back before a restart still finds its copy."""

@@ -41,6 +41,12 @@ class Overview:
     worst_ha_lag: tuple[str, int] | None = None  # (slave's group, bytes)
     timers_pending: int = 0
     pop_in_flight: int = 0
+    transactions_open: int = 0
+    transactions_checking: int = 0  # open past transactionTimeOut: their producers are asked
+    # Clients heartbeating: the most any one broker sees (a client talks to every broker it
+    # uses, so a sum would count it again at each).
+    producers: int = 0
+    consumers: int = 0
     alerts: list[Alert] = field(default_factory=list)
 
     @property
@@ -73,7 +79,17 @@ def build_overview(nodes: list[dict], samples: dict, lag: dict, topic_totals: di
         view.disk_bytes += row.get("diskBytes") or 0
         view.timers_pending += int(row.get("timersPending") or 0)
         view.pop_in_flight += int(row.get("popInFlight") or 0)
+        view.transactions_open += int(row.get("transactionsOpen") or 0)
+        checking = int(row.get("transactionsChecking") or 0)
+        view.transactions_checking += checking
+        view.producers = max(view.producers, int(row.get("producers") or 0))
+        view.consumers = max(view.consumers, int(row.get("consumers") or 0))
         name = row.get("name", "?")
+        if checking:
+            alerts.append(Alert("warning", f"{checking:,} transaction{'s' if checking != 1 else ''} "
+                                           f"on {name} not committed or rolled back past "
+                                           "transactionTimeOut: the broker asks their producers",
+                                "topics", "transactions"))
         if state == "died":
             alerts.append(Alert("error", f"{name} died; its last log lines are on the Cluster tab",
                                 "cluster", name))

@@ -21,7 +21,9 @@ from cluster.supervisor.figures import human_bytes
 from gui.models.display import count, plural
 from gui.models.overview import build_overview
 
-CARDS = ["nodes", "brokers", "topics", "disk", "traffic", "lag", "replication", "5.x"]
+CARDS = ["nodes", "brokers", "topics", "disk", "clients", "traffic", "lag", "replication", "5.x",
+         "transactions"]
+COLUMNS = 5
 COLORS = {"error": "#c62828", "warning": "#ef6c00"}
 
 
@@ -48,7 +50,7 @@ class OverviewView(QWidget):
             card.setMinimumHeight(64)
             card.setMargin(8)
             self.cards[name] = card
-            grid.addWidget(card, index // 4, index % 4)
+            grid.addWidget(card, index // COLUMNS, index % COLUMNS)
         layout.addLayout(grid)
         self.spark = pg.PlotWidget(title="Put rate, all masters, last 5 minutes (msg/s)")
         self.spark.setMaximumHeight(170)
@@ -92,6 +94,11 @@ class OverviewView(QWidget):
         ha = view.worst_ha_lag
         self._card("replication", "Slowest slave", human_bytes(ha[1]) if ha else "-", None,
                    f"behind {ha[0]}" if ha else "no slave behind")
+        self._card("clients", "Clients", f"{plural(view.producers, 'producer')}, "
+                   f"{plural(view.consumers, 'consumer')}", None, "heartbeating to the brokers")
+        self._card("transactions", "Transactions", f"{view.transactions_open:,} open",
+                   "warning" if view.transactions_checking else None,
+                   f"{view.transactions_checking:,} past their timeout, being checked")
         self._card("5.x", "5.x clients", f"{view.pop_in_flight:,} in flight", None,
                    f"{view.timers_pending:,} timer messages pending")
         self.spark_curve.setData(list(range(len(view.put_history))), view.put_history)

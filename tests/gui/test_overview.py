@@ -47,6 +47,29 @@ def test_overview_shows_health_and_opens_the_view_an_alert_is_about(qtbot, loop)
     assert view.alerts.item(0).data(Qt.ItemDataRole.UserRole) == ("cluster", "broker-a-0")
 
 
+def test_transactions_left_open_show_on_the_overview_and_their_alert_lists_them(qtbot, loop, home,
+                                                                             monkeypatch):
+    from gui.main_window import MainWindow
+
+    window = MainWindow()
+    qtbot.addWidget(window)
+    model = window.model
+    model.title = "cluster demo"
+    model.nodes = [{"name": "broker-a-0", "kind": "broker", "role": "ASYNC_MASTER",
+                    "state": "running", "health": "ok", "transactionsOpen": 7,
+                    "transactionsChecking": 2, "producers": 1, "consumers": 3}]
+    window.overview.refresh()
+    cards = window.overview.cards
+    assert "7 open" in cards["transactions"].text()
+    assert "2 past their timeout" in cards["transactions"].text()
+    assert "1 producer, 3 consumers" in cards["clients"].text()
+    listed = []
+    monkeypatch.setattr(window.topics, "show_pending_transactions", lambda: listed.append(True))
+    window.overview.alerts.itemActivated.emit(window.overview.alerts.item(0))
+    assert window.tabs.currentWidget() is window.topics
+    assert listed == [True]  # the pending transactions, listed in the results table
+
+
 def test_the_node_table_colours_states_and_shows_full_text_in_tooltips(qtbot, loop):
     from gui.cluster_model import ClusterModel
     from gui.views.nodes import NodesView

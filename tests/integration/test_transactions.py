@@ -80,7 +80,21 @@ def test_commit_rollback_and_check_back(tmp_path):
                 assert received == ["committed"]  # half messages are invisible until committed
                 async with AdminClient(ns.address) as admin:
                     pending = sorted(r.keys for r in await admin.pending_half_messages())
+                    info = await admin.broker_runtime_info(broker.address)
                 assert pending == ["checked", "never-decided"]
+                # The broker counts them too (the console's overview), and the clients here.
+                assert info["transactionOpenNum"] == "2"
+                assert int(info["producerClientNum"]) >= 1
+                assert int(info["consumerClientNum"]) >= 1
+                for _ in range(100):  # both past transactionTimeOut: the check-back asks about them
+                    async with AdminClient(ns.address) as admin:
+                        info = await admin.broker_runtime_info(broker.address)
+                    if info["transactionCheckingNum"] == "2":
+                        break
+                    await asyncio.sleep(0.1)
+                else:
+                    raise AssertionError(f"checking {info['transactionCheckingNum']}, not 2")
+                assert info["transactionOpenNum"] == "2"
                 decided["checked"] = LocalTransactionState.COMMIT_MESSAGE  # decided later
                 for _ in range(200):
                     if "checked" in received:
@@ -96,6 +110,9 @@ def test_commit_rollback_and_check_back(tmp_path):
                 else:
                     raise AssertionError("never-decided was not rolled back after its checks")
                 assert sorted(received) == ["checked", "committed"]
+                async with AdminClient(ns.address) as admin:
+                    info = await admin.broker_runtime_info(broker.address)
+                assert (info["transactionOpenNum"], info["transactionCheckingNum"]) == ("0", "0")
             finally:
                 await parties.shutdown()
 

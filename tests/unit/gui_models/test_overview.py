@@ -58,3 +58,25 @@ def test_alerts_name_what_needs_a_look_and_where():
     texts = " | ".join(a.text for a in view.alerts)
     assert "4 dead letters of group CID-slow" in texts
     assert "91%" in texts
+
+
+def test_transactions_and_clients_at_a_glance_and_an_alert_for_transactions_left_open():
+    nodes = [{"name": "broker-a-0", "kind": "broker", "role": "ASYNC_MASTER", "state": "running",
+              "health": "ok", "transactionsOpen": 12, "transactionsChecking": 0,
+              "producers": 3, "consumers": 2},
+             {"name": "broker-b-0", "kind": "broker", "role": "ASYNC_MASTER", "state": "running",
+              "health": "ok", "transactionsOpen": 4, "transactionsChecking": 1,
+              "producers": 2, "consumers": 5},
+             {"name": "broker-b-1", "kind": "broker", "role": "SLAVE", "state": "running",
+              "health": "ok"}]
+    view = build_overview(nodes, {}, {}, {})
+    assert (view.transactions_open, view.transactions_checking) == (16, 1)
+    # A client heartbeats every broker it uses: the most one broker sees, not the sum.
+    assert (view.producers, view.consumers) == (3, 5)
+    [alert] = view.alerts
+    assert alert.severity == "warning"
+    assert alert.text.startswith("1 transaction on broker-b-0 not committed or rolled back")
+    assert (alert.view, alert.subject) == ("topics", "transactions")
+    # Open but young transactions are traffic, not a problem.
+    nodes[1]["transactionsChecking"] = 0
+    assert build_overview(nodes, {}, {}, {}).alerts == []
