@@ -81,6 +81,12 @@ async def shoot(window: MainWindow, out: str) -> None:
     await window.model.admin.create_topic("Orders", 4, 4)
     await window.model.admin.create_group("CID-orders")
     loader = asyncio.ensure_future(load(namesrv, 40))
+    # The Load tab's own processes: a producer and a consumer that falls behind (a group
+    # with lag and a client online for the Consumer groups tab and the lag chart).
+    window.load.rate.setValue(1000)
+    window.load.start_producer()
+    window.load.slow.setValue(2)
+    window.load.start_consumer()
     await until(lambda: window.charts.sample_count() >= 20)
     # Tabs with something in them: a topic and a query, a group, a log, a store, an export.
     window.topics.refresh()
@@ -100,7 +106,10 @@ async def shoot(window: MainWindow, out: str) -> None:
     finder.filter_bar.json_path.setText("$.total > 30")
     finder.filter_bar.apply()
     finder.results.selectRow(0)
-    window.groups.select_group("CID-orders")
+    await until(lambda: "load-consumers" in window.model.lag, 60)
+    window.groups.refresh()
+    await asyncio.sleep(2)
+    window.groups.select_group("load-consumers")
     window.logs.node.setCurrentText("broker-a-0")
     window.store.open_store()
     window.export.prefill("Orders")
@@ -108,6 +117,7 @@ async def shoot(window: MainWindow, out: str) -> None:
         window.set_dark(theme == "dark")
         await _every_tab(window, out, theme)
     window.set_dark(False)
+    window.load.stop_all()
     await loader
     window.tabs.setCurrentWidget(window.topics)
     await asyncio.sleep(0.5)

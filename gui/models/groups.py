@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-COLUMNS = ["group", "lag", "consumed/s (1 min)", "clients", "consumes by", "in flight (5.x)",
-           "retries"]
+COLUMNS = ["group", "lag", "consumed/s", "clients", "consumes by", "in flight", "retries"]
+COLUMN_TIPS = ["the consumer group's name", "messages stored but not yet consumed",
+               "messages consumed per second over the last minute", "clients online",
+               "how its clients consume: 4.x push or pull, 5.x POP, broadcast",
+               "messages 5.x consumers hold invisible until they ack them",
+               "how often a failed message is retried before it becomes a dead letter"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,8 +7,12 @@ import time
 from dataclasses import dataclass
 
 PERMISSIONS = {6: "read/write", 4: "read only", 2: "write only", 0: "none"}
-COLUMNS = ["topic", "queues", "permission", "messages", "put/s (1 min)", "consumer groups",
-           "last stored"]
+# Short headers (the table shares the tab with the message finder), each explained in its tooltip.
+COLUMNS = ["topic", "queues", "permission", "messages", "put/s", "groups", "last stored"]
+COLUMN_TIPS = ["the topic's name", "read / write queues over all brokers",
+               "whether producers may write and consumers read", "messages stored (all queues)",
+               "messages put per second over the last minute", "consumer groups reading it",
+               "when its newest message was stored"]
 
 
 @dataclass(frozen=True, slots=True)

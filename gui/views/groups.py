@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from PySide6.QtCore import QDateTime, QTimer
+from PySide6.QtCore import QDateTime, Qt, QTimer
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QDateTimeEdit,
     QHBoxLayout,
+    QHeaderView,
     QLabel,
     QLineEdit,
     QPushButton,
+    QSplitter,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -19,6 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from cluster.topic_validator import validate_group_name
+from gui.models.groups import COLUMN_TIPS as GROUP_TIPS
 from gui.models.groups import COLUMNS as GROUP_COLUMNS
 from gui.models.groups import group_row
 from gui.tasks import spawn
@@ -46,7 +49,7 @@ class GroupsView(QWidget):
         self.group_filter = QLineEdit()
         self.group_filter.setPlaceholderText("filter groups")
         self.group_filter.textChanged.connect(lambda _: self._fill_groups())
-        self.groups = row_table(GROUP_COLUMNS, sorted_by_name=True)
+        self.groups = row_table(GROUP_COLUMNS, sorted_by_name=True, tips=GROUP_TIPS)
         self.groups.itemSelectionChanged.connect(self.show_group)
         self.group_rows: list = []
         self.empty = QLabel("")
@@ -75,7 +78,6 @@ class GroupsView(QWidget):
         left.addLayout(create_row)
         left.addWidget(refresh)
         left.addWidget(delete)
-        layout.addLayout(left, 1)
         right = QVBoxLayout()
         self.summary = QLabel("")
         right.addWidget(self.summary)
@@ -83,6 +85,10 @@ class GroupsView(QWidget):
         self.progress.setHorizontalHeaderLabels(PROGRESS_COLUMNS)
         self.progress.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.progress.setSortingEnabled(True)
+        self.progress.verticalHeader().setVisible(False)
+        # Whole values (a last-consumed time, a %RETRY% topic), the last column taking the rest.
+        self.progress.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.progress.horizontalHeader().setStretchLastSection(True)
         right.addWidget(self.progress, 2)
         self.clients = QLabel("")
         self.clients.setWordWrap(True)
@@ -120,9 +126,20 @@ class GroupsView(QWidget):
         self.dead.setHorizontalHeaderLabels(DLQ_COLUMNS)
         self.dead.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.dead.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.dead.verticalHeader().setVisible(False)
+        self.dead.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.dead.horizontalHeader().setStretchLastSection(True)
         right.addWidget(self.dead, 1)
         self.dead_records = []
-        layout.addLayout(right, 3)
+        # A splitter, as on the Topics tab: the groups' figures get room from the start.
+        split = QSplitter(Qt.Orientation.Horizontal)
+        for pane_layout in (left, right):
+            pane = QWidget()
+            pane.setLayout(pane_layout)
+            pane_layout.setContentsMargins(0, 0, 0, 0)
+            split.addWidget(pane)
+        split.setSizes([600, 800])
+        layout.addWidget(split)
 
     def showEvent(self, event) -> None:
         # Current figures the moment the tab is shown, not up to 5 s later.
@@ -221,6 +238,10 @@ class GroupsView(QWidget):
             for c, value in enumerate(values):
                 self.progress.setItem(r, c, QTableWidgetItem(value))
         self.progress.setSortingEnabled(True)
+        self.progress.verticalHeader().setVisible(False)
+        # Whole values (a last-consumed time, a %RETRY% topic), the last column taking the rest.
+        self.progress.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.progress.horizontalHeader().setStretchLastSection(True)
         self.summary.setText(
             f"group {group}: total lag {total:,} messages over {len(rows)} queues"
             + (f"; {invisible:,} handed to 5.x consumers and not acked yet (invisible)"

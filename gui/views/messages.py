@@ -108,7 +108,7 @@ class MessageFinder(QWidget):
         query_layout.addWidget(export_query)
         right.addWidget(query_box)
         browse_box = QGroupBox("Browse a queue, or a time range of the topic; or tail it live")
-        browse_layout = QHBoxLayout(browse_box)
+        browse_layout = QVBoxLayout(browse_box)
         self.browse_broker = QLineEdit()
         self.browse_broker.setPlaceholderText("broker (e.g. broker-a)")
         self.browse_broker.setMinimumWidth(140)  # a broker's whole name
@@ -138,10 +138,16 @@ class MessageFinder(QWidget):
         self.pause_button.setCheckable(True)
         self.pause_button.setEnabled(False)
         self.pause_button.toggled.connect(self.pause_tail)
+        # Two rows, where from and what to do: one row's width squeezed the topic table.
+        where, scan = QHBoxLayout(), QHBoxLayout()
         for widget in (self.browse_broker, QLabel("queue"), self.browse_queue, QLabel("offset"),
-                       self.browse_offset, QLabel("or since"), self.browse_minutes, browse,
-                       self.more_button, self.cancel_scan, self.tail_button, self.pause_button):
-            browse_layout.addWidget(widget)
+                       self.browse_offset, QLabel("or since"), self.browse_minutes):
+            where.addWidget(widget)
+        for widget in (browse, self.more_button, self.cancel_scan, self.tail_button, self.pause_button):
+            scan.addWidget(widget)
+        scan.addStretch(1)
+        browse_layout.addLayout(where)
+        browse_layout.addLayout(scan)
         right.addWidget(browse_box)
 
         self.filter_bar = FilterBar()
@@ -179,9 +185,13 @@ class MessageFinder(QWidget):
         trace = QPushButton("T&race")
         trace.setToolTip("the message's trace as a timeline (Alt+R)")
         trace.clicked.connect(self.trace)
-        for widget in (resend, self.resend_group, resend_group, save_body, export, track, trace):
+        for widget in (resend, self.resend_group, resend_group):
             actions.addWidget(widget)
+        more_actions = QHBoxLayout()
+        for widget in (save_body, export, track, trace):
+            more_actions.addWidget(widget)
         right.addLayout(actions)
+        right.addLayout(more_actions)
 
     # -- the filter --------------------------------------------------------------------------------
     def _filter_changed(self, result_filter: ResultFilter) -> None:

@@ -6,11 +6,15 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem
 
 
-def row_table(columns: list[str], sorted_by_name: bool = False) -> QTableWidget:
+def row_table(columns: list[str], sorted_by_name: bool = False,
+              tips: list[str] | None = None) -> QTableWidget:
     """A read-only table whose rows are selected one at a time, without row numbers, its
-    columns as wide as their contents; sortable (by the first column first) if asked."""
+    columns as wide as their contents (``tips``: what each header means, in its tooltip);
+    sortable (by the first column first) if asked."""
     table = QTableWidget(0, len(columns))
     table.setHorizontalHeaderLabels(columns)
+    for index, tip in enumerate(tips or ()):
+        table.horizontalHeaderItem(index).setToolTip(tip)
     table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
     table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
     table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 
 from cluster.client.message import Message
 from gui.models.display import broker_addrs_text
+from gui.models.topics import COLUMN_TIPS as TOPIC_TIPS
 from gui.models.topics import COLUMNS as TOPIC_COLUMNS
 from gui.models.topics import matches, topic_row
 from gui.tasks import spawn
@@ -40,7 +41,7 @@ class TopicsView(QWidget):
         self.topic_filter = QLineEdit()
         self.topic_filter.setPlaceholderText("filter topics by name or group")
         self.topic_filter.textChanged.connect(lambda _: self._fill_topics())
-        self.topics = row_table(TOPIC_COLUMNS, sorted_by_name=True)
+        self.topics = row_table(TOPIC_COLUMNS, sorted_by_name=True, tips=TOPIC_TIPS)
         self.topics.itemSelectionChanged.connect(lambda: self.show_topic(self.selected_topic()))
         self.topic_rows: list = []
         # Live figures while the tab is shown (and the list is there without a click).
@@ -130,6 +131,9 @@ class TopicsView(QWidget):
         split.addWidget(right_pane)
         split.setStretchFactor(0, 1)
         split.setStretchFactor(1, 2)
+        # Room for the topic table's figures (name to last stored) from the start: the panes'
+        # size hints alone left it a third of that, the rest behind a scroll bar.
+        split.setSizes([600, 800])
 
     # -- topics ----------------------------------------------------------------------------------
     def showEvent(self, event) -> None:

@@ -449,3 +449,26 @@ def test_empty_charts_say_why_over_plain_axes_and_legends_follow_the_theme(qtbot
     window.set_dark(False)
     assert "#333333" in label.item.toHtml()
     assert "#dddddd" not in label.item.toHtml()
+
+
+def test_the_topic_and_group_tables_show_every_column_at_the_default_size(qtbot, loop, home):
+    from gui.main_window import MainWindow
+    from gui.models.groups import GroupRow
+    from gui.models.topics import TopicRow
+
+    window = MainWindow()
+    qtbot.addWidget(window)
+    window.resize(1400, 900)
+    window.show()
+    window.topics._show_topics([TopicRow("Orders", 8, "read/write", 1_250_000, 1234.5,
+                                         ("CID-orders",), 1764120000000)])
+    window.groups._show_groups([GroupRow("CID-orders", 120_000, 950.5, 4, "4.x push", 0, 16)])
+    for tab, table in ((window.topics, window.topics.topics), (window.groups, window.groups.groups)):
+        window.tabs.setCurrentWidget(tab)
+        qtbot.wait(50)
+        # Every column whole on screen, no scroll bar hiding the figures (a pane a third as
+        # wide as its columns was the finding).
+        assert table.horizontalHeader().length() <= table.viewport().width(), tab
+    # Short headers, each explained where the pointer rests on it.
+    assert window.topics.topics.horizontalHeaderItem(4).toolTip() == (
+        "messages put per second over the last minute")
