@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import string
+import time
 
 _PRINTABLE = set(string.printable) - set("\x0b\x0c")
 
@@ -150,3 +151,16 @@ def trace_timeline(events, when=None) -> list[str]:
         lines.append(f"  {at:>12}  {event.kind:<9} {event.group}{outcome}{cost} "
                      f"{event.detail}".rstrip())
     return lines
+
+
+def table_time(ms: int | None) -> str:
+    """A store time short enough for a table cell: local date and time to the millisecond,
+    the zone left to the column's tooltip (``local_zone``) and the detail."""
+    if not ms or ms <= 0:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000)) + f".{ms % 1000:03d}"
+
+
+def local_zone() -> str:
+    """This computer's time zone, as the tables' time columns are in it."""
+    return time.strftime("%Z (UTC%z)")

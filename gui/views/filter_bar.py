@@ -43,7 +43,7 @@ class FilterBar(QGroupBox):
         self.in_range = QCheckBox("stored between")
         self._range_edited = False  # until the user sets it, the range is the last/next hour
         for edit in (self.since, self.until):
-            edit.setDisplayFormat("yyyy-MM-dd HH:mm:ss t")
+            edit.setDisplayFormat("yyyy-MM-dd HH:mm t")
             edit.setCalendarPopup(True)
             edit.dateTimeChanged.connect(self._range_changed)
         self.in_range.toggled.connect(self._range_toggled)
@@ -57,11 +57,12 @@ class FilterBar(QGroupBox):
         # Two rows, so that an expression has room to be read whole.
         filter_rows = QVBoxLayout()
         first, second = QHBoxLayout(), QHBoxLayout()
-        first.addWidget(self.sql, 3)
-        first.addWidget(self.body_text, 1)
-        for widget, stretch in ((self.json_path, 2), (self.in_range, 0),
-                                (self.since, 0), (QLabel("and"), 0),
-                                (self.until, 0), (apply, 0), (clear, 0)):
+        # Expressions above, text and time below: no field squeezed to a few letters.
+        for widget, stretch in ((self.sql, 3), (self.json_path, 2), (apply, 0), (clear, 0)):
+            first.addWidget(widget, stretch)
+        self.body_text.setMinimumWidth(120)
+        for widget, stretch in ((self.body_text, 1), (self.in_range, 0), (self.since, 0),
+                                (QLabel("and"), 0), (self.until, 0)):
             second.addWidget(widget, stretch)
         filter_rows.addLayout(first)
         filter_rows.addLayout(second)

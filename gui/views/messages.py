@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QGroupBox,
     QHBoxLayout,
+    QHeaderView,
     QLabel,
     QLineEdit,
     QPlainTextEdit,
@@ -28,7 +29,14 @@ from PySide6.QtWidgets import (
 
 from cluster.client.message import Message
 from cluster.client.producer import Producer
-from gui.models.display import body_preview, is_text, properties_text, trace_timeline
+from gui.models.display import (
+    body_preview,
+    is_text,
+    local_zone,
+    properties_text,
+    table_time,
+    trace_timeline,
+)
 from gui.models.message_filter import ResultFilter
 from gui.tasks import ConsoleError, spawn
 from gui.views.filter_bar import FilterBar
@@ -37,6 +45,7 @@ from storage.inspector import format_timestamp, record_to_json
 from storage.message import COMPRESSED_FLAG
 
 RESULT_COLUMNS = ["topic", "queue", "offset", "keys", "tags", "msgId", "stored", "body"]
+STORED = RESULT_COLUMNS.index("stored")
 PAGE = 64  # messages a find or a browse shows at a time ("More" goes on from there)
 TAIL_KEEP = 500  # the newest messages a live tail lists
 
@@ -158,7 +167,12 @@ class MessageFinder(QWidget):
         right.addWidget(self.result_count)
 
         self.results = row_table(RESULT_COLUMNS)
-        self.results.horizontalHeader().setStretchLastSection(True)
+        self.results.horizontalHeaderItem(STORED).setToolTip(f"store time, {local_zone()}")
+        # One line a message; the body takes what the other columns leave (whole in its tooltip
+        # and the detail below), so that no column goes behind a scroll bar.
+        self.results.setWordWrap(False)
+        self.results.horizontalHeader().setSectionResizeMode(
+            len(RESULT_COLUMNS) - 1, QHeaderView.ResizeMode.Stretch)
         self.results.itemSelectionChanged.connect(self.show_detail)
         right.addWidget(self.results, 1)
         self.body_mode = QComboBox()
@@ -215,10 +229,10 @@ class MessageFinder(QWidget):
         for r, record in enumerate(self.shown):
             values = [record.topic, str(record.queue_id), str(record.queue_offset),
                       record.keys or "", record.tags or "", record.uniq_key or "",
-                      format_timestamp(record.store_timestamp), body_preview(record.body)]
+                      table_time(record.store_timestamp), body_preview(record.body)]
             for c, value in enumerate(values):
                 item = QTableWidgetItem(value)
-                item.setToolTip(value)
+                item.setToolTip(format_timestamp(record.store_timestamp) if c == STORED else value)
                 self.results.setItem(r, c, item)
         self.results.clearSelection()
         row = next((i for i, r in enumerate(self.shown) if r is selected), None)

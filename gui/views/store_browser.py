@@ -17,12 +17,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gui.models.display import body_preview, local_zone, table_time
 from gui.views.table_items import row_table
 from storage.errors import StoreError
 from storage.inspector import format_timestamp, inspect_store, iter_store_records
 from storage.record import MessageRecord
 
 COLUMNS = ["topic", "queue", "offset", "commitLog offset", "keys", "tags", "stored", "body"]
+STORED = COLUMNS.index("stored")
 
 
 class StoreBrowserView(QWidget):
@@ -62,6 +64,7 @@ class StoreBrowserView(QWidget):
             search.addWidget(widget)
         layout.addLayout(search)
         self.table = row_table(COLUMNS)  # whole headers ("commitLog offset", not ":ommitLog offse")
+        self.table.horizontalHeaderItem(STORED).setToolTip(f"store time, {local_zone()}")
         self.table.horizontalHeader().setStretchLastSection(True)
         self.table.itemSelectionChanged.connect(self.show_detail)
         layout.addWidget(self.table, 2)
@@ -144,10 +147,12 @@ class StoreBrowserView(QWidget):
         for r, record in enumerate(found):
             values = [record.topic, str(record.queue_id), str(record.queue_offset),
                       str(record.commit_log_offset),
-                      record.keys or "", record.tags or "", format_timestamp(record.store_timestamp),
-                      record.body[:80].decode("utf-8", "replace")]
+                      record.keys or "", record.tags or "", table_time(record.store_timestamp),
+                      body_preview(record.body)]  # a body that is not text as hex, never "��"
             for c, value in enumerate(values):
-                self.table.setItem(r, c, QTableWidgetItem(value))
+                item = QTableWidgetItem(value)
+                item.setToolTip(format_timestamp(record.store_timestamp) if c == STORED else value)
+                self.table.setItem(r, c, item)
         capped = f" (stopped at {limit}: raise the limit to see more)" if len(found) >= limit else ""
         self.model.message.emit(f"scanned {scanned:,} records, found {len(found):,}{capped}")
 

@@ -91,3 +91,19 @@ def test_a_trace_reads_as_a_timeline():
                      "       +250 ms  SubAfter  CID-a ok, took 4 ms",
                      "     (no time)  EndTx     pg"]
     assert trace_timeline([]) == ["  no trace (tracing was off for it)"]
+
+
+def test_table_times_are_short_local_and_exact_to_the_millisecond(monkeypatch):
+    import time
+
+    from gui.models.display import local_zone, table_time
+
+    monkeypatch.setenv("TZ", "Asia/Shanghai")
+    time.tzset()
+    try:
+        assert table_time(1764120000123) == "2025-11-26 09:20:00.123"
+        assert table_time(0) == table_time(None) == "-"
+        assert local_zone() == "CST (UTC+0800)"
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
