@@ -113,6 +113,20 @@ def thin_labels(labels: list[str], most: int = 8) -> list[str]:
     return [label if index % step == 0 else "" for index, label in enumerate(labels)]
 
 
+def latency_bucket_label(bucket: str) -> str:
+    """RocketMQ's put-latency bucket (``[<=0ms]``, ``[10~50ms]``, ``[500ms~1s]``, ``[10s~]``)
+    as its upper bound, short enough that all thirteen fit under a chart: ``0``, ``≤50`` (ms),
+    ``≤1s``, ``>10s``."""
+    inner = bucket.strip("[]")
+    if inner.startswith("<="):
+        label = inner[2:]
+    else:
+        low, _, high = inner.partition("~")  # the upper bound carries its unit in every bucket
+        label = "≤" + high if high else ">" + low
+    # Milliseconds unmarked (the axis says so), seconds marked: "≤100" fits a bar's width.
+    return label[:-2] if label.endswith("ms") else label
+
+
 def readout(x: float, series: list[tuple[str, list[float], list[float]]], unit: str = "") -> str:
     """What a chart's hover line says at ``x`` (seconds ago): each series' value at the sample
     nearest ``x`` (gaps and series without a sample within 3 s left out), largest first."""

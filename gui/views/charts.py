@@ -8,9 +8,10 @@ import time
 import pyqtgraph as pg
 from PySide6.QtWidgets import QComboBox, QGridLayout, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from gui.models.display import thin_labels
+from gui.models.display import latency_bucket_label, thin_labels
 from gui.views.plot_style import apply_theme, say_when_empty, time_plot
 
+MIB, KIB = 2**20, 2**10
 WINDOWS = {"last 5 min": 300, "last 15 min": 900, "last 60 min": 3600}
 
 
@@ -30,13 +31,17 @@ class ChartsView(QWidget):
         layout.addLayout(top)
         self.tps = time_plot("Put TPS per broker (messages/s, 10 s average)", "msg/s")
         self.get_tps = time_plot("Get TPS per broker (messages/s, 10 s average)", "msg/s")
+        # Byte positions in MiB and lag in KiB: axes of "2e+07" bytes read as nothing.
         self.positions = time_plot("CommitLog positions: max (solid), flushed (dashed), dispatched (dotted)",
-                                    "bytes")
-        self.lag = time_plot("HA: bytes the slowest slave is behind its master", "bytes")
+                                    "MiB")
+        # Its lines climb to the top right: the legend sits top left, over nothing.
+        self.positions.getPlotItem().legend.setOffset((10, 10))
+        self.lag = time_plot("HA: how far the slowest slave is behind its master", "KiB")
         self.latency = pg.PlotWidget(title="Put latency, last second, all brokers (puts per bucket)")
         self.latency.setBackground("w")
         self.latency_bars = pg.BarGraphItem(x=[], height=[], width=0.8, brush="#1f77b4")
         self.latency.addItem(self.latency_bars)
+        self.latency.setLabel("bottom", "how long a put took: ms, or s where marked")
         self.topic_tps = time_plot("Put TPS per topic, the five busiest (messages/s, every 5 s)", "msg/s")
         self.group_lag = time_plot("Consumer lag per group (messages not yet consumed, every 5 s)",
                                     "msgs")
@@ -47,8 +52,9 @@ class ChartsView(QWidget):
                             "sampled every 5 s), for the five busiest topics.",
             self.get_tps: "Messages handed to consumers per second by each broker (getTransferedTps).",
             self.group_lag: "Messages stored but not yet committed as consumed, per consumer group.",
-            self.positions: "CommitLog byte positions: max = written, flushed = on disk, dispatched "
-                            "= in ConsumeQueues and the index, slave ack = acknowledged by a slave.",
+            self.positions: "CommitLog positions in MiB: max = written (solid), flushed = on disk "
+                            "(dashed), dispatched = in ConsumeQueues and the index (dotted), "
+                            "slave ack = acknowledged by a slave (dash-dot).",
             self.lag: "Bytes written on the master that its slowest slave has not acknowledged.",
             self.latency: "Puts in the last second by how long the store took to append them "
                           "(the store's putMessageDistributeTime buckets).",
@@ -69,10 +75,15 @@ class ChartsView(QWidget):
         if curve is None:
             pen = pg.mkPen(color, width=2, style=style) if style else pg.mkPen(color, width=2)
             curve = self.curves[key] = plot.plot([], [], name=name, pen=pen, connect="finite")
+            if style is not None:
+                # A broker once in the legend, by its colour (its solid line); the line styles
+                # are in the title. The name stays for the read-out under the mouse.
+                plot.getPlotItem().legend.removeItem(curve)
         return curve
 
-    def points(self, broker: str, field: str) -> tuple[list[float], list[float]]:
-        """(seconds ago, value) with NaN where a sample is missing, so lines show gaps."""
+    def points(self, broker: str, field: str, per: float = 1) -> tuple[list[float], list[float]]:
+        """(seconds ago, value / ``per``) with NaN where a sample is missing, so lines show
+        gaps (``per``: 2**20 for MiB)."""
         window = WINDOWS[self.window.currentText()]
         now = time.time()
         xs, ys, last = [], [], None
@@ -85,7 +96,7 @@ class ChartsView(QWidget):
                 ys.append(float("nan"))
             value = sample.get(field)
             xs.append(age)
-            ys.append(float("nan") if value is None else value)
+            ys.append(float("nan") if value is None else value / per)
             last = sample["time"]
         return xs, ys
 
@@ -101,15 +112,15 @@ class ChartsView(QWidget):
             self._curve(self.get_tps, ("get", broker), broker, color).setData(*self.points(broker, "getTps"))
             for field, style in (("max", None), ("flushed", Qt.PenStyle.DashLine),
                                  ("dispatched", Qt.PenStyle.DotLine)):
-                name = f"{broker} {field}"
+                name = broker if field == "max" else f"{broker} {field}"
                 self._curve(self.positions, ("pos", broker, field), name, color, style).setData(
-                    *self.points(broker, field))
+                    *self.points(broker, field, MIB))
             if broker in with_slave:  # a master without a slave has no replication to chart
                 self._curve(self.lag, ("lag", broker), broker, color).setData(
-                    *self.points(broker, "haLag"))
+                    *self.points(broker, "haLag", KIB))
             if any(s.get("role") in ("SYNC_MASTER", "ASYNC_MASTER") for s in self.model.samples[broker]):
                 self._curve(self.positions, ("pos", broker, "ack"), f"{broker} slave ack", color,
-                            Qt.PenStyle.DashDotLine).setData(*self.points(broker, "haAck"))
+                            Qt.PenStyle.DashDotLine).setData(*self.points(broker, "haAck", MIB))
         self._draw_latency()
         window = WINDOWS[self.window.currentText()]
         now = time.time()
@@ -169,8 +180,8 @@ class ChartsView(QWidget):
     def _draw_latency(self) -> None:
         buckets = self.latency_last_second()
         self.latency_bars.setOpts(x=list(range(len(buckets))), height=[n for _, n in buckets])
-        short = [label.strip("[]").replace("~", "-").replace("<=", "≤") for label, _ in buckets]
-        self.latency.getAxis("bottom").setTicks([list(enumerate(thin_labels(short)))])
+        short = [latency_bucket_label(label) for label, _ in buckets]
+        self.latency.getAxis("bottom").setTicks([list(enumerate(thin_labels(short, most=13)))])
 
     def sample_count(self) -> int:
         return sum(len(v) for v in self.model.samples.values())

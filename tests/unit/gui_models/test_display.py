@@ -107,3 +107,10 @@ def test_table_times_are_short_local_and_exact_to_the_millisecond(monkeypatch):
     finally:
         monkeypatch.delenv("TZ")
         time.tzset()
+
+
+def test_latency_buckets_read_as_their_upper_bounds():
+    from gui.models.display import latency_bucket_label
+
+    buckets = ["[<=0ms]", "[0~10ms]", "[500ms~1s]", "[5~10s]", "[10s~]"]
+    assert [latency_bucket_label(b) for b in buckets] == ["0", "≤10", "≤1s", "≤10s", ">10s"]
