@@ -22,6 +22,7 @@ import time
 import uuid
 
 from export.errors import ExportError
+from export.job_record import JobRecord
 from export.options import SourceOptions
 from export.planner import offsets_json, plan
 
@@ -32,48 +33,84 @@ CHECKPOINT = "_rocketdesk_checkpoint"
 
 class Events:
     """JSON lines appended to a file the launcher tails (a file, not an inherited descriptor:
-    under spark-submit the driver is a grandchild started by the JVM, which closes them)."""
+    under spark-submit the driver is a grandchild started by the JVM, which closes them), and
+    the export's job record kept up to date from them."""
 
-    def __init__(self, path: str | None) -> None:
+    def __init__(self, path: str | None, record: JobRecord | None = None) -> None:
         self.stream = open(path, "a", buffering=1, encoding="utf-8") if path else None  # noqa: SIM115
+        self.record = record
         self.lock = threading.Lock()
 
     def emit(self, event: str, **values) -> None:
-        if self.stream is None:
-            return
         with self.lock:
-            self.stream.write(json.dumps({"event": event, "time": time.time(), **values}) + "\n")
+            if self.stream is not None:
+                self.stream.write(json.dumps({"event": event, "time": time.time(), **values}) + "\n")
+            if self.record is not None:
+                try:
+                    self.record.on_event(event, values)
+                except OSError:  # the exports folder went away: the export itself goes on
+                    self.record = None
+
+    def close(self) -> None:
+        if self.stream is not None:
+            self.stream.close()
+            self.stream = None
 
 
-class Cancellation:
-    """SIGTERM or SIGINT cancels the export: Spark's jobs are cancelled and the driver unwinds
-    with KeyboardInterrupt. Once the output has started to move into place the export is
-    complete, and a cancel that comes later is ignored rather than reported over a finished
-    output. The staging folder is removed after Spark stops: a cancelled task may still be
-    writing into it while the driver unwinds."""
+def record_fields(args, **more) -> dict:
+    """What a job record says was asked."""
+    return {"topics": args.topic, "out": os.path.abspath(args.out), "format": args.format,
+            "master": args.master, "incremental": args.incremental, **more}
 
-    def __init__(self) -> None:
+
+class JobControl:
+    """One export's cancel state and Spark job group. A cancel cancels the group's Spark jobs
+    (or stops the incremental export's streaming query); the driver unwinds. Once the output
+    has started to move into place the export is complete, and a cancel that comes later is
+    ignored rather than reported over a finished output. The staging folder is removed after
+    Spark stops: a cancelled task may still be writing into it while the driver unwinds.
+
+    In its own process (``python -m export.job``) SIGTERM or SIGINT cancel; in the warm export
+    service (export/service.py) a request does, several exports sharing one session, each in
+    its own group."""
+
+    def __init__(self, group: str = JOB_GROUP) -> None:
+        self.group = group
         self.requested = False
         self.settled = False
         self.spark = None
+        self.query = None  # the incremental export's streaming query, while it runs
         self.staging: str | None = None
+        self.lock = threading.Lock()
 
     def install(self) -> None:
         signal.signal(signal.SIGTERM, self._handle)
         signal.signal(signal.SIGINT, self._handle)
 
     def _handle(self, signum, frame) -> None:
-        if self.settled or self.requested:
-            return  # decided already, or unwinding from the first cancel
-        self.requested = True
-        if self.spark is not None:
-            self.spark.sparkContext.cancelJobGroup(JOB_GROUP)
-        raise KeyboardInterrupt
+        if self.cancel():
+            raise KeyboardInterrupt
 
-    def settle(self) -> None:
+    def cancel(self) -> bool:
+        """Ask the export to stop; False when its outcome is decided already (or asked before)."""
+        with self.lock:
+            if self.settled or self.requested:
+                return False
+            self.requested = True
+            spark, query = self.spark, self.query
+        if query is not None:
+            query.stop()
+        if spark is not None:
+            spark.sparkContext.cancelJobGroup(self.group)
+        return True
+
+    def settle(self) -> bool:
         """From here on the outcome is decided (the output is moving into place, or the driver
-        is already unwinding): a cancel can no longer change it."""
-        self.settled = True
+        is already unwinding): a cancel can no longer change it. False when a cancel came
+        first."""
+        with self.lock:
+            self.settled = True
+            return not self.requested
 
     def remove_staging(self) -> None:
         if self.staging is not None:
@@ -99,6 +136,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", required=True)
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--events-file")
+    parser.add_argument("--record", help="keep this export's job record (export/job_record.py) here")
     parser.add_argument("--driver-memory", default="2g")
     return parser.parse_args(argv)
 
@@ -145,12 +183,40 @@ def for_format(df, fmt: str):
               .withColumn("properties", F.to_json("properties")))
 
 
+# Folders a data lake expects beside the row's own columns: the store time's UTC date and hour
+# (Hive's date=2026-11-26/hour=09) and the tag.
+DERIVED = {"date": "yyyy-MM-dd", "hour": "HH", "tag": None}
+
+
+def partitioned(df, partition_by: str | None):
+    """The frame with the derived partition columns it is split by, and the columns (in order)
+    its output folders are named by (Hive style: ``date=…/hour=…/tag=…``)."""
+    from pyspark.sql import functions as F
+
+    names = [c.strip() for c in (partition_by or "").split(",") if c.strip()]
+    unknown = [n for n in names if n not in DERIVED and n not in df.columns]
+    if unknown:
+        raise ExportError(f"cannot partition by {', '.join(unknown)}: give date, hour, tag or "
+                          f"columns of the rows ({', '.join(df.columns)})")
+    zone = df.sparkSession.conf.get("spark.sql.session.timeZone")
+    for name in names:
+        if name in df.columns:
+            continue
+        if name == "tag":
+            df = df.withColumn("tag", F.col("tags"))
+        else:  # the same folders whatever the session's time zone: UTC
+            utc = F.to_utc_timestamp(F.col("storeTimestamp"), zone)
+            df = df.withColumn(name, F.date_format(utc, DERIVED[name]))
+    return df, names
+
+
 class Progress(threading.Thread):
     """Tasks done of the job group, turned into messages with the plan's total."""
 
-    def __init__(self, spark, events: Events, total: int) -> None:
+    def __init__(self, spark, events: Events, total: int, group: str) -> None:
         super().__init__(daemon=True)
         self.spark = spark
+        self.group = group
         self.events = events
         self.total = total
         self.stopped = threading.Event()
@@ -160,7 +226,7 @@ class Progress(threading.Thread):
         tracker = self.spark.sparkContext.statusTracker()
         while not self.stopped.wait(0.5):
             done = tasks = 0
-            for job_id in tracker.getJobIdsForGroup(JOB_GROUP):
+            for job_id in tracker.getJobIdsForGroup(self.group):
                 job = tracker.getJobInfo(job_id)
                 for stage_id in (job.stageIds if job else []):
                     stage = tracker.getStageInfo(stage_id)
@@ -176,27 +242,31 @@ class Progress(threading.Thread):
                                  tasksTotal=tasks, rate=round(rate), etaSeconds=eta and round(eta, 1))
 
 
-def run_batch(spark, args, events: Events, cancellation: Cancellation) -> dict:
+def run_batch(spark, args, events: Events, control: JobControl) -> dict:
     options = source_options(args)
     ranges = plan(SourceOptions.parse(options))
     total = sum(r.count for r in ranges)
     events.emit("planned", total=total, queues=len(ranges),
                 startingOffsets=offsets_json(ranges, "start"), endingOffsets=offsets_json(ranges, "end"))
+    if control.requested:  # cancelled while planning: no Spark job of the group to cancel yet
+        raise KeyboardInterrupt
     # The reader plans again from these fixed offsets: the same ranges, whatever arrived since.
     options["startingOffsets"] = json.dumps(offsets_json(ranges, "start"))
     options["endingOffsets"] = json.dumps(offsets_json(ranges, "end"))
     staging = os.path.join(os.path.dirname(os.path.abspath(args.out)) or ".",
                            f".staging-{os.path.basename(args.out)}-{uuid.uuid4().hex[:8]}")
-    cancellation.staging = staging
+    control.staging = staging
     began = time.monotonic()
-    progress = Progress(spark, events, total)
+    progress = Progress(spark, events, total, control.group)
     progress.start()
     try:
-        spark.sparkContext.setJobGroup(JOB_GROUP, "rocketdesk export", interruptOnCancel=True)
-        df = for_format(spark.read.format("rocketmq").options(**options).load(), args.format)
+        # Per thread: the warm service runs several exports at once, each in its own group.
+        spark.sparkContext.setJobGroup(control.group, "rocketdesk export", interruptOnCancel=True)
+        df, folders = partitioned(for_format(spark.read.format("rocketmq").options(**options).load(),
+                                             args.format), args.partition_by)
         writer = df.write.format(args.format)
-        if args.partition_by:
-            writer = writer.partitionBy(*[c.strip() for c in args.partition_by.split(",") if c.strip()])
+        if folders:
+            writer = writer.partitionBy(*folders)
         if args.format == "csv":
             writer = writer.option("header", "true")
         writer.save(staging)
@@ -209,15 +279,16 @@ def run_batch(spark, args, events: Events, cancellation: Cancellation) -> dict:
         if os.listdir(args.out):
             raise ExportError(f"{args.out} exists and is not empty; choose another --out")
         os.rmdir(args.out)
-    cancellation.settle()
+    if not control.settle():
+        raise KeyboardInterrupt  # cancelled while verifying: the staging folder goes
     os.replace(staging, args.out)
-    cancellation.staging = None
+    control.staging = None
     manifest = {"topics": args.topic, "format": args.format, "planned": total, **check,
                 "startingOffsets": offsets_json(ranges, "start"),
                 "endingOffsets": offsets_json(ranges, "end"), "filters": {
                     "tags": args.tags, "keys": args.keys, "startingTimestamp": args.starting_timestamp,
                     "endingTimestamp": args.ending_timestamp}, "seconds": round(seconds, 3),
-                "sparkVersion": spark.version}
+                "sparkVersion": spark.version, "sparkApplication": spark.sparkContext.applicationId}
     with open(os.path.join(args.out, MANIFEST), "w", encoding="utf-8") as handle:
         json.dump(manifest, handle, indent=1)
     return {**manifest, "out": os.path.abspath(args.out),
@@ -242,21 +313,23 @@ def verify(spark, path: str, fmt: str, planned: int, filtered: bool) -> dict:
     return {"exported": rows, "distinct": distinct, "verified": ok}
 
 
-def run_incremental(spark, args, events: Events) -> dict:
+def run_incremental(spark, args, events: Events, control: JobControl) -> dict:
     """Everything new since the last run, exactly once: a streaming query with
     Trigger.AvailableNow whose checkpoint lives beside the output."""
     options = source_options(args)
     checkpoint = os.path.join(args.out, CHECKPOINT)
     began = time.monotonic()
     reader = spark.readStream.format("rocketmq").options(**options)
-    df = for_format(reader.load(), args.format)
+    df, folders = partitioned(for_format(reader.load(), args.format), args.partition_by)
     writer = (df.writeStream.format(args.format).option("path", args.out)
               .option("checkpointLocation", checkpoint).trigger(availableNow=True))
-    if args.partition_by:
-        writer = writer.partitionBy(*[c.strip() for c in args.partition_by.split(",") if c.strip()])
+    if folders:
+        writer = writer.partitionBy(*folders)
     if args.format == "csv":
         writer = writer.option("header", "true")
-    query = writer.start()
+    query = control.query = writer.start()
+    if control.requested:  # cancelled while it was starting
+        query.stop()
     exported = 0
     seen = set()
     while query.isActive:
@@ -267,6 +340,9 @@ def run_incremental(spark, args, events: Events) -> dict:
                 exported += item["numInputRows"]
                 events.emit("progress", exported=exported, total=None, batch=item["batchId"])
     query.awaitTermination()
+    control.query = None
+    if control.requested:
+        raise KeyboardInterrupt
     for item in query.recentProgress:
         if item["batchId"] not in seen:
             seen.add(item["batchId"])
@@ -284,39 +360,61 @@ def run_incremental(spark, args, events: Events) -> dict:
             "out": os.path.abspath(args.out), "seconds": round(seconds, 3)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    events = Events(args.events_file)
-    # The pid lets the launcher reach this driver under spark-submit, where it is a grandchild.
-    events.emit("started", master=args.master, pid=os.getpid())
-    cancellation = Cancellation()
-    cancellation.install()
-    spark = None
+def run_job(spark, args, events: Events, control: JobControl) -> int:
+    """One export on a session that is ready (its own, or the warm service's): the events it
+    reports, and the exit code its process would have (0 done and verified, 1 failed or not
+    verified, 130 cancelled)."""
+    control.spark = spark
     try:
-        spark = cancellation.spark = session(args)
-        events.emit("session", sparkVersion=spark.version)
-        summary = (run_incremental(spark, args, events) if args.incremental
-                   else run_batch(spark, args, events, cancellation))
+        if control.requested:
+            raise KeyboardInterrupt
+        summary = (run_incremental(spark, args, events, control) if args.incremental
+                   else run_batch(spark, args, events, control))
         events.emit("finished", **summary)
         return 0 if summary.get("verified") else 1
     except KeyboardInterrupt:
         events.emit("cancelled")
         return 130
     except Exception as exc:  # reported to the launcher as a sentence, with the kind of error
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if cancellation.requested:
+        if control.requested:
             events.emit("cancelled")
             return 130
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         events.emit("failed", error=f"{type(exc).__name__}: {message}")
         return 1
     finally:
-        cancellation.settle()
+        control.settle()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    record = JobRecord(args.record, record_fields(args, pid=os.getpid())) if args.record else None
+    events = Events(args.events_file, record)
+    # The pid lets the launcher reach this driver under spark-submit, where it is a grandchild.
+    events.emit("started", master=args.master, pid=os.getpid(), warm=False)
+    control = JobControl()
+    control.install()
+    spark = None
+    try:
+        spark = control.spark = session(args)
+        events.emit("session", sparkVersion=spark.version)
+        return run_job(spark, args, events, control)
+    except KeyboardInterrupt:
+        events.emit("cancelled")
+        return 130
+    except Exception as exc:  # the session did not start (no Java, a bad master)
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        events.emit("failed", error=f"{type(exc).__name__}: {message}")
+        return 1
+    finally:
+        control.settle()
         if spark is not None:
             try:
                 spark.stop()
             except Exception:  # the JVM is already gone (killed with us): nothing to stop
                 pass
-        cancellation.remove_staging()
+        control.remove_staging()
+
 
 if __name__ == "__main__":
     sys.exit(main())

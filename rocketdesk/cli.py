@@ -172,8 +172,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_cluster_commands(commands)
     add_admin_commands(commands)
     from rocketdesk.cli_export import add_command as add_export_command
+    from rocketdesk.cli_export_jobs import add_command as add_export_jobs_command
 
     add_export_command(commands)
+    add_export_jobs_command(commands)
     console = commands.add_parser("console", help="open the desktop console (the default cluster "
                                                   "starts on first run)")
     console.add_argument("--name", help="open this cluster instead of the default one")
@@ -220,8 +222,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from rocketdesk.cli_export_jobs import route
+
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(route(sys.argv[1:] if argv is None else list(argv)))
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not getattr(args, "func", None):

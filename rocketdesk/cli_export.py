@@ -22,6 +22,7 @@ from pathlib import Path
 from export.errors import ExportError
 from rocketdesk.cli_admin import parse_time
 from rocketdesk.cli_cluster import namesrv_of
+from rocketdesk.export_service import ServiceClient, find_service, jobs_dir, new_job_id, start_service
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("export", "cluster", "storage")
@@ -73,6 +74,8 @@ def build_command(args, job_args: list[str], scratch: str) -> list[str]:
 def _human(event: dict) -> str | None:
     kind = event["event"]
     if kind == "started":
+        if event.get("warm"):
+            return f"on the warm export service's Spark ({event.get('master')})…"
         return f"starting Spark ({event.get('master')})…"
     if kind == "planned":
         return f"{event['total']:,} messages in {event['queues']} queue ranges"
@@ -93,9 +96,8 @@ def _human(event: dict) -> str | None:
     return None
 
 
-def run_export(args) -> int:
-    _check_java()
-    _spark_submit()
+def job_arguments(args) -> list[str]:
+    """``export.job``'s arguments for this command's options."""
     job_args = ["--topic", args.topic, "--format", args.format, "--out", os.path.abspath(args.out),
                 "--master", args.master, "--partition-size", str(args.partition_size)]
     if args.path:
@@ -111,19 +113,130 @@ def run_export(args) -> int:
         job_args += ["--partition-by", args.partition_by]
     if args.incremental:
         job_args.append("--incremental")
+    return job_args
+
+
+class Follower:
+    """Tails an export's events file: prints progress on stderr, copies the events for
+    ``--events``, keeps the summary."""
+
+    def __init__(self, events_path: str, copy_to: str | None) -> None:
+        self.stream = open(events_path, encoding="utf-8")  # noqa: SIM115
+        self.copy = open(copy_to, "a", buffering=1, encoding="utf-8") if copy_to else None  # noqa: SIM115
+        self.summary: dict | None = None
+        self.ended: str | None = None  # finished, failed or cancelled, once said
+        self.driver: int | None = None
+        self.shown = 0.0
+
+    def poll(self) -> bool:
+        """Read what has arrived; False when nothing had."""
+        line = self.stream.readline()
+        if not line:
+            return False
+        while line and not line.endswith("\n"):  # a line still being written
+            time.sleep(0.02)
+            line += self.stream.readline()
+        if self.copy is not None:
+            self.copy.write(line)
+        event = json.loads(line)
+        text = _human(event)
+        if text and (event["event"] != "progress" or time.monotonic() - self.shown > 1):
+            print(text, file=sys.stderr, flush=True)
+            self.shown = time.monotonic()
+        if event["event"] == "finished":
+            self.summary = event
+        if event["event"] in ("finished", "failed", "cancelled"):
+            self.ended = event["event"]
+        elif event["event"] == "started" and event.get("pid"):
+            self.driver = int(event["pid"])
+        return True
+
+    def drain(self) -> None:
+        while self.poll():
+            pass
+
+    def close(self) -> None:
+        self.stream.close()
+        if self.copy is not None:
+            self.copy.close()
+
+
+def run_export(args) -> int:
+    _check_java()
+    _spark_submit()
+    local = args.master.startswith("local")
+    if args.warm and not local:
+        raise ExportError("--warm runs on the local warm service; --master spark://… runs cold")
+    service = None
+    if local and not args.cold:
+        if args.warm:
+            service, waited = start_service()
+            if waited:
+                print(f"started the warm export service in {waited:.1f} s; later exports "
+                      "start at once (`rocketdesk export service stop` ends it)", file=sys.stderr)
+        else:
+            service = find_service()
+    job_id = new_job_id()
+    jobs_dir().mkdir(parents=True, exist_ok=True)
+    job_args = [*job_arguments(args), "--record", str(jobs_dir() / f"{job_id}.json")]
     scratch = tempfile.mkdtemp(prefix="rocketdesk-export-")
     events_path = os.path.join(scratch, "events.jsonl")
     job_args += ["--events-file", events_path]
+    Path(events_path).touch()
+    code = 1
+    try:
+        if service is not None:
+            code = _run_warm(args, service, job_id, job_args, events_path)
+        else:
+            code = _run_cold(args, job_args, scratch, events_path)
+        return code
+    finally:
+        if code in (0, 130) or service is not None:  # a failed cold export's Spark log stays
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _run_warm(args, service: ServiceClient, job_id: str, job_args: list[str], events_path: str) -> int:
+    """On the warm service: submitted, followed through its events, cancelled by a request."""
+    cancelled = False
+
+    def cancel(signum, frame):
+        nonlocal cancelled
+        cancelled = True
+
+    previous = {sig: signal.signal(sig, cancel) for sig in (signal.SIGINT, signal.SIGTERM)}
+    follower = Follower(events_path, args.events)
+    try:
+        service.ask("submit", id=job_id, args=job_args)
+        asked_to_cancel = False
+        while follower.ended is None:
+            if cancelled and not asked_to_cancel:
+                asked_to_cancel = True
+                try:
+                    service.ask("cancel", id=job_id)
+                except (OSError, ExportError):
+                    pass  # the service is gone: so is the export
+            if not follower.poll():
+                if find_service() is None:
+                    print("the export service ended during the export", file=sys.stderr)
+                    return 1
+                time.sleep(0.1)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        follower.close()
+    return _conclude(args, follower, None)
+
+
+def _run_cold(args, job_args: list[str], scratch: str, events_path: str) -> int:
+    """In a process of its own (``python -m export.job``, or spark-submit for a cluster)."""
     log_path = args.log or os.path.join(scratch, "spark.log")
     pythonpath = str(ROOT) + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
                PYTHONPATH=pythonpath)
     if args.master.startswith("local"):
         env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # nothing listens beyond loopback
-    Path(events_path).touch()
-    summary = None
     job: subprocess.Popen | None = None
-    driver: int | None = None  # the job's driver process, once its "started" event says
+    follower: Follower | None = None
     cancelled = False
 
     def cancel(signum, frame):
@@ -133,7 +246,7 @@ def run_export(args) -> int:
         nonlocal cancelled
         cancelled = True
         if job is not None:
-            _terminate(driver or job.pid)
+            _terminate((follower.driver if follower else None) or job.pid)
 
     # Installed before the job starts: the job runs in its own session, so a SIGTERM that
     # killed this launcher by default between the two would leave it running on its own,
@@ -142,7 +255,6 @@ def run_export(args) -> int:
     if cancelled:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        shutil.rmtree(scratch, ignore_errors=True)
         print("cancelled", file=sys.stderr)
         return 130
     with open(log_path, "ab") as log:
@@ -151,35 +263,17 @@ def run_export(args) -> int:
                                cwd=str(ROOT), start_new_session=True)
     if cancelled:  # the signal came while the job was being started, before it had a pid here
         _terminate(job.pid)
-    events_out = open(args.events, "a", buffering=1, encoding="utf-8") if args.events else None  # noqa: SIM115
+    follower = Follower(events_path, args.events)
     try:
-        shown = 0.0
-        with open(events_path, encoding="utf-8") as stream:
-            while True:
-                line = stream.readline()
-                if not line:
-                    if job.poll() is not None:
-                        rest = stream.read()
-                        if not rest:
-                            break
-                        line = rest
-                    else:
-                        time.sleep(0.2)
-                        continue
-                for text_line in line.splitlines():
-                    if events_out is not None:
-                        events_out.write(text_line + "\n")
-                    event = json.loads(text_line)
-                    text = _human(event)
-                    if text and (event["event"] != "progress" or time.monotonic() - shown > 1):
-                        print(text, file=sys.stderr, flush=True)
-                        shown = time.monotonic()
-                    if event["event"] == "finished":
-                        summary = event
-                    elif event["event"] == "started" and event.get("pid"):
-                        driver = int(event["pid"])
-                        if cancelled and driver != job.pid:
-                            _terminate(driver)  # the cancel reached spark-submit before it
+        while True:
+            if follower.poll():
+                if cancelled and follower.driver and follower.driver != job.pid:
+                    _terminate(follower.driver)  # the cancel reached spark-submit before it
+                continue
+            if job.poll() is not None:
+                follower.drain()
+                break
+            time.sleep(0.2)
         try:
             code = job.wait(30)
         except subprocess.TimeoutExpired:
@@ -191,32 +285,37 @@ def run_export(args) -> int:
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
             job.wait()
-        if driver is not None and driver != job.pid:
-            _wait_gone(driver, 30)  # a cancelled driver under spark-submit is still cleaning up
+        if follower.driver is not None and follower.driver != job.pid:
+            _wait_gone(follower.driver, 30)  # a cancelled driver under spark-submit is still cleaning up
         try:
             os.killpg(job.pid, signal.SIGKILL)  # a JVM or worker left behind by the job
         except (ProcessLookupError, PermissionError):
             pass
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        if events_out is not None:
-            events_out.close()
+        follower.close()
+    if follower.summary is None and code != 130 and not cancelled:
+        tail = (Path(log_path).read_text(errors="replace").splitlines()[-15:]
+                if os.path.exists(log_path) else [])
+        print("rocketdesk: the export failed; the last lines of Spark's log (" + log_path + "):\n  "
+              + "\n  ".join(tail), file=sys.stderr)
+        return 1
+    return _conclude(args, follower, code)
+
+
+def _conclude(args, follower: Follower, code: int | None) -> int:
+    summary = follower.summary
     if summary is not None:
         summary.pop("event", None)
         summary.pop("time", None)
         print(json.dumps(summary, indent=1) if args.json else _summary_text(summary))
-        shutil.rmtree(scratch, ignore_errors=True)
         return 0 if summary.get("verified") else 1
-    if code == 130 or cancelled:
+    if follower.ended == "cancelled" or code is not None:
         # A job cancelled before it set up its own handler dies of the SIGTERM (-15) without a
         # word: still a cancel, not a failure.
-        if code != 130:
+        if follower.ended != "cancelled":
             print("cancelled", file=sys.stderr)
-        shutil.rmtree(scratch, ignore_errors=True)
         return 130
-    tail = Path(log_path).read_text(errors="replace").splitlines()[-15:] if os.path.exists(log_path) else []
-    print("rocketdesk: the export failed; the last lines of Spark's log (" + log_path + "):\n  "
-          + "\n  ".join(tail), file=sys.stderr)
     return 1
 
 
@@ -262,7 +361,9 @@ def add_command(commands) -> None:
     parser.add_argument("--tags", help="tag expression, e.g. 'TagA || TagB'")
     parser.add_argument("--keys", help="only messages with one of these keys (comma-separated)")
     parser.add_argument("--format", choices=["parquet", "json", "csv"], default="parquet")
-    parser.add_argument("--partition-by", help="output columns to partition by, e.g. brokerName,queueId")
+    parser.add_argument("--partition-by",
+                        help="folders by date, hour (of the store time, UTC), tag or any output "
+                             "column, Hive style: e.g. date,hour or tag or brokerName,queueId")
     parser.add_argument("--partition-size", type=int, default=50_000, help="messages per Spark task")
     parser.add_argument("--incremental", action="store_true",
                         help="only what is new since the last run into the same --out")
@@ -271,4 +372,9 @@ def add_command(commands) -> None:
     parser.add_argument("--events", help="also append the job's JSON events to this file")
     parser.add_argument("--log", help="where Spark's own output goes (default: a temporary file)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    warmth = parser.add_mutually_exclusive_group()
+    warmth.add_argument("--warm", action="store_true",
+                        help="run on the warm export service, starting it if it is not running")
+    warmth.add_argument("--cold", action="store_true",
+                        help="run in a Spark of its own even when the warm service runs")
     parser.set_defaults(func=run_export)

@@ -1,6 +1,10 @@
 """``rocketdesk bench export``: Spark start-up and export throughput, reported apart.
 
-A scratch cluster (two brokers x 4 queues) is loaded with N messages of S bytes, then one local
+First, end to end as a user runs it: ``rocketdesk export`` of a small topic (20,000 messages)
+in a Spark of its own (cold), then on the warm export service (its own start timed apart, then
+two exports on it): the whole command's seconds and its start-up (launch to the export's plan).
+
+Then a scratch cluster (two brokers x 4 queues) is loaded with N messages of S bytes, then one local
 Spark session (``local[2]``) exports them to Parquet twice, over the pull protocol and from the
 store files, each after a small warm-up read (the first data-source query spins up Spark's Python
 planning workers). Brokers are configured to hand out up to 1,024 messages / 4 MiB per pull
@@ -11,8 +15,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -34,14 +40,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--rounds", type=int, default=2,
                         help="exports per mode; later rounds run with the JVM's code compiled")
+    parser.add_argument("--e2e-messages", type=int, default=20_000,
+                        help="messages of the end-to-end (cold and warm) part")
+    parser.add_argument("--e2e-only", action="store_true",
+                        help="only the end-to-end part: cold and warm `rocketdesk export`")
     parser.set_defaults(func=run_export_bench)
 
 
-async def _load(namesrv: str, count: int, size: int) -> float:
+async def _load(namesrv: str, count: int, size: int, topic: str = "BenchExport") -> float:
     body = os.urandom(size)
     began = time.perf_counter()
     async with AdminClient(namesrv) as admin:
-        await admin.create_topic("BenchExport", 4, 4)
+        await admin.create_topic(topic, 4, 4)
     async with Producer("bench-export", namesrv) as producer:
         sent = 0
         while sent < count:
@@ -50,11 +60,48 @@ async def _load(namesrv: str, count: int, size: int) -> float:
                 n = min(256, count - sent)
                 if n <= 0:
                     break
-                waves.append(producer.send_batch([Message("BenchExport", body, keys=f"k{sent + i}")
+                waves.append(producer.send_batch([Message(topic, body, keys=f"k{sent + i}")
                                                   for i in range(n)]))
                 sent += n
             await asyncio.gather(*waves)
     return time.perf_counter() - began
+
+
+def _export_command(namesrv: str, out: Path, home: Path, *flags: str) -> tuple[float, float, int]:
+    """One ``rocketdesk export`` of BenchE2E: (whole command s, start-up s, messages)."""
+    events = out.with_suffix(".jsonl")
+    env = dict(os.environ, ROCKETDESK_HOME=str(home))
+    began = time.time()
+    done = subprocess.run([sys.executable, "-m", "rocketdesk.cli", "export", "-n", namesrv,
+                           "-t", "BenchE2E", "--out", str(out), "--events", str(events), "--json",
+                           *flags], capture_output=True, text=True, env=env, check=False)
+    took = time.time() - began
+    if done.returncode != 0:
+        raise SystemExit(f"rocketdesk export failed: {done.stderr[-2000:]}")
+    planned = next(json.loads(line)["time"] for line in events.read_text().splitlines()
+                   if '"planned"' in line)
+    return took, planned - began, json.loads(done.stdout)["exported"]
+
+
+def _end_to_end(namesrv: str, count: int, size: int, scratch: Path) -> None:
+    asyncio.run(_load(namesrv, count, size, "BenchE2E"))
+    home = scratch / "home"
+    took, startup, rows = _export_command(namesrv, scratch / "e2e-cold", home, "--cold")
+    print(f"cold `rocketdesk export` of {rows:,} messages: {took:.2f} s end to end, "
+          f"start-up {startup:.2f} s (a Spark of its own)")
+    env = dict(os.environ, ROCKETDESK_HOME=str(home))
+    began = time.time()
+    subprocess.run([sys.executable, "-m", "rocketdesk.cli", "export", "service", "start"],
+                   capture_output=True, env=env, check=True)
+    print(f"the warm export service started in {time.time() - began:.2f} s (once)")
+    try:
+        for round_ in (1, 2):
+            took, startup, rows = _export_command(namesrv, scratch / f"e2e-warm-{round_}", home)
+            print(f"warm `rocketdesk export` of {rows:,} messages, round {round_}: {took:.2f} s "
+                  f"end to end, start-up {startup:.2f} s")
+    finally:
+        subprocess.run([sys.executable, "-m", "rocketdesk.cli", "export", "service", "stop"],
+                       capture_output=True, env=env, check=False)
 
 
 def run_export_bench(args: argparse.Namespace) -> int:
@@ -68,6 +115,9 @@ def run_export_bench(args: argparse.Namespace) -> int:
     asyncio.run(supervisor.start())
     try:
         namesrv = supervisor.state.namesrv_addr
+        _end_to_end(namesrv, args.e2e_messages, args.size, scratch)
+        if args.e2e_only:
+            return 0
         seconds = asyncio.run(_load(namesrv, args.messages, args.size))
         print(f"loaded {args.messages:,} x {args.size} B messages in {seconds:.1f} s")
         began = time.perf_counter()

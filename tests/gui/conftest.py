@@ -77,3 +77,10 @@ def home(tmp_path, monkeypatch):
     monkeypatch.setenv("ROCKETDESK_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # QSettings of the test
     return tmp_path / "home"
+
+
+@pytest.fixture(autouse=True)
+def _no_warm_export_service(monkeypatch):
+    """Console tests run each export in its own Spark: a warm export service (a JVM that
+    outlives the test) only where a test asks for one and stops it."""
+    monkeypatch.setenv("ROCKETDESK_EXPORT_WARM", "0")

@@ -472,3 +472,39 @@ def test_the_topic_and_group_tables_show_every_column_at_the_default_size(qtbot,
     # Short headers, each explained where the pointer rests on it.
     assert window.topics.topics.horizontalHeaderItem(4).toolTip() == (
         "messages put per second over the last minute")
+
+
+def test_local_exports_run_on_the_warm_spark_the_tab_starts_and_that_ends_with_the_console(
+        qtbot, loop, monkeypatch, tmp_path):
+    import os
+
+    from gui.cluster_model import ClusterModel
+    from gui.views import export_view
+    from gui.views.export_view import ExportView
+
+    monkeypatch.setenv("ROCKETDESK_EXPORT_WARM", "1")
+    started = []
+
+    def fake_start(process):
+        env = process.processEnvironment()
+        started.append((process.arguments(), env.value("ROCKETDESK_EXPORT_SERVICE_PARENT")))
+
+    monkeypatch.setattr(export_view.QProcess, "start", fake_start)
+    model = ClusterModel()
+    model.external = "127.0.0.1:9876"
+    view = ExportView(model)
+    qtbot.addWidget(view)
+    view.show()  # the first show warms Spark up, once
+    view.hide()
+    view.show()
+    assert [args[2:5] for args, _ in started] == [["export", "service", "start"]]
+    assert "warming up" in view.spark_state.text()
+    view.topic.setText("Orders")
+    view.out.setText(str(tmp_path / "out"))
+    view.start()
+    args, parent = started[-1]
+    assert "--warm" in args
+    assert parent == str(os.getpid())  # a service it starts ends with this console
+    view.master.setText("spark://somewhere:7077")
+    view.start()
+    assert "--warm" not in started[-1][0]  # a Spark cluster runs each export on its own

@@ -55,6 +55,9 @@ async def send(namesrv: str, topic: str, numbers, tags=lambda i: "TagA" if i % 2
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     root = tmp_path_factory.mktemp("clusters")
+    # The exports' job records (and any export service) in a home of this module's own.
+    before = os.environ.get("ROCKETDESK_HOME")
+    os.environ["ROCKETDESK_HOME"] = str(tmp_path_factory.mktemp("home"))
     spec = ClusterSpec(name="export", groups=[
         GroupSpec("broker-a", commitlog_file_size=64 << 20),
         GroupSpec("broker-b", commitlog_file_size=64 << 20)])
@@ -71,6 +74,10 @@ def cluster(tmp_path_factory):
     asyncio.run(prepare())
     yield supervisor
     asyncio.run(supervisor.stop())
+    if before is None:
+        os.environ.pop("ROCKETDESK_HOME", None)
+    else:
+        os.environ["ROCKETDESK_HOME"] = before
 
 
 def rocketdesk(*args, timeout=240, env=None):

@@ -1,0 +1,67 @@
+"""An export's job record: one JSON file per export in the exports folder, kept up to date from
+the export's own events by whichever process runs it (its own ``python -m export.job``, or the
+warm export service), so that ``rocketdesk export list|show|cancel`` and the console see every
+export the same way, running or ended, warm or cold.
+
+A record says what was asked (topics, output, format, master), where it stands (``state``:
+running, finished, failed, cancelled; messages exported of the planned total), who runs it
+(``pid``, and ``service`` when the warm service does) and, once finished, the summary with the
+offsets it covered (the manifest's)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+ENDED = ("finished", "failed", "cancelled")
+
+
+class JobRecord:
+    def __init__(self, path: str, fields: dict) -> None:
+        self.path = path
+        self.data = {"id": Path(path).stem, "state": "running", "created": time.time(), **fields}
+        self._write()
+
+    def on_event(self, event: str, values: dict) -> None:
+        data = self.data
+        data["updated"] = time.time()
+        if event == "started":
+            data.setdefault("pid", values.get("pid"))
+        elif event == "planned":
+            data["total"] = values.get("total")
+            data["exported"] = 0
+        elif event == "progress":
+            data["exported"] = values.get("exported")
+        elif event == "verifying":
+            data["state"] = "verifying"
+        elif event in ENDED:
+            data["state"] = event
+            data["ended"] = data["updated"]
+            if event == "finished":
+                data["summary"] = values
+                data["exported"] = values.get("exported")
+            elif event == "failed":
+                data["error"] = values.get("error")
+        else:
+            return  # nothing a reader of the record needs
+        self._write()
+
+    def _write(self) -> None:
+        # Replaced whole, never written in place: a reader sees the old record or the new one.
+        part = f"{self.path}.{os.getpid()}.part"
+        with open(part, "w", encoding="utf-8") as handle:
+            json.dump(self.data, handle, indent=1)
+        os.replace(part, self.path)
+
+
+def read_records(folder: str) -> list[dict]:
+    """Every record in ``folder``, newest first; an unreadable one is skipped."""
+    records = []
+    for path in Path(folder).glob("*.json"):
+        try:
+            records.append(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            continue
+    return sorted(records, key=lambda r: r.get("created", 0), reverse=True)

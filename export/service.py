@@ -1,0 +1,232 @@
+"""The warm export service: one long-lived local Spark session that exports run on, so that
+only the first export pays for Spark's start (a JVM, the session, the Python workers, the
+``rocketmq`` source's first plan: 10-20 s here) and later ones start at once.
+
+    python -m export.service --dir EXPORTS_FOLDER [--idle-minutes 30]
+
+It listens on loopback only, on a port of the system's choosing, and announces itself in
+``service.json`` in that folder (pid, port, a token every request must carry, Spark's version
+and application id), written once the session is warm and removed when the service ends. A
+request is one JSON line, answered by one:
+
+    {"token": T, "op": "ping"}                      -> the session and the exports running
+    {"token": T, "op": "submit", "id": I, "args": […export.job's arguments…]}
+    {"token": T, "op": "cancel", "id": I}
+    {"token": T, "op": "stop"}                      -> cancels what runs, then ends
+
+A submitted export runs in a thread of its own (Spark job group ``rocketdesk-export-I``) and
+reports exactly as ``python -m export.job`` does: events in its ``--events-file``, its job
+record in ``--record``. The service ends itself after ``--idle-minutes`` without an export, so
+a forgotten one does not hold a JVM's memory for good."""
+
+from __future__ import annotations
+
+import argparse
+import hmac
+import json
+import logging
+import os
+import secrets
+import signal
+import socketserver
+import sys
+import tempfile
+import threading
+import time
+
+from export.job import Events, JobControl, parse_args, record_fields, run_job, session
+from export.job_record import JobRecord
+
+log = logging.getLogger("export.service")
+STATE_FILE = "service.json"
+MAX_REQUEST = 1 << 20  # a request line: an export's arguments, never megabytes
+
+
+class ExportService:
+    def __init__(self, folder: str, master: str = "local[*]", idle_seconds: float = 1800,
+                 parent_pid: int | None = None) -> None:
+        self.folder = folder
+        self.parent_pid = parent_pid  # the console that started it: the service ends with it
+        self.master = master
+        self.idle_seconds = idle_seconds
+        self.token = secrets.token_hex(16)
+        self.spark = None
+        self.jobs: dict[str, JobControl] = {}
+        self.lock = threading.Lock()
+        self.last_activity = time.monotonic()
+        self.stopping = threading.Event()
+        self.server: socketserver.ThreadingTCPServer | None = None
+
+    # -- start and end ---------------------------------------------------------------------------
+    def warm(self) -> float:
+        """Start the session and run what every export needs once, so that no export waits for
+        it: the source registered, a Python worker started, the source planned once."""
+        began = time.monotonic()
+        self.spark = session(argparse.Namespace(master=self.master, driver_memory="2g"))
+        self.spark.range(2, numPartitions=2).rdd.map(lambda x: x).count()  # Python workers
+        with tempfile.TemporaryDirectory() as empty:  # the source's first plan (an empty store)
+            try:
+                self.spark.read.format("rocketmq").option("path", empty) \
+                    .option("topic", "warm-up").load().count()
+            except Exception:
+                pass
+        return time.monotonic() - began
+
+    def serve(self) -> None:
+        service = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                line = self.rfile.readline(MAX_REQUEST)
+                try:
+                    answer = service.answer(json.loads(line))
+                except (ValueError, TypeError, KeyError) as exc:
+                    answer = {"ok": False, "error": f"bad request: {exc}"}
+                self.wfile.write((json.dumps(answer) + "\n").encode())
+
+        socketserver.ThreadingTCPServer.daemon_threads = True
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self._watch_idle, daemon=True).start()
+        self._announce()
+        try:
+            self.server.serve_forever(poll_interval=0.2)
+        finally:
+            self.server.server_close()
+
+    def _announce(self) -> None:
+        state = {"pid": os.getpid(), "port": self.server.server_address[1], "token": self.token,
+                 "master": self.master, "sparkVersion": self.spark.version,
+                 "sparkApplication": self.spark.sparkContext.applicationId, "started": time.time()}
+        path = os.path.join(self.folder, STATE_FILE)
+        part = path + ".part"
+        # Only its owner reads the token: another user on the machine cannot submit exports.
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(state, handle)
+        os.replace(part, path)
+
+    def _watch_idle(self) -> None:
+        while not self.stopping.wait(2):
+            with self.lock:
+                idle = not self.jobs and time.monotonic() - self.last_activity > self.idle_seconds
+            if idle:
+                log.info("no export for %.0f minutes: ending", self.idle_seconds / 60)
+                self.stop()
+            elif self.parent_pid is not None and not _alive(self.parent_pid):
+                log.info("the console that started it (pid %d) has gone: ending", self.parent_pid)
+                self.stop()
+
+    def stop(self) -> None:
+        if self.stopping.is_set():
+            return
+        self.stopping.set()
+        with self.lock:
+            running = list(self.jobs.values())
+        for control in running:
+            control.cancel()
+        if self.server is not None:
+            threading.Thread(target=self.server.shutdown, daemon=True).start()
+
+    # -- requests --------------------------------------------------------------------------------
+    def answer(self, request: dict) -> dict:
+        if not hmac.compare_digest(str(request.get("token", "")), self.token):
+            return {"ok": False, "error": "wrong token"}
+        op = request.get("op")
+        with self.lock:
+            self.last_activity = time.monotonic()
+        if op == "ping":
+            with self.lock:
+                running = sorted(self.jobs)
+            return {"ok": True, "pid": os.getpid(), "jobs": running,
+                    "sparkVersion": self.spark.version,
+                    "sparkApplication": self.spark.sparkContext.applicationId}
+        if op == "submit":
+            return self.submit(str(request["id"]), [str(a) for a in request["args"]])
+        if op == "cancel":
+            with self.lock:
+                control = self.jobs.get(str(request["id"]))
+            return {"ok": True, "cancelled": bool(control is not None and control.cancel())}
+        if op == "stop":
+            self.stop()
+            return {"ok": True}
+        return {"ok": False, "error": f"unknown op {op!r}"}
+
+    def submit(self, job_id: str, argv: list[str]) -> dict:
+        if self.stopping.is_set():
+            return {"ok": False, "error": "the export service is stopping"}
+        if not job_id.replace("-", "").isalnum() or len(job_id) > 64:
+            return {"ok": False, "error": "an export id is letters, digits and dashes"}
+        try:
+            args = parse_args(argv)
+        except SystemExit:  # argparse's way of saying the arguments are wrong
+            return {"ok": False, "error": f"bad export arguments: {' '.join(argv)}"}
+        if not args.master.startswith("local"):
+            return {"ok": False, "error": "the warm service runs local exports only"}
+        control = JobControl(group=f"rocketdesk-export-{job_id}")
+        with self.lock:
+            if job_id in self.jobs:
+                return {"ok": False, "error": f"export {job_id} is running already"}
+            self.jobs[job_id] = control
+        threading.Thread(target=self._run, args=(job_id, args, control), daemon=True,
+                         name=f"export-{job_id}").start()
+        return {"ok": True}
+
+    def _run(self, job_id: str, args, control: JobControl) -> None:
+        record = (JobRecord(args.record, record_fields(args, pid=os.getpid(), service=True))
+                  if args.record else None)
+        events = Events(args.events_file, record)
+        try:
+            events.emit("started", master=self.master, pid=os.getpid(), warm=True)
+            run_job(self.spark, args, events, control)
+        finally:
+            control.remove_staging()
+            events.close()
+            with self.lock:
+                del self.jobs[job_id]
+                self.last_activity = time.monotonic()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _unannounce(path: str) -> None:
+    """Remove service.json if it is still this service's (not a newer one's)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            mine = json.load(handle).get("pid") == os.getpid()
+        if mine:
+            os.unlink(path)
+    except (OSError, ValueError):
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="export-service")
+    parser.add_argument("--dir", required=True, help="the exports folder (service.json goes here)")
+    parser.add_argument("--master", default="local[*]")
+    parser.add_argument("--idle-minutes", type=float, default=30.0)
+    parser.add_argument("--parent-pid", type=int, help="end when this process (a console) ends")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    os.makedirs(args.dir, exist_ok=True)
+    service = ExportService(args.dir, args.master, args.idle_minutes * 60, args.parent_pid)
+    signal.signal(signal.SIGTERM, lambda *_: service.stop())
+    try:
+        log.info("Spark warm in %.1f s", service.warm())
+        service.serve()
+    finally:
+        _unannounce(os.path.join(args.dir, STATE_FILE))
+        if service.spark is not None:
+            service.spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

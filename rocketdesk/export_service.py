@@ -1,0 +1,150 @@
+"""Reaching the warm export service (export/service.py) from the command line and the console:
+where it announces itself, starting it, asking it, stopping it. Exports and their job records
+live in ``<RocketDesk home>/exports``."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from cluster.supervisor.state import data_root
+from export.errors import ExportError
+
+ROOT = Path(__file__).resolve().parents[1]
+STATE_FILE = "service.json"  # (export.service.STATE_FILE; that module imports pyspark)
+# Set by the console for the exports it runs: a service they start ends with the console.
+PARENT_ENV = "ROCKETDESK_EXPORT_SERVICE_PARENT"
+
+
+def exports_dir() -> Path:
+    return data_root() / "exports"
+
+
+def jobs_dir() -> Path:
+    return exports_dir() / "jobs"
+
+
+def new_job_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+
+
+class ServiceClient:
+    def __init__(self, state: dict) -> None:
+        self.state = state
+
+    def ask(self, op: str, timeout: float = 10.0, **values) -> dict:
+        request = json.dumps({"token": self.state["token"], "op": op, **values}) + "\n"
+        with socket.create_connection(("127.0.0.1", int(self.state["port"])), timeout=timeout) as conn:
+            conn.sendall(request.encode())
+            answer = conn.makefile("rb").readline(1 << 20)
+        if not answer:
+            raise ExportError("the export service closed the connection without an answer")
+        reply = json.loads(answer)
+        if not reply.get("ok"):
+            raise ExportError(f"the export service refused: {reply.get('error')}")
+        return reply
+
+
+def find_service() -> ServiceClient | None:
+    """The warm service, if one runs for this home and answers; None otherwise."""
+    path = exports_dir() / STATE_FILE
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+        client = ServiceClient(state)
+        client.ask("ping", timeout=3)
+        return client
+    except (OSError, ValueError, KeyError, ExportError):
+        return None
+
+
+def start_service(idle_minutes: float = 30.0, wait: float = 180.0) -> tuple[ServiceClient, float]:
+    """The running service, or a new one started and waited for until warm; (client, seconds
+    spent waiting). Its output goes to ``exports/service.log``."""
+    running = find_service()
+    if running is not None:
+        return running, 0.0
+    folder = exports_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    # One starter at a time: two exports asking for a warm Spark at once get one service.
+    marker = folder / "service.starting"
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        if time.time() - marker.stat().st_mtime < wait:
+            return _wait_for_other_starter(wait)
+        marker.unlink(missing_ok=True)  # left by a starter that died
+        return start_service(idle_minutes, wait)
+    try:
+        return _start(folder, idle_minutes, wait)
+    finally:
+        marker.unlink(missing_ok=True)
+
+
+def _wait_for_other_starter(wait: float) -> tuple[ServiceClient, float]:
+    began = time.monotonic()
+    while time.monotonic() - began < wait:
+        client = find_service()
+        if client is not None:
+            return client, time.monotonic() - began
+        if not (exports_dir() / "service.starting").exists():
+            break  # the other starter gave up
+        time.sleep(0.2)
+    raise ExportError("another command was starting the export service and it did not become "
+                      f"ready; see {exports_dir() / 'service.log'}")
+
+
+def _start(folder: Path, idle_minutes: float, wait: float) -> tuple[ServiceClient, float]:
+    (folder / STATE_FILE).unlink(missing_ok=True)  # a dead service's
+    pythonpath = str(ROOT) + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+               PYTHONPATH=pythonpath)
+    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # nothing listens beyond loopback
+    command = [sys.executable, "-m", "export.service", "--dir", str(folder),
+               "--idle-minutes", str(idle_minutes)]
+    if os.environ.get(PARENT_ENV, "").isdigit():
+        command += ["--parent-pid", os.environ[PARENT_ENV]]
+    began = time.monotonic()
+    with open(folder / "service.log", "ab") as log:
+        process = subprocess.Popen(
+            command,
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            cwd=str(ROOT), start_new_session=True)  # outlives this command, like a node
+    while time.monotonic() - began < wait:
+        if process.poll() is not None:
+            tail = (folder / "service.log").read_text(errors="replace").splitlines()[-5:]
+            raise ExportError("the export service did not start; the end of its log "
+                              f"({folder / 'service.log'}):\n  " + "\n  ".join(tail))
+        client = find_service()
+        if client is not None:
+            return client, time.monotonic() - began
+        time.sleep(0.2)
+    process.terminate()
+    raise ExportError(f"the export service was not warm after {wait:.0f} s; see {folder / 'service.log'}")
+
+
+def stop_service(wait: float = 60.0) -> bool:
+    """Stop the running service (its exports are cancelled); False when none runs."""
+    client = find_service()
+    if client is None:
+        return False
+    pid = int(client.state["pid"])
+    client.ask("stop")
+    import psutil
+
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.Error:
+            break
+        time.sleep(0.2)
+    else:
+        raise ExportError(f"the export service (pid {pid}) did not stop within {wait:.0f} s")
+    return True

@@ -1,0 +1,61 @@
+"""Exports as jobs without Spark: the job record kept from an export's events, `export list`
+routing, and what the warm service refuses before it touches Spark."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from export.job_record import JobRecord, read_records
+
+
+def test_a_record_follows_the_events_and_is_always_whole_on_disk(tmp_path):
+    path = tmp_path / "20261126-040000-abcdef.json"
+    record = JobRecord(str(path), {"topics": ["Orders"], "out": "/x", "service": True})
+    on_disk = json.loads(path.read_text())
+    assert (on_disk["id"], on_disk["state"], on_disk["service"]) == (
+        "20261126-040000-abcdef", "running", True)
+    record.on_event("started", {"pid": 42})
+    record.on_event("planned", {"total": 1000})
+    record.on_event("progress", {"exported": 400})
+    assert json.loads(path.read_text())["exported"] == 400
+    record.on_event("session", {"sparkVersion": "4.3.0"})  # nothing a reader needs: unchanged
+    record.on_event("finished", {"exported": 1000, "verified": True,
+                                 "endingOffsets": {"Orders": {"broker-a": {"0": 1000}}}})
+    done = json.loads(path.read_text())
+    assert (done["state"], done["pid"], done["exported"], done["total"]) == ("finished", 42, 1000, 1000)
+    assert done["summary"]["endingOffsets"] == {"Orders": {"broker-a": {"0": 1000}}}
+    assert not list(tmp_path.glob("*.part"))
+
+    failed = JobRecord(str(tmp_path / "20261126-050000-000000.json"), {"topics": ["T"]})
+    failed.on_event("failed", {"error": "ExportError: no such topic"})
+    (tmp_path / "broken.json").write_text("{not json")
+    listed = read_records(str(tmp_path))
+    assert [r["state"] for r in listed] == ["failed", "finished"]  # newest first, broken skipped
+    assert listed[0]["error"] == "ExportError: no such topic"
+
+
+def test_export_subcommands_are_routed_and_the_export_keeps_its_options():
+    from rocketdesk.cli_export_jobs import route
+
+    assert route(["export", "list", "--json"]) == ["export-jobs", "list", "--json"]
+    assert route(["-v", "export", "cancel", "last"]) == ["-v", "export-jobs", "cancel", "last"]
+    assert route(["export", "-t", "list", "--out", "x"]) == ["export", "-t", "list", "--out", "x"]
+    assert route(["export"]) == ["export"]
+
+
+def test_the_service_refuses_bad_requests_before_spark_is_asked(tmp_path):
+    pytest.importorskip("pyspark")
+    from export.service import ExportService
+
+    service = ExportService(str(tmp_path))
+    assert service.answer({"token": "guess", "op": "ping"}) == {"ok": False, "error": "wrong token"}
+    ask = lambda **r: service.answer({"token": service.token, **r})  # noqa: E731
+    assert ask(op="reboot")["error"] == "unknown op 'reboot'"
+    assert "letters, digits" in ask(op="submit", id="../../etc", args=[])["error"]
+    assert "bad export arguments" in ask(op="submit", id="a1", args=["--nonsense"])["error"]
+    spark_cluster = ["--topic", "T", "--out", str(tmp_path / "o"), "--master", "spark://h:7077"]
+    assert "local exports only" in ask(op="submit", id="a1", args=spark_cluster)["error"]
+    assert ask(op="cancel", id="nobody") == {"ok": True, "cancelled": False}
+    assert service.jobs == {}
