@@ -62,14 +62,19 @@ class ExportService:
         """Start the session and run what every export needs once, so that no export waits for
         it: the source registered, a Python worker started, the source planned once."""
         began = time.monotonic()
-        self.spark = session(argparse.Namespace(master=self.master, driver_memory="2g"))
-        self.spark.range(2, numPartitions=2).rdd.map(lambda x: x).count()  # Python workers
-        with tempfile.TemporaryDirectory() as empty:  # the source's first plan (an empty store)
-            try:
-                self.spark.read.format("rocketmq").option("path", empty) \
-                    .option("topic", "warm-up").load().count()
-            except Exception:
-                pass
+        spark = self.spark = session(argparse.Namespace(master=self.master, driver_memory="2g"))
+        # Python workers, each with the reader's modules imported (they are reused).
+        spark.range(4, numPartitions=4).rdd.mapPartitions(_import_reader).count()
+        with tempfile.TemporaryDirectory() as scratch:
+            # An export of a tiny store of its own, the whole way (plan, read, Parquet, verify):
+            # the JVM loads and compiles all of it now, not in the first export.
+            store = os.path.join(scratch, "store")
+            _tiny_store(store)
+            rows = os.path.join(scratch, "rows")
+            spark.read.format("rocketmq").option("path", store).option("topic", WARM_UP_TOPIC) \
+                .load().write.parquet(rows)
+            spark.read.parquet(rows).select("topic", "brokerName", "queueId", "queueOffset") \
+                .distinct().count()
         return time.monotonic() - began
 
     def serve(self) -> None:
@@ -184,6 +189,38 @@ class ExportService:
             with self.lock:
                 del self.jobs[job_id]
                 self.last_activity = time.monotonic()
+
+
+WARM_UP_TOPIC = "rocketdesk-warm-up"
+
+
+def _tiny_store(root: str) -> None:
+    """A store of a few messages in two queues, dispatched, for the warm-up export."""
+    from storage.config import MessageStoreConfig
+    from storage.message import MessageExtBrokerInner
+    from storage.message_store import DefaultMessageStore
+
+    store = DefaultMessageStore(MessageStoreConfig(
+        store_path_root_dir=root, mapped_file_size_commit_log=1 << 20,
+        mapped_file_size_consume_queue=20 * 1024, max_hash_slot_num=64, max_index_num=256))
+    store.load()
+    store.start()
+    try:
+        for i in range(64):
+            store.put_message(MessageExtBrokerInner(topic=WARM_UP_TOPIC, body=b"warm %d" % i,
+                                                    queue_id=i % 2, properties={"KEYS": str(i)}))
+        deadline = time.monotonic() + 10
+        while store.dispatch_behind_bytes() > 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        store.shutdown()
+
+
+def _import_reader(rows):
+    import export.columnar
+    import export.pull_reader  # noqa: F401
+
+    return rows
 
 
 def _alive(pid: int) -> bool:
