@@ -60,7 +60,8 @@ class Events:
 def record_fields(args, **more) -> dict:
     """What a job record says was asked."""
     return {"topics": args.topic, "out": os.path.abspath(args.out), "format": args.format,
-            "master": args.master, "incremental": args.incremental, **more}
+            "master": args.master, "incremental": args.incremental,
+            "continuous": args.continuous, **more}
 
 
 class JobControl:
@@ -82,13 +83,16 @@ class JobControl:
         self.query = None  # the incremental export's streaming query, while it runs
         self.staging: str | None = None
         self.lock = threading.Lock()
+        # A continuous export stops rather than being cancelled: its query ends, what it wrote
+        # stays, and the export reports how far it got.
+        self.graceful = False
 
     def install(self) -> None:
         signal.signal(signal.SIGTERM, self._handle)
         signal.signal(signal.SIGINT, self._handle)
 
     def _handle(self, signum, frame) -> None:
-        if self.cancel():
+        if self.cancel() and not self.graceful:
             raise KeyboardInterrupt
 
     def cancel(self) -> bool:
@@ -133,6 +137,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--partition-by", default="")
     parser.add_argument("--partition-size", type=int, default=50_000)
     parser.add_argument("--incremental", action="store_true")
+    parser.add_argument("--continuous", action="store_true")
+    parser.add_argument("--trigger-seconds", type=float, default=5.0)
     parser.add_argument("--out", required=True)
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--events-file")
@@ -313,16 +319,31 @@ def verify(spark, path: str, fmt: str, planned: int, filtered: bool) -> dict:
     return {"exported": rows, "distinct": distinct, "verified": ok}
 
 
-def run_incremental(spark, args, events: Events, control: JobControl) -> dict:
-    """Everything new since the last run, exactly once: a streaming query with
-    Trigger.AvailableNow whose checkpoint lives beside the output."""
+def _offsets_total(offsets) -> int:
+    """Messages up to ``offsets`` ({topic: {broker: {queue: offset}}}, or its JSON) in all."""
+    if isinstance(offsets, str):
+        offsets = json.loads(offsets)
+    return sum(int(o) for brokers in (offsets or {}).values() for queues in brokers.values()
+               for o in queues.values())
+
+
+def run_streaming(spark, args, events: Events, control: JobControl) -> dict:
+    """A streaming query into the output folder, its checkpoint beside it, so that each message
+    lands there once however often the export stops and starts again.
+
+    ``--incremental``: everything new since the last run, then done (Trigger.AvailableNow).
+    ``--continuous``: keeps the folder up to date (a batch every ``--trigger-seconds``) until
+    stopped; progress then says how far behind the topic the folder is (its lag), and a stop
+    is its normal end, not a cancel."""
     options = source_options(args)
     checkpoint = os.path.join(args.out, CHECKPOINT)
     began = time.monotonic()
     reader = spark.readStream.format("rocketmq").options(**options)
     df, folders = partitioned(for_format(reader.load(), args.format), args.partition_by)
     writer = (df.writeStream.format(args.format).option("path", args.out)
-              .option("checkpointLocation", checkpoint).trigger(availableNow=True))
+              .option("checkpointLocation", checkpoint))
+    writer = (writer.trigger(processingTime=f"{args.trigger_seconds} seconds") if args.continuous
+              else writer.trigger(availableNow=True))
     if folders:
         writer = writer.partitionBy(*folders)
     if args.format == "csv":
@@ -331,33 +352,47 @@ def run_incremental(spark, args, events: Events, control: JobControl) -> dict:
     if control.requested:  # cancelled while it was starting
         query.stop()
     exported = 0
-    seen = set()
+    seen: set = set()
+
+    def count_new() -> dict | None:
+        nonlocal exported
+        newest = None
+        for item in query.recentProgress:
+            key = (item["batchId"], item["timestamp"])  # idle reports repeat the next batch's id
+            if key not in seen:
+                seen.add(key)
+                exported += item["numInputRows"]
+                newest = item
+        return newest
+
     while query.isActive:
         time.sleep(0.5)
-        for item in query.recentProgress:
-            if item["batchId"] not in seen:
-                seen.add(item["batchId"])
-                exported += item["numInputRows"]
-                events.emit("progress", exported=exported, total=None, batch=item["batchId"])
+        item = count_new()
+        if item is not None:
+            source = (item.get("sources") or [{}])[0]
+            lag = None
+            if source.get("latestOffset") and source.get("endOffset"):
+                lag = max(0, _offsets_total(source["latestOffset"]) - _offsets_total(source["endOffset"]))
+            events.emit("progress", exported=exported, total=None, batch=item["batchId"], lag=lag)
     query.awaitTermination()
     control.query = None
-    if control.requested:
+    count_new()
+    if control.requested and not args.continuous:
         raise KeyboardInterrupt
-    for item in query.recentProgress:
-        if item["batchId"] not in seen:
-            seen.add(item["batchId"])
-            exported += item["numInputRows"]
     seconds = time.monotonic() - began
     reader = spark.read.format(args.format)
     if args.format == "csv":
         reader = reader.option("header", "true")
+    # Spark reads a streaming output through its commit log: files of a batch cut short by a
+    # stop are not part of it (the batch runs again on resume).
     everything = reader.load(args.out) if os.path.exists(args.out) else None
     rows = everything.count() if everything is not None else 0
     distinct = (everything.select("topic", "brokerName", "queueId", "queueOffset").distinct().count()
                 if everything is not None else 0)
-    return {"incremental": True, "exported": exported, "totalInOutput": rows,
-            "distinctInOutput": distinct, "verified": rows == distinct,
-            "out": os.path.abspath(args.out), "seconds": round(seconds, 3)}
+    return {"incremental": not args.continuous, "continuous": args.continuous,
+            "exported": exported, "totalInOutput": rows, "distinctInOutput": distinct,
+            "verified": rows == distinct, "out": os.path.abspath(args.out),
+            "seconds": round(seconds, 3)}
 
 
 def run_job(spark, args, events: Events, control: JobControl) -> int:
@@ -368,8 +403,8 @@ def run_job(spark, args, events: Events, control: JobControl) -> int:
     try:
         if control.requested:
             raise KeyboardInterrupt
-        summary = (run_incremental(spark, args, events, control) if args.incremental
-                   else run_batch(spark, args, events, control))
+        summary = (run_streaming(spark, args, events, control)
+                   if args.incremental or args.continuous else run_batch(spark, args, events, control))
         events.emit("finished", **summary)
         return 0 if summary.get("verified") else 1
     except KeyboardInterrupt:
@@ -393,6 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     # The pid lets the launcher reach this driver under spark-submit, where it is a grandchild.
     events.emit("started", master=args.master, pid=os.getpid(), warm=False)
     control = JobControl()
+    control.graceful = args.continuous
     control.install()
     spark = None
     try:

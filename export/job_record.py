@@ -34,6 +34,8 @@ class JobRecord:
             data["exported"] = 0
         elif event == "progress":
             data["exported"] = values.get("exported")
+            if values.get("lag") is not None:  # a continuous export: how far behind the topic
+                data["lag"] = values["lag"]
         elif event == "verifying":
             data["state"] = "verifying"
         elif event in ENDED:

@@ -86,7 +86,8 @@ def _human(event: dict) -> str | None:
             share = event["exported"] * 100 // max(total, 1)
             return (f"exported {event['exported']:,} of {total:,} ({share}%), "
                     f"{event.get('rate', 0):,} msg/s" + (f", ETA {eta:.0f} s" if eta is not None else ""))
-        return f"exported {event['exported']:,}"
+        lag = event.get("lag")
+        return f"exported {event['exported']:,}" + (f", {lag:,} behind the topic" if lag is not None else "")
     if kind == "verifying":
         return "written; checking the output against the plan…"
     if kind == "failed":
@@ -113,6 +114,8 @@ def job_arguments(args) -> list[str]:
         job_args += ["--partition-by", args.partition_by]
     if args.incremental:
         job_args.append("--incremental")
+    if args.continuous:
+        job_args += ["--continuous", "--trigger-seconds", str(args.trigger_seconds)]
     return job_args
 
 
@@ -340,6 +343,11 @@ def _wait_gone(pid: int, seconds: float) -> None:
 
 
 def _summary_text(summary: dict) -> str:
+    if summary.get("continuous"):
+        return (f"stopped keeping {summary['out']} up to date: {summary['exported']:,} messages "
+                f"exported while it ran, {summary['totalInOutput']:,} there in all, "
+                f"{'each once' if summary['verified'] else 'DUPLICATES FOUND'}; the same command "
+                "resumes where it stopped")
     if summary.get("incremental"):
         return (f"exported {summary['exported']:,} new messages to {summary['out']} in "
                 f"{summary['seconds']:.1f} s ({summary['totalInOutput']:,} there in all, "
@@ -365,8 +373,14 @@ def add_command(commands) -> None:
                         help="folders by date, hour (of the store time, UTC), tag or any output "
                              "column, Hive style: e.g. date,hour or tag or brokerName,queueId")
     parser.add_argument("--partition-size", type=int, default=50_000, help="messages per Spark task")
-    parser.add_argument("--incremental", action="store_true",
-                        help="only what is new since the last run into the same --out")
+    streaming = parser.add_mutually_exclusive_group()
+    streaming.add_argument("--incremental", action="store_true",
+                           help="only what is new since the last run into the same --out")
+    streaming.add_argument("--continuous", action="store_true",
+                           help="keep --out up to date with the topic until stopped (Ctrl-C or "
+                                "`export cancel`); the same command resumes exactly where it stopped")
+    parser.add_argument("--trigger-seconds", type=float, default=5.0,
+                        help="--continuous: seconds between batches")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--master", default="local[*]", help="local[*] (default) or spark://HOST:PORT")
     parser.add_argument("--events", help="also append the job's JSON events to this file")

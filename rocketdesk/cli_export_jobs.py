@@ -59,6 +59,12 @@ def _done(record: dict) -> str:
     return f"{exported:,}" + (f" of {total:,}" if total else "")
 
 
+def _kind(record: dict) -> str:
+    if record.get("continuous"):
+        return "continuous: kept up to date until stopped"
+    return "incremental" if record.get("incremental") else "one-off"
+
+
 def list_exports(args) -> int:
     records = read_records(str(jobs_dir()))[: args.limit]
     if args.json:
@@ -85,12 +91,13 @@ def show_export(args) -> int:
         return 0
     print(f"export {record['id']}: {record['state']}")
     print(f"  topics   {', '.join(record.get('topics') or [])} ({record.get('format')}, "
-          f"{'incremental' if record.get('incremental') else 'one-off'})")
+          f"{_kind(record)})")
     print(f"  output   {record.get('out')}")
     print(f"  spark    {'the warm service' if record.get('service') else 'its own'}, "
           f"{record.get('master')}, pid {record.get('pid') or '-'}")
     print(f"  started  {_when(record.get('created'))}; ended {_when(record.get('ended'))}")
-    print(f"  messages {_done(record)}")
+    print(f"  messages {_done(record)}"
+          + (f"; {record['lag']:,} behind the topic" if record.get("lag") is not None else ""))
     if record.get("error"):
         print(f"  error    {record['error']}")
     summary = record.get("summary") or {}

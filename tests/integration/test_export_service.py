@@ -38,7 +38,9 @@ def cluster(tmp_path_factory):
     async def prepare():
         async with AdminClient(namesrv) as admin:
             await admin.create_topic("Warm", 4, 4)
+            await admin.create_topic("Live", 4, 4)
         await send(namesrv, "Warm", range(TOTAL))
+        await send(namesrv, "Live", range(3000))
 
     asyncio.run(prepare())
     yield supervisor
@@ -168,3 +170,67 @@ def test_a_service_started_for_a_console_ends_with_it(cluster, tmp_path):
         console.wait()
     assert gone(pid, 30), "the service outlived the console that started it"
     assert service_pid(home) is None
+
+
+def committed_files(out: Path) -> list[str]:
+    """The Parquet files Spark's file sink committed (its _spark_metadata log): a batch cut
+    short by a stop leaves files that are not part of the output."""
+    files: set[str] = set()
+    for log in sorted((out / "_spark_metadata").iterdir()):
+        if log.name.startswith("."):
+            continue
+        for line in log.read_text().splitlines()[1:]:  # after the version line
+            entry = json.loads(line)
+            path = entry["path"].removeprefix("file://")
+            (files.add if entry.get("action", "add") == "add" else files.discard)(path)
+    return sorted(files)
+
+
+def wait_exported(home: Path, count: int, jobs: int = 1, seconds: float = 90) -> dict:
+    """The newest export's record once it has exported ``count`` (and ``jobs`` exist)."""
+    deadline = time.monotonic() + seconds
+    record: dict = {}
+    while time.monotonic() < deadline:
+        records = json.loads(rocketdesk(home, "export", "list", "--json").stdout)
+        record = records[0] if len(records) >= jobs else {}
+        if (record.get("exported") or 0) >= count:
+            return record
+        time.sleep(0.5)
+    raise AssertionError(f"the continuous export reached {record.get('exported')}, not {count}")
+
+
+def test_a_continuous_export_stopped_and_resumed_has_every_message_once(cluster, tmp_path):
+    home = tmp_path / "home"
+    namesrv = cluster.state.namesrv_addr
+    out = tmp_path / "live"
+    command = [sys.executable, "-m", "rocketdesk.cli", "export", "-n", namesrv, "-t", "Live",
+               "--out", str(out), "--continuous", "--trigger-seconds", "1"]
+    env = dict(os.environ, PYTHONPATH=ROOT, ROCKETDESK_HOME=str(home))
+    try:
+        assert rocketdesk(home, "export", "service", "start").returncode == 0
+        first = subprocess.Popen([*command, "--json"], cwd=ROOT, text=True, env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        wait_exported(home, 3000)
+        asyncio.run(send(namesrv, "Live", range(3000, 4000)))  # arrives while it runs
+        record = wait_exported(home, 4000)
+        assert record["state"] == "running"
+        assert record["lag"] == 0  # caught up with the topic
+        stop = rocketdesk(home, "export", "cancel", "last")  # a stop: what it wrote stays
+        out_text, err = first.communicate(timeout=60)
+        assert first.returncode == 0, err[-2000:]
+        assert "finished" in stop.stdout
+        summary = json.loads(out_text)
+        assert (summary["continuous"], summary["exported"], summary["totalInOutput"]) == (True, 4000, 4000)
+
+        asyncio.run(send(namesrv, "Live", range(4000, 4500)))  # arrives while it is stopped
+        second = subprocess.Popen(command, cwd=ROOT, text=True, env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        wait_exported(home, 500, jobs=2)  # resumed where it stopped: only what is new
+        rocketdesk(home, "export", "cancel", "last")
+        said, err = second.communicate(timeout=60)
+        assert second.returncode == 0, err[-2000:]
+        assert "500 messages exported while it ran, 4,500 there in all, each once" in said
+        rows = pa_parquet.ParquetDataset(committed_files(out)).read().to_pylist()
+        assert sorted(int(dict(r["properties"])["seq"]) for r in rows) == list(range(4500))
+    finally:
+        rocketdesk(home, "export", "service", "stop")
