@@ -15,7 +15,18 @@ import os
 import time
 from pathlib import Path
 
+from cluster.supervisor.state import data_root
+
 ENDED = ("finished", "failed", "cancelled")
+
+
+def exports_dir() -> Path:
+    """Where exports keep their records (jobs/) and the warm service announces itself."""
+    return data_root() / "exports"
+
+
+def jobs_dir() -> Path:
+    return exports_dir() / "jobs"
 
 
 class JobRecord:
@@ -56,6 +67,21 @@ class JobRecord:
         with open(part, "w", encoding="utf-8") as handle:
             json.dump(self.data, handle, indent=1)
         os.replace(part, self.path)
+
+
+def effective_state(record: dict) -> str:
+    """Its state, or "lost" for a running export whose process is gone (killed, or a machine
+    restart): it will never say how it ended."""
+    state = record.get("state", "?")
+    if state in ENDED or not record.get("pid"):
+        return state
+    import psutil
+
+    try:
+        alive = psutil.Process(int(record["pid"])).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        alive = False
+    return state if alive else "lost"
 
 
 def read_records(folder: str) -> list[dict]:

@@ -20,9 +20,10 @@ import zipfile
 from pathlib import Path
 
 from export.errors import ExportError
+from export.job_record import jobs_dir
 from rocketdesk.cli_admin import parse_time
 from rocketdesk.cli_cluster import namesrv_of
-from rocketdesk.export_service import ServiceClient, find_service, jobs_dir, new_job_id, start_service
+from rocketdesk.export_service import ServiceClient, find_service, new_job_id, start_service
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("export", "cluster", "storage")

@@ -8,32 +8,15 @@ import os
 import signal
 import time
 
-import psutil
-
 from export.errors import ExportError
-from export.job_record import ENDED, read_records
-from rocketdesk.export_service import find_service, jobs_dir, start_service, stop_service
+from export.job_record import ENDED, effective_state, jobs_dir, read_records
+from rocketdesk.export_service import find_service, start_service, stop_service
 
 SUBCOMMANDS = ("list", "show", "cancel", "service")
 
 
-def _alive(record: dict) -> bool:
-    pid = record.get("pid")
-    if not pid:
-        return True  # not started yet
-    try:
-        return psutil.Process(int(pid)).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
 def _state(record: dict) -> str:
-    """Its state, or "lost" for a running export whose process is gone (killed, or a machine
-    restart): it will never say how it ended."""
-    state = record.get("state", "?")
-    if state not in ENDED and not _alive(record):
-        return "lost"
-    return state
+    return effective_state(record)
 
 
 def _find(job: str) -> dict:

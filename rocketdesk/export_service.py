@@ -13,21 +13,13 @@ import time
 import uuid
 from pathlib import Path
 
-from cluster.supervisor.state import data_root
 from export.errors import ExportError
+from export.job_record import exports_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 STATE_FILE = "service.json"  # (export.service.STATE_FILE; that module imports pyspark)
 # Set by the console for the exports it runs: a service they start ends with the console.
 PARENT_ENV = "ROCKETDESK_EXPORT_SERVICE_PARENT"
-
-
-def exports_dir() -> Path:
-    return data_root() / "exports"
-
-
-def jobs_dir() -> Path:
-    return exports_dir() / "jobs"
 
 
 def new_job_id() -> str:

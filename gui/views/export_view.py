@@ -15,7 +15,9 @@ import tempfile
 import time
 
 from PySide6.QtCore import QProcess, QProcessEnvironment, QStringListModel, Qt, QTimer, QUrl
+from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QCompleter,
     QFileDialog,
@@ -25,9 +27,15 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QProgressBar,
     QPushButton,
+    QTableWidgetItem,
     QVBoxLayout,
     QWidget,
 )
+
+from export.job_record import effective_state, jobs_dir, read_records
+from gui.models.exports import COLUMNS as EXPORT_COLUMNS
+from gui.models.exports import export_rows
+from gui.views.table_items import row_table
 
 EXPORTS_FOLDER = os.path.join(os.path.expanduser("~"), "rocketdesk-exports")
 WARM_ENV = "ROCKETDESK_EXPORT_WARM"
@@ -87,9 +95,14 @@ class ExportView(QWidget):
         out_row.addWidget(self.out, 1)
         out_row.addWidget(choose)
         self.master = QLineEdit("local[*]")
+        self.continuous = QCheckBox("keep the folder up to date with the topic until stopped "
+                                    "(a continuous export; the same export resumes where it stopped)")
+        self.continuous.toggled.connect(
+            lambda on: self.cancel_button.setText("Stop" if on else "Cancel"))
         for label, widget in (("topic", self.topic), ("format", self.format), ("tags", self.tags),
                               ("keys", self.keys), ("from", self.since), ("to", self.until),
-                              ("output folder", out_row), ("Spark master", self.master)):
+                              ("output folder", out_row), ("Spark master", self.master),
+                              ("", self.continuous)):
             form.addRow(label, widget)
         layout.addLayout(form)
         buttons = QHBoxLayout()
@@ -111,16 +124,67 @@ class ExportView(QWidget):
         self.spark_state = QLabel("")
         self.spark_state.setWordWrap(True)
         layout.addWidget(self.spark_state)
-        layout.addStretch(1)
         self.warmer: QProcess | None = None
         self.timer = QTimer(self)
         self.timer.setInterval(300)
         self.timer.timeout.connect(self.poll_events)
+        # Every export, running or ended, started here or from the command line.
+        layout.addWidget(QLabel("Exports (newest first; double-click one to open its folder)"))
+        self.jobs = row_table(EXPORT_COLUMNS)
+        self.jobs.horizontalHeader().setStretchLastSection(True)
+        self.jobs.itemDoubleClicked.connect(lambda _item: self.open_selected())
+        layout.addWidget(self.jobs, 1)
+        job_buttons = QHBoxLayout()
+        self.stop_job_button = QPushButton("Stop or cancel the selected export")
+        self.stop_job_button.clicked.connect(self.stop_selected)
+        job_buttons.addWidget(self.stop_job_button)
+        job_buttons.addStretch(1)
+        layout.addLayout(job_buttons)
+        self.job_rows: list = []
+        self.jobs_timer = QTimer(self)
+        self.jobs_timer.setInterval(2000)
+        self.jobs_timer.timeout.connect(self.refresh_jobs)
 
     def showEvent(self, event) -> None:
         self.offer_topics()
         self.warm_up()
+        self.refresh_jobs()
+        self.jobs_timer.start()
         super().showEvent(event)
+
+    def hideEvent(self, event) -> None:
+        self.jobs_timer.stop()
+        super().hideEvent(event)
+
+    def refresh_jobs(self) -> None:
+        selected = self.selected_job()
+        self.job_rows = export_rows(read_records(str(jobs_dir())), effective_state)
+        self.jobs.setRowCount(len(self.job_rows))
+        for r, row in enumerate(self.job_rows):
+            for c, text in enumerate(row.cells()):
+                item = QTableWidgetItem(text)
+                item.setToolTip(row.tooltip() if c == 1 else text)
+                self.jobs.setItem(r, c, item)
+            if selected is not None and row.id == selected.id:
+                self.jobs.selectRow(r)
+
+    def selected_job(self):
+        rows = self.jobs.selectionModel().selectedRows()
+        return self.job_rows[rows[0].row()] if rows and rows[0].row() < len(self.job_rows) else None
+
+    def stop_selected(self) -> None:
+        """``rocketdesk export cancel``: a continuous export stops, another is cancelled."""
+        row = self.selected_job()
+        if row is None or not row.running:
+            self.model.message.emit("select a running export to stop or cancel")
+            return
+        QProcess.startDetached(sys.executable, ["-m", "rocketdesk.cli", "export", "cancel", row.id])
+        self.model.message.emit(f"asked export {row.id} to {'stop' if row.continuous else 'cancel'}")
+
+    def open_selected(self) -> None:
+        row = self.selected_job()
+        if row is not None and row.out and os.path.isdir(row.out):
+            QDesktopServices.openUrl(QUrl.fromLocalFile(row.out))
 
     def warm_up(self) -> None:
         """Start the warm export service once, in the background, the first time the tab shows."""
@@ -190,6 +254,8 @@ class ExportView(QWidget):
             args += ["--from", self.since.text().strip()]
         if self.until.text().strip():
             args += ["--to", self.until.text().strip()]
+        if self.continuous.isChecked():
+            args.append("--continuous")
         self.process = QProcess(self)
         self.process.setProcessEnvironment(export_environment())
         self.process.setProgram(sys.executable)
@@ -242,6 +308,10 @@ class ExportView(QWidget):
             self._planned = True
             self.progress.setRange(0, max(event["total"], 1))
             self.status.setText(f"{event['total']:,} messages to export")
+        elif kind == "progress" and event.get("lag") is not None:  # a continuous export
+            self.progress.setRange(0, 0)
+            self.status.setText(f"kept up to date: {event['exported']:,} messages exported so far, "
+                                f"{event['lag']:,} behind the topic")
         elif kind == "progress" and event.get("total"):
             self.progress.setValue(event["exported"])
             eta = event.get("etaSeconds")
@@ -254,8 +324,13 @@ class ExportView(QWidget):
             self.progress.setValue(1)
             out = event.get("out") or ""
             self.output = out
-            self.status.setText(f"exported {event.get('exported', 0):,} messages to "
-                                f'<a href="{QUrl.fromLocalFile(out).toString()}">{out}</a>')
+            link = f'<a href="{QUrl.fromLocalFile(out).toString()}">{out}</a>'
+            if event.get("continuous"):
+                self.status.setText(f"stopped keeping {link} up to date: {event.get('exported', 0):,} "
+                                    f"messages exported while it ran, {event.get('totalInOutput', 0):,} "
+                                    "there in all; exporting into it again resumes where it stopped")
+            else:
+                self.status.setText(f"exported {event.get('exported', 0):,} messages to {link}")
         elif kind in ("failed", "cancelled"):
             self.status.setText(kind if kind == "cancelled" else f"failed: {event.get('error')}")
 

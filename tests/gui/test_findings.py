@@ -508,3 +508,52 @@ def test_local_exports_run_on_the_warm_spark_the_tab_starts_and_that_ends_with_t
     view.master.setText("spark://somewhere:7077")
     view.start()
     assert "--warm" not in started[-1][0]  # a Spark cluster runs each export on its own
+
+
+def test_the_export_tab_lists_every_export_and_stops_a_continuous_one(qtbot, loop, home,
+                                                                      monkeypatch, tmp_path):
+    import json
+    import os
+
+    from gui.cluster_model import ClusterModel
+    from gui.views import export_view
+    from gui.views.export_view import ExportView
+
+    jobs = home / "exports" / "jobs"
+    jobs.mkdir(parents=True)
+    (jobs / "20261126-040000-aaaaaa.json").write_text(json.dumps(
+        {"id": "20261126-040000-aaaaaa", "created": 100.0, "state": "finished", "topics": ["Orders"],
+         "exported": 9000, "total": 9000, "out": str(tmp_path), "service": True}))
+    (jobs / "20261126-050000-bbbbbb.json").write_text(json.dumps(
+        {"id": "20261126-050000-bbbbbb", "created": 200.0, "state": "running", "topics": ["Live"],
+         "exported": 4000, "lag": 7, "continuous": True, "pid": os.getpid(), "out": "/lake"}))
+    detached = []
+    monkeypatch.setattr(export_view.QProcess, "startDetached",
+                        staticmethod(lambda program, args: detached.append(args)))
+    model = ClusterModel()
+    model.external = "127.0.0.1:9876"
+    view = ExportView(model)
+    qtbot.addWidget(view)
+    view.show()  # (warming is off in these tests)
+    cells = [[view.jobs.item(r, c).text() for c in range(3)] for r in range(view.jobs.rowCount())]
+    assert [c[1:] for c in cells] == [["running (continuous)", "Live"], ["finished", "Orders"]]
+    said = []
+    model.message.connect(said.append)
+    view.jobs.selectRow(1)
+    view.stop_selected()  # a finished export: nothing to stop
+    assert detached == []
+    assert said[-1] == "select a running export to stop or cancel"
+    view.jobs.selectRow(0)
+    view.stop_selected()
+    assert detached == [["-m", "rocketdesk.cli", "export", "cancel", "20261126-050000-bbbbbb"]]
+
+    # A continuous export from the form: the button stops it, the status says how far behind.
+    started = []
+    monkeypatch.setattr(export_view.QProcess, "start", lambda process: started.append(process.arguments()))
+    view.topic.setText("Live")
+    view.continuous.setChecked(True)
+    assert view.cancel_button.text() == "Stop"
+    view.start()
+    assert "--continuous" in started[-1]
+    view.on_event({"event": "progress", "exported": 1200, "total": None, "lag": 30})
+    assert view.status.text() == "kept up to date: 1,200 messages exported so far, 30 behind the topic"
