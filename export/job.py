@@ -81,6 +81,7 @@ class JobControl:
         self.settled = False
         self.spark = None
         self.query = None  # the incremental export's streaming query, while it runs
+        self.out: str | None = None  # (the warm service: one export a folder at a time)
         self.staging: str | None = None
         self.lock = threading.Lock()
         # A continuous export stops rather than being cancelled: its query ends, what it wrote
@@ -97,16 +98,40 @@ class JobControl:
 
     def cancel(self) -> bool:
         """Ask the export to stop; False when its outcome is decided already (or asked before)."""
+        if not self.request():
+            return False
+        self.interrupt()
+        return True
+
+    def request(self) -> bool:
+        """Mark the export cancelled (at once, never waiting); False when too late or asked before."""
         with self.lock:
             if self.settled or self.requested:
                 return False
             self.requested = True
+            return True
+
+    def interrupt(self) -> None:
+        """Stop what runs for a requested cancel: the streaming query (which waits for its
+        batch) or the group's Spark jobs."""
+        with self.lock:
             spark, query = self.spark, self.query
         if query is not None:
             query.stop()
         if spark is not None:
             spark.sparkContext.cancelJobGroup(self.group)
-        return True
+
+    def wait_for_jobs(self, seconds: float = 30.0) -> None:
+        """Until no Spark job of the group is active: cancelled tasks may still be writing into
+        the staging folder (in the warm service, where Spark does not stop with the export)."""
+        if self.spark is None:
+            return
+        tracker = self.spark.sparkContext.statusTracker()
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if not set(tracker.getJobIdsForGroup(self.group)) & set(tracker.getActiveJobsIds()):
+                return
+            time.sleep(0.1)
 
     def settle(self) -> bool:
         """From here on the outcome is decided (the output is moving into place, or the driver
@@ -191,7 +216,7 @@ def for_format(df, fmt: str):
 
 # Folders a data lake expects beside the row's own columns: the store time's UTC date and hour
 # (Hive's date=2026-11-26/hour=09) and the tag.
-DERIVED = {"date": "yyyy-MM-dd", "hour": "HH", "tag": None}
+DERIVED = ("date", "hour", "tag")
 
 
 def partitioned(df, partition_by: str | None):
@@ -204,15 +229,21 @@ def partitioned(df, partition_by: str | None):
     if unknown:
         raise ExportError(f"cannot partition by {', '.join(unknown)}: give date, hour, tag or "
                           f"columns of the rows ({', '.join(df.columns)})")
-    zone = df.sparkSession.conf.get("spark.sql.session.timeZone")
+    # From the epoch, not through the session's time zone: the same UTC folders wherever the
+    # export runs, with no hour lost or doubled where the local clock jumps.
+    millis = F.unix_millis(F.col("storeTimestamp"))
     for name in names:
         if name in df.columns:
             continue
         if name == "tag":
             df = df.withColumn("tag", F.col("tags"))
-        else:  # the same folders whatever the session's time zone: UTC
-            utc = F.to_utc_timestamp(F.col("storeTimestamp"), zone)
-            df = df.withColumn(name, F.date_format(utc, DERIVED[name]))
+        elif name == "date":
+            day = F.floor(millis / 86_400_000).cast("int")
+            df = df.withColumn("date", F.date_format(F.date_add(F.lit("1970-01-01").cast("date"), day),
+                                                     "yyyy-MM-dd"))
+        else:
+            hour = F.pmod(F.floor(millis / 3_600_000), F.lit(24)).cast("int")
+            df = df.withColumn("hour", F.lpad(hour.cast("string"), 2, "0"))
     return df, names
 
 
@@ -268,6 +299,8 @@ def run_batch(spark, args, events: Events, control: JobControl) -> dict:
     try:
         # Per thread: the warm service runs several exports at once, each in its own group.
         spark.sparkContext.setJobGroup(control.group, "rocketdesk export", interruptOnCancel=True)
+        if control.requested:  # cancelled before the group had a job to cancel
+            raise KeyboardInterrupt
         df, folders = partitioned(for_format(spark.read.format("rocketmq").options(**options).load(),
                                              args.format), args.partition_by)
         writer = df.write.format(args.format)
@@ -355,14 +388,16 @@ def run_streaming(spark, args, events: Events, control: JobControl) -> dict:
     seen: set = set()
 
     def count_new() -> dict | None:
-        nonlocal exported
+        nonlocal exported, seen
         newest = None
+        current = set()
         for item in query.recentProgress:
             key = (item["batchId"], item["timestamp"])  # idle reports repeat the next batch's id
+            current.add(key)
             if key not in seen:
-                seen.add(key)
                 exported += item["numInputRows"]
                 newest = item
+        seen = current  # Spark keeps the last 100 reports: older keys never come back
         return newest
 
     while query.isActive:

@@ -84,10 +84,11 @@ def effective_state(record: dict) -> str:
     return state if alive else "lost"
 
 
-def read_records(folder: str) -> list[dict]:
-    """Every record in ``folder``, newest first; an unreadable one is skipped."""
+def read_records(folder: str, limit: int = 500) -> list[dict]:
+    """The newest ``limit`` records in ``folder``, newest first (ids begin with their start
+    time); an unreadable one is skipped."""
     records = []
-    for path in Path(folder).glob("*.json"):
+    for path in sorted(Path(folder).glob("*.json"), reverse=True)[:limit]:
         try:
             records.append(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, ValueError):

@@ -34,6 +34,8 @@ import tempfile
 import threading
 import time
 
+import psutil
+
 from export.job import Events, JobControl, parse_args, record_fields, run_job, session
 from export.job_record import JobRecord
 
@@ -52,6 +54,7 @@ class ExportService:
         self.token = secrets.token_hex(16)
         self.spark = None
         self.jobs: dict[str, JobControl] = {}
+        self.threads: list[threading.Thread] = []
         self.lock = threading.Lock()
         self.last_activity = time.monotonic()
         self.stopping = threading.Event()
@@ -81,14 +84,24 @@ class ExportService:
         service = self
 
         class Handler(socketserver.StreamRequestHandler):
+            timeout = 10  # a connection that says nothing does not hold a thread for good
+
             def handle(self) -> None:
-                line = self.rfile.readline(MAX_REQUEST)
                 try:
-                    answer = service.answer(json.loads(line))
+                    line = self.rfile.readline(MAX_REQUEST)
+                except OSError:  # (the timeout)
+                    return
+                try:
+                    request = json.loads(line)
+                    if not isinstance(request, dict):
+                        raise TypeError("a request is a JSON object")
+                    answer = service.answer(request)
                 except (ValueError, TypeError, KeyError) as exc:
                     answer = {"ok": False, "error": f"bad request: {exc}"}
                 self.wfile.write((json.dumps(answer) + "\n").encode())
 
+        if self.stopping.is_set():
+            return  # stopped while warming up (SIGTERM): nothing to serve
         socketserver.ThreadingTCPServer.daemon_threads = True
         self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self._watch_idle, daemon=True).start()
@@ -117,9 +130,12 @@ class ExportService:
             if idle:
                 log.info("no export for %.0f minutes: ending", self.idle_seconds / 60)
                 self.stop()
-            elif self.parent_pid is not None and not _alive(self.parent_pid):
-                log.info("the console that started it (pid %d) has gone: ending", self.parent_pid)
-                self.stop()
+            elif self.parent_pid is not None and not psutil.pid_exists(self.parent_pid):
+                with self.lock:
+                    busy = bool(self.jobs)
+                if not busy:  # exports from the command line finish first
+                    log.info("the console that started it (pid %d) has gone: ending", self.parent_pid)
+                    self.stop()
 
     def stop(self) -> None:
         if self.stopping.is_set():
@@ -128,9 +144,16 @@ class ExportService:
         with self.lock:
             running = list(self.jobs.values())
         for control in running:
-            control.cancel()
+            if control.request():
+                threading.Thread(target=control.interrupt, daemon=True).start()
         if self.server is not None:
             threading.Thread(target=self.server.shutdown, daemon=True).start()
+
+    def wait_for_exports(self, seconds: float = 60.0) -> None:
+        """Until the exports that were running have unwound (records written, staging gone)."""
+        deadline = time.monotonic() + seconds
+        for thread in list(self.threads):
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     # -- requests --------------------------------------------------------------------------------
     def answer(self, request: dict) -> dict:
@@ -150,7 +173,10 @@ class ExportService:
         if op == "cancel":
             with self.lock:
                 control = self.jobs.get(str(request["id"]))
-            return {"ok": True, "cancelled": bool(control is not None and control.cancel())}
+            asked = control is not None and control.request()
+            if asked:  # a streaming query's stop waits for its batch: not in this answer
+                threading.Thread(target=control.interrupt, daemon=True).start()
+            return {"ok": True, "cancelled": asked}
         if op == "stop":
             self.stop()
             return {"ok": True}
@@ -168,24 +194,35 @@ class ExportService:
         if not args.master.startswith("local"):
             return {"ok": False, "error": "the warm service runs local exports only"}
         control = JobControl(group=f"rocketdesk-export-{job_id}")
+        control.out = os.path.abspath(args.out)
         with self.lock:
             if job_id in self.jobs:
                 return {"ok": False, "error": f"export {job_id} is running already"}
+            if any(other.out == control.out for other in self.jobs.values()):
+                return {"ok": False, "error": f"another export is writing into {args.out}"}
             self.jobs[job_id] = control
-        threading.Thread(target=self._run, args=(job_id, args, control), daemon=True,
-                         name=f"export-{job_id}").start()
+            thread = threading.Thread(target=self._run, args=(job_id, args, control), daemon=True,
+                                      name=f"export-{job_id}")
+            self.threads = [t for t in self.threads if t.is_alive()] + [thread]
+        thread.start()
         return {"ok": True}
 
     def _run(self, job_id: str, args, control: JobControl) -> None:
-        record = (JobRecord(args.record, record_fields(args, pid=os.getpid(), service=True))
-                  if args.record else None)
-        events = Events(args.events_file, record)
+        events = None
         try:
+            record = (JobRecord(args.record, record_fields(args, pid=os.getpid(), service=True))
+                      if args.record else None)
+            events = Events(args.events_file, record)
             events.emit("started", master=self.master, pid=os.getpid(), warm=True)
             run_job(self.spark, args, events, control)
+        except Exception:  # its record or events could not be written: logged, never stuck
+            log.exception("export %s could not run", job_id)
         finally:
+            if control.staging is not None:
+                control.wait_for_jobs()  # Spark goes on here: its cancelled tasks end first
             control.remove_staging()
-            events.close()
+            if events is not None:
+                events.close()
             with self.lock:
                 del self.jobs[job_id]
                 self.last_activity = time.monotonic()
@@ -223,16 +260,6 @@ def _import_reader(rows):
     return rows
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _unannounce(path: str) -> None:
     """Remove service.json if it is still this service's (not a newer one's)."""
     try:
@@ -260,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         service.serve()
     finally:
         _unannounce(os.path.join(args.dir, STATE_FILE))
+        service.wait_for_exports()
         if service.spark is not None:
             service.spark.stop()
     return 0

@@ -19,11 +19,20 @@ import time
 import zipfile
 from pathlib import Path
 
+import psutil
+
 from export.errors import ExportError
 from export.job_record import jobs_dir
 from rocketdesk.cli_admin import parse_time
 from rocketdesk.cli_cluster import namesrv_of
-from rocketdesk.export_service import ServiceClient, find_service, new_job_id, start_service
+from rocketdesk.export_service import (
+    ServiceClient,
+    find_service,
+    new_job_id,
+    spark_environment,
+    start_service,
+    wait_gone,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("export", "cluster", "storage")
@@ -131,15 +140,15 @@ class Follower:
         self.ended: str | None = None  # finished, failed or cancelled, once said
         self.driver: int | None = None
         self.shown = 0.0
+        self.partial = ""
 
     def poll(self) -> bool:
         """Read what has arrived; False when nothing had."""
-        line = self.stream.readline()
-        if not line:
+        line = self.partial + self.stream.readline()
+        if not line.endswith("\n"):  # nothing, or a line still being written: the rest later
+            self.partial = line
             return False
-        while line and not line.endswith("\n"):  # a line still being written
-            time.sleep(0.02)
-            line += self.stream.readline()
+        self.partial = ""
         if self.copy is not None:
             self.copy.write(line)
         event = json.loads(line)
@@ -209,6 +218,7 @@ def _run_warm(args, service: ServiceClient, job_id: str, job_args: list[str], ev
 
     previous = {sig: signal.signal(sig, cancel) for sig in (signal.SIGINT, signal.SIGTERM)}
     follower = Follower(events_path, args.events)
+    service_pid = int(service.state["pid"])
     try:
         service.ask("submit", id=job_id, args=job_args)
         asked_to_cancel = False
@@ -220,9 +230,11 @@ def _run_warm(args, service: ServiceClient, job_id: str, job_args: list[str], ev
                 except (OSError, ExportError):
                     pass  # the service is gone: so is the export
             if not follower.poll():
-                if find_service() is None:
-                    print("the export service ended during the export", file=sys.stderr)
-                    return 1
+                if not psutil.pid_exists(service_pid):  # (a slow answer is not a death)
+                    follower.drain()
+                    if follower.ended is None:
+                        print("the export service ended during the export", file=sys.stderr)
+                        return 1
                 time.sleep(0.1)
     finally:
         for sig, handler in previous.items():
@@ -234,11 +246,7 @@ def _run_warm(args, service: ServiceClient, job_id: str, job_args: list[str], ev
 def _run_cold(args, job_args: list[str], scratch: str, events_path: str) -> int:
     """In a process of its own (``python -m export.job``, or spark-submit for a cluster)."""
     log_path = args.log or os.path.join(scratch, "spark.log")
-    pythonpath = str(ROOT) + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-               PYTHONPATH=pythonpath)
-    if args.master.startswith("local"):
-        env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # nothing listens beyond loopback
+    env = spark_environment(local=args.master.startswith("local"))
     job: subprocess.Popen | None = None
     follower: Follower | None = None
     cancelled = False
@@ -290,7 +298,7 @@ def _run_cold(args, job_args: list[str], scratch: str, events_path: str) -> int:
             os.killpg(job.pid, signal.SIGKILL)
             job.wait()
         if follower.driver is not None and follower.driver != job.pid:
-            _wait_gone(follower.driver, 30)  # a cancelled driver under spark-submit is still cleaning up
+            wait_gone(follower.driver, 30)  # a cancelled driver under spark-submit is still cleaning up
         try:
             os.killpg(job.pid, signal.SIGKILL)  # a JVM or worker left behind by the job
         except (ProcessLookupError, PermissionError):
@@ -328,19 +336,6 @@ def _terminate(pid: int) -> None:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         pass
-
-
-def _wait_gone(pid: int, seconds: float) -> None:
-    import psutil
-
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return  # exited; only its reaping is left to whoever adopted it
-        except psutil.Error:
-            return
-        time.sleep(0.1)
 
 
 def _summary_text(summary: dict) -> str:

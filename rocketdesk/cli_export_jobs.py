@@ -95,6 +95,7 @@ def show_export(args) -> int:
 
 def cancel_export(args) -> int:
     record = _find(args.job)
+    verb = "stop" if record.get("continuous") else "cancel"
     if _state(record) in (*ENDED, "lost"):
         print(f"export {record['id']} is {_state(record)} already")
         return 0
@@ -109,14 +110,20 @@ def cancel_export(args) -> int:
         except ProcessLookupError:
             pass
     deadline = time.monotonic() + args.wait
-    while time.monotonic() < deadline:
+    state = _state(record)
+    while True:
         state = _state(_find(record["id"]))
         if state in (*ENDED, "lost"):
-            print(f"export {record['id']}: {state}")
-            return 0 if state == "cancelled" else 1
+            break
+        if time.monotonic() >= deadline:
+            print(f"export {record['id']}: asked to {verb}; still {state} after {args.wait:.0f} s")
+            return 1
         time.sleep(0.2)
-    print(f"export {record['id']}: asked to cancel; still {state} after {args.wait:.0f} s")
-    return 1
+    if state == "finished" and not record.get("continuous"):
+        print(f"export {record['id']}: finished before the cancel reached it")
+        return 1
+    print(f"export {record['id']}: {'stopped' if record.get('continuous') else state}")
+    return 0 if state in ("cancelled", "finished") else 1
 
 
 def service_command(args) -> int:

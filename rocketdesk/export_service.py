@@ -13,6 +13,8 @@ import time
 import uuid
 from pathlib import Path
 
+import psutil
+
 from export.errors import ExportError
 from export.job_record import exports_dir
 
@@ -20,6 +22,30 @@ ROOT = Path(__file__).resolve().parents[1]
 STATE_FILE = "service.json"  # (export.service.STATE_FILE; that module imports pyspark)
 # Set by the console for the exports it runs: a service they start ends with the console.
 PARENT_ENV = "ROCKETDESK_EXPORT_SERVICE_PARENT"
+STARTING_FILE = "service.starting"
+
+
+def spark_environment(local: bool) -> dict[str, str]:
+    """The environment of a process that runs Spark with our packages on its Python path."""
+    pythonpath = str(ROOT) + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+               PYTHONPATH=pythonpath)
+    if local:
+        env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # nothing listens beyond loopback
+    return env
+
+
+def wait_gone(pid: int, seconds: float) -> bool:
+    """Until ``pid`` has exited (a zombie counts: only its reaping is left); False on timeout."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.Error:
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def new_job_id() -> str:
@@ -63,40 +89,52 @@ def start_service(idle_minutes: float = 30.0, wait: float = 180.0) -> tuple[Serv
         return running, 0.0
     folder = exports_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    # One starter at a time: two exports asking for a warm Spark at once get one service.
-    marker = folder / "service.starting"
+    # One starter at a time: two exports asking for a warm Spark at once get one service. The
+    # marker holds the starter's pid: one left by a starter that died does not hold others up.
+    marker = folder / STARTING_FILE
     try:
-        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     except FileExistsError:
-        if time.time() - marker.stat().st_mtime < wait:
-            return _wait_for_other_starter(wait)
-        marker.unlink(missing_ok=True)  # left by a starter that died
+        starter = 0
+        for _ in range(10):  # (its pid is written a moment after the marker is made)
+            try:
+                starter = int(marker.read_text() or 0)
+            except (OSError, ValueError):
+                starter = 0
+            if starter:
+                break
+            time.sleep(0.05)
+        if starter and psutil.pid_exists(starter):
+            return _wait_for_other_starter(starter, wait)
+        marker.unlink(missing_ok=True)  # its starter is gone
         return start_service(idle_minutes, wait)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(str(os.getpid()))
     try:
         return _start(folder, idle_minutes, wait)
     finally:
         marker.unlink(missing_ok=True)
 
 
-def _wait_for_other_starter(wait: float) -> tuple[ServiceClient, float]:
+def _wait_for_other_starter(starter: int, wait: float) -> tuple[ServiceClient, float]:
     began = time.monotonic()
     while time.monotonic() - began < wait:
         client = find_service()
         if client is not None:
             return client, time.monotonic() - began
-        if not (exports_dir() / "service.starting").exists():
-            break  # the other starter gave up
+        if not psutil.pid_exists(starter):
+            break  # it finished (then the service answers) or gave up
         time.sleep(0.2)
+    client = find_service()
+    if client is not None:
+        return client, time.monotonic() - began
     raise ExportError("another command was starting the export service and it did not become "
                       f"ready; see {exports_dir() / 'service.log'}")
 
 
 def _start(folder: Path, idle_minutes: float, wait: float) -> tuple[ServiceClient, float]:
     (folder / STATE_FILE).unlink(missing_ok=True)  # a dead service's
-    pythonpath = str(ROOT) + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-               PYTHONPATH=pythonpath)
-    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # nothing listens beyond loopback
+    env = spark_environment(local=True)
     command = [sys.executable, "-m", "export.service", "--dir", str(folder),
                "--idle-minutes", str(idle_minutes)]
     if os.environ.get(PARENT_ENV, "").isdigit():
@@ -127,16 +165,6 @@ def stop_service(wait: float = 60.0) -> bool:
         return False
     pid = int(client.state["pid"])
     client.ask("stop")
-    import psutil
-
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                break
-        except psutil.Error:
-            break
-        time.sleep(0.2)
-    else:
+    if not wait_gone(pid, wait):
         raise ExportError(f"the export service (pid {pid}) did not stop within {wait:.0f} s")
     return True

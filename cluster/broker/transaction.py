@@ -162,15 +162,20 @@ class TransactionalMessageService:
         return progress
 
     def open_counts(self) -> tuple[int, int] | None:
-        """(open transactions, those of them past transactionTimeOut that the check-back has
-        reached and asks their producers about), or None before the progress is read. Every half
-        message from the half offset on is one open transaction unless settled (ended, or
-        replaced by the copy that holds its transaction now)."""
+        """(open transactions, those of them the check-back has asked their producers about),
+        or None before the progress is read. Every half message from the half offset on is one
+        open transaction unless settled (ended, or replaced by the copy that holds its
+        transaction now)."""
         progress = self.progress
         if progress is None:
             return None
         stored = self.broker.store.get_max_offset_in_queue(TRANS_HALF_TOPIC, 0)
-        return max(0, stored - progress.half_offset - len(progress.settled)), len(progress.live)
+        # (an END_TRANSACTION can settle an offset the queue does not show yet)
+        settled = sum(1 for offset in progress.settled if offset < stored)
+        # Checked: a copy holds the transaction now (the check-back put it back and asked).
+        checking = sum(1 for origin, offsets in progress.live.items()
+                       if any(offset != origin for offset in offsets))
+        return max(0, stored - progress.half_offset - settled), checking
 
     def _register_open(self) -> None:
         """Learn which transaction each open half message holds, so that an END_TRANSACTION for

@@ -125,6 +125,7 @@ class ExportView(QWidget):
         self.spark_state.setWordWrap(True)
         layout.addWidget(self.spark_state)
         self.warmer: QProcess | None = None
+        self.warm_failed = False  # then each export starts its own Spark, as the tab says
         self.timer = QTimer(self)
         self.timer.setInterval(300)
         self.timer.timeout.connect(self.poll_events)
@@ -204,6 +205,7 @@ class ExportView(QWidget):
         if code == 0:
             self.spark_state.setText("Spark is warm: local exports start at once")
             return
+        self.warm_failed = True
         reason = bytes(self.warmer.readAllStandardError()).decode(errors="replace").strip()
         self.spark_state.setText("Spark could not be kept warm, so each export starts its own: "
                                  + (reason.splitlines()[0] if reason else f"exit {code}"))
@@ -244,7 +246,7 @@ class ExportView(QWidget):
         args = ["-m", "rocketdesk.cli", "export", "-n", self.model.namesrv_addr, "-t", topic,
                 "--format", self.format.currentText(), "--out", self.out.text(), "--master",
                 self.master.text() or "local[*]", "--events", self.events_path, "--json"]
-        if warm_enabled() and (self.master.text() or "local[*]").startswith("local"):
+        if warm_enabled() and not self.warm_failed and (self.master.text() or "local[*]").startswith("local"):
             args.append("--warm")
         if self.tags.text().strip() not in ("", "*"):
             args += ["--tags", self.tags.text().strip()]

@@ -59,3 +59,20 @@ def test_the_service_refuses_bad_requests_before_spark_is_asked(tmp_path):
     assert "local exports only" in ask(op="submit", id="a1", args=spark_cluster)["error"]
     assert ask(op="cancel", id="nobody") == {"ok": True, "cancelled": False}
     assert service.jobs == {}
+
+
+def test_cancel_says_what_happened_even_without_waiting(tmp_path, monkeypatch, capsys):
+    import os
+
+    from rocketdesk.cli import main
+
+    monkeypatch.setenv("ROCKETDESK_HOME", str(tmp_path))
+    jobs = tmp_path / "exports" / "jobs"
+    jobs.mkdir(parents=True)
+    # A running export of a live process (this one, standing in: the cancel's SIGTERM is
+    # caught below), asked to cancel with no time to wait: a sentence, not a traceback.
+    JobRecord(str(jobs / "20261126-060000-cccccc.json"),
+              {"topics": ["T"], "pid": os.getpid(), "continuous": True})
+    monkeypatch.setattr("os.kill", lambda pid, sig: None)
+    assert main(["export", "cancel", "last", "--wait", "0"]) == 1
+    assert "asked to stop; still running after 0 s" in capsys.readouterr().out
