@@ -21,6 +21,7 @@ pa_parquet = pytest.importorskip("pyarrow.parquet")
 from cluster.client.admin import AdminClient  # noqa: E402
 from cluster.supervisor.spec import ClusterSpec, GroupSpec  # noqa: E402
 from cluster.supervisor.supervisor import Supervisor  # noqa: E402
+from rocketdesk.export_service import wait_gone  # noqa: E402
 from tests.integration.test_export import parquet_rows, send  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -57,20 +58,6 @@ def rocketdesk(home: Path, *args, timeout=240, env=None):
 def service_pid(home: Path) -> int | None:
     state = home / "exports" / "service.json"
     return json.loads(state.read_text())["pid"] if state.exists() else None
-
-
-def gone(pid: int, seconds: float) -> bool:
-    import psutil
-
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.Error:
-            return True
-        time.sleep(0.2)
-    return False
 
 
 def test_exports_on_the_warm_service_share_one_spark_and_are_listed_as_jobs(cluster, tmp_path):
@@ -153,7 +140,7 @@ def test_exports_on_the_warm_service_share_one_spark_and_are_listed_as_jobs(clus
 
         stopped = rocketdesk(home, "export", "service", "stop")
         assert "stopped" in stopped.stdout
-        assert gone(pid, 30)
+        assert wait_gone(pid, 30)
         assert service_pid(home) is None
         assert rocketdesk(home, "export", "service", "status").returncode == 3
     finally:
@@ -172,7 +159,7 @@ def test_a_service_started_for_a_console_ends_with_it(cluster, tmp_path):
     finally:
         console.kill()
         console.wait()
-    assert gone(pid, 30), "the service outlived the console that started it"
+    assert wait_gone(pid, 30), "the service outlived the console that started it"
     assert service_pid(home) is None
 
 
