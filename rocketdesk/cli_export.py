@@ -21,6 +21,7 @@ from pathlib import Path
 
 import psutil
 
+from common.platform import processes
 from export.errors import ExportError
 from export.job_record import jobs_dir
 from rocketdesk.cli_admin import parse_time
@@ -258,7 +259,7 @@ def _run_cold(args, job_args: list[str], scratch: str, events_path: str) -> int:
         nonlocal cancelled
         cancelled = True
         if job is not None:
-            _terminate((follower.driver if follower else None) or job.pid)
+            processes.terminate((follower.driver if follower else None) or job.pid)
 
     # Installed before the job starts: the job runs in its own session, so a SIGTERM that
     # killed this launcher by default between the two would leave it running on its own,
@@ -272,15 +273,15 @@ def _run_cold(args, job_args: list[str], scratch: str, events_path: str) -> int:
     with open(log_path, "ab") as log:
         job = subprocess.Popen(build_command(args, job_args, scratch), stdout=log,
                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                               cwd=str(ROOT), start_new_session=True)
+                               cwd=str(ROOT), **processes.detached())
     if cancelled:  # the signal came while the job was being started, before it had a pid here
-        _terminate(job.pid)
+        processes.terminate(job.pid)
     follower = Follower(events_path, args.events)
     try:
         while True:
             if follower.poll():
                 if cancelled and follower.driver and follower.driver != job.pid:
-                    _terminate(follower.driver)  # the cancel reached spark-submit before it
+                    processes.terminate(follower.driver)  # the cancel reached spark-submit before it
                 continue
             if job.poll() is not None:
                 follower.drain()
@@ -289,20 +290,17 @@ def _run_cold(args, job_args: list[str], scratch: str, events_path: str) -> int:
         try:
             code = job.wait(30)
         except subprocess.TimeoutExpired:
-            os.killpg(job.pid, signal.SIGKILL)
+            processes.kill_group(job.pid)
             code = job.wait()
     finally:
         # Killed before the handlers are restored: a SIGTERM in between must not end this
         # launcher and leave the job running on its own.
         if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
+            processes.kill_group(job.pid)
             job.wait()
         if follower.driver is not None and follower.driver != job.pid:
             wait_gone(follower.driver, 30)  # a cancelled driver under spark-submit is still cleaning up
-        try:
-            os.killpg(job.pid, signal.SIGKILL)  # a JVM or worker left behind by the job
-        except (ProcessLookupError, PermissionError):
-            pass
+        processes.kill_group(job.pid)  # a JVM or worker left behind by the job
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         follower.close()
@@ -329,13 +327,6 @@ def _conclude(args, follower: Follower, code: int | None) -> int:
             print("cancelled", file=sys.stderr)
         return 130
     return 1
-
-
-def _terminate(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
 
 
 def _summary_text(summary: dict) -> str:

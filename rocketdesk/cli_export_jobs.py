@@ -4,10 +4,9 @@ export service start|stop|status`` (the warm Spark exports run on)."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import time
 
+from common.platform import processes
 from export.errors import ExportError
 from export.job_record import ENDED, effective_state, jobs_dir, read_records
 from rocketdesk.export_service import find_service, start_service, stop_service
@@ -105,10 +104,7 @@ def cancel_export(args) -> int:
             raise ExportError("the export service that ran it is gone")
         service.ask("cancel", id=record["id"])
     else:
-        try:
-            os.kill(int(record["pid"]), signal.SIGTERM)  # the export cancels itself on SIGTERM
-        except ProcessLookupError:
-            pass
+        processes.terminate(int(record["pid"]))  # the export cancels itself when asked to stop
     deadline = time.monotonic() + args.wait
     state = _state(record)
     while True:

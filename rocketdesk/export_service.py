@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psutil
 
+from common.platform import processes
 from export.errors import ExportError
 from export.job_record import exports_dir
 
@@ -144,7 +145,7 @@ def _start(folder: Path, idle_minutes: float, wait: float) -> tuple[ServiceClien
         process = subprocess.Popen(
             command,
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-            cwd=str(ROOT), start_new_session=True)  # outlives this command, like a node
+            cwd=str(ROOT), **processes.detached())  # outlives this command, like a node
     while time.monotonic() - began < wait:
         if process.poll() is not None:
             tail = (folder / "service.log").read_text(errors="replace").splitlines()[-5:]

@@ -15,6 +15,7 @@ import mmap
 import os
 import struct
 
+from common.platform.durability import sync_data
 from storage.file_space import allocate
 
 CHECKPOINT_SIZE = 4096
@@ -58,7 +59,7 @@ class StoreCheckpoint:
             self._mm, 0, self.physic_msg_timestamp, self.logics_msg_timestamp,
             self.index_msg_timestamp, self.master_flushed_offset, self.confirm_phy_offset,
         )
-        os.fdatasync(self._fd)
+        sync_data(self._fd)
 
     def min_timestamp(self) -> int:
         """Oldest of the CommitLog and ConsumeQueue times, less the safety margin."""

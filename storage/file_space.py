@@ -17,25 +17,20 @@ import errno
 import logging
 import os
 
+from common.platform.durability import sync_all, sync_directory
+from common.platform.file_space import preallocate
+
 log = logging.getLogger(__name__)
-
-# fallocate answers these when the file system cannot do it at all: write without it.
-_UNSUPPORTED = frozenset({errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS, errno.ENODEV})
-
 
 def allocate(fd: int, offset: int, length: int) -> bool:
     """Claim ``length`` bytes of blocks from ``offset``; False when the file system cannot
     (the caller then stops asking). Raises OSError (ENOSPC, EDQUOT, …) when the space is not there."""
     if length <= 0:
         return True
-    try:
-        os.posix_fallocate(fd, offset, length)
-    except OSError as exc:
-        if exc.errno in _UNSUPPORTED:
-            log.debug("fallocate is not supported here (%s); writing without it", exc)
-            return False
-        raise
-    return True
+    supported = preallocate(fd, offset, length)
+    if not supported:
+        log.debug("claiming blocks is not supported here; writing without it")
+    return supported
 
 
 def claim(fd: int, path: str, start: int, end: int, file_size: int, ahead: int) -> int:
@@ -75,7 +70,7 @@ def create_sized_file(path: str, size: int, durable: bool = True) -> None:
         try:
             os.ftruncate(fd, size)
             if durable:
-                os.fsync(fd)
+                sync_all(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
@@ -90,8 +85,4 @@ def create_sized_file(path: str, size: int, durable: bool = True) -> None:
 
 
 def fsync_dir(path: str) -> None:
-    fd = os.open(path or ".", os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    sync_directory(path)

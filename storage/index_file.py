@@ -26,6 +26,7 @@ from datetime import datetime
 from functools import lru_cache
 
 from common import speedups
+from common.platform.durability import sync_data
 from storage.mapped_file import MappedFile
 from storage.message import java_hash_unsigned
 
@@ -223,7 +224,7 @@ class IndexFile:
         if self.mapped_file.hold():
             try:
                 self._write_header()
-                os.fdatasync(self.mapped_file._fd)
+                sync_data(self.mapped_file._fd)
             finally:
                 self.mapped_file.release()
 

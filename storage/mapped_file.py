@@ -40,6 +40,7 @@ import threading
 import time
 
 from common import speedups
+from common.platform.durability import sync_data
 from storage.errors import OffsetOutOfRangeError, StoreError
 from storage.file_space import claim, create_sized_file
 from storage.transient_pool import TransientStorePool
@@ -243,7 +244,7 @@ class MappedFile:
         if self.write_buffer is not None:
             self.write_buffer[position:] = bytes(self.file_size - position)
         if zeroed:
-            os.fdatasync(self._fd)
+            sync_data(self._fd)
 
     def _data_regions(self, position: int) -> list[tuple[int, int]]:
         """Ranges from ``position`` on that may hold data. Holes of a sparse file read as zeros
@@ -380,7 +381,7 @@ class MappedFile:
                 return
             if rc != errno.ENOSYS:
                 raise OSError(rc, os.strerror(rc))
-        os.fdatasync(self._fd)
+        sync_data(self._fd)
 
     def _redirty(self, start: int, end: int) -> None:
         """Write the mapped bytes of [start, end) over themselves, so write-back sees them again."""

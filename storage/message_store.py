@@ -12,13 +12,13 @@ fails raises one of the ``running_flags`` (running_flags.py); puts are refused u
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable
 
+from common.platform.file_lock import try_lock
 from storage.checkpoint import StoreCheckpoint
 from storage.cleanup import CleanService
 from storage.commitlog import CommitLog
@@ -138,10 +138,7 @@ class DefaultMessageStore(MessageLookup):
         path = self.config.lock_path
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            # flock stops a second store in this process; lockf (a POSIX record lock, what
-            # Java's FileChannel.tryLock takes) stops another process, a Java broker included.
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+            try_lock(fd)  # another store, in this process or another (a Java broker too)
         except OSError as exc:
             os.close(fd)
             raise StoreLockedError(

@@ -12,6 +12,7 @@ import threading
 import time
 
 from cluster.remoting import fastjson
+from common.platform.durability import sync_all
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ class JsonConfigFile:
                 with open(tmp, "w", encoding="utf-8") as handle:
                     handle.write(text)
                     handle.flush()
-                    os.fsync(handle.fileno())
+                    sync_all(handle.fileno())
                 if os.path.exists(self.path):
                     os.replace(self.path, self.path + ".bak")
                 os.replace(tmp, self.path)

@@ -6,6 +6,8 @@ import json
 import os
 import threading
 
+from common.platform.durability import sync_all
+
 ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
 
 
@@ -38,7 +40,7 @@ class KVConfigManager:
         with open(tmp, "w", encoding="utf-8") as handle:
             json.dump({"configTable": self.table}, handle, indent=1, sort_keys=True)
             handle.flush()
-            os.fsync(handle.fileno())
+            sync_all(handle.fileno())
         if os.path.exists(self.path):
             os.replace(self.path, self.path + ".bak")
         os.replace(tmp, self.path)

@@ -26,11 +26,7 @@ from cluster.remoting.connection import (
     RemotingConnection,
 )
 from cluster.remoting.errors import RemotingError
-
-try:
-    import resource
-except ImportError:  # Windows: no RLIMIT_NOFILE
-    resource = None  # type: ignore[assignment]
+from common.platform.limits import open_files_limit
 
 log = logging.getLogger(__name__)
 
@@ -123,13 +119,11 @@ class NettyServerConfig:
 
 def derived_max_connections() -> int:
     """The default connection cap: what RLIMIT_NOFILE allows, keeping descriptors back."""
-    if resource is None:
-        return DEFAULT_MAX_CONNECTIONS
     try:
-        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        soft = open_files_limit()
     except (OSError, ValueError):
         return DEFAULT_MAX_CONNECTIONS
-    if soft == resource.RLIM_INFINITY:
+    if soft is None:  # no limit to ask (Windows), or none set
         return DEFAULT_MAX_CONNECTIONS
     allowed = soft - max(FD_RESERVE_MIN, soft // 4)
     return max(MIN_DERIVED_CONNECTIONS, min(DEFAULT_MAX_CONNECTIONS, allowed))

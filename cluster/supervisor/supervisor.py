@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ from cluster.supervisor.ports import free_port, port_is_free
 from cluster.supervisor.probe import Prober
 from cluster.supervisor.spec import ClusterSpec, GroupSpec, spec_from_dict
 from cluster.supervisor.state import ClusterState, NodeState, clusters_dir
+from common.platform import processes
 
 READY_TIMEOUT = 30.0
 STOP_GRACE = 15.0
@@ -196,7 +196,7 @@ class Supervisor:
             child = subprocess.Popen(
                 [sys.executable, "-m", module, "-c", node.conf_path], stdout=log,
                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=node.dir, env=env,
-                start_new_session=True)
+                **processes.detached())
         self._children[node.name] = child
         node.pid = child.pid
         node.paused = False
@@ -244,8 +244,7 @@ class Supervisor:
                      [n for n in order if n.kind == "namesrv"]):
             live = [n for n in tier if self.is_alive(n)]
             for node in live:
-                self._signal(node, signal.SIGCONT)  # a paused node cannot act on SIGTERM
-                self._signal(node, signal.SIGTERM)
+                self._act(node, processes.stop)  # (a paused node is resumed first)
             await self._wait_gone(live, grace)
         for node in targets:
             node.pid = 0
@@ -258,7 +257,7 @@ class Supervisor:
             if time.monotonic() > deadline:
                 for node in nodes:
                     if self.is_alive(node):
-                        self._signal(node, signal.SIGKILL)
+                        self._act(node, processes.kill)
                 deadline = time.monotonic() + 5
                 grace = 0
                 while any(self.is_alive(n) for n in nodes) and time.monotonic() < deadline:
@@ -266,12 +265,12 @@ class Supervisor:
                 return
             await asyncio.sleep(POLL)
 
-    def _signal(self, node: NodeState, sig: int) -> None:
+    def _act(self, node: NodeState, action) -> None:
         process = node.process()
         if process is None:
             return
         try:
-            process.send_signal(sig)
+            action(process)
         except psutil.NoSuchProcess:
             pass
 
@@ -280,7 +279,7 @@ class Supervisor:
         node = self.node(name)
         if not self.is_alive(node):
             raise SupervisorError(f"{name} is not running")
-        self._signal(node, signal.SIGKILL)
+        self._act(node, processes.kill)
         await self._wait_gone([node], 5)
         node.pid = 0
         node.paused = False
@@ -290,7 +289,7 @@ class Supervisor:
         node = self.node(name)
         if not self.is_alive(node):
             raise SupervisorError(f"{name} is not running")
-        self._signal(node, signal.SIGSTOP)
+        self._act(node, processes.pause)
         node.paused = True
         self.state.save()
 
@@ -298,7 +297,7 @@ class Supervisor:
         node = self.node(name)
         if not self.is_alive(node):
             raise SupervisorError(f"{name} is not running")
-        self._signal(node, signal.SIGCONT)
+        self._act(node, processes.resume)
         node.paused = False
         self.state.save()
 

@@ -21,6 +21,7 @@ import psutil
 
 from cluster.supervisor.ports import free_port
 from common.errors import RocketDeskError
+from common.platform import processes
 
 JETSTREAM = "NATS JetStream"
 REDIS_STREAMS = "Redis Streams"
@@ -121,7 +122,7 @@ def spawn(stack: contextlib.AsyncExitStack, name: str, argv: list[str], folder: 
     with open(log_path, "wb") as log_file:
         # Its own session: Ctrl-C reaches the bench only, which then stops the servers in order.
         process = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, cwd=folder, start_new_session=True)
+                                   stdin=subprocess.DEVNULL, cwd=folder, **processes.detached())
     server = ServerProcess(name, process, log_path)
     stack.callback(server.stop)
     return server

@@ -71,12 +71,11 @@ def test_values_the_server_cannot_run_with_are_setting_errors(props, key):
     (100, 32),          # and never below 32
 ])
 def test_the_default_cap_follows_rlimit_nofile(monkeypatch, soft, cap):
-    monkeypatch.setattr(server_module.resource, "getrlimit", lambda _: (soft, soft))
+    monkeypatch.setattr(server_module, "open_files_limit", lambda: soft)
     assert server_module.derived_max_connections() == cap
     assert RemotingServer().max_connections == cap
 
 
 def test_an_unlimited_rlimit_gives_the_default_cap(monkeypatch):
-    infinity = server_module.resource.RLIM_INFINITY
-    monkeypatch.setattr(server_module.resource, "getrlimit", lambda _: (infinity, infinity))
+    monkeypatch.setattr(server_module, "open_files_limit", lambda: None)
     assert server_module.derived_max_connections() == server_module.DEFAULT_MAX_CONNECTIONS

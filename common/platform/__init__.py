@@ -1,0 +1,11 @@
+"""What differs by platform, in one place: each module here has the Linux, macOS and Windows
+way of one concern, chosen when called (so a test can take away what a platform lacks):
+
+* durability.py: data on the disk (fdatasync; F_FULLFSYNC on macOS; fsync on Windows);
+* file_space.py: claiming a file's blocks ahead of writing (posix_fallocate where there is one);
+* file_lock.py: a store's lock file (fcntl on POSIX, msvcrt on Windows);
+* limits.py: the open-files limit (RLIMIT_NOFILE where there is one);
+* processes.py: kill, pause, resume and detach processes (psutil; signals only on POSIX).
+
+Nothing outside this package imports fcntl, msvcrt, resource or termios, or uses POSIX-only
+signals (tests/unit/test_platform_layer.py holds the code to that)."""

@@ -1,0 +1,50 @@
+"""Data on the disk, as each platform gets it there.
+
+Linux: ``fdatasync`` (the data and what reading it needs, not the access times). macOS has no
+``fdatasync``, and its ``fsync`` leaves the data in the drive's cache: ``fcntl(F_FULLFSYNC)``
+is what reaches the platter, ``fsync`` where the file system refuses it. Windows: ``os.fsync``
+(FlushFileBuffers)."""
+
+from __future__ import annotations
+
+import os
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None  # type: ignore[assignment]
+
+
+def sync_data(fd: int) -> None:
+    """A file's data (and its size) on the disk before returning."""
+    fdatasync = getattr(os, "fdatasync", None)
+    if fdatasync is not None:
+        fdatasync(fd)
+    else:
+        sync_all(fd)
+
+
+def sync_all(fd: int) -> None:
+    """A file's data and metadata on the disk, through the drive's cache where the platform
+    can ask for that (macOS)."""
+    full_fsync = getattr(fcntl, "F_FULLFSYNC", None) if fcntl is not None else None
+    if full_fsync is not None:
+        try:
+            fcntl.fcntl(fd, full_fsync)
+            return
+        except OSError:  # a file system that cannot (some network ones): plain fsync
+            pass
+    os.fsync(fd)
+
+
+def sync_directory(path: str) -> None:
+    """A directory's entries (a file created or renamed in it) on the disk. POSIX: fsync on
+    the directory. Windows cannot open a directory as a file, and NTFS journals its
+    metadata: nothing to do there."""
+    if os.name == "nt":
+        return
+    fd = os.open(path or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,75 @@
+"""Stopping, killing, pausing and detaching processes, the same calls on every platform.
+
+psutil does the work: on POSIX its suspend/resume/kill are SIGSTOP/SIGCONT/SIGKILL, on Windows
+it suspends a process's threads and terminates it. A graceful stop is SIGTERM on POSIX (a
+paused process is resumed first, or it could not act on it); on Windows, CTRL_BREAK_EVENT to a
+process started in a group of its own, which the nodes turn into the same orderly shutdown."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import psutil
+
+WINDOWS = os.name == "nt"
+
+
+def stop(process: psutil.Process) -> None:
+    """Ask for an orderly exit."""
+    if sys.platform == "win32":
+        process.send_signal(signal.CTRL_BREAK_EVENT)
+        return
+    process.resume()
+    process.terminate()
+
+
+def kill(process: psutil.Process) -> None:
+    """End it at once, as a crash would."""
+    process.kill()
+
+
+def pause(process: psutil.Process) -> None:
+    process.suspend()
+
+
+def resume(process: psutil.Process) -> None:
+    process.resume()
+
+
+def kill_group(pid: int) -> None:
+    """End a process and everything it started (its session's group on POSIX; its tree
+    elsewhere)."""
+    if not WINDOWS:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        return
+    try:
+        parent = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return
+    for process in [*parent.children(recursive=True), parent]:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def terminate(pid: int) -> None:
+    """Ask ``pid`` for an orderly exit, if it is still there."""
+    try:
+        stop(psutil.Process(pid))
+    except psutil.NoSuchProcess:
+        pass
+
+
+def detached() -> dict:
+    """Popen arguments for a process that outlives its starter and its terminal (a node, an
+    export): its own session on POSIX, its own process group without a console on Windows."""
+    if sys.platform == "win32":
+        return {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP | subprocess.DETACHED_PROCESS}
+    return {"start_new_session": True}

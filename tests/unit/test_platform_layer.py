@@ -1,0 +1,162 @@
+"""The platform layer (common/platform): each platform's path run here with fakes that record
+the calls, and a check that nothing outside it uses what only some platforms have."""
+
+from __future__ import annotations
+
+import ast
+import os
+import signal
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from common.platform import durability, file_lock, file_space, limits, processes
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("common", "storage", "cluster", "export", "gui", "rocketdesk")
+ONLY_SOME_PLATFORMS = {"fcntl", "msvcrt", "resource", "termios"}
+POSIX_SIGNALS = {"SIGKILL", "SIGSTOP", "SIGCONT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2",
+                 "SIGCHLD", "SIGPIPE", "SIGALRM"}
+POSIX_OS = {"killpg", "setsid", "getpgid", "fdatasync", "posix_fallocate", "fork"}
+
+
+FORBIDDEN_ATTRIBUTES = {("signal", s) for s in POSIX_SIGNALS} | {("os", f) for f in POSIX_OS}
+
+
+def _offences(path: Path, root: Path = ROOT) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name.split(".")[0] for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module.split(".")[0]]
+        found += [f"imports {n}" for n in names if n in ONLY_SOME_PLATFORMS]
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
+                (node.value.id, node.attr) in FORBIDDEN_ATTRIBUTES:
+            found.append(f"uses {node.value.id}.{node.attr}")
+        if isinstance(node, ast.keyword) and node.arg in ("start_new_session", "preexec_fn"):
+            found.append(f"passes {node.arg}")
+    return [f"{path.relative_to(root)}:{o}" for o in found]
+
+
+def test_nothing_outside_the_platform_layer_uses_what_only_some_platforms_have():
+    offences = []
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            if "platform" in path.relative_to(ROOT).parts[:2]:
+                continue
+            offences += _offences(path)
+    assert offences == []
+
+
+def test_the_check_would_see_them(tmp_path):
+    sample = tmp_path / "x.py"
+    sample.write_text("import fcntl\nimport os, signal\nos.killpg(1, signal.SIGKILL)\n"
+                      "subprocess.Popen([], start_new_session=True)\n")
+    assert [o.split(":", 1)[1] for o in _offences(sample, tmp_path)] == [
+        "imports fcntl", "uses os.killpg", "uses signal.SIGKILL", "passes start_new_session"]
+
+
+# -- durability -------------------------------------------------------------------------------------
+def test_data_is_synced_with_fdatasync_where_there_is_one(monkeypatch):
+    calls = []
+    monkeypatch.setattr(os, "fdatasync", lambda fd: calls.append(("fdatasync", fd)), raising=False)
+    durability.sync_data(7)
+    assert calls == [("fdatasync", 7)]
+
+
+def test_macos_reaches_the_platter_with_full_fsync_and_falls_back_to_fsync(monkeypatch):
+    calls = []
+    fake_fcntl = types.SimpleNamespace(F_FULLFSYNC=51, fcntl=lambda fd, op: calls.append(("fcntl", fd, op)))
+    monkeypatch.delattr(os, "fdatasync", raising=False)
+    monkeypatch.setattr(durability, "fcntl", fake_fcntl)
+    monkeypatch.setattr(os, "fsync", lambda fd: calls.append(("fsync", fd)))
+    durability.sync_data(3)
+    assert calls == [("fcntl", 3, 51)]
+
+    def refuse(fd, op):
+        raise OSError(45, "not supported")  # a file system that cannot
+
+    fake_fcntl.fcntl = refuse
+    durability.sync_data(3)
+    assert calls[-1] == ("fsync", 3)
+
+
+def test_windows_syncs_with_fsync_and_leaves_directories_alone(monkeypatch):
+    calls = []
+    monkeypatch.delattr(os, "fdatasync", raising=False)
+    monkeypatch.setattr(durability, "fcntl", None)
+    monkeypatch.setattr(os, "fsync", lambda fd: calls.append(("fsync", fd)))
+    durability.sync_data(4)
+    assert calls == [("fsync", 4)]
+    monkeypatch.setattr(durability.os, "name", "nt")
+    monkeypatch.setattr(os, "open", lambda *a: pytest.fail("a directory opened on Windows"))
+    durability.sync_directory("C:/store")
+
+
+def test_blocks_are_claimed_only_where_the_platform_can(monkeypatch, tmp_path):
+    with open(tmp_path / "f", "wb") as handle:
+        assert file_space.preallocate(handle.fileno(), 0, 4096) is True
+        assert os.fstat(handle.fileno()).st_size == 4096
+        monkeypatch.delattr(os, "posix_fallocate")
+        assert file_space.preallocate(handle.fileno(), 4096, 4096) is False  # macOS, Windows
+
+
+# -- the lock file ----------------------------------------------------------------------------------
+def test_the_lock_is_held_against_a_second_taker(tmp_path):
+    path = tmp_path / "lock"
+    first = os.open(path, os.O_RDWR | os.O_CREAT)
+    second = os.open(path, os.O_RDWR)
+    try:
+        file_lock.try_lock(first)
+        with pytest.raises(OSError, match=r"Resource temporarily unavailable|would block"):
+            file_lock.try_lock(second)
+    finally:
+        os.close(first)
+        os.close(second)
+
+
+def test_windows_locks_the_first_byte_with_msvcrt(monkeypatch):
+    calls = []
+    fake = types.SimpleNamespace(LK_NBLCK=2, locking=lambda fd, mode, n: calls.append((fd, mode, n)))
+    monkeypatch.setattr(file_lock, "fcntl", None)
+    monkeypatch.setitem(sys.modules, "msvcrt", fake)
+    file_lock.try_lock(9)
+    assert calls == [(9, 2, 1)]
+
+
+# -- processes and limits --------------------------------------------------------------------------
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list = []
+
+    def __getattr__(self, name):
+        return lambda *args: self.calls.append((name, *args))
+
+
+def test_process_actions_on_posix_and_windows(monkeypatch):
+    process = Recorder()
+    processes.stop(process)
+    processes.kill(process)
+    processes.pause(process)
+    processes.resume(process)
+    assert process.calls == [("resume",), ("terminate",), ("kill",), ("suspend",), ("resume",)]
+    assert processes.detached() == {"start_new_session": True}
+    monkeypatch.setattr(sys, "platform", "win32")
+    monkeypatch.setattr(signal, "CTRL_BREAK_EVENT", 1, raising=False)
+    monkeypatch.setattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0x200, raising=False)
+    monkeypatch.setattr(subprocess, "DETACHED_PROCESS", 0x8, raising=False)
+    windows = Recorder()
+    processes.stop(windows)
+    assert windows.calls == [("send_signal", 1)]  # CTRL_BREAK_EVENT: the node shuts down in order
+    assert processes.detached() == {"creationflags": 0x208}
+
+
+def test_the_open_files_limit_is_asked_where_there_is_one(monkeypatch):
+    assert limits.open_files_limit() is None or limits.open_files_limit() > 0
+    monkeypatch.setitem(sys.modules, "resource", None)  # Windows: no such module
+    assert limits.open_files_limit() is None
