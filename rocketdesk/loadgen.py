@@ -11,7 +11,6 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import sys
 import time
 
@@ -19,6 +18,7 @@ from cluster.client.consumer import ConsumeStatus, PushConsumer
 from cluster.client.message import Message, SendStatus
 from cluster.client.producer import Producer
 from cluster.remoting import event_loop
+from common.platform import processes
 
 # Upper bounds (ms) of the response-time buckets; the last one is open.
 RT_BUCKETS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000]
@@ -123,8 +123,7 @@ async def consume(args) -> None:
 
 async def _report(current, faults, duration: float, stop: asyncio.Event) -> None:
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    processes.on_stop_request(loop, stop.set)  # SIGTERM, Ctrl-C (CTRL_BREAK on Windows)
     began = time.monotonic()
     while not stop.is_set():
         try:

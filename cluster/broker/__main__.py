@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import signal
 import sys
 
 from cluster.broker.config import load_broker_config
@@ -13,6 +12,7 @@ from cluster.broker.controller import BrokerController
 from cluster.properties import load_properties
 from cluster.remoting import event_loop
 from cluster.settings import SettingError
+from common.platform import processes
 from storage.errors import StoreError
 
 log = logging.getLogger("cluster.broker")
@@ -22,8 +22,7 @@ async def run(controller: BrokerController) -> None:
     await controller.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    processes.on_stop_request(loop, stop.set)  # SIGTERM, Ctrl-C (CTRL_BREAK on Windows)
     config = controller.config
     print(f"The broker[{config.broker_name}, {config.broker_addr}] boot success. "
           f"serializeType=JSON and name server is {config.namesrv_addr or '(none)'}, "

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import signal
 import sys
 
 from cluster.namesrv.config import NamesrvConfig
@@ -16,6 +15,7 @@ from cluster.properties import load_properties
 from cluster.remoting import event_loop
 from cluster.remoting.server import RemotingServer, ServerConfigError
 from cluster.settings import SettingError, apply_properties
+from common.platform import processes
 
 log = logging.getLogger("cluster.namesrv")
 
@@ -73,8 +73,7 @@ async def run(config: NamesrvConfig) -> None:
     await controller.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    processes.on_stop_request(loop, stop.set)  # SIGTERM, Ctrl-C (CTRL_BREAK on Windows)
     # Supervisors and tests wait for this line; it carries the bound address.
     print(f"The Name Server boot success. serializeType=JSON, listening on "
           f"{controller.server.address}", flush=True)

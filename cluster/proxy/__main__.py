@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import signal
 import sys
 from dataclasses import dataclass
 
@@ -19,6 +18,7 @@ import grpc
 from cluster.client.instance import MQClientInstance
 from cluster.properties import load_properties
 from cluster.proxy.service import MessagingService, add_to_server
+from common.platform import processes
 
 log = logging.getLogger("cluster.proxy")
 
@@ -74,8 +74,7 @@ async def run(config: ProxyConfig) -> None:
     maintenance = asyncio.get_running_loop().create_task(service.maintain())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    processes.on_stop_request(loop, stop.set)  # SIGTERM, Ctrl-C (CTRL_BREAK on Windows)
     # Supervisors and tests wait for this line; it carries the bound address.
     print(f"The Proxy boot success. gRPC listening on {config.bind_address}:{port}", flush=True)
     await stop.wait()

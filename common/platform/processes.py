@@ -73,3 +73,15 @@ def detached() -> dict:
     if sys.platform == "win32":
         return {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP | subprocess.DETACHED_PROCESS}
     return {"start_new_session": True}
+
+
+def on_stop_request(loop, callback) -> None:
+    """Call ``callback`` on the event loop when this process is asked to stop: SIGTERM or
+    Ctrl-C on POSIX; on Windows, where an event loop takes no signal handlers, CTRL_BREAK_EVENT
+    (what ``stop`` sends) or Ctrl-C, handed over to the loop's thread."""
+    if sys.platform != "win32":
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, callback)
+        return
+    for sig in (signal.SIGBREAK, signal.SIGINT):
+        signal.signal(sig, lambda *_: loop.call_soon_threadsafe(callback))

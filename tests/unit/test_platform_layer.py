@@ -160,3 +160,19 @@ def test_the_open_files_limit_is_asked_where_there_is_one(monkeypatch):
     assert limits.open_files_limit() is None or limits.open_files_limit() > 0
     monkeypatch.setitem(sys.modules, "resource", None)  # Windows: no such module
     assert limits.open_files_limit() is None
+
+
+def test_a_stop_request_reaches_the_event_loop_on_posix_and_windows(monkeypatch):
+    loop = Recorder()
+    processes.on_stop_request(loop, "stop")
+    assert loop.calls == [("add_signal_handler", signal.SIGTERM, "stop"),
+                          ("add_signal_handler", signal.SIGINT, "stop")]
+    monkeypatch.setattr(sys, "platform", "win32")
+    monkeypatch.setattr(signal, "SIGBREAK", 21, raising=False)
+    handlers = {}
+    monkeypatch.setattr(signal, "signal", handlers.__setitem__)
+    windows = Recorder()
+    processes.on_stop_request(windows, "stop")
+    assert sorted(handlers) == sorted([21, signal.SIGINT])  # no loop signal handlers there
+    handlers[21](21, None)  # CTRL_BREAK_EVENT arrives on another thread
+    assert windows.calls == [("call_soon_threadsafe", "stop")]
