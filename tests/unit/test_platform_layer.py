@@ -176,3 +176,16 @@ def test_a_stop_request_reaches_the_event_loop_on_posix_and_windows(monkeypatch)
     assert sorted(handlers) == sorted([21, signal.SIGINT])  # no loop signal handlers there
     handlers[21](21, None)  # CTRL_BREAK_EVENT arrives on another thread
     assert windows.calls == [("call_soon_threadsafe", "stop")]
+
+
+def test_dev_py_keeps_the_same_install_stamp_as_dev_sh():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("dev", ROOT / "dev.py")
+    dev = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dev)
+    shell = subprocess.run(["bash", "-c", f"cat {' '.join(dev.STAMPED)} | sha256sum"], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.split()[0]
+    assert dev.install_stamp() == shell  # dev.sh and dev.py never reinstall for each other
+    assert "common/_populator.c" in (ROOT / "dev.sh").read_text()  # the same files in both
+    assert dev.venv_tool("python") == ROOT / ".venv" / "bin" / "python"
