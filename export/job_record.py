@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from cluster.supervisor.state import data_root
+from common.platform.files import replace_file
 
 ENDED = ("finished", "failed", "cancelled")
 
@@ -66,7 +67,7 @@ class JobRecord:
         part = f"{self.path}.{os.getpid()}.part"
         with open(part, "w", encoding="utf-8") as handle:
             json.dump(self.data, handle, indent=1)
-        os.replace(part, self.path)
+        replace_file(part, self.path)  # (Windows: while the console reads the old one)
 
 
 def effective_state(record: dict) -> str:

@@ -41,6 +41,7 @@ import time
 
 from common import speedups
 from common.platform.durability import sync_data
+from common.platform.files import remove_file
 from storage.errors import OffsetOutOfRangeError, StoreError
 from storage.file_space import claim, create_sized_file
 from storage.transient_pool import TransientStorePool
@@ -448,10 +449,9 @@ class MappedFile:
         self.shutdown(interval_forcibly_ms)
         if not self._cleanup_over:
             return False
-        try:
-            os.remove(self.path)
-        except FileNotFoundError:
-            pass
+        if not remove_file(self.path):  # Windows: open in another process; next round
+            log.warning("%s is unmapped but in use elsewhere; deleting it later", self.path)
+            return False
         return True
 
     def close(self) -> None:

@@ -4,8 +4,10 @@ way of one concern, chosen when called (so a test can take away what a platform 
 * durability.py: data on the disk (fdatasync; F_FULLFSYNC on macOS; fsync on Windows);
 * file_space.py: claiming a file's blocks ahead of writing (posix_fallocate where there is one);
 * file_lock.py: a store's lock file (fcntl on POSIX, msvcrt on Windows);
+* files.py: deleting and replacing files another process has open (Windows refuses both);
 * limits.py: the open-files limit (RLIMIT_NOFILE where there is one);
-* processes.py: kill, pause, resume and detach processes (psutil; signals only on POSIX).
+* processes.py: kill, pause, resume and detach processes (psutil; signals only on POSIX), and
+  a process's own stop requests (SIGTERM, or CTRL_BREAK on Windows).
 
 Nothing outside this package imports fcntl, msvcrt, resource or termios, or uses POSIX-only
 signals (tests/unit/test_platform_layer.py holds the code to that)."""

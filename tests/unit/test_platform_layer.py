@@ -189,3 +189,36 @@ def test_dev_py_keeps_the_same_install_stamp_as_dev_sh():
     assert dev.install_stamp() == shell  # dev.sh and dev.py never reinstall for each other
     assert "common/_populator.c" in (ROOT / "dev.sh").read_text()  # the same files in both
     assert dev.venv_tool("python") == ROOT / ".venv" / "bin" / "python"
+
+
+def test_a_file_in_use_elsewhere_is_deleted_later_and_replaced_after_a_retry(monkeypatch, tmp_path):
+    from common.platform import files
+    from storage.mapped_file import MappedFile
+
+    mapped = MappedFile(str(tmp_path / "00000000000000000000"), 4096)
+    real_remove = os.remove
+
+    def in_use(path):  # Windows, while another process reads the file
+        raise PermissionError(13, "in use", path)
+
+    monkeypatch.setattr(os, "remove", in_use)
+    assert mapped.destroy() is False  # unmapped, kept for a later round
+    assert (tmp_path / "00000000000000000000").exists()
+    monkeypatch.setattr(os, "remove", real_remove)
+    assert mapped.destroy() is True
+    assert not (tmp_path / "00000000000000000000").exists()
+
+    (tmp_path / "new").write_text("new")
+    (tmp_path / "record").write_text("old")
+    real_replace, refusals = os.replace, []
+
+    def busy_twice(source, target):
+        if len(refusals) < 2:
+            refusals.append(target)
+            raise PermissionError(13, "in use", target)
+        real_replace(source, target)
+
+    monkeypatch.setattr(os, "replace", busy_twice)
+    files.replace_file(str(tmp_path / "new"), str(tmp_path / "record"), pause=0)
+    assert (tmp_path / "record").read_text() == "new"
+    assert len(refusals) == 2
