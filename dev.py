@@ -58,14 +58,26 @@ def main(argv: list[str]) -> int:
         print("usage: python dev.py run|test [args]", file=sys.stderr)
         return 2
     ensure_installed()
+    os.chdir(ROOT)
     if command == "run":
         # The console on the default cluster, as `./dev.sh run` (see there).
-        return subprocess.call([str(venv_tool("rocketdesk")), "console", *rest], cwd=ROOT)
+        return hand_over([str(venv_tool("rocketdesk")), "console", *rest])
     for check in ("ruff", "lint-imports", "mypy"):
         args = [str(venv_tool(check))] + (["check", "."] if check == "ruff" else [])
-        if subprocess.call(args, cwd=ROOT) != 0:
+        if subprocess.call(args) != 0:
             return 1
-    return subprocess.call([str(venv_tool("python")), "-m", "pytest", *rest], cwd=ROOT)
+    return hand_over([str(venv_tool("python")), "-m", "pytest", *rest])
+
+
+def hand_over(args: list[str]) -> int:
+    """Become the program, as dev.sh's ``exec`` does, so that Ctrl-C reaches it alone (it then
+    tears down what it started); Windows has no exec: wait for it, leaving Ctrl-C to it."""
+    if os.name != "nt":
+        os.execv(args[0], args)
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return subprocess.call(args)
 
 
 if __name__ == "__main__":

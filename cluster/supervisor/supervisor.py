@@ -8,6 +8,7 @@ servers, then masters, then slaves, each stage waiting for readiness over the pr
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
 import subprocess
@@ -29,6 +30,8 @@ from cluster.supervisor.probe import Prober
 from cluster.supervisor.spec import ClusterSpec, GroupSpec, spec_from_dict
 from cluster.supervisor.state import ClusterState, NodeState, clusters_dir
 from common.platform import processes
+
+log = logging.getLogger(__name__)
 
 READY_TIMEOUT = 30.0
 STOP_GRACE = 15.0
@@ -273,6 +276,8 @@ class Supervisor:
             action(process)
         except psutil.NoSuchProcess:
             pass
+        except (psutil.Error, OSError) as exc:  # one node's refusal must not stop the others
+            log.warning("%s: %s failed: %s", node.name, getattr(action, "__name__", action), exc)
 
     async def kill(self, name: str) -> None:
         """SIGKILL one node, as a crash would."""

@@ -10,16 +10,26 @@ from __future__ import annotations
 import os
 import time
 
+SHARING_VIOLATION = 32  # Windows: "the process cannot access the file: it is being used"
+
+
+def in_use_elsewhere(exc: OSError) -> bool:
+    """Windows refusing because another process has the file open (nothing else counts: a
+    permission really missing is an error on every platform)."""
+    return getattr(exc, "winerror", None) == SHARING_VIOLATION
+
 
 def remove_file(path: str) -> bool:
-    """Delete ``path`` (gone already counts); False when the platform refuses because the file
-    is in use, so the caller tries again later."""
+    """Delete ``path`` (gone already counts); False when Windows refuses because the file is in
+    use elsewhere, so the caller tries again later. Any other failure raises, as before."""
     try:
         os.remove(path)
     except FileNotFoundError:
         pass
-    except PermissionError:
-        return False
+    except PermissionError as exc:
+        if in_use_elsewhere(exc):
+            return False
+        raise
     return True
 
 
@@ -29,7 +39,7 @@ def replace_file(source: str, target: str, attempts: int = 20, pause: float = 0.
         try:
             os.replace(source, target)
             return
-        except PermissionError:
-            if attempt == attempts - 1:
+        except PermissionError as exc:
+            if attempt == attempts - 1 or not in_use_elsewhere(exc):
                 raise
             time.sleep(pause)

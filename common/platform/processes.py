@@ -2,8 +2,9 @@
 
 psutil does the work: on POSIX its suspend/resume/kill are SIGSTOP/SIGCONT/SIGKILL, on Windows
 it suspends a process's threads and terminates it. A graceful stop is SIGTERM on POSIX (a
-paused process is resumed first, or it could not act on it); on Windows, CTRL_BREAK_EVENT to a
-process started in a group of its own, which the nodes turn into the same orderly shutdown."""
+paused process is resumed first, or it could not act on it). Windows has no signal that
+reaches a process without a console of its own: a stop there terminates it (the store
+recovers as after a crash); an orderly stop needs a request over the protocol (not yet)."""
 
 from __future__ import annotations
 
@@ -14,15 +15,13 @@ import sys
 
 import psutil
 
-WINDOWS = os.name == "nt"
-
 
 def stop(process: psutil.Process) -> None:
     """Ask for an orderly exit."""
-    if sys.platform == "win32":
-        process.send_signal(signal.CTRL_BREAK_EVENT)
-        return
     process.resume()
+    if sys.platform == "win32":
+        process.terminate()  # TerminateProcess: see the module's note
+        return
     process.terminate()
 
 
@@ -42,7 +41,7 @@ def resume(process: psutil.Process) -> None:
 def kill_group(pid: int) -> None:
     """End a process and everything it started (its session's group on POSIX; its tree
     elsewhere)."""
-    if not WINDOWS:
+    if sys.platform != "win32":
         try:
             os.killpg(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -69,9 +68,10 @@ def terminate(pid: int) -> None:
 
 def detached() -> dict:
     """Popen arguments for a process that outlives its starter and its terminal (a node, an
-    export): its own session on POSIX, its own process group without a console on Windows."""
+    export): its own session on POSIX; on Windows its own process group, with a console of its
+    own that shows no window (so neither it nor what it starts, a JVM, pops one up)."""
     if sys.platform == "win32":
-        return {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP | subprocess.DETACHED_PROCESS}
+        return {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP | subprocess.CREATE_NO_WINDOW}
     return {"start_new_session": True}
 
 

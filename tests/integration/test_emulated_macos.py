@@ -96,9 +96,19 @@ def test_the_store_writes_flushes_and_claims_space_without_them(tmp_path, as_on_
         store.shutdown()
 
 
-def test_the_supervisor_starts_pauses_kills_and_stops_nodes_without_them(tmp_path, as_on_macos):
+def test_the_supervisor_starts_pauses_kills_and_stops_nodes_without_them(tmp_path, as_on_macos,
+                                                                           monkeypatch):
     from cluster.supervisor.spec import ClusterSpec, GroupSpec
     from cluster.supervisor.supervisor import Supervisor
+
+    # Its nodes too: every Python it starts runs this sitecustomize first (on the PYTHONPATH
+    # the supervisor passes on).
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import os\nfor name in ('fdatasync', 'posix_fallocate'):\n"
+        "    if hasattr(os, name):\n        delattr(os, name)\n")
+    monkeypatch.setenv("PYTHONPATH", str(site))
 
     supervisor = Supervisor.create(ClusterSpec(name="mac", groups=[GroupSpec("broker-a")]),
                                    root=tmp_path)
