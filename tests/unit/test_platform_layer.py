@@ -27,17 +27,26 @@ FORBIDDEN_ATTRIBUTES = {("signal", s) for s in POSIX_SIGNALS} | {("os", f) for f
 
 
 def _offences(path: Path, root: Path = ROOT) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
     found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    aliases = {"os": "os", "signal": "signal"}  # a name in the file -> the module it is
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in ("os", "signal"):
+                    aliases[alias.asname or alias.name] = alias.name
+    for node in ast.walk(tree):
         names = []
         if isinstance(node, ast.Import):
             names = [alias.name.split(".")[0] for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module:
             names = [node.module.split(".")[0]]
+            found += [f"uses {node.module}.{alias.name}" for alias in node.names
+                      if (node.module, alias.name) in FORBIDDEN_ATTRIBUTES]
         found += [f"imports {n}" for n in names if n in ONLY_SOME_PLATFORMS]
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
-                (node.value.id, node.attr) in FORBIDDEN_ATTRIBUTES:
-            found.append(f"uses {node.value.id}.{node.attr}")
+                (aliases.get(node.value.id), node.attr) in FORBIDDEN_ATTRIBUTES:
+            found.append(f"uses {aliases[node.value.id]}.{node.attr}")
         if isinstance(node, ast.keyword) and node.arg in ("start_new_session", "preexec_fn"):
             found.append(f"passes {node.arg}")
     return [f"{path.relative_to(root)}:{o}" for o in found]
@@ -56,9 +65,11 @@ def test_nothing_outside_the_platform_layer_uses_what_only_some_platforms_have()
 def test_the_check_would_see_them(tmp_path):
     sample = tmp_path / "x.py"
     sample.write_text("import fcntl\nimport os, signal\nos.killpg(1, signal.SIGKILL)\n"
-                      "subprocess.Popen([], start_new_session=True)\n")
-    assert [o.split(":", 1)[1] for o in _offences(sample, tmp_path)] == [
-        "imports fcntl", "uses os.killpg", "uses signal.SIGKILL", "passes start_new_session"]
+                      "subprocess.Popen([], start_new_session=True)\n"
+                      "from os import fdatasync\nimport signal as sig\nsig.SIGSTOP\n")
+    assert sorted(o.split(":", 1)[1] for o in _offences(sample, tmp_path)) == sorted([
+        "imports fcntl", "uses os.killpg", "uses signal.SIGKILL", "passes start_new_session",
+        "uses os.fdatasync", "uses signal.SIGSTOP"])
 
 
 # -- durability -------------------------------------------------------------------------------------
