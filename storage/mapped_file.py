@@ -40,6 +40,7 @@ import threading
 import time
 
 from common import speedups
+from common.platform import file_io
 from common.platform.durability import sync_data
 from common.platform.files import remove_file
 from storage.errors import OffsetOutOfRangeError, StoreError
@@ -54,7 +55,7 @@ _msync_range = getattr(speedups.store_core, "msync_range", None)
 def _write_at_pure(fd: int, data, length: int, offset: int) -> None:
     view = memoryview(data)[:length]
     while view:
-        done = os.pwrite(fd, view, offset)
+        done = file_io.pwrite(fd, view, offset)
         if done <= 0:  # no progress on a regular file: never loop on it
             raise OSError(errno.EIO, "pwrite wrote nothing", None)
         view = view[done:]
@@ -293,7 +294,7 @@ class MappedFile:
         try:
             parts = []
             while size > 0:
-                chunk = os.pread(self._fd, size, pos)
+                chunk = file_io.pread(self._fd, size, pos)
                 if not chunk:
                     break
                 parts.append(chunk)
@@ -333,7 +334,7 @@ class MappedFile:
         if self._able_to(self.committed_position, least_pages) and self.hold():
             try:
                 start = self.committed_position
-                os.pwrite(self._fd, memoryview(self.write_buffer)[start:wrote], start)
+                file_io.pwrite(self._fd, memoryview(self.write_buffer)[start:wrote], start)
                 self.committed_position = wrote
             finally:
                 self.release()
@@ -389,7 +390,7 @@ class MappedFile:
         pos = start - start % OS_PAGE_SIZE
         while pos < end:
             stop = min(pos + len(_ZERO_CHUNK), end)
-            os.pwrite(self._fd, self.mm[pos:stop], pos)
+            file_io.pwrite(self._fd, self.mm[pos:stop], pos)
             pos = stop
 
     # -- reference counting and deletion ------------------------------------------------------

@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from common.platform import file_io
 from common.platform.file_lock import try_lock
 from storage.checkpoint import StoreCheckpoint
 from storage.cleanup import CleanService
@@ -68,8 +69,10 @@ _SYNC_FLUSH = FlushDiskType.SYNC_FLUSH  # (read once: a member read through its 
 
 def _total_physical_memory() -> int:
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
+        import psutil
+
+        return int(psutil.virtual_memory().total)  # (os.sysconf is POSIX only)
+    except (ImportError, OSError, RuntimeError):
         return 8 * 1024**3
 
 
@@ -144,7 +147,7 @@ class DefaultMessageStore(MessageLookup):
             raise StoreLockedError(
                 f"{self.config.store_path_root_dir} is in use by another broker (lock file held)"
             ) from exc
-        os.pwrite(fd, b"lock", 0)
+        file_io.pwrite(fd, b"lock", 0)
         self._lock_fd = fd
 
     def _load_consume_queues(self) -> None:

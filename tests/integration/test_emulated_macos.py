@@ -140,3 +140,30 @@ def test_the_emulation_takes_the_calls_away(tmp_path):
     said = subprocess.run([sys.executable, "-m", EMULATED, str(script)], cwd=ROOT, text=True,
                           capture_output=True, env=dict(os.environ, PYTHONPATH=ROOT), check=True)
     assert said.stdout.split() == ["False", "False"]
+
+
+def test_the_store_runs_without_the_posix_file_calls_windows_lacks(tmp_path, monkeypatch):
+    """Not Windows (its mappings differ), but the store's own calls as there: no pread, pwrite,
+    sysconf, fdatasync or posix_fallocate; appends go through the mapping."""
+    import storage.mapped_file as mapped_file_module
+    from tests.conftest import make_message
+
+    for name in ("pread", "pwrite", "sysconf", "fdatasync", "posix_fallocate"):
+        monkeypatch.delattr(os, name, raising=False)
+    monkeypatch.setattr(mapped_file_module, "_write_at", None)
+    root = tmp_path / "store"
+    store = DefaultMessageStore(small_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH))
+    store.load()
+    store.start()
+    try:
+        for i in range(120):
+            assert store.put_message(make_message(topic="W", body=b"w%d" % i, queue_id=0)).ok
+    finally:
+        store.shutdown()
+    store = DefaultMessageStore(small_config(root))
+    assert store.load() is True
+    store.start()
+    try:
+        assert read_queue(store, "W", 0) == [b"w%d" % i for i in range(120)]
+    finally:
+        store.shutdown()

@@ -20,7 +20,8 @@ PACKAGES = ("common", "storage", "cluster", "export", "gui", "rocketdesk")
 ONLY_SOME_PLATFORMS = {"fcntl", "msvcrt", "resource", "termios"}
 POSIX_SIGNALS = {"SIGKILL", "SIGSTOP", "SIGCONT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2",
                  "SIGCHLD", "SIGPIPE", "SIGALRM"}
-POSIX_OS = {"killpg", "setsid", "getpgid", "fdatasync", "posix_fallocate", "fork"}
+POSIX_OS = {"killpg", "setsid", "getpgid", "fdatasync", "posix_fallocate", "fork", "pread",
+            "pwrite", "sysconf"}
 
 
 FORBIDDEN_ATTRIBUTES = {("signal", s) for s in POSIX_SIGNALS} | {("os", f) for f in POSIX_OS}
@@ -252,3 +253,18 @@ def test_a_permission_really_missing_still_raises(monkeypatch, tmp_path):
     monkeypatch.setattr(os, "remove", denied)
     with pytest.raises(PermissionError):
         files.remove_file(str(tmp_path / "x"))
+
+
+def test_positioned_reads_and_writes_without_pread_and_pwrite(monkeypatch, tmp_path):
+    from common.platform import file_io
+
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
+    try:
+        os.write(fd, b"0123456789")
+        monkeypatch.delattr(os, "pread")
+        monkeypatch.delattr(os, "pwrite")  # Windows' Python
+        assert file_io.pwrite(fd, b"ab", 3) == 2
+        assert file_io.pread(fd, 4, 2) == b"2ab5"
+    finally:
+        os.close(fd)
+    assert (tmp_path / "f").read_bytes() == b"012ab56789"
