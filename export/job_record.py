@@ -80,7 +80,7 @@ def effective_state(record: dict) -> str:
 
     try:
         alive = psutil.Process(int(record["pid"])).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
+    except (psutil.Error, ValueError, TypeError):  # gone, or not a pid at all
         alive = False
     return state if alive else "lost"
 

@@ -159,7 +159,8 @@ class ExportView(QWidget):
 
     def refresh_jobs(self) -> None:
         selected = self.selected_job()
-        self.job_rows = export_rows(read_records(str(jobs_dir())), effective_state)
+        # The newest 100: read on the GUI thread every 2 s while the tab shows.
+        self.job_rows = export_rows(read_records(str(jobs_dir()), limit=100), effective_state)
         self.jobs.setRowCount(len(self.job_rows))
         for r, row in enumerate(self.job_rows):
             for c, text in enumerate(row.cells()):

@@ -69,10 +69,17 @@ def test_cancel_says_what_happened_even_without_waiting(tmp_path, monkeypatch, c
     monkeypatch.setenv("ROCKETDESK_HOME", str(tmp_path))
     jobs = tmp_path / "exports" / "jobs"
     jobs.mkdir(parents=True)
-    # A running export of a live process (this one, standing in: the cancel's SIGTERM is
-    # caught below), asked to cancel with no time to wait: a sentence, not a traceback.
+    # A running export of a live process (this one, standing in: the stop request is recorded,
+    # not sent), asked to cancel with no time to wait: a sentence, not a traceback.
     JobRecord(str(jobs / "20261126-060000-cccccc.json"),
               {"topics": ["T"], "pid": os.getpid(), "continuous": True})
-    monkeypatch.setattr("os.kill", lambda pid, sig: None)
+    asked = []
+    monkeypatch.setattr("common.platform.processes.terminate", asked.append)
     assert main(["export", "cancel", "last", "--wait", "0"]) == 1
+    assert asked == [os.getpid()]
     assert "asked to stop; still running after 0 s" in capsys.readouterr().out
+
+    # A record whose pid is not a number (hand-edited, or from elsewhere) reads as lost.
+    JobRecord(str(jobs / "20261126-070000-dddddd.json"), {"topics": ["T"], "pid": "x"})
+    assert main(["export", "list"]) == 0
+    assert "lost" in capsys.readouterr().out
