@@ -21,6 +21,7 @@ import threading
 import time
 import uuid
 
+from common.platform import processes
 from export.errors import ExportError
 from export.job_record import JobRecord
 from export.options import SourceOptions
@@ -71,9 +72,9 @@ class JobControl:
     ignored rather than reported over a finished output. The staging folder is removed after
     Spark stops: a cancelled task may still be writing into it while the driver unwinds.
 
-    In its own process (``python -m export.job``) SIGTERM or SIGINT cancel; in the warm export
-    service (export/service.py) a request does, several exports sharing one session, each in
-    its own group."""
+    In its own process (``python -m export.job``) SIGTERM, SIGINT or a stop request file cancel;
+    in the warm export service (export/service.py) a request does, several exports sharing one
+    session, each in its own group."""
 
     def __init__(self, group: str = JOB_GROUP) -> None:
         self.group = group
@@ -91,6 +92,10 @@ class JobControl:
     def install(self) -> None:
         signal.signal(signal.SIGTERM, self._handle)
         signal.signal(signal.SIGINT, self._handle)
+        # A request file (Windows' stop, honoured everywhere) cancels from a thread of its own:
+        # the main thread may be waiting on Spark, where no signal handler would run until the
+        # export had finished. The phases between Spark calls look at ``requested``.
+        processes.watch_stop_requests(self.cancel)
 
     def _handle(self, signum, frame) -> None:
         if self.cancel() and not self.graceful:

@@ -36,6 +36,7 @@ import time
 
 import psutil
 
+from common.platform import processes
 from export.job import Events, JobControl, parse_args, record_fields, run_job, session
 from export.job_record import JobRecord
 
@@ -282,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(args.dir, exist_ok=True)
     service = ExportService(args.dir, args.master, args.idle_minutes * 60, args.parent_pid)
     signal.signal(signal.SIGTERM, lambda *_: service.stop())
+    processes.watch_stop_requests(service.stop)  # Windows' stop (thread-safe: flags and threads)
     try:
         log.info("Spark warm in %.1f s", service.warm())
         service.serve()

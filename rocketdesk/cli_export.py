@@ -3,7 +3,8 @@
 The job runs in its own process (``python -m export.job`` for ``local[*]``, ``spark-submit``
 for ``spark://…``), so Spark's JVM, its output and its memory stay out of this one. Progress
 comes back as JSON lines on a pipe; this command prints it as a line on stderr and, with
-``--events FILE``, copies the JSON lines there for the console. SIGINT/SIGTERM cancel the job.
+``--events FILE``, copies the JSON lines there for the console. SIGINT, SIGTERM or a stop
+request file (how the console cancels on Windows) cancel the job.
 """
 
 from __future__ import annotations
@@ -218,6 +219,7 @@ def _run_warm(args, service: ServiceClient, job_id: str, job_args: list[str], ev
         cancelled = True
 
     previous = {sig: signal.signal(sig, cancel) for sig in (signal.SIGINT, signal.SIGTERM)}
+    watch = processes.watch_stop_requests(lambda: cancel(None, None))  # the console's Cancel on Windows
     follower = Follower(events_path, args.events)
     service_pid = int(service.state["pid"])
     try:
@@ -238,6 +240,7 @@ def _run_warm(args, service: ServiceClient, job_id: str, job_args: list[str], ev
                         return 1
                 time.sleep(0.1)
     finally:
+        watch.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         follower.close()
@@ -265,7 +268,9 @@ def _run_cold(args, job_args: list[str], scratch: str, events_path: str) -> int:
     # killed this launcher by default between the two would leave it running on its own,
     # finishing the export nobody is waiting for.
     previous = {sig: signal.signal(sig, cancel) for sig in (signal.SIGINT, signal.SIGTERM)}
+    watch = processes.watch_stop_requests(lambda: cancel(None, None))  # the console's Cancel on Windows
     if cancelled:
+        watch.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         print("cancelled", file=sys.stderr)
@@ -301,6 +306,7 @@ def _run_cold(args, job_args: list[str], scratch: str, events_path: str) -> int:
         if follower.driver is not None and follower.driver != job.pid:
             wait_gone(follower.driver, 30)  # a cancelled driver under spark-submit is still cleaning up
         processes.kill_group(job.pid)  # a JVM or worker left behind by the job
+        watch.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         follower.close()

@@ -123,7 +123,7 @@ async def consume(args) -> None:
 
 async def _report(current, faults, duration: float, stop: asyncio.Event) -> None:
     loop = asyncio.get_running_loop()
-    processes.on_stop_request(loop, stop.set)  # SIGTERM, Ctrl-C (CTRL_BREAK on Windows)
+    processes.on_stop_request(loop, stop.set)  # SIGTERM, Ctrl-C, a request file (Windows)
     began = time.monotonic()
     while not stop.is_set():
         try:

@@ -22,7 +22,7 @@ async def run(controller: BrokerController) -> None:
     await controller.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    processes.on_stop_request(loop, stop.set)  # SIGTERM, Ctrl-C (CTRL_BREAK on Windows)
+    processes.on_stop_request(loop, stop.set)  # SIGTERM, Ctrl-C, a request file (Windows)
     config = controller.config
     print(f"The broker[{config.broker_name}, {config.broker_addr}] boot success. "
           f"serializeType=JSON and name server is {config.namesrv_addr or '(none)'}, "

@@ -73,7 +73,7 @@ async def run(config: NamesrvConfig) -> None:
     await controller.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    processes.on_stop_request(loop, stop.set)  # SIGTERM, Ctrl-C (CTRL_BREAK on Windows)
+    processes.on_stop_request(loop, stop.set)  # SIGTERM, Ctrl-C, a request file (Windows)
     # Supervisors and tests wait for this line; it carries the bound address.
     print(f"The Name Server boot success. serializeType=JSON, listening on "
           f"{controller.server.address}", flush=True)

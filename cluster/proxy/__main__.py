@@ -74,7 +74,7 @@ async def run(config: ProxyConfig) -> None:
     maintenance = asyncio.get_running_loop().create_task(service.maintain())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    processes.on_stop_request(loop, stop.set)  # SIGTERM, Ctrl-C (CTRL_BREAK on Windows)
+    processes.on_stop_request(loop, stop.set)  # SIGTERM, Ctrl-C, a request file (Windows)
     # Supervisors and tests wait for this line; it carries the bound address.
     print(f"The Proxy boot success. gRPC listening on {config.bind_address}:{port}", flush=True)
     await stop.wait()

@@ -8,7 +8,9 @@ way of one concern, chosen when called (so a test can take away what a platform 
 * files.py: deleting and replacing files another process has open (Windows refuses both);
 * limits.py: the open-files limit (RLIMIT_NOFILE where there is one);
 * processes.py: kill, pause, resume and detach processes (psutil; signals only on POSIX), and
-  a process's own stop requests (SIGTERM, or CTRL_BREAK on Windows).
+  a process's own stop requests (SIGTERM on POSIX; a request file everywhere);
+* stop_requests.py: that request file, the only stop request that reaches a process without
+  a console on Windows.
 
 Nothing outside this package imports fcntl, msvcrt, resource or termios, or uses POSIX-only
 signals (tests/unit/test_platform_layer.py holds the code to that)."""

@@ -3,8 +3,8 @@
 psutil does the work: on POSIX its suspend/resume/kill are SIGSTOP/SIGCONT/SIGKILL, on Windows
 it suspends a process's threads and terminates it. A graceful stop is SIGTERM on POSIX (a
 paused process is resumed first, or it could not act on it). Windows has no signal that
-reaches a process without a console of its own: a stop there terminates it (the store
-recovers as after a crash); an orderly stop needs a request over the protocol (not yet)."""
+reaches a process without a console of its own: a stop there is a request file the process
+looks for (stop_requests.py), and it stops as it would on SIGTERM."""
 
 from __future__ import annotations
 
@@ -15,12 +15,19 @@ import sys
 
 import psutil
 
+from common.platform import stop_requests
+from common.platform.stop_requests import StopRequestWatch
+
+# Stops are request files where no signal reaches a process (Windows); the tests set it on
+# Linux to run that path with real processes.
+STOP_BY_REQUEST = sys.platform == "win32"
+
 
 def stop(process: psutil.Process) -> None:
-    """Ask for an orderly exit."""
+    """Ask for an orderly exit (the caller kills it if it does not come)."""
     process.resume()
-    if sys.platform == "win32":
-        process.terminate()  # TerminateProcess: see the module's note
+    if STOP_BY_REQUEST:
+        stop_requests.ask(process.pid)  # (TerminateProcess would be a crash: see the note)
         return
     process.terminate()
 
@@ -75,13 +82,22 @@ def detached() -> dict:
     return {"start_new_session": True}
 
 
-def on_stop_request(loop, callback) -> None:
-    """Call ``callback`` on the event loop when this process is asked to stop: SIGTERM or
-    Ctrl-C on POSIX; on Windows, where an event loop takes no signal handlers, CTRL_BREAK_EVENT
-    (what ``stop`` sends) or Ctrl-C, handed over to the loop's thread."""
+def on_stop_request(loop, callback) -> StopRequestWatch:
+    """Call ``callback`` on the event loop when this process is asked to stop: a request file
+    (what ``stop`` makes on Windows; honoured everywhere), SIGTERM or Ctrl-C on POSIX; on
+    Windows, where an event loop takes no signal handlers, Ctrl-C or Ctrl-Break in a console,
+    handed over to the loop's thread."""
     if sys.platform != "win32":
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, callback)
-        return
-    for sig in (signal.SIGBREAK, signal.SIGINT):
-        signal.signal(sig, lambda *_: loop.call_soon_threadsafe(callback))
+    else:
+        for sig in (signal.SIGBREAK, signal.SIGINT):
+            signal.signal(sig, lambda *_: loop.call_soon_threadsafe(callback))
+    return stop_requests.watch_on_loop(loop, callback)
+
+
+def watch_stop_requests(callback) -> StopRequestWatch:
+    """For a program without an event loop that installs its own SIGTERM/SIGINT handlers:
+    ``callback`` runs in a thread of its own when a request file comes (on Windows the only
+    stop request that reaches it). Close the watch when the program stops taking requests."""
+    return stop_requests.watch_in_thread(callback)

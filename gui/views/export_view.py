@@ -1,5 +1,6 @@
 """The export tab: a topic to Parquet, JSON or CSV through `rocketdesk export`, run as a
-subprocess whose JSON events (a side file) drive the progress bar; Cancel sends it SIGTERM.
+subprocess whose JSON events (a side file) drive the progress bar; Cancel asks it to stop
+(SIGTERM; a request file on Windows).
 
 Local exports run on the warm export service (``rocketdesk export --warm``), which the tab
 starts when it is first shown, so that a click exports at once rather than after Spark's
@@ -32,6 +33,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from common.platform import processes
 from export.job_record import effective_state, jobs_dir, read_records
 from gui.models.exports import COLUMNS as EXPORT_COLUMNS
 from gui.models.exports import export_rows
@@ -279,7 +281,9 @@ class ExportView(QWidget):
         if self.process is not None and self.process.state() != QProcess.ProcessState.NotRunning:
             self.state = "cancelling"
             self.status.setText("cancelling…")
-            self.process.terminate()  # SIGTERM: the job cancels Spark's work and cleans up
+            # SIGTERM (a request file on Windows, where QProcess.terminate posts a WM_CLOSE
+            # that a console program never sees): the job cancels Spark's work and cleans up.
+            processes.terminate(self.process.processId())
 
     def poll_events(self) -> None:
         if not self.events_path:

@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from common.platform import processes
 from gui.models.display import thin_labels
 from gui.views.plot_style import apply_theme, say_when_empty, time_plot
 
@@ -170,7 +171,7 @@ class LoadView(QWidget):
     def stop_all(self) -> None:
         for load in self.loads.values():
             if load.process.state() != QProcess.ProcessState.NotRunning:
-                load.process.terminate()
+                processes.terminate(load.process.processId())  # (QProcess.terminate: see export_view)
 
     def _finished(self, load: LoadProcess) -> None:
         self._update_running()

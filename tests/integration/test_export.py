@@ -199,17 +199,32 @@ def test_a_cancelled_export_leaves_nothing_behind(cluster, tmp_path, when):
         _cancel_and_check(cluster, tmp_path / f"run-{delay}", when, delay)
 
 
+def test_a_cold_export_cancelled_as_on_windows_leaves_nothing_behind(cluster, tmp_path):
+    # Windows' cancel: no signal reaches the launcher (the console's QProcess) or its job (no
+    # console), so each is asked by a request file and the launcher asks its job the same way.
+    _cancel_and_check(cluster, tmp_path / "run", "writing", None, as_on_windows=True)
+
+
 def _cancel_and_check(cluster, folder: Path, when: str, delay: float | None,
-                      master: str = "local[2]") -> None:
+                      master: str = "local[2]", as_on_windows: bool = False) -> None:
     import psutil
+
+    from common.platform import stop_requests
 
     folder.mkdir()
     out = folder / "cancelled"
     events = folder / "events.jsonl"
+    path = str(ROOT)
+    if as_on_windows:  # every Python of the export (launcher, job) stops others by request
+        site = folder / "site"
+        site.mkdir()
+        (site / "sitecustomize.py").write_text(
+            "from common.platform import processes\nprocesses.STOP_BY_REQUEST = True\n")
+        path = os.pathsep.join([str(site), str(ROOT)])
     process = subprocess.Popen(
         [sys.executable, "-m", "rocketdesk.cli", "export", "-n", cluster.state.namesrv_addr, "-t", "Orders",
          "--out", str(out), "--events", str(events), "--partition-size", "2000", "--master", master],
-        cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT, SPARK_LOCAL_IP="127.0.0.1"), stdout=subprocess.PIPE,
+        cwd=ROOT, env=dict(os.environ, PYTHONPATH=path, SPARK_LOCAL_IP="127.0.0.1"), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)
     if delay is not None:
         time.sleep(delay)
@@ -218,7 +233,10 @@ def _cancel_and_check(cluster, folder: Path, when: str, delay: float | None,
         while time.time() < deadline and not _cancel_point(events, when):
             time.sleep(0.1)
         assert _cancel_point(events, when), f"the export never reached {when}"
-    process.send_signal(signal.SIGTERM)
+    if as_on_windows:
+        assert stop_requests.ask(process.pid)
+    else:
+        process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=60)
     time.sleep(1.0)
     assert not list(folder.glob(".staging-*"))

@@ -161,10 +161,15 @@ def test_process_actions_on_posix_and_windows(monkeypatch):
     monkeypatch.setattr(sys, "platform", "win32")
     monkeypatch.setattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0x200, raising=False)
     monkeypatch.setattr(subprocess, "CREATE_NO_WINDOW", 0x8000000, raising=False)
+    monkeypatch.setattr(processes, "STOP_BY_REQUEST", True)  # (as on Windows)
+    asked = []
+    monkeypatch.setattr(processes.stop_requests, "ask", asked.append)
     windows = Recorder()
+    windows.pid = 4242
     processes.stop(windows)
-    # No signal reaches a process without a console there: resumed, then terminated.
-    assert windows.calls == [("resume",), ("terminate",)]
+    # No signal reaches a process without a console there: resumed, then asked by a file.
+    assert windows.calls == [("resume",)]
+    assert asked == [4242]
     assert processes.detached() == {"creationflags": 0x8000200}
 
 
@@ -177,8 +182,10 @@ def test_the_open_files_limit_is_asked_where_there_is_one(monkeypatch):
 def test_a_stop_request_reaches_the_event_loop_on_posix_and_windows(monkeypatch):
     loop = Recorder()
     processes.on_stop_request(loop, "stop")
-    assert loop.calls == [("add_signal_handler", signal.SIGTERM, "stop"),
-                          ("add_signal_handler", signal.SIGINT, "stop")]
+    # Signals, and a look for a request file a little later (on every platform).
+    assert loop.calls[:2] == [("add_signal_handler", signal.SIGTERM, "stop"),
+                              ("add_signal_handler", signal.SIGINT, "stop")]
+    assert [c[:2] for c in loop.calls[2:]] == [("call_later", processes.stop_requests.POLL_SECONDS)]
     monkeypatch.setattr(sys, "platform", "win32")
     monkeypatch.setattr(signal, "SIGBREAK", 21, raising=False)
     handlers = {}
@@ -186,8 +193,9 @@ def test_a_stop_request_reaches_the_event_loop_on_posix_and_windows(monkeypatch)
     windows = Recorder()
     processes.on_stop_request(windows, "stop")
     assert sorted(handlers) == sorted([21, signal.SIGINT])  # no loop signal handlers there
+    assert [c[0] for c in windows.calls] == ["call_later"]  # the request file's first look
     handlers[21](21, None)  # CTRL_BREAK_EVENT arrives on another thread
-    assert windows.calls == [("call_soon_threadsafe", "stop")]
+    assert windows.calls[1:] == [("call_soon_threadsafe", "stop")]
 
 
 def test_dev_py_keeps_the_same_install_stamp_as_dev_sh():
