@@ -259,6 +259,9 @@ class IndexService:
         self.index_files: list[IndexFile] = []
         self._lock = threading.Lock()
         self.last_indexed_offset = -1  # CommitLog offset of the newest message indexed
+        # Files dropped while a query held them, or kept by another process (Windows): out of
+        # the service, deleted on a later round (MappedFile.destroy).
+        self._undeleted: list[IndexFile] = []
 
     def load(self, last_exit_ok: bool, index_msg_timestamp: int) -> None:
         """Map existing files; after a crash, drop files with entries newer than the checkpoint."""
@@ -397,21 +400,25 @@ class IndexService:
         files = self.index_files
         gone = [f for f in files[:-1] if f.end_phy_offset < phy_min_offset]
         kept = [f for f in files if f not in gone]
-        for index_file in gone:
-            index_file.destroy(3000)
         self.index_files = kept
+        self._delete([*self._undeleted, *gone], 3000)
         return len(gone)
+
+    def _delete(self, files: list[IndexFile], interval_forcibly_ms: int) -> None:
+        self._undeleted = [f for f in files
+                           if not f.destroy(interval_forcibly_ms) or f.mapped_file.left_behind]
 
     def truncate_after(self, phy_offset: int) -> None:
         """Forget files whose first entry is at or past a cut CommitLog tail."""
         files = self.index_files
-        kept = []
+        kept, gone = [], []
         for index_file in files:
             if index_file.index_count > 1 and index_file.begin_phy_offset >= phy_offset:
-                index_file.destroy(0)
+                gone.append(index_file)
             else:
                 kept.append(index_file)
         self.index_files = kept
+        self._delete([*self._undeleted, *gone], 0)
         self.last_indexed_offset = min(self.last_indexed_offset, phy_offset - 1)
 
     def shutdown(self) -> None:

@@ -133,6 +133,7 @@ class MappedFile:
         self._refs = 1
         self._available = True
         self._cleanup_over = False
+        self.left_behind = False  # unmapped, but another process kept it from being deleted
         self._first_shutdown_ts = 0.0
         self._ref_lock = threading.Lock()
         self.first_create_in_queue = False  # set by the queue for its very first file
@@ -446,13 +447,24 @@ class MappedFile:
         self._cleanup_over = True
 
     def destroy(self, interval_forcibly_ms: int = 0) -> bool:
-        """Unmap and delete the file; False while readers still hold it."""
+        """Unmap and delete the file; False while readers still hold it.
+
+        Windows refuses to delete a file another process has open (an inspector, an export
+        reading store files). Then the file is emptied instead, so that not a byte of it can be
+        read back, by this store or by a file made later under its name, and ``left_behind``
+        says its deletion is still owed (MappedFileQueue tries again each round)."""
         self.shutdown(interval_forcibly_ms)
         if not self._cleanup_over:
             return False
-        if not remove_file(self.path):  # Windows: open in another process; next round
-            log.warning("%s is unmapped but in use elsewhere; deleting it later", self.path)
-            return False
+        if remove_file(self.path):
+            self.left_behind = False
+        elif not self.left_behind:
+            self.left_behind = True
+            try:
+                os.truncate(self.path, 0)
+            except OSError as exc:  # mapped by that other process too: it keeps its bytes
+                log.warning("%s could not be emptied either: %s", self.path, exc)
+            log.warning("%s is in use by another process; deleting it later", self.path)
         return True
 
     def close(self) -> None:

@@ -14,6 +14,8 @@ import threading
 import time
 from collections.abc import Iterator
 
+from common.platform.files import remove_file
+from storage.errors import StoreError
 from storage.mapped_file import ALLOCATE_AHEAD, MappedFile, offset_to_file_name
 from storage.transient_pool import TransientStorePool
 
@@ -41,6 +43,12 @@ class MappedFileQueue:
         self.store_timestamp = 0
         self._lock = threading.Lock()
         self.flush_count = 0  # fdatasync calls that made progress, for stats and tests
+        # Files out of the queue but still on disk, never read again: cut off while a reader
+        # held them (unmapped and deleted once it lets go, or after a second), and files whose
+        # deletion another process refused (Windows; emptied: MappedFile.destroy). Each round
+        # tries again, and a new file never takes the name of one still there.
+        self._cut_files: list[MappedFile] = []
+        self.owed_deletions: list[str] = []
 
     def __iter__(self) -> Iterator[MappedFile]:
         return iter(self.mapped_files)
@@ -56,6 +64,10 @@ class MappedFileQueue:
                 os.remove(path)  # a segment whose creation never finished
                 continue
             if not (name.isdigit() and os.path.isfile(path)):
+                continue
+            if os.path.getsize(path) == 0:  # emptied by a deletion refused before the last stop
+                if not remove_file(path):
+                    self.owed_deletions.append(path)
                 continue
             mapped_file = MappedFile(path, self.mapped_file_size,
                                      allocate_ahead=self.allocate_ahead)
@@ -87,6 +99,11 @@ class MappedFileQueue:
                 return last
             os.makedirs(self.store_path, exist_ok=True)
             path = os.path.join(self.store_path, offset_to_file_name(create_offset))
+            if self._still_there(path):  # a cut tail's file, back under the same name
+                self.settle_owed_deletions()
+                if self._still_there(path):
+                    raise StoreError(f"{path} is still open in another process, which kept it from "
+                                     "being deleted; close that process and the store writes on")
             mapped_file = MappedFile(path, self.mapped_file_size, self.pool, self.durable_create,
                                      self.allocate_ahead)
             if not self.mapped_files:
@@ -176,9 +193,25 @@ class MappedFileQueue:
                 return
 
     # -- truncation and deletion ---------------------------------------------------------------
+    def settle_owed_deletions(self) -> None:
+        """Finish the deletions that could not be finished before, where they can be now."""
+        if self._cut_files:
+            unmapped = [f for f in self._cut_files if f.destroy(1000)]
+            self._cut_files = [f for f in self._cut_files if f not in unmapped]
+            self._owe(unmapped)
+        if self.owed_deletions:
+            self.owed_deletions = [p for p in self.owed_deletions if not remove_file(p)]
+
+    def _owe(self, gone: list[MappedFile]) -> None:
+        self.owed_deletions += [f.path for f in gone if f.left_behind]
+
+    def _still_there(self, path: str) -> bool:
+        return path in self.owed_deletions or any(f.path == path for f in self._cut_files)
+
     def truncate_dirty_files(self, offset: int) -> None:
         """Cut the log at ``offset``: later files are deleted, the file holding it is zeroed past it."""
-        keep = []
+        self.settle_owed_deletions()
+        keep, gone = [], []
         for mapped_file in self.mapped_files:
             tail = mapped_file.file_from_offset + self.mapped_file_size
             if tail <= offset:
@@ -188,9 +221,12 @@ class MappedFileQueue:
                 mapped_file.set_positions(position)
                 mapped_file.zero_from(position)
                 keep.append(mapped_file)
-            else:
-                mapped_file.destroy(1000)
+            elif mapped_file.destroy(1000):
+                gone.append(mapped_file)
+            else:  # a reader holds it: out of the log now, deleted once it lets go
+                self._cut_files.append(mapped_file)
         self.mapped_files = keep
+        self._owe(gone)
         self.flushed_where = min(self.flushed_where, offset)
         self.committed_where = min(self.committed_where, offset)
         self.advise_writing()
@@ -205,7 +241,10 @@ class MappedFileQueue:
     def delete_last_mapped_file(self) -> None:
         last = self.get_last_mapped_file()
         if last is not None:
-            last.destroy(1000)
+            if last.destroy(1000):
+                self._owe([last])
+            else:
+                self._cut_files.append(last)
             self.mapped_files = self.mapped_files[:-1]
             self.advise_writing()
 
@@ -217,6 +256,7 @@ class MappedFileQueue:
         clean_immediately: bool,
     ) -> int:
         """Delete files (never the last) untouched for ``expired_ms``; returns how many went."""
+        self.settle_owed_deletions()
         files = self.mapped_files[:-1]
         now = time.time() * 1000
         deleted: list[MappedFile] = []
@@ -235,6 +275,7 @@ class MappedFileQueue:
 
     def delete_expired_file_by_offset(self, offset: int, unit_size: int) -> int:
         """Delete ConsumeQueue files whose last unit points below CommitLog offset ``offset``."""
+        self.settle_owed_deletions()
         deleted = []
         for mapped_file in self.mapped_files[:-1]:
             last_unit = mapped_file.read_raw(self.mapped_file_size - unit_size, 8)
@@ -250,6 +291,7 @@ class MappedFileQueue:
             with self._lock:
                 ids = {id(f) for f in gone}
                 self.mapped_files = [f for f in self.mapped_files if id(f) not in ids]
+            self._owe(gone)
 
     def shutdown(self) -> None:
         """Unmap every file (data stays on disk)."""
@@ -260,5 +302,7 @@ class MappedFileQueue:
         """Delete every file of this queue."""
         for mapped_file in self.mapped_files:
             mapped_file.destroy(0)
+        self._owe(self.mapped_files)
         self.mapped_files = []
+        self.settle_owed_deletions()
         self.flushed_where = self.committed_where = 0

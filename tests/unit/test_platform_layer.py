@@ -223,11 +223,16 @@ def test_a_file_in_use_elsewhere_is_deleted_later_and_replaced_after_a_retry(mon
     def in_use(path):  # Windows, while another process reads the file
         raise files_in_use(path)
 
+    mapped.mm[:5] = b"stale"
     monkeypatch.setattr(os, "remove", in_use)
-    assert mapped.destroy() is False  # unmapped, kept for a later round
-    assert (tmp_path / "00000000000000000000").exists()
+    assert mapped.destroy() is True  # out of the store: unmapped, and emptied
+    assert mapped.left_behind
+    assert (tmp_path / "00000000000000000000").stat().st_size == 0  # not a byte to read back
+    assert mapped.destroy() is True  # refused again: still owed
+    assert mapped.left_behind
     monkeypatch.setattr(os, "remove", real_remove)
     assert mapped.destroy() is True
+    assert not mapped.left_behind
     assert not (tmp_path / "00000000000000000000").exists()
 
     (tmp_path / "new").write_text("new")

@@ -255,3 +255,22 @@ def test_a_crash_after_an_index_roll_keeps_the_full_file(tmp_path):
         full.mapped_file.file_name]
     assert reopened.index_files[0].end_phy_offset == full.end_phy_offset
     reopened.destroy()
+
+
+def test_index_files_a_query_holds_are_deleted_once_it_lets_go(tmp_path):
+    service = _service(tmp_path)  # 3 usable entries a file
+    for i in range(9):
+        service.build_index("T", f"k{i}", None, i * 100, T0 + i * 1000)
+    assert len(service.index_files) == 3
+    cut, expired = service.index_files[2], service.index_files[0]
+    assert cut.mapped_file.hold()
+    assert expired.mapped_file.hold()
+    service.truncate_after(600)  # the newest file starts at the cut: dropped, but held
+    service.delete_expired_file(300)  # the oldest file: below the CommitLog's minimum, held
+    assert service.index_files == [service.index_files[0]]
+    assert len(os.listdir(tmp_path / "index")) == 3  # still there: a query reads them
+    cut.mapped_file.release()
+    expired.mapped_file.release()
+    service.delete_expired_file(300)  # the next round deletes what was let go
+    assert len(os.listdir(tmp_path / "index")) == 1
+    service.shutdown()

@@ -485,3 +485,80 @@ def test_a_recovered_store_writes_its_last_files_without_readahead(tmp_path):
         assert "rr" in _vm_flags(queue.mapped_file_queue.get_last_mapped_file().path)
     finally:
         again.shutdown()
+
+
+# -- files that cannot be deleted yet (a reader holds one; Windows: another process has it open) ----
+def _in_use_elsewhere(monkeypatch, paths: set[str]) -> None:
+    """Windows' refusal to delete a file another process has open, for ``paths``."""
+    real_remove = os.remove
+
+    def remove(path):
+        if str(path) in paths:
+            exc = PermissionError(13, "in use", path)
+            exc.winerror = 32  # (ERROR_SHARING_VIOLATION)
+            raise exc
+        real_remove(path)
+
+    monkeypatch.setattr(os, "remove", remove)
+
+
+def test_a_cut_file_held_by_a_reader_leaves_the_log_and_its_name_is_not_reused_until_deleted(tmp_path):
+    queue = MappedFileQueue(str(tmp_path), SIZE)
+    for _ in range(3):
+        queue.get_last_mapped_file_or_create(0).append(b"\x07" * SIZE)
+    held = queue.mapped_files[2]
+    assert held.hold()
+    queue.truncate_dirty_files(SIZE + 100)  # the reader keeps the third file, past the cut
+    assert [f.file_from_offset for f in queue] == [0, SIZE]
+    assert (tmp_path / offset_to_file_name(2 * SIZE)).exists()
+    queue.get_last_mapped_file_or_create(0).append(b"\x01" * (SIZE - 100))  # the second is full
+    with pytest.raises(StoreError, match="still open"):  # stale records under a new file: never
+        queue.get_last_mapped_file_or_create(0)
+    held.release()  # the reader lets go: the next round deletes it, and the log goes on
+    fresh = queue.get_last_mapped_file_or_create(0)
+    assert fresh.file_from_offset == 2 * SIZE
+    assert bytes(fresh.mm[:SIZE]) == bytes(SIZE)
+    queue.shutdown()
+
+
+def test_a_file_another_process_keeps_open_is_emptied_and_deleted_on_a_later_round(tmp_path,
+                                                                                  monkeypatch):
+    queue = MappedFileQueue(str(tmp_path), SIZE)
+    for _ in range(3):
+        queue.get_last_mapped_file_or_create(0).append(b"\x07" * SIZE)
+    first = str(tmp_path / offset_to_file_name(0))
+    _in_use_elsewhere(monkeypatch, {first})
+    assert queue.delete_expired_file_by_time(0, 0, 1000, clean_immediately=True) == 2
+    # Out of the log at once (readers and the minimum offset move on), emptied on disk.
+    assert [f.file_from_offset for f in queue] == [2 * SIZE]
+    assert queue.get_min_offset() == 2 * SIZE
+    assert os.path.getsize(first) == 0
+    assert queue.owed_deletions == [first]
+    queue.delete_expired_file_by_time(0, 0, 1000, clean_immediately=True)  # refused again
+    assert queue.owed_deletions == [first]
+    monkeypatch.undo()  # the other process lets go
+    queue.delete_expired_file_by_time(0, 0, 1000, clean_immediately=True)
+    assert queue.owed_deletions == []
+    assert not os.path.exists(first)
+    queue.shutdown()
+
+
+def test_an_emptied_file_left_from_a_refused_deletion_is_deleted_when_the_store_loads(tmp_path,
+                                                                                     monkeypatch):
+    queue = MappedFileQueue(str(tmp_path), SIZE)
+    for _ in range(2):
+        queue.get_last_mapped_file_or_create(0).append(b"\x07" * SIZE)
+    queue.shutdown()
+    (tmp_path / offset_to_file_name(2 * SIZE)).write_bytes(b"")  # what a refused deletion left
+    again = MappedFileQueue(str(tmp_path), SIZE)
+    again.load()
+    assert [f.file_from_offset for f in again] == [0, SIZE]
+    assert not (tmp_path / offset_to_file_name(2 * SIZE)).exists()
+    again.shutdown()
+    (tmp_path / offset_to_file_name(2 * SIZE)).write_bytes(b"")
+    _in_use_elsewhere(monkeypatch, {str(tmp_path / offset_to_file_name(2 * SIZE))})
+    third = MappedFileQueue(str(tmp_path), SIZE)
+    third.load()  # still open elsewhere: skipped, and owed
+    assert [f.file_from_offset for f in third] == [0, SIZE]
+    assert third.owed_deletions == [str(tmp_path / offset_to_file_name(2 * SIZE))]
+    third.shutdown()
