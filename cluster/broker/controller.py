@@ -39,6 +39,7 @@ from cluster.broker.transaction import TransactionalMessageService
 from cluster.ha.master import HAService
 from cluster.ha.slave import HAClient
 from cluster.remoting.server import RemotingServer
+from common.platform import sockets
 from storage.config import BrokerRole, MessageStoreConfig
 from storage.message_id import UniqIdGenerator
 from storage.message_store import DefaultMessageStore
@@ -89,7 +90,7 @@ class BrokerController:
         if config.listen_port == 0:
             # Learn the port before the store: records and msgIds carry it.
             sock = socket.socket(socket.AF_INET6 if ":" in config.bind_address else socket.AF_INET)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sockets.listen_again_soon(sock)
             sock.bind((config.bind_address, 0))
             config.listen_port = sock.getsockname()[1]
         self.store = DefaultMessageStore(self.store_config, (config.broker_ip1, config.listen_port))

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import socket
 
+from common.platform import sockets
+
 
 def port_is_free(port: int) -> bool:
-    """Whether a node could listen on ``port`` now. SO_REUSEADDR as the nodes use it: the
-    connections of a node just killed linger in TIME_WAIT, yet a listener is still refused."""
+    """Whether a node could listen on ``port`` now, bound as the nodes bind: the connections of
+    a node just killed may linger in TIME_WAIT, yet a port someone listens on is refused."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sockets.listen_again_soon(sock)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:

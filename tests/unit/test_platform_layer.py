@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import os
 import signal
+import socket
 import subprocess
 import sys
 import types
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from common.platform import durability, file_lock, file_space, limits, processes
+from common.platform import durability, file_lock, file_space, limits, processes, sockets
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("common", "storage", "cluster", "export", "gui", "rocketdesk")
@@ -24,17 +25,19 @@ POSIX_OS = {"killpg", "setsid", "getpgid", "fdatasync", "posix_fallocate", "fork
             "pwrite", "sysconf"}
 
 
-FORBIDDEN_ATTRIBUTES = {("signal", s) for s in POSIX_SIGNALS} | {("os", f) for f in POSIX_OS}
+# SO_REUSEADDR lets another program share a listening port on Windows (sockets.py).
+FORBIDDEN_ATTRIBUTES = ({("signal", s) for s in POSIX_SIGNALS} | {("os", f) for f in POSIX_OS}
+                        | {("socket", "SO_REUSEADDR")})
 
 
 def _offences(path: Path, root: Path = ROOT) -> list[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     found = []
-    aliases = {"os": "os", "signal": "signal"}  # a name in the file -> the module it is
+    aliases = {"os": "os", "signal": "signal", "socket": "socket"}  # a name here -> its module
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name in ("os", "signal"):
+                if alias.name in ("os", "signal", "socket"):
                     aliases[alias.asname or alias.name] = alias.name
     for node in ast.walk(tree):
         names = []
@@ -48,7 +51,8 @@ def _offences(path: Path, root: Path = ROOT) -> list[str]:
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
                 (aliases.get(node.value.id), node.attr) in FORBIDDEN_ATTRIBUTES:
             found.append(f"uses {aliases[node.value.id]}.{node.attr}")
-        if isinstance(node, ast.keyword) and node.arg in ("start_new_session", "preexec_fn"):
+        if isinstance(node, ast.keyword) and node.arg in ("start_new_session", "preexec_fn",
+                                                          "reuse_address", "reuse_port"):
             found.append(f"passes {node.arg}")
     return [f"{path.relative_to(root)}:{o}" for o in found]
 
@@ -67,10 +71,13 @@ def test_the_check_would_see_them(tmp_path):
     sample = tmp_path / "x.py"
     sample.write_text("import fcntl\nimport os, signal\nos.killpg(1, signal.SIGKILL)\n"
                       "subprocess.Popen([], start_new_session=True)\n"
-                      "from os import fdatasync\nimport signal as sig\nsig.SIGSTOP\n")
+                      "from os import fdatasync\nimport signal as sig\nsig.SIGSTOP\n"
+                      "import socket\ns.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+                      "loop.create_server(f, reuse_address=True)\n")
     assert sorted(o.split(":", 1)[1] for o in _offences(sample, tmp_path)) == sorted([
         "imports fcntl", "uses os.killpg", "uses signal.SIGKILL", "passes start_new_session",
-        "uses os.fdatasync", "uses signal.SIGSTOP"])
+        "uses os.fdatasync", "uses signal.SIGSTOP", "uses socket.SO_REUSEADDR",
+        "passes reuse_address"])
 
 
 # -- durability -------------------------------------------------------------------------------------
@@ -171,6 +178,28 @@ def test_process_actions_on_posix_and_windows(monkeypatch):
     assert windows.calls == [("resume",)]
     assert asked == [4242]
     assert processes.detached() == {"creationflags": 0x8000200}
+
+
+def test_a_listening_port_is_taken_again_on_posix_and_kept_to_itself_on_windows(monkeypatch):
+    posix = Recorder()
+    sockets.listen_again_soon(posix)
+    assert posix.calls == [("setsockopt", socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)]
+    monkeypatch.setattr(sys, "platform", "win32")
+    windows = Recorder()
+    sockets.listen_again_soon(windows)
+    assert windows.calls == [("setsockopt", socket.SOL_SOCKET, -5, 1)]  # SO_EXCLUSIVEADDRUSE
+    # And the check the supervisor makes before it gives a node a port, here: a port someone
+    # listens on is not free, one whose listener just closed is.
+    from cluster.supervisor.ports import port_is_free
+
+    monkeypatch.undo()
+    with socket.socket() as listener:
+        sockets.listen_again_soon(listener)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        assert not port_is_free(port)
+    assert port_is_free(port)
 
 
 def test_the_open_files_limit_is_asked_where_there_is_one(monkeypatch):
