@@ -92,7 +92,6 @@ def _bench_store(args: argparse.Namespace) -> int:
 def _console(args: argparse.Namespace) -> int:
     # The console is its own program (python -m gui). Without a display it cannot open, so the
     # README's run command starts the default cluster from the command line instead.
-    import os
 
     from gui.app import DEFAULT_PROFILE, has_display
     from gui.platform_check import advice, missing_xcb_libraries
@@ -108,10 +107,11 @@ def _console(args: argparse.Namespace) -> int:
         print(f"rocketdesk: {advice(missing)}; starting the default cluster from the command "
               "line meanwhile", file=sys.stderr)
         return main(up)
+    from common.platform import processes
+
     argv = [sys.executable, "-m", "gui"] + (["--name", args.name] if args.name else []) + (
         ["--profile", args.profile] if args.profile else [])
-    os.execv(sys.executable, argv)
-    return EXIT_OK
+    return processes.become(argv)
 
 
 class _VersionAction(argparse.Action):

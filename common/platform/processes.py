@@ -101,3 +101,14 @@ def watch_stop_requests(callback) -> StopRequestWatch:
     ``callback`` runs in a thread of its own when a request file comes (on Windows the only
     stop request that reaches it). Close the watch when the program stops taking requests."""
     return stop_requests.watch_in_thread(callback)
+
+
+def become(argv: list[str]) -> int:
+    """Run ``argv`` in place of this program (``exec`` on POSIX: its exit status is ours and
+    Ctrl-C reaches it alone). Windows has no exec (``os.execv`` there starts the program and
+    ends this one at once, so a terminal would get its prompt back with the program still
+    running): wait for it instead, leaving Ctrl-C to it, and return its exit code."""
+    if sys.platform != "win32":
+        os.execv(argv[0], argv)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return subprocess.call(argv)

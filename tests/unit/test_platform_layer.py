@@ -22,7 +22,8 @@ ONLY_SOME_PLATFORMS = {"fcntl", "msvcrt", "resource", "termios"}
 POSIX_SIGNALS = {"SIGKILL", "SIGSTOP", "SIGCONT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2",
                  "SIGCHLD", "SIGPIPE", "SIGALRM"}
 POSIX_OS = {"killpg", "setsid", "getpgid", "fdatasync", "posix_fallocate", "fork", "pread",
-            "pwrite", "sysconf"}
+            "pwrite", "sysconf",
+            "execv"}  # (Windows has it, but it ends the caller at once instead of becoming the program)
 
 
 # SO_REUSEADDR lets another program share a listening port on Windows (sockets.py).
@@ -200,6 +201,21 @@ def test_a_listening_port_is_taken_again_on_posix_and_kept_to_itself_on_windows(
         port = listener.getsockname()[1]
         assert not port_is_free(port)
     assert port_is_free(port)
+
+
+def test_a_program_takes_over_by_exec_on_posix_and_is_waited_for_on_windows(monkeypatch):
+    calls = []
+    monkeypatch.setattr(os, "execv", lambda path, argv: calls.append(("execv", path, argv)))
+    monkeypatch.setattr(subprocess, "call", lambda argv: calls.append(("call", argv)) or 3)
+    handlers = {}
+    monkeypatch.setattr(signal, "signal", handlers.__setitem__)
+    processes.become(["/py", "-m", "gui"])
+    assert calls[0] == ("execv", "/py", ["/py", "-m", "gui"])
+    monkeypatch.setattr(sys, "platform", "win32")
+    calls.clear()
+    assert processes.become(["py.exe", "-m", "gui"]) == 3  # its exit code is the command's
+    assert calls == [("call", ["py.exe", "-m", "gui"])]
+    assert handlers == {signal.SIGINT: signal.SIG_IGN}  # Ctrl-C is the console's to handle
 
 
 def test_the_open_files_limit_is_asked_where_there_is_one(monkeypatch):
