@@ -3,13 +3,11 @@
 # its .desktop entry and icon for the current user when asked (--install).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ -x .venv/bin/python ] || ./dev.sh test --co -q >/dev/null  # creates .venv with the project
-.venv/bin/python -m pip install --quiet --disable-pip-version-check "pyinstaller>=6.0"
-.venv/bin/pyinstaller --noconfirm --clean --distpath dist --workpath build/pyinstaller packaging/rocketdesk.spec
-echo "built dist/rocketdesk/rocketdesk"
+[ -x .venv/bin/python ] || ./dev.sh test --co -q >/dev/null  # creates .venv as the README's commands do
+.venv/bin/python packaging/build.py
 if [ "${1:-}" = "--install" ]; then
   mkdir -p ~/.local/share/applications ~/.local/share/icons/hicolor/scalable/apps
-  sed "s#^Exec=.*#Exec=$PWD/dist/rocketdesk/rocketdesk console#" packaging/rocketdesk.desktop \
+  sed "s#^Exec=.*#Exec=$PWD/dist/rocketdesk/rocketdesk-console#" packaging/rocketdesk.desktop \
     > ~/.local/share/applications/rocketdesk.desktop
   cp packaging/icons/rocketdesk.svg ~/.local/share/icons/hicolor/scalable/apps/rocketdesk.svg
   echo "installed the desktop entry"

@@ -23,7 +23,9 @@ POSIX_SIGNALS = {"SIGKILL", "SIGSTOP", "SIGCONT", "SIGHUP", "SIGQUIT", "SIGUSR1"
                  "SIGCHLD", "SIGPIPE", "SIGALRM"}
 POSIX_OS = {"killpg", "setsid", "getpgid", "fdatasync", "posix_fallocate", "fork", "pread",
             "pwrite", "sysconf",
-            "execv"}  # (Windows has it, but it ends the caller at once instead of becoming the program)
+            # Windows has these, but they do something else there: execv ends the caller at once
+            # instead of becoming the program, and kill terminates whatever the signal (even 0).
+            "execv", "kill"}
 
 
 # SO_REUSEADDR lets another program share a listening port on Windows (sockets.py).
