@@ -37,6 +37,7 @@ import time
 import psutil
 
 from common.platform import processes
+from common.platform.files import replace_file
 from export.job import Events, JobControl, parse_args, record_fields, run_job, session
 from export.job_record import JobRecord
 
@@ -122,7 +123,7 @@ class ExportService:
         fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(state, handle)
-        os.replace(part, path)
+        replace_file(part, path)  # (launchers read it meanwhile)
 
     def _watch_idle(self) -> None:
         while not self.stopping.wait(2):

@@ -13,6 +13,7 @@ import time
 
 from cluster.remoting import fastjson
 from common.platform.durability import sync_all
+from common.platform.files import replace_file
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +67,8 @@ class JsonConfigFile:
                     handle.flush()
                     sync_all(handle.fileno())
                 if os.path.exists(self.path):
-                    os.replace(self.path, self.path + ".bak")
-                os.replace(tmp, self.path)
+                    replace_file(self.path, self.path + ".bak")
+                replace_file(tmp, self.path)  # (an inspector may be reading it: Windows refuses)
             except OSError as exc:
                 try:
                     os.unlink(tmp)

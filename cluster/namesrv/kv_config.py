@@ -7,6 +7,7 @@ import os
 import threading
 
 from common.platform.durability import sync_all
+from common.platform.files import replace_file
 
 ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
 
@@ -42,8 +43,8 @@ class KVConfigManager:
             handle.flush()
             sync_all(handle.fileno())
         if os.path.exists(self.path):
-            os.replace(self.path, self.path + ".bak")
-        os.replace(tmp, self.path)
+            replace_file(self.path, self.path + ".bak")
+        replace_file(tmp, self.path)
 
     def put(self, namespace: str, key: str, value: str) -> None:
         with self._lock:

@@ -18,6 +18,7 @@ import platformdirs
 import psutil
 
 from cluster.supervisor.errors import ClusterNotFoundError
+from common.platform.files import replace_file
 
 HOME_ENV = "ROCKETDESK_HOME"
 
@@ -116,7 +117,7 @@ class ClusterState:
         tmp = path.with_suffix(".json.tmp")
         data = asdict(self)
         tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
-        os.replace(tmp, path)
+        replace_file(str(tmp), str(path))  # (the console and other commands read it meanwhile)
 
     @classmethod
     def load(cls, name: str) -> ClusterState:
