@@ -26,9 +26,11 @@ def test_the_supervisor_stops_every_node_in_order_by_request(tmp_path, monkeypat
 
     async def up_and_down() -> float:
         await supervisor.start()
-        assert {n.kind for n in supervisor.state.nodes} == {"namesrv", "broker", "proxy"}
-        began = time.monotonic()
-        await supervisor.stop(grace)
+        try:
+            assert {n.kind for n in supervisor.state.nodes} == {"namesrv", "broker", "proxy"}
+        finally:
+            began = time.monotonic()
+            await supervisor.stop(grace)
         return time.monotonic() - began
 
     took = asyncio.run(up_and_down())
