@@ -261,7 +261,7 @@ def _run_cold(args, job_args: list[str], scratch: str, events_path: str) -> int:
         # spark-submit the driver is the JVM's child, so it is signalled itself once known.
         nonlocal cancelled
         cancelled = True
-        if job is not None:
+        if job is not None and job.poll() is None:  # (an ended job's pid may be another's now)
             processes.terminate((follower.driver if follower else None) or job.pid)
 
     # Installed before the job starts: the job runs in its own session, so a SIGTERM that

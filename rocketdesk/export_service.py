@@ -155,7 +155,7 @@ def _start(folder: Path, idle_minutes: float, wait: float) -> tuple[ServiceClien
         if client is not None:
             return client, time.monotonic() - began
         time.sleep(0.2)
-    process.terminate()
+    processes.terminate(process.pid)
     raise ExportError(f"the export service was not warm after {wait:.0f} s; see {folder / 'service.log'}")
 
 

@@ -27,8 +27,10 @@ from functools import lru_cache
 
 from common import speedups
 from common.platform.durability import sync_data
+from common.platform.files import remove_file
 from storage.mapped_file import MappedFile
 from storage.message import java_hash_unsigned
+from storage.owed_deletions import OWED
 
 log = logging.getLogger(__name__)
 
@@ -259,9 +261,6 @@ class IndexService:
         self.index_files: list[IndexFile] = []
         self._lock = threading.Lock()
         self.last_indexed_offset = -1  # CommitLog offset of the newest message indexed
-        # Files dropped while a query held them, or kept by another process (Windows): out of
-        # the service, deleted on a later round (MappedFile.destroy).
-        self._undeleted: list[IndexFile] = []
 
     def load(self, last_exit_ok: bool, index_msg_timestamp: int) -> None:
         """Map existing files; after a crash, drop files with entries newer than the checkpoint."""
@@ -272,7 +271,12 @@ class IndexService:
             path = os.path.join(self.store_path, name)
             if not name.isdigit():
                 continue
-            if os.path.getsize(path) != index_file_size(self.hash_slot_num, self.index_num):
+            size = os.path.getsize(path)
+            if size == 0:  # emptied by a deletion another process refused (MappedFile.destroy)
+                if not remove_file(path):
+                    OWED.owe_path(path)
+                continue
+            if size != index_file_size(self.hash_slot_num, self.index_num):
                 log.warning("index file %s has another layout's size; ignoring it", path)
                 continue
             index_file = IndexFile(path, self.hash_slot_num, self.index_num)
@@ -401,12 +405,10 @@ class IndexService:
         gone = [f for f in files[:-1] if f.end_phy_offset < phy_min_offset]
         kept = [f for f in files if f not in gone]
         self.index_files = kept
-        self._delete([*self._undeleted, *gone], 3000)
+        OWED.settle()
+        for index_file in gone:  # a query may hold one: deleted once it lets go
+            OWED.leave(index_file.mapped_file, index_file.destroy(3000))
         return len(gone)
-
-    def _delete(self, files: list[IndexFile], interval_forcibly_ms: int) -> None:
-        self._undeleted = [f for f in files
-                           if not f.destroy(interval_forcibly_ms) or f.mapped_file.left_behind]
 
     def truncate_after(self, phy_offset: int) -> None:
         """Forget files whose first entry is at or past a cut CommitLog tail."""
@@ -418,7 +420,9 @@ class IndexService:
             else:
                 kept.append(index_file)
         self.index_files = kept
-        self._delete([*self._undeleted, *gone], 0)
+        OWED.settle()
+        for index_file in gone:
+            OWED.leave(index_file.mapped_file, index_file.destroy(0))
         self.last_indexed_offset = min(self.last_indexed_offset, phy_offset - 1)
 
     def shutdown(self) -> None:
@@ -430,7 +434,7 @@ class IndexService:
 
     def destroy(self) -> None:
         for index_file in self.index_files:
-            index_file.destroy(0)
+            OWED.leave(index_file.mapped_file, index_file.destroy(0))
         self.index_files = []
         self.last_indexed_offset = -1
 

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from common.platform.files import remove_file
 from storage.errors import StoreError
 from storage.mapped_file import ALLOCATE_AHEAD, MappedFile, offset_to_file_name
+from storage.owed_deletions import FORCIBLY_MS, OWED
 from storage.transient_pool import TransientStorePool
 
 log = logging.getLogger(__name__)
@@ -43,12 +44,6 @@ class MappedFileQueue:
         self.store_timestamp = 0
         self._lock = threading.Lock()
         self.flush_count = 0  # fdatasync calls that made progress, for stats and tests
-        # Files out of the queue but still on disk, never read again: cut off while a reader
-        # held them (unmapped and deleted once it lets go, or after a second), and files whose
-        # deletion another process refused (Windows; emptied: MappedFile.destroy). Each round
-        # tries again, and a new file never takes the name of one still there.
-        self._cut_files: list[MappedFile] = []
-        self.owed_deletions: list[str] = []
 
     def __iter__(self) -> Iterator[MappedFile]:
         return iter(self.mapped_files)
@@ -58,17 +53,16 @@ class MappedFileQueue:
         if not os.path.isdir(self.store_path):
             return
         files = []
+        names = []
         for name in sorted(os.listdir(self.store_path)):
             path = os.path.join(self.store_path, name)
             if name.endswith(".tmp"):
                 os.remove(path)  # a segment whose creation never finished
                 continue
-            if not (name.isdigit() and os.path.isfile(path)):
-                continue
-            if os.path.getsize(path) == 0:  # emptied by a deletion refused before the last stop
-                if not remove_file(path):
-                    self.owed_deletions.append(path)
-                continue
+            if name.isdigit() and os.path.isfile(path):
+                names.append(name)
+        for name in _without_emptied_ends(self.store_path, names):
+            path = os.path.join(self.store_path, name)
             mapped_file = MappedFile(path, self.mapped_file_size,
                                      allocate_ahead=self.allocate_ahead)
             mapped_file.set_positions(self.mapped_file_size)
@@ -99,11 +93,12 @@ class MappedFileQueue:
                 return last
             os.makedirs(self.store_path, exist_ok=True)
             path = os.path.join(self.store_path, offset_to_file_name(create_offset))
-            if self._still_there(path):  # a cut tail's file, back under the same name
-                self.settle_owed_deletions()
-                if self._still_there(path):
-                    raise StoreError(f"{path} is still open in another process, which kept it from "
-                                     "being deleted; close that process and the store writes on")
+            if OWED.still_there(path):  # a cut tail's file, back under the same name
+                OWED.settle()
+                if OWED.still_there(path):
+                    raise StoreError(f"{path} was cut off but is still held (by a reader of this "
+                                     "store, or another process has it open); the store writes "
+                                     "on once it is let go")
             mapped_file = MappedFile(path, self.mapped_file_size, self.pool, self.durable_create,
                                      self.allocate_ahead)
             if not self.mapped_files:
@@ -193,25 +188,10 @@ class MappedFileQueue:
                 return
 
     # -- truncation and deletion ---------------------------------------------------------------
-    def settle_owed_deletions(self) -> None:
-        """Finish the deletions that could not be finished before, where they can be now."""
-        if self._cut_files:
-            unmapped = [f for f in self._cut_files if f.destroy(1000)]
-            self._cut_files = [f for f in self._cut_files if f not in unmapped]
-            self._owe(unmapped)
-        if self.owed_deletions:
-            self.owed_deletions = [p for p in self.owed_deletions if not remove_file(p)]
-
-    def _owe(self, gone: list[MappedFile]) -> None:
-        self.owed_deletions += [f.path for f in gone if f.left_behind]
-
-    def _still_there(self, path: str) -> bool:
-        return path in self.owed_deletions or any(f.path == path for f in self._cut_files)
-
     def truncate_dirty_files(self, offset: int) -> None:
         """Cut the log at ``offset``: later files are deleted, the file holding it is zeroed past it."""
-        self.settle_owed_deletions()
-        keep, gone = [], []
+        OWED.settle()
+        keep = []
         for mapped_file in self.mapped_files:
             tail = mapped_file.file_from_offset + self.mapped_file_size
             if tail <= offset:
@@ -221,12 +201,9 @@ class MappedFileQueue:
                 mapped_file.set_positions(position)
                 mapped_file.zero_from(position)
                 keep.append(mapped_file)
-            elif mapped_file.destroy(1000):
-                gone.append(mapped_file)
-            else:  # a reader holds it: out of the log now, deleted once it lets go
-                self._cut_files.append(mapped_file)
+            else:  # out of the log now, whoever still holds it (deleted once let go)
+                OWED.leave(mapped_file, mapped_file.destroy(FORCIBLY_MS))
         self.mapped_files = keep
-        self._owe(gone)
         self.flushed_where = min(self.flushed_where, offset)
         self.committed_where = min(self.committed_where, offset)
         self.advise_writing()
@@ -241,10 +218,7 @@ class MappedFileQueue:
     def delete_last_mapped_file(self) -> None:
         last = self.get_last_mapped_file()
         if last is not None:
-            if last.destroy(1000):
-                self._owe([last])
-            else:
-                self._cut_files.append(last)
+            OWED.leave(last, last.destroy(FORCIBLY_MS))
             self.mapped_files = self.mapped_files[:-1]
             self.advise_writing()
 
@@ -256,7 +230,7 @@ class MappedFileQueue:
         clean_immediately: bool,
     ) -> int:
         """Delete files (never the last) untouched for ``expired_ms``; returns how many went."""
-        self.settle_owed_deletions()
+        OWED.settle()
         files = self.mapped_files[:-1]
         now = time.time() * 1000
         deleted: list[MappedFile] = []
@@ -275,7 +249,7 @@ class MappedFileQueue:
 
     def delete_expired_file_by_offset(self, offset: int, unit_size: int) -> int:
         """Delete ConsumeQueue files whose last unit points below CommitLog offset ``offset``."""
-        self.settle_owed_deletions()
+        OWED.settle()
         deleted = []
         for mapped_file in self.mapped_files[:-1]:
             last_unit = mapped_file.read_raw(self.mapped_file_size - unit_size, 8)
@@ -291,7 +265,8 @@ class MappedFileQueue:
             with self._lock:
                 ids = {id(f) for f in gone}
                 self.mapped_files = [f for f in self.mapped_files if id(f) not in ids]
-            self._owe(gone)
+            for mapped_file in gone:
+                OWED.leave(mapped_file, True)  # (deleted, or emptied and owed)
 
     def shutdown(self) -> None:
         """Unmap every file (data stays on disk)."""
@@ -301,8 +276,22 @@ class MappedFileQueue:
     def destroy(self) -> None:
         """Delete every file of this queue."""
         for mapped_file in self.mapped_files:
-            mapped_file.destroy(0)
-        self._owe(self.mapped_files)
+            OWED.leave(mapped_file, mapped_file.destroy(0))
         self.mapped_files = []
-        self.settle_owed_deletions()
         self.flushed_where = self.committed_where = 0
+
+
+def _without_emptied_ends(folder: str, names: list[str]) -> list[str]:
+    """``names`` less the empty files before the first and after the last file with data: what
+    a deletion another process refused leaves (MappedFile.destroy empties it). They are deleted
+    now, or owed. An empty file between two with data is damage, not that: it stays, and the
+    queue refuses to load it (a file of the wrong size)."""
+    sizes = [os.path.getsize(os.path.join(folder, n)) for n in names]
+    full = [i for i, size in enumerate(sizes) if size]
+    first, last = (full[0], full[-1]) if full else (len(names), -1)
+    for i, name in enumerate(names):
+        if sizes[i] == 0 and not first <= i <= last:
+            path = os.path.join(folder, name)
+            if not remove_file(path):
+                OWED.owe_path(path)
+    return [n for i, n in enumerate(names) if sizes[i] or first <= i <= last]

@@ -107,8 +107,8 @@ class HAService:
         self.waiters = ReplicaWaiters(self._loop)
         self._server = await self._loop.create_server(
             lambda: HAConnection(self), self.bind_address, self.port, backlog=1024)
-        # (asyncio sets SO_REUSEADDR on POSIX itself, and not on Windows, where it would let
-        # another program share the port: common/platform/sockets.py)
+        # (asyncio sets SO_REUSEADDR on POSIX itself and nothing on Windows, where that option
+        # would let another program share the port: common/platform/sockets.py)
         self.port = self._server.sockets[0].getsockname()[1]
         self._sweeper = self._loop.create_task(self._sweep())
         log.info("HA service listening on %s:%d", self.bind_address, self.port)

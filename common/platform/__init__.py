@@ -7,8 +7,8 @@ way of one concern, chosen when called (so a test can take away what a platform 
 * file_lock.py: a store's lock file (fcntl on POSIX, msvcrt on Windows);
 * files.py: deleting and replacing files another process has open (Windows refuses both);
 * limits.py: the open-files limit (RLIMIT_NOFILE where there is one);
-* sockets.py: listening on a port again soon (SO_REUSEADDR on POSIX; on Windows, where that
-  lets others share the port, SO_EXCLUSIVEADDRUSE);
+* sockets.py: listening on a port again soon (SO_REUSEADDR on POSIX; nothing on Windows,
+  where that option lets others share the port);
 * processes.py: kill, pause, resume and detach processes (psutil; signals only on POSIX), and
   a process's own stop requests (SIGTERM on POSIX; a request file everywhere);
 * stop_requests.py: that request file, the only stop request that reaches a process without

@@ -11,12 +11,17 @@ import os
 import time
 
 SHARING_VIOLATION = 32  # Windows: "the process cannot access the file: it is being used"
+# Windows says "access is denied" too for a file another process has mapped, one already
+# waiting for deletion, and a rename over a file open elsewhere. It cannot be told from a
+# permission really missing; both are tried again (a delete waits for a later round, a replace
+# fails after about a second), which costs a missing permission nothing but time.
+ACCESS_DENIED = 5
 
 
 def in_use_elsewhere(exc: OSError) -> bool:
-    """Windows refusing because another process has the file open (nothing else counts: a
-    permission really missing is an error on every platform)."""
-    return getattr(exc, "winerror", None) == SHARING_VIOLATION
+    """Windows refusing because another process has the file open or mapped (POSIX never
+    refuses for that: an error there is an error)."""
+    return getattr(exc, "winerror", None) in (SHARING_VIOLATION, ACCESS_DENIED)
 
 
 def remove_file(path: str) -> bool:

@@ -27,7 +27,7 @@ def stop(process: psutil.Process) -> None:
     """Ask for an orderly exit (the caller kills it if it does not come)."""
     process.resume()
     if STOP_BY_REQUEST:
-        stop_requests.ask(process.pid)  # (TerminateProcess would be a crash: see the note)
+        stop_requests.ask(process)  # (TerminateProcess would be a crash: see the note)
         return
     process.terminate()
 

@@ -283,7 +283,10 @@ class ExportView(QWidget):
             self.status.setText("cancelling…")
             # SIGTERM (a request file on Windows, where QProcess.terminate posts a WM_CLOSE
             # that a console program never sees): the job cancels Spark's work and cleans up.
-            processes.terminate(self.process.processId())
+            if self.process.processId() > 0:  # (0 while it is still starting)
+                processes.terminate(self.process.processId())
+            else:
+                self.process.kill()  # not started yet: nothing of it to clean up
 
     def poll_events(self) -> None:
         if not self.events_path:

@@ -171,7 +171,10 @@ class LoadView(QWidget):
     def stop_all(self) -> None:
         for load in self.loads.values():
             if load.process.state() != QProcess.ProcessState.NotRunning:
-                processes.terminate(load.process.processId())  # (QProcess.terminate: see export_view)
+                if load.process.processId() > 0:  # (QProcess.terminate: see export_view)
+                    processes.terminate(load.process.processId())
+                else:
+                    load.process.kill()  # still starting: nothing of it to stop in order
 
     def _finished(self, load: LoadProcess) -> None:
         self._update_running()

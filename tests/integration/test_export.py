@@ -234,10 +234,18 @@ def _cancel_and_check(cluster, folder: Path, when: str, delay: float | None,
             time.sleep(0.1)
         assert _cancel_point(events, when), f"the export never reached {when}"
     if as_on_windows:
-        assert stop_requests.ask(process.pid)
+        assert stop_requests.ask(psutil.Process(process.pid))
     else:
         process.send_signal(signal.SIGTERM)
-    _, err = process.communicate(timeout=60)
+    try:
+        _, err = process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:  # no launcher, job or JVM left running after the test
+        for left in psutil.process_iter(["cmdline"]):
+            if str(out) in " ".join(left.info["cmdline"] or []):
+                left.kill()
+        process.kill()
+        process.communicate()
+        raise
     time.sleep(1.0)
     assert not list(folder.glob(".staging-*"))
     if process.returncode == 0 and when == "verifying":

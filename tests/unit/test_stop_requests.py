@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -18,77 +19,106 @@ from common.platform import processes, stop_requests
 from tests.conftest import ROOT
 
 
-@pytest.fixture(autouse=True)
-def own_temp(monkeypatch, tmp_path):
-    """Requests in this test's own temp folder (children are told through TMPDIR)."""
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
+@pytest.fixture
+def own_folder(monkeypatch, tmp_path):
+    """Requests in this test's own folder (in this process only)."""
+    monkeypatch.setattr(stop_requests, "_base", lambda: tmp_path)
     return tmp_path
 
 
-def test_a_request_is_taken_once_by_the_process_it_names():
+def test_a_request_is_taken_once_by_the_process_it_names(own_folder):
     watch = stop_requests.StopRequestWatch()
     assert not watch.asked()
-    assert stop_requests.ask(os.getpid())
+    assert stop_requests.ask(psutil.Process())
     assert watch.asked()
     assert not watch.asked()  # taken away
     assert not list(stop_requests.request_folder().iterdir())
 
 
-def test_a_request_for_an_earlier_process_with_the_same_pid_is_not_taken():
-    folder = stop_requests.request_folder()
+def test_a_request_for_an_earlier_process_with_the_same_pid_is_not_taken(own_folder):
     created = round(psutil.Process().create_time() * 1000)
-    (folder / f"{os.getpid()}-{created - 5000}").touch()  # an earlier owner of this pid
+    (stop_requests.request_folder() / f"{os.getpid()}-{created - 5000}").touch()
     assert not stop_requests.StopRequestWatch().asked()
 
 
-def test_requests_to_ended_processes_are_forgotten_and_a_gone_process_cannot_be_asked():
-    with subprocess.Popen([sys.executable, "-c", "pass"]) as child:
+def test_an_ended_process_cannot_be_asked_and_its_old_requests_are_forgotten(own_folder):
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as child:
+        held = psutil.Process(child.pid)
+        child.kill()
         child.wait()
     folder = stop_requests.request_folder()
-    (folder / f"{child.pid}-123").touch()
-    assert not stop_requests.ask(child.pid)  # gone: nothing to ask
-    assert stop_requests.ask(os.getpid())
-    assert [p.name for p in folder.iterdir()] == [stop_requests._name(psutil.Process())]
+    (folder / f"{child.pid}-123").touch()  # asked before it ended, never seen
+    assert not stop_requests.ask(held)  # gone (or its pid someone else's): nothing asked
+    assert stop_requests.ask(psutil.Process())
+    assert [p.name for p in folder.iterdir()] == [stop_requests.request_name(psutil.Process())]
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX permissions")
-def test_a_folder_others_can_write_is_not_used(own_temp):
+def test_a_folder_others_can_write_is_not_used(own_folder):
     folder = stop_requests.request_folder()
     folder.chmod(0o777)  # anyone could plant a request there
     with pytest.raises(stop_requests.RequestFolderError):
         stop_requests.request_folder()
-    assert not stop_requests.ask(os.getpid())
+    assert not stop_requests.ask(psutil.Process())
     watch = stop_requests.StopRequestWatch()
-    assert watch.path is None
+    assert watch.folder is None
     assert not watch.asked()
 
 
-def test_the_loop_watch_calls_back_on_the_loop():
-    async def main() -> int:
+def test_a_request_that_cannot_be_removed_yet_is_acted_on_once(own_folder, monkeypatch):
+    watch = stop_requests.StopRequestWatch()
+    assert stop_requests.ask(psutil.Process())
+    real_unlink = Path.unlink
+
+    def in_use(self, missing_ok=False):  # Windows, while an antivirus reads the new file
+        raise PermissionError(13, "in use", str(self))
+
+    monkeypatch.setattr(Path, "unlink", in_use)
+    assert watch.asked()
+    assert not watch.asked()  # the same request: not again
+    monkeypatch.setattr(Path, "unlink", real_unlink)
+    assert not watch.asked()  # removed now
+    assert not list(stop_requests.request_folder().iterdir())
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="loop signal handlers are POSIX only")
+def test_the_loop_watch_calls_back_on_the_loop(own_folder):
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
         stopped = asyncio.Event()
-        watch = processes.on_stop_request(asyncio.get_running_loop(), stopped.set)
+        watch = processes.on_stop_request(loop, stopped.set)
         try:
-            assert stop_requests.ask(os.getpid())
+            assert stop_requests.ask(psutil.Process())
             began = time.monotonic()
             await asyncio.wait_for(stopped.wait(), 5)
             return time.monotonic() - began
         finally:
             watch.close()
-            asyncio.get_running_loop().remove_signal_handler(15)
-            asyncio.get_running_loop().remove_signal_handler(2)
+            loop.remove_signal_handler(signal.SIGTERM)
+            loop.remove_signal_handler(signal.SIGINT)
 
     assert asyncio.run(main()) < 2
 
 
-def test_the_thread_watch_calls_back_and_stops_when_closed():
+def test_the_thread_watch_calls_back_survives_its_callback_and_stops_when_closed(own_folder):
     called = threading.Event()
-    watch = processes.watch_stop_requests(called.set)
-    assert stop_requests.ask(os.getpid())
-    assert called.wait(5)
+    calls = []
+
+    def callback() -> None:
+        calls.append(1)
+        called.set()
+        if len(calls) == 1:
+            raise RuntimeError("the first one fails")
+
+    watch = processes.watch_stop_requests(callback)
+    for _ in range(2):
+        called.clear()
+        assert stop_requests.ask(psutil.Process())
+        assert called.wait(5)
+    assert len(calls) == 2  # the failure did not end the watch
     watch.close()
     called.clear()
-    assert stop_requests.ask(os.getpid())
+    assert stop_requests.ask(psutil.Process())
     assert not called.wait(3 * stop_requests.POLL_SECONDS)  # closed: not looked for any more
 
 
@@ -106,13 +136,15 @@ asyncio.run(main())
 
 
 def test_a_stop_by_request_ends_another_process_in_order(monkeypatch):
+    # The real request folder: the child looks there. Without the request the child would
+    # never end (a stop by request sends no signal), and a terminate would not exit 0.
     monkeypatch.setattr(processes, "STOP_BY_REQUEST", True)  # Windows' stop, here
     with subprocess.Popen([sys.executable, "-c", WATCHER], cwd=ROOT, stdout=subprocess.PIPE,
                           text=True, env=dict(os.environ, PYTHONPATH=str(ROOT))) as child:
         try:
             assert child.stdout.readline().strip() == "ready"
             processes.terminate(child.pid)
-            assert child.wait(10) == 0  # it ended on its own, not terminated
+            assert child.wait(10) == 0
             assert child.stdout.read().strip() == "stopping in order"
         finally:
             if child.poll() is None:

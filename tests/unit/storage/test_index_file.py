@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from storage.index_file import IndexFile, IndexService, index_key_hash, topic_seed
 from storage.message import java_hash
+from storage.owed_deletions import OWED
 
 T0 = 1_700_000_000_000  # a whole second
 NAME = "20240101000000000"
@@ -262,15 +263,17 @@ def test_index_files_a_query_holds_are_deleted_once_it_lets_go(tmp_path):
     for i in range(9):
         service.build_index("T", f"k{i}", None, i * 100, T0 + i * 1000)
     assert len(service.index_files) == 3
-    cut, expired = service.index_files[2], service.index_files[0]
+    expired, middle, cut = service.index_files
     assert cut.mapped_file.hold()
     assert expired.mapped_file.hold()
     service.truncate_after(600)  # the newest file starts at the cut: dropped, but held
     service.delete_expired_file(300)  # the oldest file: below the CommitLog's minimum, held
-    assert service.index_files == [service.index_files[0]]
+    assert service.index_files == [middle]
     assert len(os.listdir(tmp_path / "index")) == 3  # still there: a query reads them
+    assert len(OWED.under(str(tmp_path))) == 2
     cut.mapped_file.release()
     expired.mapped_file.release()
     service.delete_expired_file(300)  # the next round deletes what was let go
-    assert len(os.listdir(tmp_path / "index")) == 1
+    assert os.listdir(tmp_path / "index") == [os.path.basename(middle.mapped_file.path)]
+    assert OWED.under(str(tmp_path)) == []
     service.shutdown()

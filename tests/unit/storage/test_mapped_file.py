@@ -15,6 +15,7 @@ from storage.mapped_file import (
     offset_to_file_name,
 )
 from storage.mapped_file_queue import MappedFileQueue
+from storage.owed_deletions import OWED
 
 SIZE = 4096
 
@@ -502,7 +503,12 @@ def _in_use_elsewhere(monkeypatch, paths: set[str]) -> None:
     monkeypatch.setattr(os, "remove", remove)
 
 
-def test_a_cut_file_held_by_a_reader_leaves_the_log_and_its_name_is_not_reused_until_deleted(tmp_path):
+def test_a_cut_file_held_by_a_reader_leaves_the_log_and_its_name_is_not_reused_until_deleted(
+        tmp_path, monkeypatch):
+    from storage import owed_deletions
+
+    monkeypatch.setattr(owed_deletions, "FORCIBLY_MS", 600_000)  # however slow this machine is
+    monkeypatch.setattr("storage.mapped_file_queue.FORCIBLY_MS", 600_000)
     queue = MappedFileQueue(str(tmp_path), SIZE)
     for _ in range(3):
         queue.get_last_mapped_file_or_create(0).append(b"\x07" * SIZE)
@@ -512,10 +518,11 @@ def test_a_cut_file_held_by_a_reader_leaves_the_log_and_its_name_is_not_reused_u
     assert [f.file_from_offset for f in queue] == [0, SIZE]
     assert (tmp_path / offset_to_file_name(2 * SIZE)).exists()
     queue.get_last_mapped_file_or_create(0).append(b"\x01" * (SIZE - 100))  # the second is full
-    with pytest.raises(StoreError, match="still open"):  # stale records under a new file: never
+    with pytest.raises(StoreError, match="still held"):  # stale records under a new file: never
         queue.get_last_mapped_file_or_create(0)
     held.release()  # the reader lets go: the next round deletes it, and the log goes on
     fresh = queue.get_last_mapped_file_or_create(0)
+    assert OWED.under(str(tmp_path)) == []
     assert fresh.file_from_offset == 2 * SIZE
     assert bytes(fresh.mm[:SIZE]) == bytes(SIZE)
     queue.shutdown()
@@ -533,12 +540,12 @@ def test_a_file_another_process_keeps_open_is_emptied_and_deleted_on_a_later_rou
     assert [f.file_from_offset for f in queue] == [2 * SIZE]
     assert queue.get_min_offset() == 2 * SIZE
     assert os.path.getsize(first) == 0
-    assert queue.owed_deletions == [first]
+    assert OWED.under(str(tmp_path)) == [first]
     queue.delete_expired_file_by_time(0, 0, 1000, clean_immediately=True)  # refused again
-    assert queue.owed_deletions == [first]
+    assert OWED.under(str(tmp_path)) == [first]
     monkeypatch.undo()  # the other process lets go
     queue.delete_expired_file_by_time(0, 0, 1000, clean_immediately=True)
-    assert queue.owed_deletions == []
+    assert OWED.under(str(tmp_path)) == []
     assert not os.path.exists(first)
     queue.shutdown()
 
@@ -560,5 +567,32 @@ def test_an_emptied_file_left_from_a_refused_deletion_is_deleted_when_the_store_
     third = MappedFileQueue(str(tmp_path), SIZE)
     third.load()  # still open elsewhere: skipped, and owed
     assert [f.file_from_offset for f in third] == [0, SIZE]
-    assert third.owed_deletions == [str(tmp_path / offset_to_file_name(2 * SIZE))]
+    assert OWED.under(str(tmp_path)) == [str(tmp_path / offset_to_file_name(2 * SIZE))]
+    monkeypatch.undo()
+    OWED.settle()
+    assert OWED.under(str(tmp_path)) == []
     third.shutdown()
+
+
+def test_an_empty_file_between_files_with_data_is_damage_and_refused(tmp_path):
+    queue = MappedFileQueue(str(tmp_path), SIZE)
+    for _ in range(3):
+        queue.get_last_mapped_file_or_create(0).append(b"\x07" * SIZE)
+    queue.shutdown()
+    (tmp_path / offset_to_file_name(SIZE)).write_bytes(b"")  # a hole in the log
+    with pytest.raises(StoreError, match="0 bytes"):
+        MappedFileQueue(str(tmp_path), SIZE).load()
+    assert (tmp_path / offset_to_file_name(SIZE)).exists()  # nothing deleted on the way
+
+
+def test_a_deleted_queue_owes_the_files_a_reader_holds(tmp_path):
+    queue = MappedFileQueue(str(tmp_path), SIZE)
+    queue.get_last_mapped_file_or_create(0).append(b"\x07" * 100)
+    held = queue.mapped_files[0]
+    assert held.hold()
+    queue.destroy()  # a deleted topic: its queue goes, the file a reader holds stays a moment
+    assert OWED.under(str(tmp_path)) == [held.path]
+    held.release()
+    OWED.settle()
+    assert OWED.under(str(tmp_path)) == []
+    assert not os.path.exists(held.path)
