@@ -489,6 +489,13 @@ def test_a_recovered_store_writes_its_last_files_without_readahead(tmp_path):
 
 
 # -- files that cannot be deleted yet (a reader holds one; Windows: another process has it open) ----
+def _filled(tmp_path, files: int) -> MappedFileQueue:
+    queue = MappedFileQueue(str(tmp_path), SIZE)
+    for _ in range(files):
+        queue.get_last_mapped_file_or_create(0).append(b"\x07" * SIZE)
+    return queue
+
+
 def _in_use_elsewhere(monkeypatch, paths: set[str]) -> None:
     """Windows' refusal to delete a file another process has open, for ``paths``."""
     real_remove = os.remove
@@ -509,9 +516,7 @@ def test_a_cut_file_held_by_a_reader_leaves_the_log_and_its_name_is_not_reused_u
 
     monkeypatch.setattr(owed_deletions, "FORCIBLY_MS", 600_000)  # however slow this machine is
     monkeypatch.setattr("storage.mapped_file_queue.FORCIBLY_MS", 600_000)
-    queue = MappedFileQueue(str(tmp_path), SIZE)
-    for _ in range(3):
-        queue.get_last_mapped_file_or_create(0).append(b"\x07" * SIZE)
+    queue = _filled(tmp_path, 3)
     held = queue.mapped_files[2]
     assert held.hold()
     queue.truncate_dirty_files(SIZE + 100)  # the reader keeps the third file, past the cut
@@ -530,9 +535,7 @@ def test_a_cut_file_held_by_a_reader_leaves_the_log_and_its_name_is_not_reused_u
 
 def test_a_file_another_process_keeps_open_is_emptied_and_deleted_on_a_later_round(tmp_path,
                                                                                   monkeypatch):
-    queue = MappedFileQueue(str(tmp_path), SIZE)
-    for _ in range(3):
-        queue.get_last_mapped_file_or_create(0).append(b"\x07" * SIZE)
+    queue = _filled(tmp_path, 3)
     first = str(tmp_path / offset_to_file_name(0))
     _in_use_elsewhere(monkeypatch, {first})
     assert queue.delete_expired_file_by_time(0, 0, 1000, clean_immediately=True) == 2
@@ -552,9 +555,7 @@ def test_a_file_another_process_keeps_open_is_emptied_and_deleted_on_a_later_rou
 
 def test_an_emptied_file_left_from_a_refused_deletion_is_deleted_when_the_store_loads(tmp_path,
                                                                                      monkeypatch):
-    queue = MappedFileQueue(str(tmp_path), SIZE)
-    for _ in range(2):
-        queue.get_last_mapped_file_or_create(0).append(b"\x07" * SIZE)
+    queue = _filled(tmp_path, 2)
     queue.shutdown()
     (tmp_path / offset_to_file_name(2 * SIZE)).write_bytes(b"")  # what a refused deletion left
     again = MappedFileQueue(str(tmp_path), SIZE)
@@ -575,9 +576,7 @@ def test_an_emptied_file_left_from_a_refused_deletion_is_deleted_when_the_store_
 
 
 def test_an_empty_file_between_files_with_data_is_damage_and_refused(tmp_path):
-    queue = MappedFileQueue(str(tmp_path), SIZE)
-    for _ in range(3):
-        queue.get_last_mapped_file_or_create(0).append(b"\x07" * SIZE)
+    queue = _filled(tmp_path, 3)
     queue.shutdown()
     (tmp_path / offset_to_file_name(SIZE)).write_bytes(b"")  # a hole in the log
     with pytest.raises(StoreError, match="0 bytes"):
