@@ -37,7 +37,7 @@ import time
 import psutil
 
 from common.platform import processes
-from common.platform.files import replace_file
+from common.platform.files import BINARY, replace_file
 from export.job import Events, JobControl, parse_args, record_fields, run_job, session
 from export.job_record import JobRecord
 
@@ -120,7 +120,7 @@ class ExportService:
         path = os.path.join(self.folder, STATE_FILE)
         part = path + ".part"
         # Only its owner reads the token: another user on the machine cannot submit exports.
-        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | BINARY, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(state, handle)
         replace_file(part, path)  # (launchers read it meanwhile)

@@ -16,6 +16,7 @@ from pathlib import Path
 import psutil
 
 from common.platform import processes
+from common.platform.files import BINARY
 from export.errors import ExportError
 from export.job_record import exports_dir
 
@@ -94,7 +95,7 @@ def start_service(idle_minutes: float = 30.0, wait: float = 180.0) -> tuple[Serv
     # marker holds the starter's pid: one left by a starter that died does not hold others up.
     marker = folder / STARTING_FILE
     try:
-        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY | BINARY, 0o600)
     except FileExistsError:
         starter = 0
         for _ in range(10):  # (its pid is written a moment after the marker is made)

@@ -16,6 +16,7 @@ import os
 import struct
 
 from common.platform.durability import sync_data
+from common.platform.files import BINARY
 from storage.file_space import allocate
 
 CHECKPOINT_SIZE = 4096
@@ -30,7 +31,7 @@ class StoreCheckpoint:
     def __init__(self, path: str) -> None:
         self.path = path
         exists = os.path.exists(path)
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | BINARY, 0o644)
         try:
             if os.fstat(self._fd).st_size < CHECKPOINT_SIZE:
                 os.ftruncate(self._fd, CHECKPOINT_SIZE)

@@ -19,6 +19,7 @@ import os
 
 from common.platform.durability import sync_all, sync_directory
 from common.platform.file_space import preallocate
+from common.platform.files import BINARY
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ def create_sized_file(path: str, size: int, durable: bool = True) -> None:
     pay 2048 of them on its first messages.
     """
     tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | BINARY, 0o644)
     try:
         try:
             os.ftruncate(fd, size)

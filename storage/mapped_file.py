@@ -42,7 +42,7 @@ import time
 from common import speedups
 from common.platform import file_io
 from common.platform.durability import sync_data
-from common.platform.files import remove_file
+from common.platform.files import BINARY, remove_file
 from storage.errors import OffsetOutOfRangeError, StoreError
 from storage.file_space import claim, create_sized_file
 from storage.transient_pool import TransientStorePool
@@ -111,7 +111,7 @@ class MappedFile:
         exists = os.path.exists(path)
         if not exists:
             create_sized_file(path, file_size, durable_create)
-        self._fd = os.open(path, os.O_RDWR)
+        self._fd = os.open(path, os.O_RDWR | BINARY)
         try:
             actual = os.fstat(self._fd).st_size
             if actual != file_size:

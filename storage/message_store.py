@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from common.platform import file_io
 from common.platform.file_lock import try_lock
+from common.platform.files import BINARY
 from storage.checkpoint import StoreCheckpoint
 from storage.cleanup import CleanService
 from storage.commitlog import CommitLog
@@ -139,7 +140,7 @@ class DefaultMessageStore(MessageLookup):
 
     def _take_lock(self) -> None:
         path = self.config.lock_path
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | BINARY, 0o644)
         try:
             try_lock(fd)  # another store, in this process or another (a Java broker too)
         except OSError as exc:

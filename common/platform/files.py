@@ -10,6 +10,10 @@ from __future__ import annotations
 import os
 import time
 
+# os.open flags for a file read and written as bytes: Windows' C runtime opens a descriptor in
+# text mode unless told (os.write would turn every 0x0A into 0x0D 0x0A, os.read stop at 0x1A).
+BINARY = getattr(os, "O_BINARY", 0)
+
 SHARING_VIOLATION = 32  # Windows: "the process cannot access the file: it is being used"
 # Windows says "access is denied" too for a file another process has mapped, one already
 # waiting for deletion, and a rename over a file open elsewhere. It cannot be told from a

@@ -57,6 +57,12 @@ def _offences(path: Path, root: Path = ROOT) -> list[str]:
         if isinstance(node, ast.keyword) and node.arg in ("start_new_session", "preexec_fn",
                                                           "reuse_address", "reuse_port"):
             found.append(f"passes {node.arg}")
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name) and aliases.get(node.func.value.id) == "os"
+                and node.func.attr == "open" and len(node.args) > 1
+                and "BINARY" not in {getattr(n, "id", getattr(n, "attr", None))
+                                     for n in ast.walk(node.args[1])}):
+            found.append("opens a descriptor without BINARY")  # (text mode on Windows)
     return [f"{path.relative_to(root)}:{o}" for o in found]
 
 
@@ -76,11 +82,12 @@ def test_the_check_would_see_them(tmp_path):
                       "subprocess.Popen([], start_new_session=True)\n"
                       "from os import fdatasync\nimport signal as sig\nsig.SIGSTOP\n"
                       "import socket\ns.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
-                      "loop.create_server(f, reuse_address=True)\n")
+                      "loop.create_server(f, reuse_address=True)\n"
+                      "os.open(p, os.O_RDWR)\nos.open(p, os.O_RDWR | files.BINARY)\n")
     assert sorted(o.split(":", 1)[1] for o in _offences(sample, tmp_path)) == sorted([
         "imports fcntl", "uses os.killpg", "uses signal.SIGKILL", "passes start_new_session",
         "uses os.fdatasync", "uses signal.SIGSTOP", "uses socket.SO_REUSEADDR",
-        "passes reuse_address"])
+        "passes reuse_address", "opens a descriptor without BINARY"])
 
 
 # -- durability -------------------------------------------------------------------------------------
