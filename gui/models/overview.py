@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-DISK_WARNING_RATIO = 0.75  # RocketMQ's diskMaxUsedSpaceRatio default: writes stop beyond it
+# RocketMQ's defaults: past diskMaxUsedSpaceRatio a broker deletes expired CommitLog files
+# whatever the hour; past diskSpaceWarningLevelRatio it refuses writes (DISK_FULL).
+DISK_WARNING_RATIO = 0.75
+DISK_FULL_RATIO = 0.90
 HA_LAG_WARNING_BYTES = 64 * 1024 * 1024
 LAG_WARNING_MESSAGES = 10_000
 SPARK_SECONDS = 300
@@ -115,9 +118,14 @@ def build_overview(nodes: list[dict], samples: dict, lag: dict, topic_totals: di
         ratio = last.get("diskRatio")
         if ratio is not None:
             view.disk_ratio = max(view.disk_ratio or 0.0, ratio)
-            if ratio > DISK_WARNING_RATIO:
-                alerts.append(Alert("warning", f"{name}'s disk is {ratio:.0%} full: writes stop "
-                                               f"past {DISK_WARNING_RATIO:.0%}", "cluster", name))
+            if ratio > DISK_FULL_RATIO:
+                alerts.append(Alert("error", f"{name}'s disk is {ratio:.0%} full: past "
+                                             f"{DISK_FULL_RATIO:.0%} it refuses writes", "cluster", name))
+            elif ratio > DISK_WARNING_RATIO:
+                alerts.append(Alert("warning", f"{name}'s disk is {ratio:.0%} full: past "
+                                               f"{DISK_WARNING_RATIO:.0%} expired files are deleted "
+                                               f"early, and writes stop past {DISK_FULL_RATIO:.0%}",
+                                    "cluster", name))
         ha_lag = last.get("haLag")
         if ha_lag and (view.worst_ha_lag is None or ha_lag > view.worst_ha_lag[1]):
             view.worst_ha_lag = (name, int(ha_lag))

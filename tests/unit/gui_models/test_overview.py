@@ -44,20 +44,25 @@ def test_alerts_name_what_needs_a_look_and_where():
              {"name": "broker-b-1", "kind": "broker", "role": "SLAVE", "state": "paused",
               "health": "-"},
              {"name": "proxy-0", "kind": "proxy", "state": "running", "health": "not answering"}]
-    samples = {"broker-b-0": deque([sample(1, 1.0, diskRatio=0.91, haLag=200 * 2**20)])}
+    samples = {"broker-b-0": deque([sample(1, 1.0, diskRatio=0.91, haLag=200 * 2**20)]),
+               "broker-c-0": deque([sample(1, 1.0, diskRatio=0.8)])}
     lag = {"CID-slow": deque([(1, 25_000)])}
     topics = {"%DLQ%CID-slow": deque([(1, 4)])}
     view = build_overview(nodes, samples, lag, topics)
     assert not view.healthy
     kinds = [(a.severity, a.view, a.subject) for a in view.alerts]
-    assert kinds[:2] == [("error", "cluster", "broker-a-0"), ("error", "cluster", "proxy-0")]
+    assert [k for k in kinds if k[0] == "error"] == kinds[:3]  # errors first
+    assert ("error", "cluster", "broker-a-0") in kinds  # died
+    assert ("error", "cluster", "proxy-0") in kinds  # not answering
     assert ("warning", "cluster", "broker-b-1") in kinds  # paused
-    assert ("warning", "cluster", "broker-b-0") in kinds  # disk 91 %
+    assert ("error", "cluster", "broker-b-0") in kinds  # disk 91 %: writes refused
+    assert ("warning", "cluster", "broker-c-0") in kinds  # disk 80 %: files deleted early
     assert ("warning", "charts", "broker-b-0") in kinds  # slave 200 MiB behind
     assert ("warning", "groups", "CID-slow") in kinds  # lag, and its dead letters
     texts = " | ".join(a.text for a in view.alerts)
     assert "4 dead letters of group CID-slow" in texts
-    assert "91%" in texts
+    assert "disk is 91% full: past 90% it refuses writes" in texts
+    assert "disk is 80% full: past 75% expired files are deleted early, and writes stop past 90%" in texts
 
 
 def test_transactions_and_clients_at_a_glance_and_an_alert_for_transactions_left_open():
