@@ -67,6 +67,23 @@ def parse_properties(text: str) -> dict[str, str]:
     return result
 
 
+def _escape(text: str, key: bool) -> str:
+    out = text.replace("\\", "\\\\")  # first: a Windows path's separators read back as such
+    for char, name in (("\t", "t"), ("\n", "n"), ("\r", "r"), ("\f", "f")):
+        out = out.replace(char, "\\" + name)
+    if key:
+        for char in "=: #!":
+            out = out.replace(char, "\\" + char)
+    if out[:1].isspace():  # a leading blank would be read as the separator's
+        out = f"\\u{ord(out[0]):04x}{out[1:]}"
+    return out
+
+
+def format_properties(values: dict[str, object]) -> str:
+    """A properties file :func:`parse_properties` reads back as ``values`` (as Java's would)."""
+    return "".join(f"{_escape(str(k), True)}={_escape(str(v), False)}\n" for k, v in values.items())
+
+
 def load_properties(path: str) -> dict[str, str]:
     """Read and parse a properties file (UTF-8; Latin-1 files with \\u escapes read the same)."""
     with open(path, encoding="utf-8", errors="replace") as handle:

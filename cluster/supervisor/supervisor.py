@@ -19,6 +19,7 @@ from pathlib import Path
 
 import psutil
 
+from cluster.properties import format_properties
 from cluster.supervisor.errors import (
     ClusterExistsError,
     NodeFailedError,
@@ -131,8 +132,8 @@ class Supervisor:
                     "mapedFileSizeCommitLog": group.commitlog_file_size,
                 }
                 lines.update(group.conf)
-            text = "".join(f"{k}={v}\n" for k, v in lines.items())
-            Path(node.conf_path).write_text(text, encoding="utf-8")
+            # Escaped: a Windows path's backslashes would otherwise be read as escapes.
+            Path(node.conf_path).write_text(format_properties(lines), encoding="utf-8")
 
     # -- queries ------------------------------------------------------------------------------------
     def node(self, name: str) -> NodeState:
