@@ -1012,6 +1012,7 @@ msync_range(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 }
 
 /* ------------------------------------------------------------------------------------------ */
+#ifndef _WIN32 /* Windows has no pwrite: the store appends through the mapping there */
 /* write_at: the CommitLog's write into the page cache, keeping the interpreter lock           */
 
 PyDoc_STRVAR(write_at_doc,
@@ -1074,12 +1075,15 @@ write_at(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyBuffer_Release(&view);
     Py_RETURN_NONE;
 }
+#endif
 
 /* ------------------------------------------------------------------------------------------ */
 
 static PyMethodDef methods[] = {
     {"msync_range", (PyCFunction)(void (*)(void))msync_range, METH_FASTCALL, msync_range_doc},
+#ifndef _WIN32
     {"write_at", (PyCFunction)(void (*)(void))write_at, METH_FASTCALL, write_at_doc},
+#endif
     {"body_crc", (PyCFunction)body_crc, METH_O, body_crc_doc},
     {"batch_layout", (PyCFunction)(void (*)(void))batch_layout, METH_FASTCALL, batch_layout_doc},
     {"encode_batch_into", (PyCFunction)(void (*)(void))encode_batch_into, METH_FASTCALL,
