@@ -15,7 +15,7 @@ import mmap
 import os
 import struct
 
-from common.platform.durability import sync_data
+from common.platform.durability import sync_mapped
 from common.platform.files import BINARY
 from storage.file_space import allocate
 
@@ -60,7 +60,7 @@ class StoreCheckpoint:
             self._mm, 0, self.physic_msg_timestamp, self.logics_msg_timestamp,
             self.index_msg_timestamp, self.master_flushed_offset, self.confirm_phy_offset,
         )
-        sync_data(self._fd)
+        sync_mapped(self._mm, self._fd, 0, CHECKPOINT_SIZE)
 
     def min_timestamp(self) -> int:
         """Oldest of the CommitLog and ConsumeQueue times, less the safety margin."""

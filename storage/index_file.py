@@ -26,7 +26,7 @@ from datetime import datetime
 from functools import lru_cache
 
 from common import speedups
-from common.platform.durability import sync_data
+from common.platform.durability import sync_mapped
 from common.platform.files import remove_file
 from storage.mapped_file import MappedFile
 from storage.message import java_hash_unsigned
@@ -226,7 +226,7 @@ class IndexFile:
         if self.mapped_file.hold():
             try:
                 self._write_header()
-                sync_data(self.mapped_file._fd)
+                sync_mapped(self.mapped_file.mm, self.mapped_file._fd)
             finally:
                 self.mapped_file.release()
 

@@ -41,7 +41,7 @@ import time
 
 from common import speedups
 from common.platform import file_io
-from common.platform.durability import sync_data
+from common.platform.durability import sync_mapped
 from common.platform.files import BINARY, remove_file
 from storage.errors import OffsetOutOfRangeError, StoreError
 from storage.file_space import claim, create_sized_file
@@ -247,7 +247,7 @@ class MappedFile:
         if self.write_buffer is not None:
             self.write_buffer[position:] = bytes(self.file_size - position)
         if zeroed:
-            sync_data(self._fd)
+            sync_mapped(mm, self._fd, position)
 
     def _data_regions(self, position: int) -> list[tuple[int, int]]:
         """Ranges from ``position`` on that may hold data. Holes of a sparse file read as zeros
@@ -384,7 +384,7 @@ class MappedFile:
                 return
             if rc != errno.ENOSYS:
                 raise OSError(rc, os.strerror(rc))
-        sync_data(self._fd)
+        sync_mapped(self.mm, self._fd, start, end)
 
     def _redirty(self, start: int, end: int) -> None:
         """Write the mapped bytes of [start, end) over themselves, so write-back sees them again."""
@@ -475,4 +475,7 @@ class MappedFile:
             self._cleanup_locked()
 
     def last_modified(self) -> float:
-        return os.path.getmtime(self.path)
+        # The last store time appended as well: Windows may not touch a file's time for
+        # writes through its mapping (how the CommitLog is written there), and a file whose
+        # time lags would expire before its retention is over.
+        return max(os.path.getmtime(self.path), self.store_timestamp / 1000)

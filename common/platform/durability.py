@@ -7,7 +7,9 @@ is what reaches the platter, ``fsync`` where the file system refuses it. Windows
 
 from __future__ import annotations
 
+import mmap
 import os
+import sys
 
 try:
     import fcntl
@@ -35,6 +37,20 @@ def sync_all(fd: int) -> None:
         except OSError:  # a file system that cannot (some network ones): plain fsync
             pass
     os.fsync(fd)
+
+
+def sync_mapped(mm: mmap.mmap, fd: int, start: int = 0, end: int | None = None) -> None:
+    """Bytes written through a shared mapping, [start, end), on the disk. Linux keeps mapped
+    pages in the one page cache its file syncs write back. Windows does not: FlushViewOfFile
+    (``mmap.flush``) first hands a view's dirty pages to the file, then FlushFileBuffers; and
+    POSIX asks for msync (``mmap.flush`` too) before a file sync counts for mapped writes, so
+    macOS gets it as well."""
+    if not sys.platform.startswith("linux"):
+        end = len(mm) if end is None else end
+        begin = start - start % mmap.ALLOCATIONGRANULARITY  # (an offset mmap.flush accepts)
+        if end > begin:
+            mm.flush(begin, end - begin)
+    sync_data(fd)
 
 
 def sync_directory(path: str) -> None:

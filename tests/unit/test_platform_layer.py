@@ -115,6 +115,38 @@ def test_macos_reaches_the_platter_with_full_fsync_and_falls_back_to_fsync(monke
     assert calls[-1] == ("fsync", 3)
 
 
+def test_mapped_writes_are_flushed_from_the_mapping_first_where_the_page_cache_is_not_one(
+        monkeypatch, tmp_path):
+    import mmap
+
+    calls = []
+    monkeypatch.setattr(durability, "sync_data", lambda fd: calls.append(("sync", fd)))
+
+    class Mapping:  # mmap.mmap's flush, recorded
+        def __len__(self):
+            return 1 << 20
+
+        def flush(self, offset, size):
+            calls.append(("flush", offset, size))
+
+    durability.sync_mapped(Mapping(), 5, 70_000, 80_000)
+    assert calls == [("sync", 5)]  # Linux: one page cache, the file sync is enough
+    calls.clear()
+    for platform in ("darwin", "win32"):
+        monkeypatch.setattr(sys, "platform", platform)
+        durability.sync_mapped(Mapping(), 5, 70_000, 80_000)
+        begin = 70_000 - 70_000 % mmap.ALLOCATIONGRANULARITY
+        assert calls == [("flush", begin, 80_000 - begin), ("sync", 5)]
+        calls.clear()
+    # A real mapping takes that offset.
+    path = tmp_path / "f"
+    path.write_bytes(bytes(1 << 20))
+    with open(path, "r+b") as handle, mmap.mmap(handle.fileno(), 1 << 20) as mm:
+        mm[70_000:70_010] = b"x" * 10
+        durability.sync_mapped(mm, handle.fileno(), 70_000, 80_000)
+    assert path.read_bytes()[70_000:70_010] == b"x" * 10
+
+
 def test_windows_syncs_with_fsync_and_leaves_directories_alone(monkeypatch):
     calls = []
     monkeypatch.delattr(os, "fdatasync", raising=False)

@@ -485,3 +485,14 @@ def test_a_recovered_store_writes_its_last_files_without_readahead(tmp_path):
         assert "rr" in _vm_flags(queue.mapped_file_queue.get_last_mapped_file().path)
     finally:
         again.shutdown()
+
+
+def test_a_file_is_as_recent_as_its_last_store_time_whatever_its_file_time(tmp_path):
+    # Windows may leave a file's time alone for writes through its mapping (the CommitLog's
+    # there): its last message's store time keeps it from expiring early.
+    mapped = _file(tmp_path)
+    os.utime(mapped.path, (1_000_000, 1_000_000))
+    assert mapped.last_modified() == 1_000_000
+    mapped.store_timestamp = 2_000_000_000_000
+    assert mapped.last_modified() == 2_000_000_000
+    mapped.close()
