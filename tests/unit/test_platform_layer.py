@@ -258,6 +258,23 @@ def test_a_program_takes_over_by_exec_on_posix_and_is_waited_for_on_windows(monk
     assert handlers == {signal.SIGINT: signal.SIG_IGN}  # Ctrl-C is the console's to handle
 
 
+def test_a_node_raises_its_open_files_limit_as_far_as_it_may(monkeypatch):
+    asked = []
+    fake = types.SimpleNamespace(RLIMIT_NOFILE=7, RLIM_INFINITY=-1, getrlimit=lambda r: limit[0],
+                                 setrlimit=lambda r, pair: asked.append(pair) or limit.__setitem__(0, pair))
+    monkeypatch.setitem(sys.modules, "resource", fake)
+    limit = [(256, -1)]  # macOS: 256, hard unlimited
+    assert limits.raise_open_files_limit() == 10240
+    assert asked == [(10240, -1)]
+    limit[0], asked[:] = (1024, 4096), []  # a hard limit below what is wanted
+    assert limits.raise_open_files_limit() == 4096
+    limit[0], asked[:] = (65536, 65536), []  # already more: never lowered
+    assert limits.raise_open_files_limit() == 65536
+    assert asked == []
+    monkeypatch.setitem(sys.modules, "resource", None)  # Windows
+    assert limits.raise_open_files_limit() is None
+
+
 def test_the_open_files_limit_is_asked_where_there_is_one(monkeypatch):
     assert limits.open_files_limit() is None or limits.open_files_limit() > 0
     monkeypatch.setitem(sys.modules, "resource", None)  # Windows: no such module
