@@ -221,9 +221,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def utf8_output() -> None:
+    """Print UTF-8, and never fail on a character: Windows writes redirected output in its
+    ANSI code page (cp1252), where a message body or a topic's text would stop the command."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)  # (not on a replaced stream)
+        if reconfigure is not None and (stream.encoding or "").lower() not in ("utf-8", "utf8"):
+            reconfigure(encoding="utf-8", errors="backslashreplace")
+
+
 def main(argv: list[str] | None = None) -> int:
     from rocketdesk.cli_export_jobs import route
 
+    utf8_output()
     parser = build_parser()
     args = parser.parse_args(route(sys.argv[1:] if argv is None else list(argv)))
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,

@@ -191,7 +191,8 @@ class Supervisor:
                                       "by another program")
         module = {"namesrv": "cluster.namesrv", "proxy": "cluster.proxy"}.get(node.kind,
                                                                             "cluster.broker")
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        # UTF-8 logs everywhere (the console reads them as such; Windows would write cp1252).
+        env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONIOENCODING="utf-8:backslashreplace")
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         with open(node.log_path, "ab") as log:
