@@ -9,6 +9,7 @@ import os
 import struct
 
 from export.errors import DataLossError
+from storage.inspector import has_data
 from storage.record import MessageRecord, decode_record
 
 UNIT = struct.Struct(">qiq")
@@ -21,7 +22,10 @@ def _segments(directory: str) -> list[tuple[int, str]]:
         names = os.listdir(directory)
     except FileNotFoundError:
         return []
-    return sorted((int(n), os.path.join(directory, n)) for n in names if n.isdigit() and len(n) == 20)
+    # An empty segment is one a broker emptied and could not delete (Windows: another process
+    # had it open): it holds nothing, so it is no part of the queue or the log.
+    return sorted((int(n), path) for n in names if n.isdigit() and len(n) == 20
+                  and has_data(path := os.path.join(directory, n)))
 
 
 class StoreQueue:

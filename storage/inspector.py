@@ -99,7 +99,17 @@ def _segment_files(directory: str) -> list[str]:
     if not os.path.isdir(directory):
         return []
     names = sorted(n for n in os.listdir(directory) if n.isdigit() and len(n) == 20)
-    return [os.path.join(directory, n) for n in names]
+    # (an empty one was emptied by a deletion another process refused: no part of the store)
+    return [path for n in names if has_data(path := os.path.join(directory, n))]
+
+
+def has_data(path: str) -> bool:
+    """Whether a store file holds anything: an empty one was emptied by a deletion another
+    process refused (Windows; storage/mapped_file.py) and is no part of the store."""
+    try:
+        return os.path.getsize(path) > 0
+    except FileNotFoundError:  # deleted since it was listed
+        return False
 
 
 def commit_log_dir(root: str) -> str:
