@@ -65,7 +65,9 @@ def _spark_submit() -> str:
         import pyspark
     except ImportError:
         raise ExportError("the export needs pyspark and pyarrow: pip install 'rocketdesk[spark]'") from None
-    return os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-submit")
+    # (Windows runs the .cmd twin: a file without an extension is not a program there)
+    name = "spark-submit.cmd" if os.name == "nt" else "spark-submit"
+    return os.path.join(os.path.dirname(pyspark.__file__), "bin", name)
 
 
 def _check_java() -> None:
@@ -279,6 +281,7 @@ def _run_cold(args, job_args: list[str], scratch: str, events_path: str) -> int:
         job = subprocess.Popen(build_command(args, job_args, scratch), stdout=log,
                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                cwd=str(ROOT), **processes.detached())
+    job_process = _held(job.pid)  # (what its group is found through, after it ended too)
     if cancelled:  # the signal came while the job was being started, before it had a pid here
         processes.terminate(job.pid)
     follower = Follower(events_path, args.events)
@@ -295,17 +298,17 @@ def _run_cold(args, job_args: list[str], scratch: str, events_path: str) -> int:
         try:
             code = job.wait(30)
         except subprocess.TimeoutExpired:
-            processes.kill_group(job.pid)
+            processes.kill_group(job.pid, job_process)
             code = job.wait()
     finally:
         # Killed before the handlers are restored: a SIGTERM in between must not end this
         # launcher and leave the job running on its own.
         if job.poll() is None:
-            processes.kill_group(job.pid)
+            processes.kill_group(job.pid, job_process)
             job.wait()
         if follower.driver is not None and follower.driver != job.pid:
             wait_gone(follower.driver, 30)  # a cancelled driver under spark-submit is still cleaning up
-        processes.kill_group(job.pid)  # a JVM or worker left behind by the job
+        processes.kill_group(job.pid, job_process)  # a JVM or worker left behind by the job
         watch.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -317,6 +320,13 @@ def _run_cold(args, job_args: list[str], scratch: str, events_path: str) -> int:
               + "\n  ".join(tail), file=sys.stderr)
         return 1
     return _conclude(args, follower, code)
+
+
+def _held(pid: int) -> psutil.Process | None:
+    try:
+        return psutil.Process(pid)
+    except psutil.NoSuchProcess:  # ended already
+        return None
 
 
 def _conclude(args, follower: Follower, code: int | None) -> int:

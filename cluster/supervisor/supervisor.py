@@ -413,8 +413,10 @@ class Supervisor:
                     with _quiet():
                         row["cpuPercent"] = _cpu(process)
                         row["rssBytes"] = process.memory_info().rss
-                        row["openFiles"] = process.num_fds() if hasattr(process, "num_fds") else len(
-                            process.open_files())
+                        # Windows: handles (its open_files() is slow, and a node's are files,
+                        # sockets and mappings alike)
+                        row["openFiles"] = (process.num_fds() if hasattr(process, "num_fds")
+                                            else process.num_handles())
                     if prober is not None and not node.paused:
                         row["health"] = "ok" if await self._is_serving(node, prober) else "not answering"
                 elif node.pid:

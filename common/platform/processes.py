@@ -45,23 +45,30 @@ def resume(process: psutil.Process) -> None:
     process.resume()
 
 
-def kill_group(pid: int) -> None:
-    """End a process and everything it started (its session's group on POSIX; its tree
-    elsewhere)."""
+def kill_group(pid: int, held: psutil.Process | None = None) -> None:
+    """End process ``pid`` and everything it started: its session's group on POSIX (which
+    outlives the leader). On Windows, the processes whose parent ``held`` is or was: the
+    psutil.Process its starter kept from the start, so that they are found after it ended,
+    when Windows leaves them orphans, and a later process given its pid is never taken for it
+    (without one, nothing is safe to kill there)."""
     if sys.platform != "win32":
         try:
             os.killpg(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
         return
-    try:
-        parent = psutil.Process(pid)
-    except psutil.NoSuchProcess:
+    if held is None:
         return
-    for process in [*parent.children(recursive=True), parent]:
+    try:
+        family = held.children(recursive=True)
+    except psutil.Error:
+        family = []
+    if held.is_running():
+        family.append(held)
+    for member in family:
         try:
-            process.kill()
-        except psutil.NoSuchProcess:
+            member.kill()
+        except psutil.Error:
             pass
 
 

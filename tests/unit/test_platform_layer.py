@@ -221,6 +221,35 @@ def test_process_actions_on_posix_and_windows(monkeypatch):
     assert processes.detached() == {"creationflags": 0x8000200}
 
 
+def test_a_group_is_killed_by_its_session_on_posix_and_through_the_held_process_on_windows(
+        monkeypatch):
+    killed = []
+    monkeypatch.setattr(os, "killpg", lambda pid, sig: killed.append(("killpg", pid, sig)),
+                        raising=False)
+    processes.kill_group(77)
+    assert killed == [("killpg", 77, signal.SIGKILL)]
+    monkeypatch.setattr(sys, "platform", "win32")
+    killed.clear()
+    processes.kill_group(77)  # no held process: a bare pid may be another program's by now
+    assert killed == []
+
+    class Held:  # a psutil.Process kept since the start; it ended, its JVM did not
+        def __init__(self, name, running=True, children=()):
+            self.name, self.running, self.kids = name, running, list(children)
+
+        def children(self, recursive=False):
+            return self.kids
+
+        def is_running(self):
+            return self.running
+
+        def kill(self):
+            killed.append(self.name)
+
+    processes.kill_group(77, Held("job", running=False, children=[Held("jvm"), Held("worker")]))
+    assert killed == ["jvm", "worker"]
+
+
 def test_a_listening_port_is_taken_again_on_posix_and_never_shared_on_windows(monkeypatch):
     posix = Recorder()
     sockets.listen_again_soon(posix)
