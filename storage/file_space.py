@@ -19,7 +19,7 @@ import os
 
 from common.platform.durability import sync_all, sync_directory
 from common.platform.file_space import preallocate
-from common.platform.files import BINARY
+from common.platform.files import BINARY, replace_file
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ def create_sized_file(path: str, size: int, durable: bool = True) -> None:
                 sync_all(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, path)
+        replace_file(tmp, path)  # (an antivirus on Windows may be reading the new file)
     except BaseException:
         try:
             os.remove(tmp)

@@ -57,7 +57,7 @@ class MappedFileQueue:
         for name in sorted(os.listdir(self.store_path)):
             path = os.path.join(self.store_path, name)
             if name.endswith(".tmp"):
-                os.remove(path)  # a segment whose creation never finished
+                remove_file(path)  # a segment whose creation never finished (later if in use)
                 continue
             if name.isdigit() and os.path.isfile(path):
                 names.append(name)

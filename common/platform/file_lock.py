@@ -4,11 +4,14 @@ Linux: ``flock`` stops a second store in this process, and ``lockf`` (a POSIX re
 what Java's FileChannel.tryLock takes) stops another process, a Java broker included. macOS:
 ``flock`` alone (BSD keeps both kinds of lock in one list, so a process's own ``flock`` would
 refuse its ``lockf``; not yet tried on a real Mac). Windows: ``msvcrt.locking`` on the first
-byte, which every other opener is refused."""
+byte, which every other opener is refused; Windows lets go of a killed process's locks only a
+moment after it ended (LockFileEx: "depends upon available system resources"), so a broker
+restarted at once asks again for up to two seconds."""
 
 from __future__ import annotations
 
 import sys
+import time
 
 try:
     import fcntl
@@ -17,7 +20,7 @@ except ImportError:  # Windows
 
 
 def try_lock(fd: int) -> None:
-    """Take the lock or raise OSError (held elsewhere) at once, never waiting."""
+    """Take the lock or raise OSError (held elsewhere); at once, but for Windows' moment."""
     if fcntl is not None:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         if sys.platform != "darwin":
@@ -25,4 +28,15 @@ def try_lock(fd: int) -> None:
         return
     import msvcrt
 
-    msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+    deadline = time.monotonic() + WINDOWS_RELEASE_WAIT
+    while True:
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+            return
+        except OSError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)
+
+
+WINDOWS_RELEASE_WAIT = 2.0

@@ -188,6 +188,22 @@ def test_windows_locks_the_first_byte_with_msvcrt(monkeypatch):
     monkeypatch.setitem(sys.modules, "msvcrt", fake)
     file_lock.try_lock(9)
     assert calls == [(9, 2, 1)]
+    # A lock a killed broker held a moment ago: asked again until Windows lets go of it.
+    refusals = [OSError(36, "locked"), OSError(36, "locked")]
+
+    def locking(fd, mode, n):
+        calls.append((fd, mode, n))
+        if refusals:
+            raise refusals.pop()
+
+    fake.locking = locking
+    calls.clear()
+    file_lock.try_lock(9)
+    assert len(calls) == 3
+    monkeypatch.setattr(file_lock, "WINDOWS_RELEASE_WAIT", 0.0)  # held for good: refused
+    refusals[:] = [OSError(36, "locked")] * 100
+    with pytest.raises(OSError, match="locked"):
+        file_lock.try_lock(9)
 
 
 # -- processes and limits --------------------------------------------------------------------------
