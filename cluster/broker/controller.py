@@ -39,7 +39,7 @@ from cluster.broker.transaction import TransactionalMessageService
 from cluster.ha.master import HAService
 from cluster.ha.slave import HAClient
 from cluster.remoting.server import RemotingServer
-from common.platform import sockets
+from common.platform import file_names, sockets
 from storage.config import BrokerRole, MessageStoreConfig
 from storage.message_id import UniqIdGenerator
 from storage.message_store import DefaultMessageStore
@@ -96,6 +96,7 @@ class BrokerController:
         self.store = DefaultMessageStore(self.store_config, (config.broker_ip1, config.listen_port))
         await asyncio.to_thread(self.store.load)
         self.store.start()
+        self.topics.names_ignore_case = file_names.ignores_case(self.store_config.store_path_root_dir)
         self.topics.load()
         self.topics.persist()
         self.subscription_groups.load()

@@ -130,9 +130,10 @@ class SendMessageProcessor:
                 topic_config = broker.topics.create_in_send_message_method(
                     topic, header.default_topic, header.default_topic_queue_nums, topic_sys_flag)
             if topic_config is None:
+                clash = broker.topics.case_clash(topic)
                 return command.make_response(
                     ResponseCode.TOPIC_NOT_EXIST,
-                    f"topic[{topic}] not exist, apply first please!")
+                    clash or f"topic[{topic}] not exist, apply first please!")
         if not topic_config.writeable:
             return command.make_response(ResponseCode.NO_PERMISSION,
                                          f"the topic[{topic}] sending message is forbidden")

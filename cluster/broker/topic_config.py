@@ -87,6 +87,9 @@ class TopicConfigManager:
         self.table: dict[str, TopicConfig] = {}
         self.data_version = DataVersion()
         self._lock = threading.RLock()
+        # Set when the store's file system ignores case (macOS and Windows by default): there
+        # two topics that differ only in case would share one ConsumeQueue folder.
+        self.names_ignore_case = False
         self.on_change: list[Callable[[], None]] = []
         self._add_system_topics()
 
@@ -165,6 +168,17 @@ class TopicConfigManager:
     def select(self, topic: str) -> TopicConfig | None:
         return self.table.get(topic)
 
+    def case_clash(self, topic: str) -> str | None:
+        """Why ``topic`` cannot be created beside the topics there are, or None."""
+        if not self.names_ignore_case or topic in self.table:
+            return None
+        folded = topic.casefold()
+        other = next((t for t in self.table if t.casefold() == folded), None)
+        if other is None:
+            return None
+        return (f"the topic {topic} differs from the topic {other} only in case, and this store's "
+                "file system does not tell them apart")
+
     def update(self, config: TopicConfig) -> None:
         with self._lock:
             old = self.table.get(config.topic_name)
@@ -187,6 +201,8 @@ class TopicConfigManager:
             existing = self.table.get(topic)
             if existing is not None:
                 return existing
+            if self.case_clash(topic):
+                return None
             template = self.table.get(default_topic)
             # debug, not warning: any client can ask for any topic, and one line per request
             # would let it fill the disk with the log; the client hears why (TOPIC_NOT_EXIST).
