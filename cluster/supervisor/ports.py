@@ -16,7 +16,13 @@ def port_is_free(port: int) -> bool:
             sock.bind(("127.0.0.1", port))
         except OSError:
             return False
-    return True
+    # BSD (macOS) binds 127.0.0.1:port beside another program listening on every address at
+    # that port: somebody answering there means it is taken whatever the bind said.
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return False
+    except OSError:
+        return True
 
 
 def free_port(prefer: int | None = None, taken: set[int] | None = None) -> int:

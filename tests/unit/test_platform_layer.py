@@ -286,6 +286,14 @@ def test_a_listening_port_is_taken_again_on_posix_and_never_shared_on_windows(mo
         port = listener.getsockname()[1]
         assert not port_is_free(port)
     assert port_is_free(port)
+    # macOS binds 127.0.0.1:port beside a program listening on every address at that port (a
+    # bind that succeeds though somebody listens, faked here): the answer tells it is taken.
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        monkeypatch.setattr(socket.socket, "bind", lambda self, address: None)
+        assert not port_is_free(port)
 
 
 def test_a_program_takes_over_by_exec_on_posix_and_is_waited_for_on_windows(monkeypatch):
