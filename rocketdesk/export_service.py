@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 
 from common.platform import processes
-from common.platform.files import BINARY
+from common.platform.files import BINARY, read_text
 from export.errors import ExportError
 from export.job_record import exports_dir
 
@@ -75,7 +75,7 @@ def find_service() -> ServiceClient | None:
     """The warm service, if one runs for this home and answers; None otherwise."""
     path = exports_dir() / STATE_FILE
     try:
-        state = json.loads(path.read_text(encoding="utf-8"))
+        state = json.loads(read_text(path))  # (the service may be replacing it)
         client = ServiceClient(state)
         client.ask("ping", timeout=3)
         return client

@@ -18,7 +18,7 @@ import platformdirs
 import psutil
 
 from cluster.supervisor.errors import ClusterNotFoundError
-from common.platform.files import replace_file
+from common.platform.files import read_text, replace_file
 
 HOME_ENV = "ROCKETDESK_HOME"
 
@@ -123,7 +123,7 @@ class ClusterState:
     def load(cls, name: str) -> ClusterState:
         path = clusters_dir() / name / "cluster.json"
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(read_text(path))  # (the supervisor may be replacing it)
         except FileNotFoundError:
             raise ClusterNotFoundError(
                 f"there is no cluster named {name!r} (see `rocketdesk clusters`)") from None

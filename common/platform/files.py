@@ -52,3 +52,17 @@ def replace_file(source: str, target: str, attempts: int = 20, pause: float = 0.
             if attempt == attempts - 1 or not in_use_elsewhere(exc):
                 raise
             time.sleep(pause)
+
+
+def read_text(path, attempts: int = 20, pause: float = 0.05) -> str:
+    """A UTF-8 file's text, tried again while Windows refuses it (being replaced that moment)."""
+    for _ in range(attempts - 1):
+        try:
+            with open(path, encoding="utf-8") as handle:
+                return handle.read()
+        except PermissionError as exc:
+            if not in_use_elsewhere(exc):
+                raise
+            time.sleep(pause)
+    with open(path, encoding="utf-8") as handle:  # the last try: whatever it meets, raises
+        return handle.read()

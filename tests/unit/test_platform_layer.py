@@ -405,6 +405,19 @@ def test_a_file_in_use_elsewhere_is_deleted_later_and_replaced_after_a_retry(mon
     assert (tmp_path / "record").read_text() == "new"
     assert len(refusals) == 2
 
+    # Read while another process replaces it: refused a moment, then read.
+    real_open, reads = open, []
+
+    def busy_once(path, *args, **kwargs):
+        reads.append(path)
+        if len(reads) == 1:
+            raise files_in_use(path)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(files, "open", busy_once, raising=False)
+    assert files.read_text(tmp_path / "record", pause=0) == "new"
+    assert len(reads) == 2
+
 
 def files_in_use(path: str, winerror: int = 32) -> PermissionError:
     exc = PermissionError(13, "in use", path)
