@@ -67,10 +67,15 @@ def parse_properties(text: str) -> dict[str, str]:
     return result
 
 
+_OTHER_BREAKS = "\x0b\x1c\x1d\x1e\x85\u2028\u2029"
+
+
 def _escape(text: str, key: bool) -> str:
     out = text.replace("\\", "\\\\")  # first: a Windows path's separators read back as such
     for char, name in (("\t", "t"), ("\n", "n"), ("\r", "r"), ("\f", "f")):
         out = out.replace(char, "\\" + name)
+    for char in _OTHER_BREAKS:  # Java reads them as text; str.splitlines as line ends
+        out = out.replace(char, f"\\u{ord(char):04x}")
     if key:
         for char in "=: #!":
             out = out.replace(char, "\\" + char)

@@ -7,8 +7,6 @@ from __future__ import annotations
 import functools
 import re
 
-from common.platform import file_names
-
 AUTO_CREATE_TOPIC_KEY = "TBW102"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
@@ -36,8 +34,7 @@ def _name_problem(kind: str, name: str, limit: int) -> str | None:
     if not _VALID_TOPIC.match(name):
         return (f"the {kind} name {name[:40]!r} contains characters other than letters, digits, "
                 "%, -, _ and |")
-    problem = file_names.name_problem(name)  # a topic is a folder of the store (Windows: no |)
-    return f"the {kind} name cannot be used on this platform: {problem}" if problem else None
+    return None
 
 
 def validate_topic_name(topic: str) -> str | None:

@@ -5,6 +5,12 @@ opens the console), and ``rocketdesk -m MODULE …`` runs one of our modules the
 import runpy
 import sys
 
+from rocketdesk.cli import utf8_output
+
+# A bundle reads no PYTHON* variables (PYTHONIOENCODING among them): UTF-8 output here, for the
+# nodes' logs as for the command line's.
+utf8_output()
+
 if len(sys.argv) > 2 and sys.argv[1] == "-m":
     module = sys.argv[2]
     sys.argv = [module, *sys.argv[3:]]

@@ -75,7 +75,7 @@ class AdminBrokerProcessor:
                                          f"the topic[{topic}] is conflict with system reserved words.")
         if not self.broker.is_master:
             return command.make_response(ResponseCode.SYSTEM_ERROR, SLAVE_READ_ONLY)
-        clash = self.broker.topics.case_clash(topic)
+        clash = self.broker.topics.folder_problem(topic)
         if clash:
             return command.make_response(ResponseCode.SYSTEM_ERROR, clash)
         config = TopicConfig(topic, header.read_queue_nums, header.write_queue_nums, header.perm,

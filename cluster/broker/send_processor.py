@@ -130,7 +130,7 @@ class SendMessageProcessor:
                 topic_config = broker.topics.create_in_send_message_method(
                     topic, header.default_topic, header.default_topic_queue_nums, topic_sys_flag)
             if topic_config is None:
-                clash = broker.topics.case_clash(topic)
+                clash = broker.topics.folder_problem(topic)
                 return command.make_response(
                     ResponseCode.TOPIC_NOT_EXIST,
                     clash or f"topic[{topic}] not exist, apply first please!")

@@ -17,6 +17,7 @@ from cluster.topic_validator import (
     SCHEDULE_TOPIC,
     SELF_TEST_TOPIC,
 )
+from common.platform import file_names
 
 log = logging.getLogger(__name__)
 
@@ -168,12 +169,20 @@ class TopicConfigManager:
     def select(self, topic: str) -> TopicConfig | None:
         return self.table.get(topic)
 
-    def case_clash(self, topic: str) -> str | None:
-        """Why ``topic`` cannot be created beside the topics there are, or None."""
-        if not self.names_ignore_case or topic in self.table:
+    def folder_problem(self, topic: str) -> str | None:
+        """Why ``topic`` cannot have a ConsumeQueue folder in this store beside the topics there
+        are (Windows' forbidden names; a name differing from another only in case where the
+        file system ignores case), or None."""
+        problem = file_names.name_problem(topic)
+        if problem:
+            return f"the topic cannot be stored on this platform: {problem}"
+        if not self.names_ignore_case:
             return None
-        folded = topic.casefold()
-        other = next((t for t in self.table if t.casefold() == folded), None)
+        with self._lock:
+            if topic in self.table:
+                return None
+            folded = topic.casefold()
+            other = next((t for t in self.table if t.casefold() == folded), None)
         if other is None:
             return None
         return (f"the topic {topic} differs from the topic {other} only in case, and this store's "
@@ -201,7 +210,7 @@ class TopicConfigManager:
             existing = self.table.get(topic)
             if existing is not None:
                 return existing
-            if self.case_clash(topic):
+            if self.folder_problem(topic):
                 return None
             template = self.table.get(default_topic)
             # debug, not warning: any client can ask for any topic, and one line per request

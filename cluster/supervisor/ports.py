@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import sys
 
 from common.platform import sockets
 
@@ -17,7 +18,10 @@ def port_is_free(port: int) -> bool:
         except OSError:
             return False
     # BSD (macOS) binds 127.0.0.1:port beside another program listening on every address at
-    # that port: somebody answering there means it is taken whatever the bind said.
+    # that port: somebody answering there means it is taken whatever the bind said. (Linux and
+    # Windows refuse that bind; and Windows retries a refused connect for a second or two.)
+    if sys.platform != "darwin":
+        return True
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5):
             return False

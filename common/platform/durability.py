@@ -40,12 +40,13 @@ def sync_all(fd: int) -> None:
 
 
 def sync_mapped(mm: mmap.mmap, fd: int, start: int = 0, end: int | None = None) -> None:
-    """Bytes written through a shared mapping, [start, end), on the disk. Linux keeps mapped
-    pages in the one page cache its file syncs write back. Windows does not: FlushViewOfFile
-    (``mmap.flush``) first hands a view's dirty pages to the file, then FlushFileBuffers; and
-    POSIX asks for msync (``mmap.flush`` too) before a file sync counts for mapped writes, so
-    macOS gets it as well."""
-    if not sys.platform.startswith("linux"):
+    """Bytes written through a shared mapping, [start, end), on the disk. Linux and macOS keep
+    mapped pages in the one page cache their file syncs write back (macOS's unified buffer
+    cache; not yet tried on a real Mac). Windows does not: FlushViewOfFile (``mmap.flush``)
+    first hands a view's dirty pages to the file, then FlushFileBuffers. (``mmap.flush`` keeps
+    the interpreter lock while Windows writes: a compiled flush that lets go of it is the
+    next step there.)"""
+    if sys.platform == "win32":
         end = len(mm) if end is None else end
         begin = start - start % mmap.ALLOCATIONGRANULARITY  # (an offset mmap.flush accepts)
         if end > begin:

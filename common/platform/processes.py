@@ -59,10 +59,7 @@ def kill_group(pid: int, held: psutil.Process | None = None) -> None:
         return
     if held is None:
         return
-    try:
-        family = held.children(recursive=True)
-    except psutil.Error:
-        family = []
+    family = _descendants(held)
     if held.is_running():
         family.append(held)
     for member in family:
@@ -70,6 +67,23 @@ def kill_group(pid: int, held: psutil.Process | None = None) -> None:
             member.kill()
         except psutil.Error:
             pass
+
+
+def _descendants(held: psutil.Process) -> list[psutil.Process]:
+    """Processes started by ``held`` or by those, after it ended too (psutil's own children()
+    refuses a process that ended): parents by pid, and no younger than ``held``, so that a
+    process given a reused pid is not counted."""
+    since = held.create_time()  # (psutil keeps it from when ``held`` was made)
+    by_parent: dict[int, list[psutil.Process]] = {}
+    for process in psutil.process_iter(["ppid", "create_time"]):
+        if process.info["create_time"] is not None and process.info["create_time"] >= since:
+            by_parent.setdefault(process.info["ppid"], []).append(process)
+    found, pending = [], [held.pid]
+    while pending:
+        for child in by_parent.pop(pending.pop(), []):
+            found.append(child)
+            pending.append(child.pid)
+    return found
 
 
 def terminate(pid: int) -> None:
