@@ -153,7 +153,8 @@ class JobControl:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="export-job")
+    # ``@file``: arguments one a line (the launcher's way past cmd.exe under spark-submit.cmd)
+    parser = argparse.ArgumentParser(prog="export-job", fromfile_prefix_chars="@")
     parser.add_argument("--name-server")
     parser.add_argument("--path", help="read a store directory instead of brokers")
     parser.add_argument("--topic", action="append", required=True)

@@ -83,3 +83,21 @@ def test_cancel_says_what_happened_even_without_waiting(tmp_path, monkeypatch, c
     JobRecord(str(jobs / "20261126-070000-dddddd.json"), {"topics": ["T"], "pid": "x"})
     assert main(["export", "list"]) == 0
     assert "lost" in capsys.readouterr().out
+
+
+def test_a_spark_cluster_job_gets_its_arguments_from_a_file_no_shell_reads(tmp_path):
+    # On Windows spark-submit is a .cmd: cmd.exe would take a retry topic's % and a tag
+    # filter's | as its own. The job reads them from a file instead (@file).
+    from argparse import Namespace
+
+    from export.job import parse_args
+    from rocketdesk.cli_export import build_command
+
+    job_args = ["--topic", "%RETRY%group", "--tags", "TagA||TagB", "--out", str(tmp_path / "ausgabe-ü"),
+                "--format", "parquet"]
+    command = build_command(Namespace(master="spark://127.0.0.1:7077"), job_args, str(tmp_path))
+    assert command[-1].startswith("@")
+    assert not {"%RETRY%group", "TagA||TagB"} & set(command)
+    parsed = parse_args([command[-1]])
+    assert (parsed.topic, parsed.tags, parsed.out) == (["%RETRY%group"], "TagA||TagB",
+                                                       str(tmp_path / "ausgabe-ü"))
