@@ -71,7 +71,11 @@ def _forget_the_ended(folder: Path) -> None:
     """Requests to processes that ended before seeing them (they can never match again)."""
     for entry in folder.iterdir():
         pid, _, _created = entry.name.partition("-")
-        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+        try:
+            gone = pid.isdigit() and not psutil.pid_exists(int(pid))
+        except (OverflowError, ValueError):  # a pid no system has (a name not of ours)
+            gone = True
+        if gone:
             entry.unlink(missing_ok=True)
 
 

@@ -229,8 +229,12 @@ def test_console_runs_a_cluster_topics_messages_charts_and_an_export(qtbot, loop
         # a request file each load process looks for (it ends on its own, exit code 0).
         as_on_this_platform = processes.STOP_BY_REQUEST
         monkeypatch.setattr(processes, "STOP_BY_REQUEST", True)
+        asked, ask = [], processes.stop_requests.ask
+        monkeypatch.setattr(processes.stop_requests, "ask", lambda p: asked.append(p.pid) or ask(p))
+        pids = sorted(lp.process.processId() for lp in load.loads.values())
         load.stop_all()
         pump(lambda: "no load running" in load.running.text(), 20, "the load to stop")
+        assert sorted(asked) == pids  # through the platform layer (not QProcess.terminate)
         assert [lp.process.exitCode() for lp in load.loads.values()] == [0, 0]
         # (not monkeypatch.undo(): that would also undo the fixtures' isolated home)
         monkeypatch.setattr(processes, "STOP_BY_REQUEST", as_on_this_platform)

@@ -48,6 +48,7 @@ def test_an_ended_process_cannot_be_asked_and_its_old_requests_are_forgotten(own
         child.wait()
     folder = stop_requests.request_folder()
     (folder / f"{child.pid}-123").touch()  # asked before it ended, never seen
+    (folder / "99999999999999999999-1").touch()  # a pid no system has
     assert not stop_requests.ask(held)  # gone (or its pid someone else's): nothing asked
     assert stop_requests.ask(psutil.Process())
     assert [p.name for p in folder.iterdir()] == [stop_requests.request_name(psutil.Process())]
