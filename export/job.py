@@ -153,8 +153,14 @@ class JobControl:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    # ``@file``: arguments one a line (the launcher's way past cmd.exe under spark-submit.cmd)
-    parser = argparse.ArgumentParser(prog="export-job", fromfile_prefix_chars="@")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--args-file"] and len(argv) == 2:
+        # The launcher's way past cmd.exe under spark-submit.cmd: a JSON list of arguments.
+        with open(argv[1], encoding="utf-8") as handle:
+            argv = json.load(handle)
+        if not (isinstance(argv, list) and all(isinstance(a, str) for a in argv)):
+            raise SystemExit(f"{argv!r:.80}: an --args-file holds a JSON list of strings")
+    parser = argparse.ArgumentParser(prog="export-job")
     parser.add_argument("--name-server")
     parser.add_argument("--path", help="read a store directory instead of brokers")
     parser.add_argument("--topic", action="append", required=True)

@@ -9,7 +9,7 @@ import os
 import struct
 
 from export.errors import DataLossError
-from storage.inspector import has_data
+from storage.inspector import segment_files
 from storage.record import MessageRecord, decode_record
 
 UNIT = struct.Struct(">qiq")
@@ -18,14 +18,7 @@ _UNIT_DTYPE = [("offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")]
 
 
 def _segments(directory: str) -> list[tuple[int, str]]:
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return []
-    # An empty segment is one a broker emptied and could not delete (Windows: another process
-    # had it open): it holds nothing, so it is no part of the queue or the log.
-    return sorted((int(n), path) for n in names if n.isdigit() and len(n) == 20
-                  and has_data(path := os.path.join(directory, n)))
+    return [(int(os.path.basename(path)), path) for path in segment_files(directory)]
 
 
 class StoreQueue:

@@ -83,18 +83,16 @@ def build_command(args, job_args: list[str], scratch: str) -> list[str]:
             "--conf", f"spark.pyspark.python={sys.executable}",
             "--conf", f"spark.pyspark.driver.python={sys.executable}",
             "--py-files", _code_zip(scratch), str(ROOT / "export" / "job.py"),
-            "@" + _args_file(job_args, scratch)]
+            "--args-file", _args_file(job_args, scratch)]
 
 
 def _args_file(job_args: list[str], scratch: str) -> str:
-    """The job's arguments in a file (``@file``, one a line): on Windows spark-submit is a .cmd
-    whose command line cmd.exe reads, where a topic's ``%`` or a tag filter's ``|`` would be
-    taken as its own."""
-    if any("\n" in a or "\r" in a for a in job_args):
-        raise ExportError("an export's topics, filters and paths cannot hold a line break")
-    path = os.path.join(scratch, "job-args.txt")
+    """The job's arguments in a JSON file: on Windows spark-submit is a .cmd whose command line
+    cmd.exe reads, where a retry topic's ``%`` or a tag filter's ``|`` would be taken as its
+    own."""
+    path = os.path.join(scratch, "job-args.json")
     with open(path, "w", encoding="utf-8") as handle:
-        handle.write("".join(f"{a}\n" for a in job_args))
+        json.dump(job_args, handle)
     return path
 
 

@@ -30,10 +30,8 @@ STARTING_FILE = "service.starting"
 def spark_environment(local: bool) -> dict[str, str]:
     """The environment of a process that runs Spark with our packages on its Python path."""
     pythonpath = str(ROOT) + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
-    # UTF-8 mode: files the driver reads (its @arguments) and writes are UTF-8 on every platform
-    # (Windows' default is its code page).
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-               PYTHONPATH=pythonpath, PYTHONUTF8="1")
+               PYTHONPATH=pythonpath)
     if local:
         env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # nothing listens beyond loopback
     return env

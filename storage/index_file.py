@@ -27,7 +27,6 @@ from functools import lru_cache
 
 from common import speedups
 from common.platform.durability import sync_mapped
-from common.platform.files import remove_file
 from storage.mapped_file import MappedFile
 from storage.message import java_hash_unsigned
 from storage.owed_deletions import OWED
@@ -273,8 +272,7 @@ class IndexService:
                 continue
             size = os.path.getsize(path)
             if size == 0:  # emptied by a deletion another process refused (MappedFile.destroy)
-                if not remove_file(path):
-                    OWED.owe_path(path)
+                OWED.remove_or_owe(path)
                 continue
             if size != index_file_size(self.hash_slot_num, self.index_num):
                 log.warning("index file %s has another layout's size; ignoring it", path)

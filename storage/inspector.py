@@ -95,7 +95,8 @@ class _ReadOnlyFile:
             self.data.close()
 
 
-def _segment_files(directory: str) -> list[str]:
+def segment_files(directory: str) -> list[str]:
+    """A log's or a queue's segment files, in offset order (empty ones left out)."""
     if not os.path.isdir(directory):
         return []
     names = sorted(n for n in os.listdir(directory) if n.isdigit() and len(n) == 20)
@@ -123,7 +124,7 @@ def iter_store_records(
     """Every record of the CommitLog under ``root``, oldest first; stops at the end of valid data."""
     if not os.path.isdir(root):
         raise StoreError(f"{root} is not a directory")
-    paths = _segment_files(commit_log_dir(root))
+    paths = segment_files(commit_log_dir(root))
     running = os.path.exists(os.path.join(root, "abort"))
     for number, path in enumerate(paths):
         segment = _ReadOnlyFile(path)
@@ -165,7 +166,7 @@ def inspect_store(root: str, *, check_crc: bool = True) -> Inspection:
     """Summarise a store: positions, records per topic and queue, ConsumeQueue checks, problems."""
     root = os.path.abspath(root)
     result = Inspection(root)
-    paths = _segment_files(commit_log_dir(root))
+    paths = segment_files(commit_log_dir(root))
     if not os.path.isdir(root):
         raise StoreError(f"{root} is not a directory")
     if not paths and not os.path.isdir(os.path.join(root, "consumequeue")):
@@ -222,7 +223,7 @@ def _inspect_consume_queues(root: str, result: Inspection, starts: dict) -> None
 def _check_queue(directory: str, topic: str, queue_id: int, summary: QueueSummary,
                  result: Inspection, starts: dict) -> None:
     reported = 0
-    for path in _segment_files(directory):
+    for path in segment_files(directory):
         segment = _ReadOnlyFile(path)
         try:
             for pos in range(0, segment.size - CQ_STORE_UNIT_SIZE + 1, CQ_STORE_UNIT_SIZE):

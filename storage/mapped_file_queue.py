@@ -291,7 +291,5 @@ def _without_emptied_ends(folder: str, names: list[str]) -> list[str]:
     first, last = (full[0], full[-1]) if full else (len(names), -1)
     for i, name in enumerate(names):
         if sizes[i] == 0 and not first <= i <= last:
-            path = os.path.join(folder, name)
-            if not remove_file(path):
-                OWED.owe_path(path)
+            OWED.remove_or_owe(os.path.join(folder, name))
     return [n for i, n in enumerate(names) if sizes[i] or first <= i <= last]

@@ -12,6 +12,7 @@ would read as the new file's). Every deletion round of every queue settles what 
 
 from __future__ import annotations
 
+import os
 import threading
 
 from common.platform.files import remove_file
@@ -34,9 +35,11 @@ class OwedDeletions:
             elif mapped_file.left_behind:
                 self._paths.append(mapped_file.path)
 
-    def owe_path(self, path: str) -> None:
-        with self._lock:
-            self._paths.append(path)
+    def remove_or_owe(self, path: str) -> None:
+        """Delete an emptied file found at load, or owe it while another process keeps it."""
+        if not remove_file(path):
+            with self._lock:
+                self._paths.append(path)
 
     def settle(self) -> None:
         """Finish what can be finished now."""
@@ -57,7 +60,7 @@ class OwedDeletions:
 
     def under(self, folder: str) -> list[str]:
         """The owed files in ``folder`` and below (for inspection and tests)."""
-        prefix = folder.rstrip("/\\")
+        prefix = folder.rstrip("/\\") + os.sep
         with self._lock:
             return sorted(p for p in [*self._paths, *(f.path for f in self._held)]
                           if p.startswith(prefix))

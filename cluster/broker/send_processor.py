@@ -127,13 +127,15 @@ class SendMessageProcessor:
                 topic_config = broker.topics.create_in_send_message_back_method(
                     topic, 1, PERM_READ | PERM_WRITE, topic_sys_flag)
             else:
+                problem = broker.topics.folder_problem(topic)  # (a name the store cannot hold)
+                if problem:
+                    return command.make_response(ResponseCode.TOPIC_NOT_EXIST, problem)
                 topic_config = broker.topics.create_in_send_message_method(
                     topic, header.default_topic, header.default_topic_queue_nums, topic_sys_flag)
             if topic_config is None:
-                clash = broker.topics.folder_problem(topic)
                 return command.make_response(
                     ResponseCode.TOPIC_NOT_EXIST,
-                    clash or f"topic[{topic}] not exist, apply first please!")
+                    f"topic[{topic}] not exist, apply first please!")
         if not topic_config.writeable:
             return command.make_response(ResponseCode.NO_PERMISSION,
                                          f"the topic[{topic}] sending message is forbidden")

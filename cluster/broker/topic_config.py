@@ -210,8 +210,6 @@ class TopicConfigManager:
             existing = self.table.get(topic)
             if existing is not None:
                 return existing
-            if self.folder_problem(topic):
-                return None
             template = self.table.get(default_topic)
             # debug, not warning: any client can ask for any topic, and one line per request
             # would let it fill the disk with the log; the client hears why (TOPIC_NOT_EXIST).

@@ -63,7 +63,10 @@ def ask(process: psutil.Process) -> bool:
         (folder / request_name(process)).touch()
     except (psutil.Error, OSError):
         return False
-    _forget_the_ended(folder)
+    try:
+        _forget_the_ended(folder)
+    except OSError:  # (a file another program has open, on Windows: tidied another time)
+        pass
     return True
 
 
@@ -72,8 +75,8 @@ def _forget_the_ended(folder: Path) -> None:
     for entry in folder.iterdir():
         pid, _, _created = entry.name.partition("-")
         try:
-            gone = pid.isdigit() and not psutil.pid_exists(int(pid))
-        except (OverflowError, ValueError):  # a pid no system has (a name not of ours)
+            gone = pid.isdecimal() and not psutil.pid_exists(int(pid))
+        except OverflowError:  # a pid no system has (a name not of ours)
             gone = True
         if gone:
             entry.unlink(missing_ok=True)

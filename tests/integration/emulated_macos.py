@@ -1,5 +1,6 @@
 """Run a module or a script as on macOS, whose Python has no ``os.fdatasync`` and no
-``os.posix_fallocate``: they are taken away before anything of ours is imported.
+``os.posix_fallocate``: they are taken away before anything of ours is imported. And whose
+file system ignores case (APFS as installed): the store's file system is said to.
 
     python -m tests.integration.emulated_macos -m cluster.broker -c broker.conf
     python -m tests.integration.emulated_macos path/to/script.py args…
@@ -18,6 +19,9 @@ def emulate() -> None:
     for name in MISSING:
         if hasattr(os, name):
             delattr(os, name)
+    from common.platform import file_names
+
+    file_names.ignores_case = lambda folder: True
 
 
 if __name__ == "__main__":

@@ -74,6 +74,45 @@ def test_a_sync_flush_broker_acknowledges_every_send_and_recovers_from_sigkill(t
         store.shutdown()
 
 
+def test_topics_differing_only_in_case_are_refused_where_the_file_system_ignores_case(tmp_path):
+    from cluster.remoting.client import RemotingClient
+    from cluster.remoting.codec import request
+    from cluster.remoting.codes import RequestCode, ResponseCode
+
+    env = {"HOME": str(tmp_path)}
+    with running("cluster.namesrv", "-p", "0", env=env) as ns:
+        conf = broker_conf(tmp_path, ns.address)
+        with running(EMULATED, "-m", "cluster.broker", "-c", conf, env=env) as broker:
+            async def drill() -> tuple:
+                await create_topic({"a": broker}, "Orders", 4)
+                client = RemotingClient()
+                try:
+                    created = await client.invoke(broker.address, request(
+                        RequestCode.UPDATE_AND_CREATE_TOPIC, {
+                            "topic": "ORDERS", "defaultTopic": "TBW102", "readQueueNums": 4,
+                            "writeQueueNums": 4, "perm": 6, "topicFilterType": "SINGLE_TAG"}))
+                finally:
+                    await client.close()
+                async with Producer("pg-case", ns.address) as producer:
+                    try:
+                        await producer.send(Message("orders", b"into Orders' folder?"))
+                        sent = None
+                    except Exception as exc:  # (the client's error for the broker's refusal)
+                        sent = str(exc)
+                    ok = await producer.send(Message("Orders", b"the topic itself"))
+                return created, sent, ok
+
+            created, sent, ok = run(drill())
+            assert created.code == ResponseCode.SYSTEM_ERROR
+            assert "differs from the topic Orders only in case" in (created.remark or "")
+            assert sent is not None
+            assert "differs from the topic Orders only in case" in sent
+            assert ok.status is SendStatus.SEND_OK
+    queues = {p.name for p in (tmp_path / "broker-a" / "consumequeue").iterdir()}
+    assert "orders" not in queues
+    assert "ORDERS" not in queues
+
+
 def test_the_store_writes_flushes_and_claims_space_without_them(tmp_path, as_on_macos):
     from tests.conftest import make_message
 

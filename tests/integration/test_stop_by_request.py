@@ -9,6 +9,7 @@ import asyncio
 import os
 import time
 
+import psutil
 import pytest
 
 from cluster.supervisor.spec import ClusterSpec, GroupSpec
@@ -20,6 +21,9 @@ pytestmark = pytest.mark.integration
 
 def test_the_supervisor_stops_every_node_in_order_by_request(tmp_path, monkeypatch):
     monkeypatch.setattr(processes, "STOP_BY_REQUEST", True)
+    # The nodes take SIGTERM as well: none may be sent, or the test would not tell the two apart.
+    monkeypatch.setattr(psutil.Process, "terminate", _no_signal)
+    monkeypatch.setattr(psutil.Process, "send_signal", _no_signal)
     supervisor = Supervisor.create(ClusterSpec(name="win", groups=[GroupSpec("broker-a", slaves=1)]),
                                    root=tmp_path)
     grace = 30.0
@@ -41,3 +45,7 @@ def test_the_supervisor_stops_every_node_in_order_by_request(tmp_path, monkeypat
             # An orderly shutdown removes the abort file; a crash (or TerminateProcess) leaves it.
             assert not os.path.exists(os.path.join(node.store_dir, "abort")), node.name
         assert "Traceback" not in node.log_tail(200), node.name
+
+
+def _no_signal(self, *args) -> None:
+    raise AssertionError("a stop by request sent a signal")

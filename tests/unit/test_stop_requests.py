@@ -138,8 +138,9 @@ asyncio.run(main())
 
 def test_a_stop_by_request_ends_another_process_in_order(monkeypatch):
     # The real request folder: the child looks there. Without the request the child would
-    # never end (a stop by request sends no signal), and a terminate would not exit 0.
+    # never end: a stop by request sends no signal (and the test lets none be sent).
     monkeypatch.setattr(processes, "STOP_BY_REQUEST", True)  # Windows' stop, here
+    monkeypatch.setattr(psutil.Process, "terminate", _no_signal)  # (the child takes SIGTERM too)
     with subprocess.Popen([sys.executable, "-c", WATCHER], cwd=ROOT, stdout=subprocess.PIPE,
                           text=True, env=dict(os.environ, PYTHONPATH=str(ROOT))) as child:
         try:
@@ -150,3 +151,7 @@ def test_a_stop_by_request_ends_another_process_in_order(monkeypatch):
         finally:
             if child.poll() is None:
                 child.kill()
+
+
+def _no_signal(self) -> None:
+    raise AssertionError("a stop by request sent a signal")

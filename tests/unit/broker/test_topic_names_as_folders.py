@@ -24,7 +24,6 @@ def test_a_windows_store_refuses_names_it_cannot_give_a_folder(topics, monkeypat
     assert topics.folder_problem("Orders") is None
     for name in ("a|b", "CON", "nul", "COM1", "LPT9"):
         assert "cannot be stored on this platform" in topics.folder_problem(name)
-    assert topics.create_in_send_message_method("a|b", "TBW102", 4) is None  # not auto-created
     topic_validator._name_problem.cache_clear()
     assert topic_validator.validate_topic_name("a|b") is None  # RocketMQ's alphabet, elsewhere
 
@@ -50,5 +49,3 @@ def test_a_topic_differing_only_in_case_is_refused_where_the_file_system_ignores
     assert "differs from the topic Orders only in case" in topics.folder_problem("orders")
     assert topics.folder_problem("Orders") is None  # itself
     assert topics.folder_problem("Payments") is None
-    assert topics.create_in_send_message_method("ORDERS", "TBW102", 4) is None  # not auto-created
-    assert topics.select("ORDERS") is None

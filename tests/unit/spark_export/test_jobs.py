@@ -87,17 +87,19 @@ def test_cancel_says_what_happened_even_without_waiting(tmp_path, monkeypatch, c
 
 def test_a_spark_cluster_job_gets_its_arguments_from_a_file_no_shell_reads(tmp_path):
     # On Windows spark-submit is a .cmd: cmd.exe would take a retry topic's % and a tag
-    # filter's | as its own. The job reads them from a file instead (@file).
+    # filter's | as its own. The job reads them from a JSON file instead.
     from argparse import Namespace
 
     from export.job import parse_args
     from rocketdesk.cli_export import build_command
 
-    job_args = ["--topic", "%RETRY%group", "--tags", "TagA||TagB", "--out", str(tmp_path / "ausgabe-ü"),
-                "--format", "parquet"]
+    out = str(tmp_path / "@ausgabe-ü\u2028")  # (argparse's @file reading would mangle it)
+    job_args = ["--topic", "%RETRY%group", "--tags", "TagA||TagB", "--out", out, "--format", "parquet"]
     command = build_command(Namespace(master="spark://127.0.0.1:7077"), job_args, str(tmp_path))
-    assert command[-1].startswith("@")
-    assert not {"%RETRY%group", "TagA||TagB"} & set(command)
-    parsed = parse_args([command[-1]])
-    assert (parsed.topic, parsed.tags, parsed.out) == (["%RETRY%group"], "TagA||TagB",
-                                                       str(tmp_path / "ausgabe-ü"))
+    assert command[-2] == "--args-file"
+    assert not {"%RETRY%group", "TagA||TagB", out} & set(command)
+    parsed = parse_args(command[-2:])
+    assert (parsed.topic, parsed.tags, parsed.out) == (["%RETRY%group"], "TagA||TagB", out)
+    (tmp_path / "bad.json").write_text('{"--topic": 1}', encoding="utf-8")
+    with pytest.raises(SystemExit, match="JSON list of strings"):
+        parse_args(["--args-file", str(tmp_path / "bad.json")])

@@ -126,10 +126,10 @@ def test_a_deleted_queue_owes_the_files_a_reader_holds(tmp_path):
 
 def test_store_readers_outside_the_broker_pass_over_emptied_files(tmp_path):
     from export.store_reader import _segments
-    from storage.inspector import _segment_files
+    from storage.inspector import segment_files
 
     for offset, content in ((0, b""), (SIZE, b"\x07" * SIZE), (2 * SIZE, b"\x07" * SIZE)):
         (tmp_path / offset_to_file_name(offset)).write_bytes(content)  # the first: emptied
     assert [offset for offset, _ in _segments(str(tmp_path))] == [SIZE, 2 * SIZE]
-    assert [os.path.basename(p) for p in _segment_files(str(tmp_path))] == [
+    assert [os.path.basename(p) for p in segment_files(str(tmp_path))] == [
         offset_to_file_name(SIZE), offset_to_file_name(2 * SIZE)]
