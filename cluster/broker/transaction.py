@@ -172,10 +172,14 @@ class TransactionalMessageService:
         stored = self.broker.store.get_max_offset_in_queue(TRANS_HALF_TOPIC, 0)
         # (an END_TRANSACTION can settle an offset the queue does not show yet)
         settled = sum(1 for offset in progress.settled if offset < stored)
+        # A copy the check-back has just put back is live before dispatch shows it in the
+        # queue, while its original is settled already: counted here, or the transaction
+        # would be missing from both sides for a moment.
+        undispatched = sum(1 for offset in progress.origin_of if offset >= stored)
         # Checked: a copy holds the transaction now (the check-back put it back and asked).
         checking = sum(1 for origin, offsets in progress.live.items()
                        if any(offset != origin for offset in offsets))
-        return max(0, stored - progress.half_offset - settled), checking
+        return max(0, stored - progress.half_offset - settled) + undispatched, checking
 
     def _register_open(self) -> None:
         """Learn which transaction each open half message holds, so that an END_TRANSACTION for

@@ -145,3 +145,21 @@ def test_a_committed_message_carries_none_of_the_check_backs_marks(broker):
     committed = broker.store.look_message_by_offset(unit.commit_log_offset, unit.size)
     assert committed.keys == "checked"
     assert not {"TRANSACTION_CHECK_TIMES", "TRAN_PREPARED_QUEUE_OFFSET"} & set(committed.properties)
+
+
+def test_a_put_back_copy_is_counted_open_before_dispatch_shows_it(broker, monkeypatch):
+    store_half(broker, "checked")
+    store_half(broker, "also-checked")
+    service = broker.transactions
+    service.load()
+    assert service.open_counts() == (2, 0)
+    # Dispatch lags the put-back (a loaded machine): the queue still ends at the originals.
+    shown = broker.store.get_max_offset_in_queue(TRANS_HALF_TOPIC, 0)
+    real = broker.store.get_max_offset_in_queue
+    monkeypatch.setattr(broker.store, "get_max_offset_in_queue",
+                        lambda topic, queue_id: shown if topic == TRANS_HALF_TOPIC else real(topic, queue_id))
+    service.check_once(now=time.time() + 5)
+    assert service.open_counts() == (2, 2)  # the originals settled, their copies not queued yet
+    monkeypatch.setattr(broker.store, "get_max_offset_in_queue", real)
+    assert broker.store.wait_dispatched()
+    assert service.open_counts() == (2, 2)
