@@ -19,8 +19,9 @@ setup(
     ext_modules=[
         Extension("common._speedups", ["common/_speedups.c"], depends=["common/_text.h"],
                   extra_compile_args=_FLAGS, optional=True),
-        Extension("common._storecore", ["common/_storecore.c", "common/_populator.c"],
-                  depends=["common/_text.h", "common/_populator.h"],
+        Extension("common._storecore", ["common/_storecore.c", "common/_populator.c",
+                                                "common/_dispatch_run.c"],
+                  depends=["common/_text.h", "common/_populator.h", "common/_dispatch_run.h"],
                   extra_compile_args=_FLAGS, optional=True),
     ],
 )

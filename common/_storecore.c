@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "_populator.h"
+#include "_dispatch_run.h"
 #include "_text.h"
 #ifdef __linux__
 #include <sys/mman.h>
@@ -1113,7 +1114,8 @@ PyInit__storecore(void)
 {
     crc_init();
     PyObject *module = PyModule_Create(&module_def);
-    if (module != NULL && populator_add_type(module) < 0)
+    if (module != NULL
+        && (populator_add_type(module) < 0 || dispatch_run_add_functions(module) < 0))
         Py_CLEAR(module);
     return module;
 }

@@ -142,6 +142,30 @@ class ConsumeQueue:
         # Only once the unit is written: this is what makes a retry skip the record.
         self.max_physic_offset = offset + size
 
+    def put_run(self, run: list, count: int, write_units: Callable) -> bool:
+        """Append the units of ``run[:count]``, a run of records of this queue in log order
+        (storage/dispatch_runs.py), in one write to the last file, when they all fit it right
+        after its last unit; False, having done nothing, for anything else (a new file, a
+        claim to make, a run dispatched before): the caller puts them one by one."""
+        first, last = run[0], run[count - 1]
+        if first[0] + first[1] <= self.max_physic_offset:
+            return False  # dispatched again after a failure: one by one, each skipped or put
+        files = self.mapped_file_queue.mapped_files
+        if not files:
+            return False
+        tail = files[-1]
+        pos = tail.wrote_position
+        end = pos + count * CQ_STORE_UNIT_SIZE
+        if (pos == 0 or first[3] * CQ_STORE_UNIT_SIZE != tail.file_from_offset + pos
+                or end > tail.allocated_position or end > tail.file_size
+                or tail.write_buffer is not None):
+            return False
+        write_units(tail.mm, pos, run, count)
+        tail.wrote_position = end
+        # Only once the units are written: this is what makes a retry skip the records.
+        self.max_physic_offset = last[0] + last[1]
+        return True
+
     def _fill_pre_blank(self, mapped_file, until: int) -> None:
         position = until % self.mapped_file_size
         mapped_file.append(FILLER_UNIT * (position // CQ_STORE_UNIT_SIZE))

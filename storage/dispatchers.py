@@ -3,7 +3,8 @@
 
 ``ReputMessageService`` (dispatch.py) hands every record to these, as a DispatchRequest; a
 plain record the put path has just appended goes through both in one call
-(``dispatch_plain``). Both skip what they already hold, so a record dispatched again after a
+(``dispatch_plain``), and a run of them (a batch's records) in one call for all
+(``dispatch_plain_run``). Both skip what they already hold, so a record dispatched again after a
 failure or a restart is not doubled.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from storage.dispatch import DispatchRequest
+from storage.dispatch_runs import consume_queue_units_into, index_keys_into
 from storage.message import (
     SCHEDULE_TOPIC,
     TIMER_TOPIC,
@@ -69,6 +71,35 @@ class Dispatchers:
                                         queue_offset)
         if (uniq_key or keys) and store.config.message_index_enable:
             store.index_service.build_index(topic, keys, uniq_key, offset, store_ts)
+        return True
+
+    def dispatch_plain_run(self, run: list, count: int) -> bool:
+        """Both dispatchers for ``run[:count]``, plain records of one queue in log order
+        (``plain_run`` of storage/dispatch_runs.py): the units in one write and the keys in
+        one call where they fit, the rest one by one as :meth:`dispatch_plain` would. False,
+        having done nothing, for a topic whose tags code is a time."""
+        first = run[0]
+        topic, queue_id = first[4], first[5]
+        if topic in _TIMED_TOPICS:
+            return False
+        store = self.store
+        queues = store.consume_queue_table.get(topic)
+        queue = queues.get(queue_id) if queues is not None else None
+        if queue is None:
+            queue = store.find_consume_queue(topic, queue_id)
+            assert queue is not None  # create=True: made when missing
+        if not queue.put_run(run, count, consume_queue_units_into):
+            for offset, size, _, queue_offset, *_, props in run[:count]:
+                tags = dispatch_properties(props)[0]
+                queue.put_message_position_info(offset, size, java_hash(tags) if tags else 0,
+                                                queue_offset)
+        if store.config.message_index_enable:
+            index = store.index_service
+            done = index.build_index_run(topic, run, count, index_keys_into)
+            for offset, _, store_ts, *_, props in run[done:count]:
+                _, keys, uniq_key, _ = dispatch_properties(props)
+                if uniq_key or keys:
+                    index.build_index(topic, keys, uniq_key, offset, store_ts)
         return True
 
     def already_dispatched(self, topic: str, queue_id: int, offset: int, size: int) -> bool:

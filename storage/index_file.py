@@ -23,6 +23,7 @@ import struct
 import threading
 import time
 from datetime import datetime
+from collections.abc import Callable
 from functools import lru_cache
 
 from common import speedups
@@ -180,6 +181,32 @@ class IndexFile:
         self.end_phy_offset = phy_offset
         self.end_timestamp = store_timestamp
         return True  # the header: at flush, as in put_key_hash
+
+    def put_keys_run(self, seed: int, run: list, count: int, last_indexed: int,
+                     keys_into: Callable) -> tuple[int, int]:
+        """Index the keys of the messages of ``run[:count]`` (a run of one topic, in log order:
+        storage/dispatch_runs.py) in one call, as :meth:`put_keys` would message by message,
+        until one does not fit the claimed entries. Returns how many messages it took and the
+        run index of the last that had keys at all (-1 for none); the caller indexes the rest
+        one by one (a new file, a claim to make)."""
+        index_count = self.index_count
+        # Claimed ahead for what most runs need (a UNIQ_KEY and a key or two a message).
+        want = min(self.index_num, index_count + 4 * count)
+        end = self._entries_base + want * INDEX_ENTRY_SIZE
+        if end > self.mapped_file.allocated_position:
+            self.mapped_file.ensure_allocated(end)
+        limit = min(self.index_num, (self.mapped_file.allocated_position - self._entries_base)
+                    // INDEX_ENTRY_SIZE)
+        done, new_count, new_slots, first, last, touched = keys_into(
+            self.mm, self.hash_slot_num, self.index_num, index_count, limit, seed,
+            self.begin_timestamp, last_indexed, run, count)
+        if new_count != index_count:
+            if index_count <= 1:
+                self.begin_phy_offset, self.begin_timestamp = run[first][0], run[first][2]
+            self.index_count = new_count
+            self.hash_slot_count += new_slots
+            self.end_phy_offset, self.end_timestamp = run[last][0], run[last][2]
+        return done, touched  # the header: at flush, as in put_key_hash
 
     def is_time_matched(self, begin: int, end: int) -> bool:
         """Whether [begin, end] overlaps the times this file covers."""
@@ -357,6 +384,19 @@ class IndexService:
         # Only once every key is in: a failure (disk full) before here is retried by dispatch.
         # A key indexed twice that way finds the same offset twice; queries drop repeats.
         self.last_indexed_offset = phy_offset
+
+    def build_index_run(self, topic: str, run: list, count: int, keys_into: Callable) -> int:
+        """Index the messages of ``run[:count]`` (plain records of ``topic``, in log order) in
+        one call where they fit the last file; how many it took: the caller indexes the rest
+        with :meth:`build_index`."""
+        files = self.index_files
+        index_file = files[-1] if files and files[-1].index_count < files[-1].index_num \
+            else self._last_file_for_write()
+        done, touched = index_file.put_keys_run(topic_seed(topic), run, count,
+                                                self.last_indexed_offset, keys_into)
+        if touched >= 0:  # only once every key of it is in, as in build_index
+            self.last_indexed_offset = run[touched][0]
+        return done
 
     def _put(self, index_file: IndexFile, key_hash: int, phy_offset: int, store_ts: int) -> IndexFile:
         while not index_file.put_key_hash(key_hash, phy_offset, store_ts):

@@ -112,6 +112,7 @@ class DefaultMessageStore(MessageLookup):
         self.reput = ReputMessageService(self.commit_log, dispatchers, self.delay_levels_ms,
                                          self.running_flags)
         self.reput.dispatch_plain = self.dispatchers.dispatch_plain  # (both above, fused)
+        self.reput.dispatch_plain_run = self.dispatchers.dispatch_plain_run  # (for a run)
         self.commit_log.on_append = self.reput.wakeup
         self.flush_service: GroupCommitService | FlushRealTimeService | None = None
         self.commit_service: CommitRealTimeService | None = None

@@ -1,0 +1,226 @@
+"""Dispatch of a run (storage/dispatch_runs.py): the compiled functions against their pure twins,
+byte for byte, and a store dispatching batches by runs against one dispatching them record by
+record: the same ConsumeQueue units, the same index entries, a failure half-way retried
+without doubling anything."""
+
+from __future__ import annotations
+
+import importlib
+import time
+import types
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from storage import commitlog as commitlog_module
+from storage.dispatch_runs import (
+    consume_queue_units_into_pure,
+    index_keys_into_pure,
+    plain_run_pure,
+)
+from storage.index_file import INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, IndexFile
+from storage.message import MessageExtBatch
+from storage.message_store import DefaultMessageStore
+from storage.record import BatchEntry, decode_record, encode_batch_body
+from tests.conftest import small_config
+
+try:
+    core = importlib.import_module("common._storecore")
+except ImportError:
+    core = None
+compiled = pytest.mark.skipif(core is None, reason="the compiled core is not built")
+
+# Property values as clients send them, and the awkward ones: non-ASCII (an astral character
+# is two UTF-16 units in Java's hash), empty values, spaces between keys, a lone surrogate.
+_values = st.sampled_from(["a", "TagA", "é", "键", "🚀x", "k1 k2", " k3  k4 ", "", " ", "\ud800"])
+_names = st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "WAIT", "TAGSX"])
+_props = st.lists(st.tuples(_names, _values), max_size=5).map(
+    lambda pairs: "".join(f"{n}\x01{v}\x02" for n, v in pairs))
+
+
+@st.composite
+def runs(draw):
+    """Entries as CommitLog.appended holds them: mostly a run, sometimes broken on purpose."""
+    count = draw(st.integers(0, 12))
+    offset, queue_offset = draw(st.integers(0, 10_000)), draw(st.integers(0, 500))
+    entries = []
+    for i in range(count):
+        size = draw(st.integers(1, 300))
+        topic, queue_id, sys_flag = "TopicTest", 3, draw(st.sampled_from([0, 0, 0, 1, 4, 8]))
+        start, qo = offset, queue_offset + i
+        breaks = draw(st.sampled_from([None] * 8 + ["gap", "topic", "queue", "qo", "blank"]))
+        if breaks == "gap":
+            start += 1
+        elif breaks == "topic":
+            topic = "Other"
+        elif breaks == "queue":
+            queue_id = 4
+        elif breaks == "qo":
+            qo += 1
+        elif breaks == "blank":
+            topic = None
+        entries.append((start, size, 1_700_000_000_000 + draw(st.integers(0, 5000)) * i, qo,
+                        topic, queue_id, sys_flag, 0, draw(_props)))
+        offset = start + size
+    return entries
+
+
+@compiled
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(runs(), st.integers(0, 1), st.integers(0, 4000))
+def test_the_run_is_measured_alike(entries, shift, short):
+    start = entries[0][0] + shift if entries else 0
+    readable = (entries[-1][0] + entries[-1][1] - short) if entries else 0
+    assert core.plain_run(entries, start, readable) == plain_run_pure(entries, start, readable)
+
+
+@compiled
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(runs(), st.integers(0, 3))
+def test_the_units_are_written_alike(entries, position):
+    count = plain_run_pure(entries, entries[0][0] if entries else 0, 1 << 62)
+    pure, fast = bytearray(b"\xee" * 400), bytearray(b"\xee" * 400)
+    consume_queue_units_into_pure(pure, position * 20, entries, count)
+    core.consume_queue_units_into(fast, position * 20, entries, count)
+    assert fast == pure
+
+
+@compiled
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(runs(), st.sampled_from([1, 3, 17]), st.integers(1, 30), st.integers(1, 40),
+       st.integers(-1, 12), st.sampled_from([0, 1_699_999_000_000, 1_700_000_003_000]))
+def test_the_index_entries_are_written_alike(entries, slots, index_count, limit, skip, begin):
+    index_num = 40
+    limit = min(limit, index_num)
+    index_count = min(index_count, index_num)
+    size = INDEX_HEADER_SIZE + slots * 4 + index_num * INDEX_ENTRY_SIZE
+    pure, fast = bytearray(size), bytearray(size)
+    last_indexed = entries[skip][0] if 0 <= skip < len(entries) else -1
+    count = plain_run_pure(entries, entries[0][0] if entries else 0, 1 << 62)
+    args = (slots, index_num, index_count, limit, 12345, begin, last_indexed, entries, count)
+    assert core.index_keys_into(fast, *args) == index_keys_into_pure(pure, *args)
+    assert fast == pure
+
+
+def test_the_pure_index_run_writes_what_message_by_message_writes(tmp_path):
+    """The pure twin is itself held to the index's own key-by-key writes."""
+    entries = [(100 * i + 1000, 100, 1_700_000_000_000 + 700 * i, i, "T", 0, 0, 0,
+                f"TAGS\x01t\x02KEYS\x01k{i} é{i}  \x02UNIQ_KEY\x01U{i}\x02" if i % 3 else "WAIT\x01x\x02")
+               for i in range(12)]
+    one_by_one = IndexFile(str(tmp_path / "20260101000000000"), 7, 60)
+    run = IndexFile(str(tmp_path / "20260101000000001"), 7, 60)
+    try:
+        from storage.index_file import index_key_hash, topic_seed
+        from storage.message import dispatch_properties_pure
+
+        seed = topic_seed("T")
+        for offset, _, store_ts, *_, props in entries:
+            _, keys, uniq, _ = dispatch_properties_pure(props)
+            for key in [k for k in [uniq, *(keys or "").split(" ")] if k]:
+                assert one_by_one.put_key_hash(index_key_hash(key, seed), offset, store_ts)
+        done, touched = run.put_keys_run(seed, entries, len(entries), -1, index_keys_into_pure)
+        assert (done, touched) == (12, 11)
+        assert run.mm[:] == one_by_one.mm[:]
+        for name in ("begin_timestamp", "end_timestamp", "begin_phy_offset", "end_phy_offset",
+                     "hash_slot_count", "index_count"):
+            assert getattr(run, name) == getattr(one_by_one, name), name
+    finally:
+        one_by_one.destroy(0)
+        run.destroy(0)
+
+
+# --- a store dispatching by runs, against one dispatching record by record ------------------
+def _batches():
+    """Batches as senders make them: tags, keys (non-ASCII too), some without keys, all UNIQ."""
+    for b in range(40):
+        yield [BatchEntry(0, f"body {b}-{i}".encode() * 3,
+                          f"TAGS\x01{'TagA' if i % 2 else '标签'}\x02"
+                          + (f"KEYS\x01order-{b}-{i} 键{i}\x02" if i % 4 else "")
+                          + f"UNIQ_KEY\x01U{b:04d}{i:04d}\x02")
+               for i in range(1 + b % 9)]
+
+
+def _fill(store: DefaultMessageStore) -> None:
+    for b, entries in enumerate(_batches()):
+        store.put_messages(MessageExtBatch(topic="Runs", body=encode_batch_body(entries),
+                                           queue_id=b % 3))
+        store.reput.reput_inline()  # dispatch as the broker does, right after the put
+        if store.running_flags.write_refusal() is not None:
+            store.reput.do_reput()  # dispatch failed: the service's next round retries
+
+
+def _views(store: DefaultMessageStore) -> tuple[dict, list]:
+    """Every ConsumeQueue's bytes, and every index file's (headers included, as flushed)."""
+    queues = {}
+    for queue_id, queue in store.consume_queue_table["Runs"].items():
+        files = queue.mapped_file_queue.mapped_files
+        queues[queue_id] = b"".join(bytes(f.mm[:f.wrote_position]) for f in files)
+    indexes = []
+    for index in store.index_service.index_files:
+        index.flush()
+        indexes.append(bytes(index.mm[:]))
+    return queues, indexes
+
+
+@pytest.fixture
+def still_clock(monkeypatch):
+    """One store time for every put: two stores then write the same index bytes."""
+    clock = types.SimpleNamespace(time=lambda: 1_700_000_000.0, monotonic=time.monotonic)
+    monkeypatch.setattr(commitlog_module, "time", clock)
+
+
+def _store(tmp_path, name: str, runs_on: bool) -> DefaultMessageStore:
+    # ConsumeQueue files of 30 units: most runs fit the last file, some cross into the next;
+    # index files of 256 entries: the keys fill several.
+    store = DefaultMessageStore(small_config(tmp_path / name, mapped_file_size_commit_log=1 << 20,
+                                             mapped_file_size_consume_queue=20 * 30))
+    store.load()  # not started: dispatch happens here, in order, only when asked
+    if not runs_on:
+        store.reput.dispatch_plain_run = None
+    return store
+
+
+def test_a_store_dispatching_runs_writes_what_record_by_record_writes(tmp_path, still_clock):
+    by_runs, one_by_one = _store(tmp_path, "runs", True), _store(tmp_path, "records", False)
+    taken = []
+    original = by_runs.dispatchers.dispatch_plain_run
+    by_runs.reput.dispatch_plain_run = lambda run, count: taken.append(count) or original(run, count)
+    try:
+        _fill(by_runs)
+        _fill(one_by_one)
+        assert taken and max(taken) == 9  # the runs were taken, whole batches at a time
+        views = _views(by_runs)
+        assert len(views[1]) >= 2  # (the runs crossed index files)
+        assert views == _views(one_by_one)
+        queue = by_runs.consume_queue_table["Runs"][1]
+        assert queue.get_max_offset_in_queue() == sum(1 + b % 9 for b in range(40) if b % 3 == 1)
+        found = by_runs.query_message("Runs", "键3", 50, 0, 1 << 62)
+        bodies = sorted(decode_record(raw).body for raw in found.messages)
+        assert bodies == sorted(b"body %d-3" % b * 3 for b in range(40) if 1 + b % 9 > 3)
+    finally:
+        by_runs.shutdown()
+        one_by_one.shutdown()
+
+
+def test_a_run_failing_half_way_is_retried_without_doubling(tmp_path, still_clock, monkeypatch):
+    failing, reference = _store(tmp_path, "failing", True), _store(tmp_path, "reference", False)
+    try:
+        index = failing.index_service
+        real = type(index).build_index_run
+        calls = []
+
+        def full_disk_once(self, topic, run, count, keys_into):
+            calls.append(count)
+            if len(calls) == 5:  # the units of this run are in already: only the keys fail
+                raise OSError(28, "No space left on device")
+            return real(self, topic, run, count, keys_into)
+
+        monkeypatch.setattr(type(index), "build_index_run", full_disk_once)
+        _fill(failing)
+        _fill(reference)
+        assert len(calls) > 5
+        assert _views(failing) == _views(reference)
+    finally:
+        failing.shutdown()
+        reference.shutdown()
