@@ -154,22 +154,7 @@ class Producer:
         if not batch and len(data) > self.compress_over:
             data = zlib.compress(data, 5)
             sys_flag |= COMPRESSED_FLAG
-        if props is not None:
-            text = properties_to_string(props)
-        elif not msg.properties:
-            # What the dict below gives for a message without properties of its own (most
-            # messages), written straight: TAGS, KEYS, DELAY, WAIT, then the UNIQ_KEY.
-            keys = msg.keys
-            text = "".join((
-                f"TAGS\x01{msg.tags}\x02" if msg.tags else "",
-                "" if not keys else f"KEYS\x01{keys if isinstance(keys, str) else ' '.join(keys)}\x02",
-                f"DELAY\x01{msg.delay_time_level}\x02" if msg.delay_time_level > 0 else "",
-                "WAIT\x01true\x02" if msg.wait_store_msg_ok else "WAIT\x01false\x02",
-                f"UNIQ_KEY\x01{uniq}\x02"))
-        else:
-            props = msg.all_properties()
-            props.setdefault("UNIQ_KEY", uniq)
-            text = properties_to_string(props)
+        text = properties_to_string(props) if props is not None else _properties_text(msg, uniq)
         # The header as SendMessageRequestHeaderV2's fields a..m, framed from a template: the
         # same bytes as request(code, fields, data) encoded, with no command object a send.
         key = (code, self.group, self.default_topic_queue_nums)
@@ -278,13 +263,7 @@ class Producer:
             raise MQClientError("a batch must hold messages of one topic")
         if any(m.delay_time_level > 0 for m in messages) or topic.startswith("%RETRY%"):
             raise MQClientError("a batch cannot hold delayed messages or go to a retry topic")
-        for msg in messages:
-            self._check(msg)
-        next_id = self.ids.next_id
-        ids = [next_id() for _ in messages]
-        body = encode_batch_parts(  # no object a message beyond its properties' dict
-            (msg.flag, msg.body, properties_to_string(_with_uniq(msg.all_properties(), uniq)))
-            for msg, uniq in zip(messages, ids, strict=True))
+        ids, body = self._batch_body(messages)
         if len(body) > self.max_message_size:
             raise MQClientError(f"the batch is {len(body)} bytes; the limit is {self.max_message_size}")
         info = await self._publish_info(topic)
@@ -305,13 +284,41 @@ class Producer:
         return self._result(response, target, ",".join(ids))
 
 
+    def _batch_body(self, messages: list[Message]) -> tuple[list[str], bytes]:
+        """A batch's UNIQ_KEY ids and its SEND_BATCH_MESSAGE body, no object a message beyond
+        its properties' text."""
+        check = self._check
+        for msg in messages:
+            check(msg)
+        ids = self.ids.next_ids(len(messages))
+        return ids, encode_batch_parts([
+            (msg.flag, msg.body, _properties_text(msg, uniq, replace_uniq=True))
+            for msg, uniq in zip(messages, ids, strict=True)])
+
+
 # SendMessageRequestHeaderV2 fields that are numbers or booleans: written with no escaping.
 _PLAIN_FIELDS = frozenset({"e", "f", "g", "h", "m"})
 
 
-def _with_uniq(properties: dict[str, str], uniq: str) -> dict[str, str]:
-    properties["UNIQ_KEY"] = uniq  # the producer's id, whatever the message held
-    return properties
+def _properties_text(msg: Message, uniq: str, replace_uniq: bool = False) -> str:
+    """The properties string a send carries: the message's with its UNIQ_KEY (the message's
+    own kept, unless ``replace_uniq``: a batch's result names the ids the producer made)."""
+    if not msg.properties:
+        # What the dict below gives for a message without properties of its own (most
+        # messages), written straight: TAGS, KEYS, DELAY, WAIT, then the UNIQ_KEY.
+        keys = msg.keys
+        return "".join((
+            f"TAGS\x01{msg.tags}\x02" if msg.tags else "",
+            "" if not keys else f"KEYS\x01{keys if isinstance(keys, str) else ' '.join(keys)}\x02",
+            f"DELAY\x01{msg.delay_time_level}\x02" if msg.delay_time_level > 0 else "",
+            "WAIT\x01true\x02" if msg.wait_store_msg_ok else "WAIT\x01false\x02",
+            f"UNIQ_KEY\x01{uniq}\x02"))
+    props = msg.all_properties()
+    if replace_uniq:
+        props["UNIQ_KEY"] = uniq
+    else:
+        props.setdefault("UNIQ_KEY", uniq)
+    return properties_to_string(props)
 
 
 class LocalTransactionState(Enum):

@@ -14,6 +14,7 @@ from cluster.client.route import MessageQueue
 from cluster.remoting.codec import ONEWAY_FLAG, encode, request
 from cluster.remoting.codes import RequestCode
 from storage.message import properties_to_string
+from storage.record import BatchEntry, encode_batch_body
 
 texts = st.text(max_size=20)
 
@@ -47,3 +48,28 @@ def test_the_send_frame_is_the_encoded_request(group, topic, tags, flag, queue_i
                        oneway=oneway)
     assert prepared.frame(opaque, oneway=oneway) == encode(expected)
     assert bool(expected.flag & ONEWAY_FLAG) == oneway
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.none() | texts, st.none() | texts | st.lists(texts, max_size=3),
+                          st.dictionaries(st.sampled_from(["UNIQ_KEY", "a", "é", "TAGS"]), texts,
+                                          max_size=3),
+                          st.binary(min_size=1, max_size=300), st.integers(-(2**31), 2**31 - 1),
+                          st.booleans()),
+                min_size=1, max_size=8))
+def test_the_batch_body_is_the_encoded_batch(messages):
+    producer = Producer("g", "127.0.0.1:9876")
+    producer._started = True
+    batch = [Message("T", body, tags=tags, keys=keys, properties=properties, flag=flag,
+                     wait_store_msg_ok=wait)
+             for tags, keys, properties, body, flag, wait in messages]
+    ids, body = producer._batch_body(batch)
+    assert len(set(ids)) == len(batch)
+    # What the producer sent before: each message's properties as a dict, its UNIQ_KEY the
+    # producer's id whatever the message held (the result names these ids).
+    entries = []
+    for msg, uniq in zip(batch, ids, strict=True):
+        props = msg.all_properties()
+        props["UNIQ_KEY"] = uniq
+        entries.append(BatchEntry(msg.flag, msg.body, properties_to_string(props)))
+    assert body == encode_batch_body(entries)

@@ -162,3 +162,12 @@ def test_uniq_id_made_late_in_a_month_keeps_the_full_millis_since_month_start(da
     msg_id = UniqIdGenerator("10.0.0.9").next_id(now)
     assert decode_uniq_message_id(msg_id).millis_since_month_start == now - _ms(2024, 1, 1)
     assert uniq_id_timestamp(msg_id, now) == now
+
+
+def test_ids_made_for_a_batch_are_those_made_one_by_one():
+    now = _ms(2024, 3, 10, 12)
+    one_by_one, batched = UniqIdGenerator("10.1.2.3"), UniqIdGenerator("10.1.2.3")
+    batched._prefix_hex = one_by_one._prefix_hex  # (the prefix holds the generator's id())
+    expected = [one_by_one.next_id(now) for _ in range(70_000)]
+    assert batched.next_ids(70_000, now) == expected  # the counter wraps past 65,535 alike
+    assert batched.next_id(now) == one_by_one.next_id(now)
