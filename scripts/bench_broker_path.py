@@ -141,7 +141,7 @@ async def measure(args: argparse.Namespace, folder: str) -> None:
               f"answer bytes in {transport.writes} writes; {loop_cpu / args.messages * 1e6:.1f} µs "
               f"of it on the event loop's thread")
         if profiler:
-            pstats.Stats(profiler).sort_stats("tottime").print_stats(args.top)
+            pstats.Stats(profiler).sort_stats(os.environ.get("PSORT", "tottime")).print_stats(args.top)
     finally:
         await broker.stop()
 

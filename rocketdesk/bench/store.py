@@ -1,8 +1,10 @@
 """``rocketdesk bench store``: figures for the message store on this machine.
 
 * async: ASYNC_FLUSH puts of ``--size`` byte messages (tags, two keys, a UNIQ_KEY), timed until
-  every message is dispatched to its ConsumeQueue and the index; then the same messages in
-  batches of ``--batch`` (what a SEND_BATCH_MESSAGE puts), dispatch included too;
+  every message is dispatched to its ConsumeQueue and the index by the store's dispatch thread;
+  the same dispatched on the putting thread after each put (what a broker does after a read's
+  burst of sends); then the same messages in batches of ``--batch`` (what a
+  SEND_BATCH_MESSAGE puts), dispatch included too;
 * sync: SYNC_FLUSH with ``--writers`` concurrent writers on an event loop, each waiting for its
   group commit before the next put;
 * recovery: time to load and recover the CommitLog just written, after a clean shutdown
@@ -81,8 +83,14 @@ def _running_store(root: str, args: argparse.Namespace, flush: FlushDiskType) ->
     return store
 
 
-def bench_async(root: str, args: argparse.Namespace) -> dict:
+def bench_async(root: str, args: argparse.Namespace, inline: bool = False) -> dict:
+    """ASYNC_FLUSH puts one by one until all is dispatched: by the store's dispatch thread
+    (a put wakes it), or with ``inline`` on the putting thread right after each put, as a
+    broker dispatches after every read's burst of sends (cluster/broker/append_notifier.py)."""
     store = _running_store(root, args, FlushDiskType.ASYNC_FLUSH)
+    dispatch = store.reput.reput_inline if inline else None
+    if inline:
+        store.commit_log.on_append = None  # the broker's hook replaces the thread's wakeup
     body = os.urandom(args.size)
     ids = UniqIdGenerator()
     queues = args.queues
@@ -97,6 +105,8 @@ def bench_async(root: str, args: argparse.Namespace) -> dict:
         if put_plain(TOPIC, i % queues, 0, body, _properties(key, uniq), 0,
                      int(time.time() * 1000), host, 0) is None:
             put_message(_message(body, i % queues, key, uniq))
+        if dispatch is not None:
+            dispatch()
     put_done = time.perf_counter()
     store.wait_dispatched(timeout=600)
     dispatched = time.perf_counter()
@@ -257,6 +267,13 @@ def run_store_bench(args: argparse.Namespace) -> int:
                   f"{r['seconds']:.2f} s = {r['msg_per_s']:,.0f} msg/s "
                   f"(appends alone {r['messages'] / r['put_seconds']:,.0f} msg/s; "
                   f"{r['commitlog_bytes'] / 2**20:,.0f} MiB)", flush=True)
+            if "async" in parts:
+                inline_root = os.path.join(scratch, "inline")
+                r = bench_async(inline_root, args, inline=True)
+                shutil.rmtree(inline_root, ignore_errors=True)
+                print(f"ASYNC_FLUSH put, dispatched after each put as a broker does: "
+                      f"{r['messages']:,} messages in {r['seconds']:.2f} s = "
+                      f"{r['msg_per_s']:,.0f} msg/s", flush=True)
             if "async" in parts and args.batch > 0:
                 batch_root = os.path.join(scratch, "batches")
                 r = bench_async_batches(batch_root, args)
