@@ -22,8 +22,8 @@ import logging
 import struct
 import threading
 from collections.abc import Callable
-from itertools import islice
 from dataclasses import dataclass
+from itertools import islice
 
 from storage.dispatch_runs import plain_run as run_length
 from storage.errors import CorruptRecordError, OffsetOutOfRangeError, TornTailError, describe_os_error

@@ -14,7 +14,7 @@ queue offset, topic, queue id, sysFlag, prepared offset, properties).
 from __future__ import annotations
 
 from common import speedups
-from storage.consume_queue import CQ_UNIT, CQ_STORE_UNIT_SIZE
+from storage.consume_queue import CQ_STORE_UNIT_SIZE, CQ_UNIT
 from storage.index_file import (
     HASH_SLOT,
     HASH_SLOT_SIZE,

@@ -22,8 +22,8 @@ import os
 import struct
 import threading
 import time
-from datetime import datetime
 from collections.abc import Callable
+from datetime import datetime
 from functools import lru_cache
 
 from common import speedups

@@ -283,7 +283,6 @@ class Producer:
         self._fault(target.broker_name, begin, isolation=False)
         return self._result(response, target, ",".join(ids))
 
-
     def _batch_body(self, messages: list[Message]) -> tuple[list[str], bytes]:
         """A batch's UNIQ_KEY ids and its SEND_BATCH_MESSAGE body, no object a message beyond
         its properties' text."""
