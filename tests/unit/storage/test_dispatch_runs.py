@@ -132,11 +132,14 @@ def test_the_pure_index_run_writes_what_message_by_message_writes(tmp_path):
 
 # --- a store dispatching by runs, against one dispatching record by record ------------------
 def _batches():
-    """Batches as senders make them: tags, keys (non-ASCII too), some without keys, all UNIQ."""
+    """Batches as senders make them: tags, keys (non-ASCII too), some without keys, all UNIQ;
+    one message with more keys than one call takes (they go one by one)."""
     for b in range(40):
         yield [BatchEntry(0, f"body {b}-{i}".encode() * 3,
                           f"TAGS\x01{'TagA' if i % 2 else '标签'}\x02"
                           + (f"KEYS\x01order-{b}-{i} 键{i}\x02" if i % 4 else "")
+                          + ("KEYS\x01" + " ".join(f"m{k}" for k in range(1100)) + "\x02"
+                             if (b, i) == (5, 2) else "")
                           + f"UNIQ_KEY\x01U{b:04d}{i:04d}\x02")
                for i in range(1 + b % 9)]
 
@@ -191,7 +194,7 @@ def test_a_store_dispatching_runs_writes_what_record_by_record_writes(tmp_path, 
         _fill(one_by_one)
         assert max(taken, default=0) == 9  # the runs were taken, whole batches at a time
         views = _views(by_runs)
-        assert len(views[1]) >= 2  # (the runs crossed index files)
+        assert len(views[1]) >= 6  # (the runs crossed index files)
         assert views == _views(one_by_one)
         queue = by_runs.consume_queue_table["Runs"][1]
         assert queue.get_max_offset_in_queue() == sum(1 + b % 9 for b in range(40) if b % 3 == 1)
