@@ -1,7 +1,7 @@
 /*
- * common._storecore's dispatch of a run: the plain records a batch put has appended, all of one
- * queue, turned into their ConsumeQueue units and index entries in one call each, not a Python
- * call (and a properties scan) per record. The pure twins, and the rules each function follows,
+ * common._storecore's dispatch of a run: the plain records of one topic just appended (a batch's,
+ * or a burst of sends), turned into their ConsumeQueue units and index entries in one call each,
+ * not a Python call (and a properties scan) per record. The pure twins, and the rules each function follows,
  * are in storage/dispatch_runs.py; tests/unit/storage/test_dispatch_runs.py holds the two to the
  * same results and the same bytes.
  *
@@ -148,10 +148,10 @@ java_hash_utf8(uint32_t h, const unsigned char *p, Py_ssize_t n)
 /* ------------------------------------------------------------------------------------------ */
 
 PyDoc_STRVAR(plain_run_doc,
-"plain_run(entries, reput_from, readable) -> int\n\n"
+"plain_run(entries, reput_from, readable) -> (count, one_queue)\n\n"
 "How many leading entries form one run (storage.dispatch_runs.plain_run_pure): consecutive\n"
 "in the log from reput_from and within readable, plain (no transaction bits), all of the first\n"
-"entry's topic and queue with consecutive queue offsets, properties that have UTF-8.");
+"entry's topic, properties that have UTF-8; and whether they are all of its queue too.");
 
 static PyObject *
 plain_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -170,15 +170,16 @@ plain_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *entries = args[0];
     Py_ssize_t count = 0, total = PyList_GET_SIZE(entries);
     PyObject *topic = NULL;
-    long long queue_id = 0, queue_offset = 0;
+    long long queue_id = 0;
+    int one_queue = 1;
     for (; count < total; count++) {
         PyObject *entry = PyList_GET_ITEM(entries, count);
         if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != ENTRY_FIELDS)
             break;
         int ok = 1;
         long long offset = entry_int(entry, 0, &ok), size = entry_int(entry, 1, &ok);
-        long long qo = entry_int(entry, 3, &ok), qid = entry_int(entry, 5, &ok);
-        long long sys_flag = entry_int(entry, 6, &ok);
+        entry_int(entry, 3, &ok); /* (an int queue offset: the units are written from it) */
+        long long qid = entry_int(entry, 5, &ok), sys_flag = entry_int(entry, 6, &ok);
         PyObject *entry_topic = PyTuple_GET_ITEM(entry, 4);
         if (!ok || offset != expect || size <= 0 || size > readable - offset || (sys_flag & 0xC)
             || !PyUnicode_Check(entry_topic))
@@ -186,17 +187,18 @@ plain_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if (count == 0) {
             topic = entry_topic;
             queue_id = qid;
-            queue_offset = qo;
         }
-        else if (qid != queue_id || qo != queue_offset + count
-                 || (entry_topic != topic && PyUnicode_Compare(entry_topic, topic) != 0))
+        else if (entry_topic != topic && PyUnicode_Compare(entry_topic, topic) != 0) {
             break; /* (two str: the comparison cannot fail) */
+        }
         Py_ssize_t n;
         if (entry_props(entry, &n) == NULL)
             break;
+        if (qid != queue_id)
+            one_queue = 0;
         expect = offset + size;
     }
-    return PyLong_FromSsize_t(count);
+    return Py_BuildValue("(nO)", count, one_queue ? Py_True : Py_False);
 }
 
 PyDoc_STRVAR(units_into_doc,

@@ -143,13 +143,16 @@ class ConsumeQueue:
         self.max_physic_offset = offset + size
 
     def put_run(self, run: list, count: int, write_units: Callable) -> bool:
-        """Append the units of ``run[:count]``, a run of records of this queue in log order
-        (storage/dispatch_runs.py), in one write to the last file, when they all fit it right
-        after its last unit; False, having done nothing, for anything else (a new file, a
-        claim to make, a run dispatched before): the caller puts them one by one."""
+        """Append the units of ``run[:count]``, records of this queue in log order
+        (storage/dispatch_runs.py), in one write to the last file, when their queue offsets
+        follow on from its last unit without a gap and they all fit it; False, having done
+        nothing, for anything else (a new file, a claim to make, a run dispatched before): the
+        caller puts them one by one."""
         first, last = run[0], run[count - 1]
         if first[0] + first[1] <= self.max_physic_offset:
             return False  # dispatched again after a failure: one by one, each skipped or put
+        if last[3] - first[3] != count - 1:
+            return False  # (increasing in log order: so these are consecutive)
         files = self.mapped_file_queue.mapped_files
         if not files:
             return False

@@ -170,9 +170,10 @@ class ReputMessageService(ServiceThread):
         # appended are most of what a broker dispatches; a request object and a call per
         # dispatcher were half of their dispatch.
         self.dispatch_plain: Callable[[tuple], bool] | None = None
-        # Optional: the same for a run of plain records of one queue (a batch's), in one call
-        # for all of them (storage/dispatch_runs.py); False, having done nothing, to decline.
-        self.dispatch_plain_run: Callable[[list, int], bool] | None = None
+        # Optional: the same for a run of plain records of one topic (a batch's, a burst of
+        # sends), in one call for all of them (storage/dispatch_runs.py): (run, count, whether
+        # all are of one queue) -> False, having done nothing, to decline.
+        self.dispatch_plain_run: Callable[[list, int, bool], bool] | None = None
         # Dispatch runs on whichever thread asks: the broker's event loop right after a burst
         # of puts (no other thread woken, no interpreter lock handed over), this service's own
         # thread for what nobody dispatched inline (a slave's replicated bytes, a backstop
@@ -327,9 +328,8 @@ class ReputMessageService(ServiceThread):
                 self.reput_from_offset = self.commit_log.roll_next_file(offset)
                 continue
             if plain_run is not None and len(appended) > 1:
-                following = appended[1]  # a batch's next record: the same queue, right after
-                if following[0] == offset + size and following[5] == item[5] \
-                        and following[4] == topic:
+                following = appended[1]  # a batch's next record, or a burst's: right after
+                if following[0] == offset + size and following[4] == topic:
                     taken = self._dispatch_run(appended, readable, plain_run, listening)
                     if taken:
                         count += taken
@@ -352,17 +352,17 @@ class ReputMessageService(ServiceThread):
         return count
 
     def _dispatch_run(self, appended, readable: int, plain_run, listening: bool) -> int:
-        """Dispatch the run of plain records of one queue at the head of ``appended`` in one
+        """Dispatch the run of plain records of one topic at the head of ``appended`` in one
         call; how many (0: no run there, or declined: the caller goes one by one)."""
         # A copy of the head (one C-level step: no other thread appends meanwhile) that the
         # run's functions read; the put path may append to the deque while they run.
         run = list(islice(appended, MAX_RUN))
-        taken = run_length(run, self.reput_from_offset, readable)
+        taken, one_queue = run_length(run, self.reput_from_offset, readable)
         if taken < 2:
             return 0
         first, last = run[0], run[taken - 1]
         try:
-            if not plain_run(run, taken):
+            if not plain_run(run, taken, one_queue):
                 return 0
         except Exception as exc:  # the entries stay for the next round, as one by one
             raise self._failed(first[4], first[5], first[0], exc) from exc
@@ -370,7 +370,12 @@ class ReputMessageService(ServiceThread):
         while appended and appended[0][0] < end:
             appended.popleft()
         if listening:
-            self._arrived[(first[4], first[5])] = last
+            arrived = self._arrived
+            if one_queue:
+                arrived[(first[4], first[5])] = last
+            else:
+                for entry in run[:taken]:  # the newest of each queue, for its held pulls
+                    arrived[(entry[4], entry[5])] = entry
         self.reput_from_offset = end
         self.last_store_timestamp = last[2]
         return taken

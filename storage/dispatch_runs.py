@@ -1,5 +1,6 @@
-"""Dispatch of a run: the plain records a batch put has just appended, all of one queue, in one
-step each for their ConsumeQueue units and their index entries.
+"""Dispatch of a run: the plain records of one topic just appended (a batch's, all of one queue;
+or a burst of sends that one read of the event loop brought, of any queues), in one step each
+for their ConsumeQueue units (a step a queue) and their index entries.
 
 A SEND_BATCH_MESSAGE of 32 appends 32 records to one queue; dispatched one by one, each took a
 Python call chain (its properties scanned, a unit packed, its keys hashed and written): about
@@ -39,14 +40,15 @@ def _has_utf8(text: str) -> bool:
     return True
 
 
-def plain_run_pure(entries: list, reput_from: int, readable: int) -> int:
+def plain_run_pure(entries: list, reput_from: int, readable: int) -> tuple[int, bool]:
     """How many leading ``entries`` form one run: each starts where the one before ended (the
     first at ``reput_from``) and ends within ``readable``; no transaction bits in its sysFlag;
-    of the first entry's topic and queue, with consecutive queue offsets; properties that have
-    UTF-8."""
+    of the first entry's topic; properties that have UTF-8. And whether they are all of the
+    first entry's queue too (a batch's records are)."""
     count = 0
     expect = reput_from
     first = None
+    one_queue = True
     for entry in entries:
         if type(entry) is not tuple or len(entry) != 9:
             break
@@ -59,13 +61,14 @@ def plain_run_pure(entries: list, reput_from: int, readable: int) -> int:
             break
         if first is None:
             first = entry
-        elif (queue_id != first[5] or queue_offset != first[3] + count or topic != first[4]):
+        elif topic != first[4]:
             break
         if not isinstance(props, str) or not _has_utf8(props):
             break
+        one_queue = one_queue and queue_id == first[5]
         expect = offset + size
         count += 1
-    return count
+    return count, one_queue
 
 
 def consume_queue_units_into_pure(buf, position: int, entries: list, count: int) -> None:

@@ -3,8 +3,8 @@
 
 ``ReputMessageService`` (dispatch.py) hands every record to these, as a DispatchRequest; a
 plain record the put path has just appended goes through both in one call
-(``dispatch_plain``), and a run of them (a batch's records) in one call for all
-(``dispatch_plain_run``). Both skip what they already hold, so a record dispatched again after a
+(``dispatch_plain``), and a run of them (a batch's records, a burst of sends) in one call for
+all (``dispatch_plain_run``). Both skip what they already hold, so a record dispatched again after a
 failure or a restart is not doubled.
 """
 
@@ -73,26 +73,28 @@ class Dispatchers:
             store.index_service.build_index(topic, keys, uniq_key, offset, store_ts)
         return True
 
-    def dispatch_plain_run(self, run: list, count: int) -> bool:
-        """Both dispatchers for ``run[:count]``, plain records of one queue in log order
-        (``plain_run`` of storage/dispatch_runs.py): the units in one write and the keys in
-        one call where they fit, the rest one by one as :meth:`dispatch_plain` would. False,
-        having done nothing, for a topic whose tags code is a time."""
-        first = run[0]
-        topic, queue_id = first[4], first[5]
+    def dispatch_plain_run(self, run: list, count: int, one_queue: bool) -> bool:
+        """Both dispatchers for ``run[:count]``, plain records of one topic in log order
+        (``plain_run`` of storage/dispatch_runs.py; ``one_queue`` when all are of the first
+        one's queue, as a batch's are): each queue's units in one write and all the keys in one
+        call where they fit, the rest one by one as :meth:`dispatch_plain` would. False, having
+        done nothing, for a topic whose tags code is a time."""
+        topic = run[0][4]
         if topic in _TIMED_TOPICS:
             return False
+        if one_queue:
+            self._put_units(topic, run[0][5], run, count)
+        else:  # a burst of sends to several queues: each queue's records, in log order
+            groups: dict[int, list] = {}
+            for entry in run[:count]:
+                group = groups.get(entry[5])
+                if group is None:
+                    groups[entry[5]] = [entry]
+                else:
+                    group.append(entry)
+            for queue_id, entries in groups.items():
+                self._put_units(topic, queue_id, entries, len(entries))
         store = self.store
-        queues = store.consume_queue_table.get(topic)
-        queue = queues.get(queue_id) if queues is not None else None
-        if queue is None:
-            queue = store.find_consume_queue(topic, queue_id)
-            assert queue is not None  # create=True: made when missing
-        if not queue.put_run(run, count, consume_queue_units_into):
-            for offset, size, _, queue_offset, *_, props in run[:count]:
-                tags = dispatch_properties(props)[0]
-                queue.put_message_position_info(offset, size, java_hash(tags) if tags else 0,
-                                                queue_offset)
         if store.config.message_index_enable:
             index = store.index_service
             done = index.build_index_run(topic, run, count, index_keys_into)
@@ -101,6 +103,19 @@ class Dispatchers:
                 if uniq_key or keys:
                     index.build_index(topic, keys, uniq_key, offset, store_ts)
         return True
+
+    def _put_units(self, topic: str, queue_id: int, entries: list, count: int) -> None:
+        store = self.store
+        queues = store.consume_queue_table.get(topic)
+        queue = queues.get(queue_id) if queues is not None else None
+        if queue is None:
+            queue = store.find_consume_queue(topic, queue_id)
+            assert queue is not None  # create=True: made when missing
+        if not queue.put_run(entries, count, consume_queue_units_into):
+            for offset, size, _, queue_offset, *_, props in entries[:count]:
+                tags = dispatch_properties(props)[0]
+                queue.put_message_position_info(offset, size, java_hash(tags) if tags else 0,
+                                                queue_offset)
 
     def already_dispatched(self, topic: str, queue_id: int, offset: int, size: int) -> bool:
         """Whether every view already holds the record (recovery skips it undecoded)."""

@@ -1,7 +1,7 @@
 """Dispatch of a run (storage/dispatch_runs.py): the compiled functions against their pure twins,
-byte for byte, and a store dispatching batches by runs against one dispatching them record by
-record: the same ConsumeQueue units, the same index entries, a failure half-way retried
-without doubling anything."""
+byte for byte, and a store dispatching batches and bursts of sends by runs against one
+dispatching them record by record: the same ConsumeQueue units, the same index entries, the
+same arrivals told, a failure half-way retried without doubling anything."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from storage.dispatch_runs import (
     plain_run_pure,
 )
 from storage.index_file import INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, IndexFile
-from storage.message import MessageExtBatch
+from storage.message import MessageExtBatch, MessageExtBrokerInner
 from storage.message_store import DefaultMessageStore
 from storage.record import BatchEntry, decode_record, encode_batch_body
 from tests.conftest import small_config
@@ -79,7 +79,7 @@ def test_the_run_is_measured_alike(entries, shift, short):
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(runs(), st.integers(0, 3))
 def test_the_units_are_written_alike(entries, position):
-    count = plain_run_pure(entries, entries[0][0] if entries else 0, 1 << 62)
+    count, _ = plain_run_pure(entries, entries[0][0] if entries else 0, 1 << 62)
     pure, fast = bytearray(b"\xee" * 400), bytearray(b"\xee" * 400)
     consume_queue_units_into_pure(pure, position * 20, entries, count)
     core.consume_queue_units_into(fast, position * 20, entries, count)
@@ -97,7 +97,7 @@ def test_the_index_entries_are_written_alike(entries, slots, index_count, limit,
     size = INDEX_HEADER_SIZE + slots * 4 + index_num * INDEX_ENTRY_SIZE
     pure, fast = bytearray(size), bytearray(size)
     last_indexed = entries[skip][0] if 0 <= skip < len(entries) else -1
-    count = plain_run_pure(entries, entries[0][0] if entries else 0, 1 << 62)
+    count, _ = plain_run_pure(entries, entries[0][0] if entries else 0, 1 << 62)
     args = (slots, index_num, index_count, limit, 12345, begin, last_indexed, entries, count)
     assert core.index_keys_into(fast, *args) == index_keys_into_pure(pure, *args)
     assert fast == pure
@@ -188,7 +188,8 @@ def test_a_store_dispatching_runs_writes_what_record_by_record_writes(tmp_path, 
     by_runs, one_by_one = _store(tmp_path, "runs", True), _store(tmp_path, "records", False)
     taken = []
     original = by_runs.dispatchers.dispatch_plain_run
-    by_runs.reput.dispatch_plain_run = lambda run, count: taken.append(count) or original(run, count)
+    by_runs.reput.dispatch_plain_run = (
+        lambda run, count, one_queue: taken.append(count) or original(run, count, one_queue))
     try:
         _fill(by_runs)
         _fill(one_by_one)
@@ -227,3 +228,69 @@ def test_a_run_failing_half_way_is_retried_without_doubling(tmp_path, still_cloc
     finally:
         failing.shutdown()
         reference.shutdown()
+
+
+def _fill_bursts(store: DefaultMessageStore) -> list:
+    """Sends to several queues, dispatched a burst at a time, as the broker's loop does after
+    each read (tags, keys, one with no keys; a burst of one now and then). Returns what the
+    arrival listeners heard after each burst: the newest queue offset of each queue."""
+    heard: dict = {}
+    store.reput.arrival_listeners.append(
+        lambda request: heard.__setitem__((request.topic, request.queue_id),
+                                          request.consume_queue_offset))
+    told = []
+    number = 0
+    for burst in range(60):
+        for _ in range(1 + burst % 7):
+            props = (f"TAGS\x01{'TagA' if number % 3 else 'é'}\x02"
+                     + (f"KEYS\x01key-{number} 键\x02" if number % 5 else "")
+                     + f"UNIQ_KEY\x01S{number:06d}\x02")
+            store.put_message(MessageExtBrokerInner(
+                topic="Runs", body=f"send {number}".encode(), queue_id=(number * 5) % 4,
+                properties_string=props, born_timestamp=1_700_000_000_000))
+            number += 1
+        store.reput.reput_inline()
+        told.append(dict(heard))
+        heard.clear()
+    return told
+
+
+def test_bursts_of_sends_to_several_queues_write_what_record_by_record_writes(tmp_path, still_clock):
+    by_runs, one_by_one = _store(tmp_path, "runs", True), _store(tmp_path, "records", False)
+    taken = []
+    original = by_runs.dispatchers.dispatch_plain_run
+    by_runs.reput.dispatch_plain_run = (
+        lambda run, count, one_queue: taken.append(one_queue) or original(run, count, one_queue))
+    try:
+        told = _fill_bursts(by_runs)
+        assert told == _fill_bursts(one_by_one)  # each queue's newest, after every burst
+        assert False in taken  # bursts of several queues were taken as runs
+        assert _views(by_runs) == _views(one_by_one)
+        assert set(told[-1]) == {("Runs", q) for q in range(4)}
+    finally:
+        by_runs.shutdown()
+        one_by_one.shutdown()
+
+
+def test_a_queue_takes_a_run_only_right_after_its_last_unit(tmp_path):
+    store = _store(tmp_path, "queue", True)
+    try:
+        _fill(store)
+        queue = store.consume_queue_table["Runs"][0]
+        next_unit = queue.get_max_offset_in_queue()
+        physical = store.commit_log.get_max_offset()
+
+        def entries(*queue_offsets):
+            return [(physical + 100 * i, 100, 0, qo, "Runs", 0, 0, 0, "TAGS\x01a\x02")
+                    for i, qo in enumerate(queue_offsets)]
+
+        before = _views(store)
+        for run in (entries(next_unit, next_unit + 2),  # a gap between them
+                    entries(next_unit + 1, next_unit + 2),  # a gap before them
+                    entries(next_unit - 1, next_unit)):  # the first one is there already
+            assert not queue.put_run(run, len(run), consume_queue_units_into_pure)
+        assert _views(store) == before
+        assert queue.put_run(entries(next_unit, next_unit + 1), 2, consume_queue_units_into_pure)
+        assert queue.get_max_offset_in_queue() == next_unit + 2
+    finally:
+        store.shutdown()
