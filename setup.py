@@ -20,8 +20,9 @@ setup(
         Extension("common._speedups", ["common/_speedups.c"], depends=["common/_text.h"],
                   extra_compile_args=_FLAGS, optional=True),
         Extension("common._storecore", ["common/_storecore.c", "common/_populator.c",
-                                                "common/_dispatch_run.c"],
-                  depends=["common/_text.h", "common/_populator.h", "common/_dispatch_run.h"],
+                                                "common/_dispatch_run.c", "common/_pull_gather.c"],
+                  depends=["common/_text.h", "common/_populator.h", "common/_dispatch_run.h",
+                           "common/_pull_gather.h"],
                   extra_compile_args=_FLAGS, optional=True),
     ],
 )

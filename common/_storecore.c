@@ -32,6 +32,7 @@
 
 #include "_populator.h"
 #include "_dispatch_run.h"
+#include "_pull_gather.h"
 #include "_text.h"
 #ifdef __linux__
 #include <sys/mman.h>
@@ -1115,7 +1116,8 @@ PyInit__storecore(void)
     crc_init();
     PyObject *module = PyModule_Create(&module_def);
     if (module != NULL
-        && (populator_add_type(module) < 0 || dispatch_run_add_functions(module) < 0))
+        && (populator_add_type(module) < 0 || dispatch_run_add_functions(module) < 0
+            || pull_gather_add_functions(module) < 0))
         Py_CLEAR(module);
     return module;
 }

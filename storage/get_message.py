@@ -12,6 +12,7 @@ One read stays within one ConsumeQueue file and stops at the transfer limits: 32
 
 from __future__ import annotations
 
+from common import speedups
 from storage.consume_queue import CQ_UNIT
 from storage.errors import OffsetOutOfRangeError
 from storage.results import GetMessageResult, GetMessageStatus, MessageFilter
@@ -63,7 +64,24 @@ def read_queue(
     max_pulling = max_phy
     consumed = None
     index = -1
-    for index, (phy, size, tags_code) in enumerate(_units(queue, offset, first, requested, max_filter)):
+    start = 0
+    if message_filter is None and _gather_records is not None:
+        # Most pulls: the units point into one CommitLog file; its records are copied out in
+        # one call, and the loop below takes over where that stops (a unit elsewhere, the next
+        # chunk of units).
+        start, max_pulling, full = _gather_from_file(
+            commit_log, first, offset, max_phy, memory_limit, max_msg_nums, limits, result)
+        if result.messages:
+            status = GetMessageStatus.FOUND
+            total_bytes = sum(map(len, result.messages))
+        if full:
+            consumed = start
+        index = start - 1
+        if max_pulling < 0:
+            max_pulling = max_phy
+    units = () if consumed is not None else _units(queue, offset, first, requested, max_filter,
+                                                   start)
+    for index, (phy, size, tags_code) in enumerate(units, start):
         if size == FILLER_SIZE:
             continue
         max_pulling = phy
@@ -98,13 +116,70 @@ def read_queue(
     return result
 
 
-def _units(queue, offset: int, first: bytes, requested: int, limit: int):
-    """Units from ``offset`` within one ConsumeQueue file: ``first``, then further chunks."""
+def _gather_from_file(commit_log, first: bytes, offset: int, max_phy: int, memory_limit: int,
+                      max_msg_nums: int, limits: _TransferLimits, result: GetMessageResult):
+    """The compiled gather over the CommitLog file the first unit points into:
+    (units taken, the last CommitLog offset looked at or -1, whether the pull is full)."""
+    if len(first) < CQ_UNIT.size:
+        return 0, -1, False
+    mapped_file = commit_log.mapped_file_queue.find_mapped_file_by_offset(
+        CQ_UNIT.unpack_from(first)[0])
+    if mapped_file is None or not mapped_file.hold():
+        return 0, -1, False  # (the loop words what is wrong)
+    try:
+        return _gather_records(
+            first, 0, offset, mapped_file.mm, mapped_file.file_from_offset,
+            mapped_file.read_position, max_phy, memory_limit, max_msg_nums, 0, 0,
+            limits.as_tuple(), result.messages, result.queue_offsets)
+    finally:
+        mapped_file.release()
+
+
+def gather_records_pure(units: bytes, start: int, base_offset: int, mm, file_from: int,
+                        readable: int, max_phy: int, memory_limit: int, max_nums: int,
+                        count: int, total: int, limits: tuple[int, int, int, int],
+                        records: list, queue_offsets: list) -> tuple[int, int, bool]:
+    """The records ``units[start * 20:]`` point at while they lie in ``mm`` (a CommitLog file
+    from ``file_from``, readable up to ``file_from + readable``), each appended to ``records``
+    and its queue offset (``base_offset`` + unit index) to ``queue_offsets``, as the loop of
+    :func:`read_queue` takes them: fillers passed over, stopping before a unit outside the
+    file (or of no size) and when the pull is full by ``limits`` (memory bytes, memory count,
+    disk bytes, disk count), ``count`` records of ``total`` bytes having been taken before.
+    Returns (the index of the first unit not taken, the CommitLog offset of the last unit
+    looked at or -1, whether the pull is full)."""
+    readable = min(readable, len(mm))
+    memory_bytes, memory_count, disk_bytes, disk_count = limits
+    max_pulling = -1
+    index = max(start, 0)
+    for index in range(max(start, 0), len(units) // CQ_UNIT.size):
+        phy, size, _ = CQ_UNIT.unpack_from(units, index * CQ_UNIT.size)
+        if size == FILLER_SIZE:
+            continue
+        if size <= 0 or phy < file_from or phy + size > file_from + readable:
+            return index, max_pulling, False
+        max_pulling = phy
+        if count > 0:
+            in_disk = max_phy - phy > memory_limit
+            if count >= max_nums or (
+                    (total + size > disk_bytes or count >= disk_count) if in_disk
+                    else (total + size > memory_bytes or count >= memory_count)):
+                return index, max_pulling, True
+        records.append(bytes(mm[phy - file_from:phy - file_from + size]))
+        queue_offsets.append(base_offset + index)
+        count += 1
+        total += size
+    index = max(start, len(units) // CQ_UNIT.size)
+    return index, max_pulling, False
+
+
+def _units(queue, offset: int, first: bytes, requested: int, limit: int, skip: int = 0):
+    """Units from ``offset`` within one ConsumeQueue file: ``first`` (from its unit ``skip``
+    on), then further chunks."""
     raw = first
     read = 0
     chunk = requested
     while raw:
-        yield from CQ_UNIT.iter_unpack(raw)
+        yield from CQ_UNIT.iter_unpack(raw[skip * CQ_UNIT.size:] if skip and not read else raw)
         count = len(raw) // CQ_UNIT.size
         read += count
         if count < chunk or read >= limit:
@@ -124,9 +199,17 @@ class _TransferLimits:
         self.disk_bytes = config.max_transfer_bytes_on_message_in_disk
         self.disk_count = config.max_transfer_count_on_message_in_disk
 
+    def as_tuple(self) -> tuple[int, int, int, int]:
+        return self.memory_bytes, self.memory_count, self.disk_bytes, self.disk_count
+
     def full(self, size: int, max_nums: int, total: int, count: int, in_disk: bool) -> bool:
         if count >= max_nums:
             return True
         if in_disk:
             return total + size > self.disk_bytes or count >= self.disk_count
         return total + size > self.memory_bytes or count >= self.memory_count
+
+
+# The compiled gather (common/_pull_gather.c) when the core is built; without it the loop of
+# read_queue takes every unit itself (gather_records_pure is its twin for the tests).
+_gather_records = None if speedups.store_core is None else speedups.store_core.gather_records

@@ -1,0 +1,137 @@
+/*
+ * common._storecore's read of a pull: the records a run of ConsumeQueue units points at in one
+ * CommitLog file, copied out in one call instead of a Python step (a unit unpacked, the limits
+ * asked, the file found, the bytes sliced) a message. The pure twin, and the rules, are
+ * storage.get_message.gather_records_pure; tests/unit/storage/test_pull_gather.py holds the two
+ * to the same results.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#include "_pull_gather.h"
+#include "_text.h"
+
+#define UNIT_SIZE 20
+#define FILLER_SIZE 0x7FFFFFFF
+
+static uint64_t
+unit_be64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static uint32_t
+unit_be32(const unsigned char *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+#define GATHER_ARGS 14
+
+PyDoc_STRVAR(gather_doc,
+"gather_records(units, start, base_offset, mm, file_from, readable, max_phy, memory_limit,\n"
+"               max_nums, count, total, limits, records, queue_offsets)\n"
+"    -> (next, max_pulling, full)\n\n"
+"Copy the records that units[start*20:] point at, while they lie in mm (a CommitLog file from\n"
+"file_from, readable up to file_from + readable), appending each to `records` and its queue\n"
+"offset (base_offset + unit index) to `queue_offsets`, until the pull is full by `limits`\n"
+"(memory bytes, memory count, disk bytes, disk count) with `count` records of `total` bytes\n"
+"taken before. Fillers are passed over. Returns the index of the first unit not taken, the\n"
+"CommitLog offset of the last unit looked at (-1 for none), and whether the pull is full\n"
+"(storage.get_message.gather_records_pure).");
+
+static PyObject *
+gather_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != GATHER_ARGS) {
+        PyErr_Format(PyExc_TypeError, "gather_records() takes %d arguments", GATHER_ARGS);
+        return NULL;
+    }
+    PyObject *records = args[12], *queue_offsets = args[13];
+    if (!PyList_Check(records) || !PyList_Check(queue_offsets) || !PyTuple_Check(args[11])
+        || PyTuple_GET_SIZE(args[11]) != 4) {
+        PyErr_SetString(PyExc_TypeError, "gather_records(): records and offsets lists, 4 limits");
+        return NULL;
+    }
+    long long v[9], limits[4];
+    const int at[9] = {1, 2, 4, 5, 6, 7, 8, 9, 10};
+    for (int i = 0; i < 9; i++) {
+        v[i] = PyLong_AsLongLong(args[at[i]]);
+        if (v[i] == -1 && PyErr_Occurred())
+            return NULL;
+    }
+    for (int i = 0; i < 4; i++) {
+        limits[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(args[11], i));
+        if (limits[i] == -1 && PyErr_Occurred())
+            return NULL;
+    }
+    long long start = v[0], base_offset = v[1], file_from = v[2], readable = v[3];
+    long long max_phy = v[4], memory_limit = v[5], max_nums = v[6], count = v[7], total = v[8];
+    Py_buffer units, file;
+    if (PyObject_GetBuffer(args[0], &units, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[3], &file, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&units);
+        return NULL;
+    }
+    if (readable > file.len)
+        readable = file.len; /* (never past the mapping, whatever the caller said) */
+    Py_ssize_t n_units = units.len / UNIT_SIZE, i = start < 0 ? 0 : (Py_ssize_t)start;
+    const unsigned char *u = (const unsigned char *)units.buf;
+    const char *data = (const char *)file.buf;
+    long long max_pulling = -1;
+    int full = 0, failed = 0;
+    for (; i < n_units; i++) {
+        const unsigned char *unit = u + i * UNIT_SIZE;
+        long long phy = (long long)unit_be64(unit);
+        long long size = (int32_t)unit_be32(unit + 8);
+        if (size == FILLER_SIZE)
+            continue;
+        if (size <= 0 || phy < file_from || phy - file_from > readable - size)
+            break; /* elsewhere, or damaged: the caller looks at it */
+        max_pulling = phy;
+        if (count > 0) {
+            int in_disk = max_phy - phy > memory_limit;
+            if (count >= max_nums
+                || (in_disk ? (total + size > limits[2] || count >= limits[3])
+                            : (total + size > limits[0] || count >= limits[1]))) {
+                full = 1;
+                break;
+            }
+        }
+        PyObject *record = PyBytes_FromStringAndSize(data + (phy - file_from), (Py_ssize_t)size);
+        PyObject *queue_offset = record == NULL ? NULL : PyLong_FromLongLong(base_offset + i);
+        if (queue_offset == NULL || PyList_Append(records, record) < 0
+            || PyList_Append(queue_offsets, queue_offset) < 0) {
+            Py_XDECREF(record);
+            Py_XDECREF(queue_offset);
+            failed = 1;
+            break;
+        }
+        Py_DECREF(record);
+        Py_DECREF(queue_offset);
+        count++;
+        total += size;
+    }
+    PyBuffer_Release(&file);
+    PyBuffer_Release(&units);
+    if (failed)
+        return NULL;
+    return Py_BuildValue("(nLO)", i, max_pulling, full ? Py_True : Py_False);
+}
+
+static PyMethodDef pull_gather_methods[] = {
+    {"gather_records", (PyCFunction)(void (*)(void))gather_records, METH_FASTCALL, gather_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+int
+pull_gather_add_functions(PyObject *module)
+{
+    return PyModule_AddFunctions(module, pull_gather_methods);
+}

@@ -1,0 +1,116 @@
+"""A pull's records copied out in one call (common/_pull_gather.c): the compiled gather against
+its pure twin, and the store's read path with it against the read path without it, for pulls
+of every shape: across CommitLog files, past fillers, at the transfer limits in memory and on
+disk, past the readable end, from a deleted file."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import struct
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from storage import get_message as get_message_module
+from storage.get_message import FILLER_SIZE, gather_records_pure
+from storage.message import MessageExtBrokerInner
+
+try:
+    core = importlib.import_module("common._storecore")
+except ImportError:
+    core = None
+compiled = pytest.mark.skipif(core is None, reason="the compiled core is not built")
+
+UNIT = struct.Struct(">qiq")
+
+
+@st.composite
+def pulls(draw):
+    """Units into a 4 KiB file at 8192 (some elsewhere, fillers, damaged sizes) and limits."""
+    units = []
+    at = 8192 + draw(st.integers(0, 100))
+    for _ in range(draw(st.integers(0, 30))):
+        kind = draw(st.sampled_from(["record"] * 6 + ["filler", "elsewhere", "zero", "long"]))
+        size = draw(st.integers(1, 300))
+        if kind == "filler":
+            units.append(UNIT.pack(0, FILLER_SIZE, 0))
+            continue
+        phy = {"elsewhere": 100, "zero": at, "long": at}.get(kind, at)
+        size = {"zero": 0, "long": 5000}.get(kind, size)
+        units.append(UNIT.pack(phy, size, 0))
+        at += max(size, 0) if kind == "record" else 0
+    limits = tuple(draw(st.integers(0, 3000)) for _ in range(4))
+    return (b"".join(units), draw(st.integers(0, 3)), draw(st.integers(0, 4096)),
+            draw(st.integers(8192, 20000)), draw(st.integers(0, 12000)), draw(st.integers(1, 40)),
+            draw(st.integers(0, 3)), limits)
+
+
+@compiled
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(pulls())
+def test_the_gathers_take_the_same_records(pull):
+    units, start, readable, max_phy, memory_limit, max_nums, count, limits = pull
+    mm = bytes(range(256)) * 16
+    total = 100 * count
+    outcomes = []
+    for gather in (core.gather_records, gather_records_pure):
+        records, offsets = [b"before"], [7]
+        answer = gather(units, start, 1000, mm, 8192, readable, max_phy, memory_limit, max_nums,
+                        count, total, limits, records, offsets)
+        outcomes.append((answer, records, offsets))
+    assert outcomes[0] == outcomes[1]
+
+
+# --- the read path with and without it ------------------------------------------------------
+def _filled_store(store_factory, **config):
+    store = store_factory(**config)
+    for i in range(300):  # ~200-byte records in 4 KiB CommitLog files: a pull crosses files
+        store.put_message(MessageExtBrokerInner(
+            topic="Pulls", body=os.urandom(20 + i % 90), queue_id=i % 2,
+            properties_string=f"TAGS\x01t{i % 3}\x02KEYS\x01k{i}\x02", born_timestamp=1))
+    assert store.wait_dispatched()
+    return store
+
+
+def _all_pulls(store, max_nums: int):
+    outcomes = []
+    for queue_id in (0, 1, 2):
+        for offset in range(-1, store.get_max_offset_in_queue("Pulls", queue_id) + 2, 7):
+            result = store.get_message("g", "Pulls", queue_id, offset, max_nums)
+            outcomes.append((queue_id, offset, result))
+    return outcomes
+
+
+@pytest.mark.parametrize("max_nums", [1, 5, 32, 1000])
+@pytest.mark.parametrize("on_disk", [False, True])
+def test_the_read_path_answers_alike_with_and_without_the_gather(store_factory, monkeypatch,
+                                                                 max_nums, on_disk):
+    store = _filled_store(store_factory, max_transfer_count_on_message_in_memory=24,
+                          max_transfer_bytes_on_message_in_memory=3000,
+                          max_transfer_count_on_message_in_disk=6,
+                          max_transfer_bytes_on_message_in_disk=900)
+    if on_disk:
+        store.memory_limit = 5000  # all but the newest records count as on disk
+    with_gather = _all_pulls(store, max_nums)
+    monkeypatch.setattr(get_message_module, "_gather_records", None)
+    assert _all_pulls(store, max_nums) == with_gather
+    if get_message_module.speedups.store_core is not None:
+        assert any(result.messages for _, _, result in with_gather)
+
+
+def test_a_pull_into_deleted_files_answers_alike(store_factory, monkeypatch):
+    store = _filled_store(store_factory)
+    files = store.commit_log.mapped_file_queue.mapped_files
+    assert len(files) > 4
+    removed = files[1:3]
+    store.commit_log.mapped_file_queue.mapped_files = [files[0], *files[3:]]  # as if deleted
+    try:
+        with_gather = _all_pulls(store, 32)
+        monkeypatch.setattr(get_message_module, "_gather_records", None)
+        without = _all_pulls(store, 32)
+        assert without == with_gather
+        assert any(r.status.name == "MESSAGE_WAS_REMOVING" for _, _, r in with_gather)
+    finally:
+        store.commit_log.mapped_file_queue.mapped_files = [files[0], *removed, *files[3:]]
