@@ -14,8 +14,8 @@ to them by returning None.
 the C out; a machine without a C compiler gets it too, since the extension is optional.
 
 A leaf like the rest of ``common``: the callers (cluster.remoting.codec, storage.message,
-storage.record, storage.index_file) ask
-this module once, at import, and bind the functions they will call.
+storage.record, storage.index_file, storage.dispatch_runs, storage.get_message) ask this
+module once, at import, and bind the functions they will call.
 """
 
 from __future__ import annotations

@@ -241,16 +241,22 @@ def test_the_index_writes_agree_key_for_key(tmp_path_factory, monkeypatch, messa
 
 def test_the_store_runs_the_compiled_functions_unless_told_not_to():
     from common import speedups
-    from storage import message, record
+    from storage import dispatch_runs, get_message, message, record
 
     if speedups.store_core is None:  # ROCKETDESK_PURE=1: the pure twins, everywhere
         assert index_module._index_put_keys is None
         assert record.encode_record_into is encode_record_into_pure
         assert message._dispatch_properties_compiled is None
+        assert dispatch_runs.index_keys_into is dispatch_runs.index_keys_into_pure
+        assert get_message._gather_records is None  # (the read loop takes every unit)
     else:
         assert index_module._index_put_keys is core.index_put_keys
         assert record.encode_record_into is core.encode_record_into
         assert record._decode_fields is core.decode_record_fields
+        assert dispatch_runs.plain_run is core.plain_run
+        assert dispatch_runs.consume_queue_units_into is core.consume_queue_units_into
+        assert dispatch_runs.index_keys_into is core.index_keys_into
+        assert get_message._gather_records is core.gather_records
 
 
 # --- batches ---------------------------------------------------------------------------------
