@@ -1,13 +1,15 @@
 /*
- * common._storecore's read of a pull: the records a run of ConsumeQueue units points at in one
- * CommitLog file, copied out in one call instead of a Python step (a unit unpacked, the limits
- * asked, the file found, the bytes sliced) a message. The pure twin, and the rules, are
- * storage.get_message.gather_records_pure; tests/unit/storage/test_pull_gather.py holds the two
- * to the same results.
+ * common._storecore's gathers: the records a run of ConsumeQueue units points at in one CommitLog
+ * file, copied out for a pull in one call instead of a Python step (a unit unpacked, the limits
+ * asked, the file found, the bytes sliced) a message; and the export's ranges of a buffer
+ * (bodies, properties) joined into one Arrow value buffer. The pure twins, and the rules, are
+ * storage.get_message.gather_records_pure and export.columnar._join_pure;
+ * tests/unit/storage/test_pull_gather.py holds them to the same results.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "_pull_gather.h"
 #include "_text.h"
@@ -125,8 +127,96 @@ gather_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return Py_BuildValue("(nLO)", i, max_pulling, full ? Py_True : Py_False);
 }
 
+/* An int64 vector argument (a numpy array, an array('q')): 0, or -1 with an exception set. */
+static int
+int64_vector(PyObject *arg, Py_buffer *view)
+{
+    if (PyObject_GetBuffer(arg, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        return -1;
+    const char *f = view->format == NULL ? "B" : view->format;
+    if (*f == '<' || *f == '=' || *f == '@')
+        f++;
+    if (view->itemsize != 8 || (strcmp(f, "q") != 0 && strcmp(f, "l") != 0)) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_TypeError, "join_ranges() needs int64 starts and lengths");
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(join_doc,
+"join_ranges(data, starts, lengths) -> (offsets, values)\n\n"
+"The slices data[start:start + length] (starts and lengths int64 vectors) joined into one\n"
+"bytes, with their int32 offsets (n + 1 of them, native order) as Arrow's variable-width\n"
+"columns want them: what export.columnar._join_pure makes. ValueError for a range outside\n"
+"data, OverflowError past 2 GiB of values.");
+
+static PyObject *
+join_ranges(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "join_ranges() takes 3 arguments");
+        return NULL;
+    }
+    Py_buffer data, starts, lengths;
+    if (PyObject_GetBuffer(args[0], &data, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (int64_vector(args[1], &starts) < 0) {
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    if (int64_vector(args[2], &lengths) < 0) {
+        PyBuffer_Release(&starts);
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    PyObject *offsets = NULL, *values = NULL, *result = NULL;
+    Py_ssize_t n = starts.len / 8;
+    const int64_t *start = (const int64_t *)starts.buf, *length = (const int64_t *)lengths.buf;
+    int64_t total = 0;
+    if (lengths.len / 8 != n) {
+        PyErr_SetString(PyExc_ValueError, "join_ranges(): as many lengths as starts");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) { /* every range checked before a byte is copied */
+        if (start[i] < 0 || length[i] < 0 || start[i] > data.len || length[i] > data.len - start[i]) {
+            PyErr_Format(PyExc_ValueError, "join_ranges(): range %zd lies outside the data", i);
+            goto done;
+        }
+        total += length[i];
+        if (total >= ((int64_t)1 << 31)) {
+            PyErr_SetString(PyExc_OverflowError, "a batch of more than 2 GiB of values");
+            goto done;
+        }
+    }
+    offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * (Py_ssize_t)sizeof(int32_t));
+    values = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (offsets == NULL || values == NULL)
+        goto done;
+    int32_t *o = (int32_t *)PyBytes_AS_STRING(offsets);
+    char *v = PyBytes_AS_STRING(values);
+    const char *d = (const char *)data.buf;
+    int32_t at = 0;
+    o[0] = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        memcpy(v + at, d + start[i], (size_t)length[i]);
+        at += (int32_t)length[i];
+        o[i + 1] = at;
+    }
+    result = PyTuple_Pack(2, offsets, values);
+done:
+    Py_XDECREF(offsets);
+    Py_XDECREF(values);
+    PyBuffer_Release(&lengths);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&data);
+    return result;
+}
+
 static PyMethodDef pull_gather_methods[] = {
     {"gather_records", (PyCFunction)(void (*)(void))gather_records, METH_FASTCALL, gather_doc},
+    {"join_ranges", (PyCFunction)(void (*)(void))join_ranges, METH_FASTCALL, join_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from common import speedups
 from export.schema import arrow_schema
 from storage.message import BORNHOST_V6_FLAG, COMPRESSED_FLAG, STOREHOSTADDRESS_V6_FLAG
 from storage.record import MESSAGE_MAGIC_CODE
@@ -148,14 +149,31 @@ def _gather(buf: np.ndarray, starts: np.ndarray, offset: int, width: int) -> np.
 
 def _join(view, starts: np.ndarray, lengths: np.ndarray) -> tuple[pa.Buffer, pa.Buffer]:
     """(int32 offsets, values) of the slices ``view[start:start + length]``, as Arrow wants a
-    variable-width column."""
+    variable-width column: in one compiled pass when the core is built."""
+    if _join_ranges is None:
+        offsets, data = _join_pure(view, starts, lengths)
+    else:
+        offsets, data = _join_ranges(view, np.ascontiguousarray(starts, np.int64),
+                                     np.ascontiguousarray(lengths, np.int64))
+    return pa.py_buffer(offsets), pa.py_buffer(data)
+
+
+def _join_pure(view, starts: np.ndarray, lengths: np.ndarray) -> tuple[bytes, bytes]:
+    """(int32 offsets as bytes, the joined values) of the slices; ValueError for a slice
+    outside ``view`` (a record whose lengths do not fit it), OverflowError past 2 GiB."""
+    size = len(view)
+    if len(starts) != len(lengths):
+        raise ValueError("join_ranges(): as many lengths as starts")
+    bad = (starts < 0) | (lengths < 0) | (starts > size) | (lengths > size - starts)
+    if bad.any():
+        raise ValueError(f"join_ranges(): range {int(np.flatnonzero(bad)[0])} lies outside the data")
     offsets = np.zeros(len(starts) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
     if offsets[-1] >= 1 << 31:
         raise OverflowError("a batch of more than 2 GiB of values")
     ends = (starts + lengths).tolist()
     data = b"".join([view[s:e] for s, e in zip(starts.tolist(), ends, strict=True)])
-    return pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)
+    return offsets.astype(np.int32).tobytes(), data
 
 
 def _text(view, starts: np.ndarray, lengths: np.ndarray, offsets: pa.Buffer, data: pa.Buffer,
@@ -232,3 +250,7 @@ def _property_map(props: pa.Array) -> pa.Array:
     keys = flat.take(pa.array(np.arange(0, 2 * count, 2)))
     values = flat.take(pa.array(np.arange(1, 2 * count, 2)))
     return pa.MapArray.from_arrays(pa.array(list_offsets.astype(np.int32)), keys, values)
+
+
+# The compiled join (common/_pull_gather.c) when the core is built; _join_pure is its twin.
+_join_ranges = None if speedups.store_core is None else speedups.store_core.join_ranges

@@ -114,3 +114,27 @@ def test_a_pull_into_deleted_files_answers_alike(store_factory, monkeypatch):
         assert any(r.status.name == "MESSAGE_WAS_REMOVING" for _, _, r in with_gather)
     finally:
         store.commit_log.mapped_file_queue.mapped_files = [files[0], *removed, *files[3:]]
+
+
+# --- the export's join of value ranges ------------------------------------------------------
+@compiled
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=200),
+       st.lists(st.tuples(st.integers(-3, 210), st.integers(-3, 210)), max_size=12))
+def test_the_joins_of_value_ranges_agree(data, ranges):
+    import numpy as np
+
+    from export.columnar import _join_pure
+
+    starts = np.array([s for s, _ in ranges], np.int64)
+    lengths = np.array([n for _, n in ranges], np.int64)
+    outcomes = []
+    for join in (core.join_ranges, _join_pure):
+        try:
+            outcomes.append(join(data, starts, lengths))
+        except (ValueError, OverflowError) as exc:
+            outcomes.append(type(exc))
+    assert outcomes[0] == outcomes[1]
+    if isinstance(outcomes[0], tuple):
+        offsets = np.frombuffer(outcomes[0][0], np.int32)
+        assert offsets.tolist() == [0, *np.cumsum(lengths).tolist()]
