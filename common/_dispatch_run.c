@@ -181,7 +181,8 @@ plain_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         entry_int(entry, 3, &ok); /* (an int queue offset: the units are written from it) */
         long long qid = entry_int(entry, 5, &ok), sys_flag = entry_int(entry, 6, &ok);
         PyObject *entry_topic = PyTuple_GET_ITEM(entry, 4);
-        if (!ok || offset != expect || size <= 0 || size > readable - offset || (sys_flag & 0xC)
+        if (!ok || offset != expect || offset > readable || size <= 0 || size > readable - offset
+            || (sys_flag & 0xC)
             || !PyUnicode_Check(entry_topic))
             break;
         if (count == 0) {
@@ -361,11 +362,11 @@ index_into(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             continue;
         if (index_count <= 1) /* the file's first entries: they set its begin timestamp */
             begin = store_ts;
-        long long diff = begin > 0 ? store_ts - begin : 0;
-        /* Python's floor division, then clamped to [0, Integer.MAX_VALUE] */
-        diff = diff < 0 ? 0 : diff / 1000;
-        if (diff > INT32_MAX_DIFF)
-            diff = INT32_MAX_DIFF;
+        /* Python's floor division of the difference, clamped to [0, Integer.MAX_VALUE]
+         * (the difference taken unsigned: it cannot overflow once store_ts >= begin) */
+        unsigned long long later = begin > 0 && store_ts > begin
+            ? ((unsigned long long)store_ts - (unsigned long long)begin) / 1000 : 0;
+        long long diff = later > (unsigned long long)INT32_MAX_DIFF ? INT32_MAX_DIFF : (long long)later;
         for (int i = 0; i < keys; i++) {
             uint32_t h = hashes[i];
             long long hash = h == 0x80000000u ? 0 : (h & 0x80000000u) ? (long long)(0x100000000ull - h) : h;

@@ -83,7 +83,17 @@ gather_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     if (readable > file.len)
         readable = file.len; /* (never past the mapping, whatever the caller said) */
-    Py_ssize_t n_units = units.len / UNIT_SIZE, i = start < 0 ? 0 : (Py_ssize_t)start;
+    if (readable < 0)
+        readable = 0;
+    Py_ssize_t n_units = units.len / UNIT_SIZE;
+    if (start < 0)
+        start = 0;
+    if (start >= n_units) { /* nothing from there: the first unit not taken is that one */
+        PyBuffer_Release(&file);
+        PyBuffer_Release(&units);
+        return Py_BuildValue("(LLO)", start, -1LL, Py_False);
+    }
+    Py_ssize_t i = (Py_ssize_t)start;
     const unsigned char *u = (const unsigned char *)units.buf;
     const char *data = (const char *)file.buf;
     long long max_pulling = -1;
@@ -184,6 +194,8 @@ join_ranges(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             PyErr_Format(PyExc_ValueError, "join_ranges(): range %zd lies outside the data", i);
             goto done;
         }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) { /* (each within the data: no sum overflows first) */
         total += length[i];
         if (total >= ((int64_t)1 << 31)) {
             PyErr_SetString(PyExc_OverflowError, "a batch of more than 2 GiB of values");

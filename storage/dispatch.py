@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 # Bytes read from the CommitLog per dispatch round; a record longer than this is read whole.
 READ_WINDOW = 4 * 1024 * 1024
 MAX_RUN = 256  # records of one run dispatched in one call (a batch of 32 is one run)
+TIMED_TOPICS = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC})  # their units' tags codes are times
 
 
 @dataclass(slots=True)
@@ -327,9 +328,13 @@ class ReputMessageService(ServiceThread):
                 _pop_if_first(appended, item)
                 self.reput_from_offset = self.commit_log.roll_next_file(offset)
                 continue
-            if plain_run is not None and len(appended) > 1:
-                following = appended[1]  # a batch's next record, or a burst's: right after
-                if following[0] == offset + size and following[4] == topic:
+            if plain_run is not None and not item[6] & 0xC and topic not in TIMED_TOPICS:
+                try:
+                    following = appended[1]  # a batch's next record, or a burst's
+                except IndexError:  # (none, or a failed put took it back meanwhile)
+                    following = None
+                if (following is not None and following[0] == offset + size
+                        and following[4] == topic and not following[6] & 0xC):
                     taken = self._dispatch_run(appended, readable, plain_run, listening)
                     if taken:
                         count += taken
@@ -367,8 +372,8 @@ class ReputMessageService(ServiceThread):
         except Exception as exc:  # the entries stay for the next round, as one by one
             raise self._failed(first[4], first[5], first[0], exc) from exc
         end = last[0] + last[1]
-        while appended and appended[0][0] < end:
-            appended.popleft()
+        self.reput_from_offset = end
+        self.last_store_timestamp = last[2]
         if listening:
             arrived = self._arrived
             if one_queue:
@@ -376,8 +381,11 @@ class ReputMessageService(ServiceThread):
             else:
                 for entry in run[:taken]:  # the newest of each queue, for its held pulls
                     arrived[(entry[4], entry[5])] = entry
-        self.reput_from_offset = end
-        self.last_store_timestamp = last[2]
+        try:
+            while appended[0][0] < end:
+                appended.popleft()
+        except IndexError:  # all taken (a failed put may take its own entries back meanwhile)
+            pass
         return taken
 
     def _dispatch_buffer(self, data: bytes, base: int) -> int:

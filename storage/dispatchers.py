@@ -12,11 +12,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from storage.dispatch import DispatchRequest
+from storage.dispatch import TIMED_TOPICS, DispatchRequest
 from storage.dispatch_runs import consume_queue_units_into, index_keys_into
 from storage.message import (
-    SCHEDULE_TOPIC,
-    TIMER_TOPIC,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
@@ -27,7 +25,6 @@ from storage.message import (
 if TYPE_CHECKING:
     from storage.message_store import DefaultMessageStore
 
-_TIMED_TOPICS = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC})  # a unit's tags code is a time there
 
 
 class Dispatchers:
@@ -58,7 +55,7 @@ class Dispatchers:
         transaction's prepare, commit or rollback, not parked in the delay or timer topic
         (their tags code is a time). False, having done nothing, for the others."""
         offset, size, store_ts, queue_offset, topic, queue_id, sys_flag, _, props = entry
-        if sys_flag & 0xC or topic in _TIMED_TOPICS:
+        if sys_flag & 0xC or topic in TIMED_TOPICS:
             return False
         store = self.store
         tags, keys, uniq_key, _ = dispatch_properties(props)
@@ -80,7 +77,7 @@ class Dispatchers:
         call where they fit, the rest one by one as :meth:`dispatch_plain` would. False, having
         done nothing, for a topic whose tags code is a time."""
         topic = run[0][4]
-        if topic in _TIMED_TOPICS:
+        if topic in TIMED_TOPICS:
             return False
         if one_queue:
             self._put_units(topic, run[0][5], run, count)

@@ -120,6 +120,8 @@ def _gather_from_file(commit_log, first: bytes, offset: int, max_phy: int, memor
                       max_msg_nums: int, limits: _TransferLimits, result: GetMessageResult):
     """The compiled gather over the CommitLog file the first unit points into:
     (units taken, the last CommitLog offset looked at or -1, whether the pull is full)."""
+    gather = _gather_records
+    assert gather is not None  # (read_queue asks only when the core is built)
     if len(first) < CQ_UNIT.size:
         return 0, -1, False
     mapped_file = commit_log.mapped_file_queue.find_mapped_file_by_offset(
@@ -127,7 +129,7 @@ def _gather_from_file(commit_log, first: bytes, offset: int, max_phy: int, memor
     if mapped_file is None or not mapped_file.hold():
         return 0, -1, False  # (the loop words what is wrong)
     try:
-        return _gather_records(
+        return gather(
             first, 0, offset, mapped_file.mm, mapped_file.file_from_offset,
             mapped_file.read_position, max_phy, memory_limit, max_msg_nums, 0, 0,
             limits.as_tuple(), result.messages, result.queue_offsets)

@@ -390,10 +390,10 @@ class IndexService:
         one call where they fit the last file; how many it took: the caller indexes the rest
         with :meth:`build_index`."""
         files = self.index_files
-        index_file = files[-1] if files and files[-1].index_count < files[-1].index_num \
-            else self._last_file_for_write()
-        done, touched = index_file.put_keys_run(topic_seed(topic), run, count,
-                                                self.last_indexed_offset, keys_into)
+        if not files or files[-1].index_count >= files[-1].index_num:
+            return 0  # a new file is build_index's to make, for a message that has keys
+        done, touched = files[-1].put_keys_run(topic_seed(topic), run, count,
+                                               self.last_indexed_offset, keys_into)
         if touched >= 0:  # only once every key of it is in, as in build_index
             self.last_indexed_offset = run[touched][0]
         return done

@@ -120,8 +120,9 @@ class UniqIdGenerator:
         """``count`` new ids of one millisecond (a batch's), as ``next_id`` makes them one by
         one: the clock read and the head formatted once."""
         head = self._head(now_ms)
-        # islice over the count: ``count`` numbers in one step under the interpreter lock.
-        return [f"{head}{n & 0xFFFF:04X}" for n in itertools.islice(self._counter, count)]
+        # ``count`` numbers taken in one C-level step (no other thread takes one in between).
+        numbers = list(itertools.islice(self._counter, count))
+        return [f"{head}{n & 0xFFFF:04X}" for n in numbers]
 
     def _head(self, now_ms: int | None) -> str:
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms

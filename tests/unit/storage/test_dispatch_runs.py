@@ -294,3 +294,46 @@ def test_a_queue_takes_a_run_only_right_after_its_last_unit(tmp_path):
         assert queue.get_max_offset_in_queue() == next_unit + 2
     finally:
         store.shutdown()
+
+
+def test_a_run_failing_in_its_one_by_one_tail_is_retried_without_doubling(tmp_path, still_clock,
+                                                                           monkeypatch):
+    """The run indexes the messages before the one with 1,100 keys, then that one goes by
+    itself and fails (disk full): the retry indexes it and what follows, nothing twice."""
+    failing, reference = _store(tmp_path, "failing", True), _store(tmp_path, "reference", False)
+    try:
+        index = failing.index_service
+        real = type(index).build_index
+        failed = []
+
+        def full_disk_once(self, topic, keys, uniq_key, phy_offset, store_ts):
+            if self is index and keys and "m1050" in keys and not failed:
+                failed.append(phy_offset)
+                raise OSError(28, "No space left on device")
+            return real(self, topic, keys, uniq_key, phy_offset, store_ts)
+
+        monkeypatch.setattr(type(index), "build_index", full_disk_once)
+        _fill(failing)
+        _fill(reference)
+        assert failed
+        assert _views(failing) == _views(reference)
+    finally:
+        failing.shutdown()
+        reference.shutdown()
+
+
+def test_delayed_messages_are_not_tried_as_runs(tmp_path):
+    store = _store(tmp_path, "delayed", True)
+    tried = []
+    original = store.reput.dispatch_plain_run
+    store.reput.dispatch_plain_run = lambda *args: tried.append(args) or original(*args)
+    try:
+        for _ in range(5):
+            store.put_message(MessageExtBrokerInner(
+                topic="Later", body=b"x", queue_id=0, properties={"DELAY": "3"},
+                properties_string="DELAY\x013\x02", born_timestamp=1))
+        store.reput.reput_inline()
+        assert store.get_max_offset_in_queue("SCHEDULE_TOPIC_XXXX", 2) == 5
+        assert tried == []  # a unit's tags code there is a time: never a run
+    finally:
+        store.shutdown()

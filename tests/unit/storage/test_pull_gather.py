@@ -32,13 +32,15 @@ def pulls(draw):
     units = []
     at = 8192 + draw(st.integers(0, 100))
     for _ in range(draw(st.integers(0, 30))):
-        kind = draw(st.sampled_from(["record"] * 6 + ["filler", "elsewhere", "zero", "long"]))
+        kind = draw(st.sampled_from(["record"] * 6 + ["filler", "elsewhere", "zero", "long",
+                                                      "negative", "far", "below"]))
         size = draw(st.integers(1, 300))
         if kind == "filler":
             units.append(UNIT.pack(0, FILLER_SIZE, 0))
             continue
-        phy = {"elsewhere": 100, "zero": at, "long": at}.get(kind, at)
-        size = {"zero": 0, "long": 5000}.get(kind, size)
+        # What a damaged or hostile ConsumeQueue could hold: any offset, any size.
+        phy = {"elsewhere": 100, "far": 2**63 - 1, "below": -(2**63)}.get(kind, at)
+        size = {"zero": 0, "long": 5000, "negative": -(2**31)}.get(kind, size)
         units.append(UNIT.pack(phy, size, 0))
         at += max(size, 0) if kind == "record" else 0
     limits = tuple(draw(st.integers(0, 3000)) for _ in range(4))
