@@ -65,10 +65,11 @@ def read_queue(
     consumed = None
     index = -1
     start = 0
-    if message_filter is None and _gather_records is not None:
-        # Most pulls: the units point into one CommitLog file; its records are copied out in
-        # one call, and the loop below takes over where that stops (a unit elsewhere, the next
-        # chunk of units).
+    if _gather_records is not None and (
+            message_filter is None or getattr(message_filter, "matches_all", False)):
+        # Most pulls (no filter, or a subscription to "*"): the units point into one CommitLog
+        # file; its records are copied out in one call, and the loop below takes over where
+        # that stops (a unit elsewhere, the next chunk of units).
         start, max_pulling, full = _gather_from_file(
             commit_log, first, offset, max_phy, memory_limit, max_msg_nums, limits, result)
         if result.messages:

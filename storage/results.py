@@ -116,6 +116,11 @@ class TagsFilter:
             tags = [t.strip() for t in expression.split("||") if t.strip()]
             self.codes = {tags_string_to_tags_code(t) for t in tags}
 
+    @property
+    def matches_all(self) -> bool:
+        """``*``: every record passes (the read path may then skip asking record by record)."""
+        return self.codes is None
+
     def is_matched_by_consume_queue(self, tags_code: int) -> bool:
         return self.codes is None or tags_code in self.codes
 
