@@ -13,36 +13,14 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_bytes.h"
+#include "_index_entry.h"
 #include "_dispatch_run.h"
 #include "_text.h"
 
 #define ENTRY_FIELDS 9
 #define CQ_UNIT_SIZE 20
-#define INDEX_HEADER_SIZE 40
-#define INDEX_ENTRY_SIZE 20
 #define INT32_MAX_DIFF 2147483647LL
-
-static void
-be32(unsigned char *p, uint32_t v)
-{
-    p[0] = (unsigned char)(v >> 24);
-    p[1] = (unsigned char)(v >> 16);
-    p[2] = (unsigned char)(v >> 8);
-    p[3] = (unsigned char)v;
-}
-
-static void
-be64(unsigned char *p, uint64_t v)
-{
-    be32(p, (uint32_t)(v >> 32));
-    be32(p + 4, (uint32_t)v);
-}
-
-static uint32_t
-read_be32(const unsigned char *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
 
 /* An int field of an entry; 0 with *ok cleared (and no exception left) when it is not one. */
 static long long
@@ -255,9 +233,9 @@ units_into(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             int32_t tags_code = found[P_TAGS] == NULL ? 0 : (int32_t)java_hash_utf8(
                 0, (const unsigned char *)found[P_TAGS], found_len[P_TAGS]);
             unsigned char *unit = p + i * CQ_UNIT_SIZE;
-            be64(unit, (uint64_t)offset);
-            be32(unit + 8, (uint32_t)size);
-            be64(unit + 12, (uint64_t)(int64_t)tags_code);
+            put_u64(unit, (uint64_t)offset);
+            put_u32(unit + 8, (uint32_t)size);
+            put_u64(unit + 12, (uint64_t)(int64_t)tags_code);
         }
     }
     PyBuffer_Release(&view);
@@ -368,21 +346,8 @@ index_into(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             ? ((unsigned long long)store_ts - (unsigned long long)begin) / 1000 : 0;
         long long diff = later > (unsigned long long)INT32_MAX_DIFF ? INT32_MAX_DIFF : (long long)later;
         for (int i = 0; i < keys; i++) {
-            uint32_t h = hashes[i];
-            long long hash = h == 0x80000000u ? 0 : (h & 0x80000000u) ? (long long)(0x100000000ull - h) : h;
-            unsigned char *slot = buf + INDEX_HEADER_SIZE + (hash % slot_num) * 4;
-            long long previous = (int32_t)read_be32(slot);
-            if (previous <= 0 || previous > index_count)
-                previous = 0;
-            unsigned char *e = buf + entries_base + index_count * INDEX_ENTRY_SIZE;
-            be32(e, (uint32_t)hash);
-            be64(e + 4, (uint64_t)offset);
-            be32(e + 12, (uint32_t)diff);
-            be32(e + 16, (uint32_t)previous);
-            be32(slot, (uint32_t)index_count);
-            if (previous == 0)
-                new_slots++;
-            index_count++;
+            new_slots += index_put_entry(buf, slot_num, index_count++,
+                                         index_key_hash_of(hashes[i]), offset, diff);
         }
         if (first_keyed < 0)
             first_keyed = done;

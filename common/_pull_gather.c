@@ -11,26 +11,12 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_bytes.h"
 #include "_pull_gather.h"
 #include "_text.h"
 
 #define UNIT_SIZE 20
 #define FILLER_SIZE 0x7FFFFFFF
-
-static uint64_t
-unit_be64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static uint32_t
-unit_be32(const unsigned char *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
 
 #define GATHER_ARGS 14
 
@@ -100,8 +86,8 @@ gather_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     int full = 0, failed = 0;
     for (; i < n_units; i++) {
         const unsigned char *unit = u + i * UNIT_SIZE;
-        long long phy = (long long)unit_be64(unit);
-        long long size = (int32_t)unit_be32(unit + 8);
+        long long phy = (long long)get_u64(unit);
+        long long size = (int32_t)get_u32(unit + 8);
         if (size == FILLER_SIZE)
             continue;
         if (size <= 0 || phy < file_from || phy - file_from > readable - size)

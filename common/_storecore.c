@@ -31,6 +31,8 @@
 #include <string.h>
 
 #include "_populator.h"
+#include "_bytes.h"
+#include "_index_entry.h"
 #include "_dispatch_run.h"
 #include "_pull_gather.h"
 #include "_text.h"
@@ -44,34 +46,6 @@
 #define BORNHOST_V6_FLAG 0x10
 #define STOREHOST_V6_FLAG 0x20
 #define MIN_RECORD 91
-
-static void
-put_u32(unsigned char *p, uint32_t v)
-{
-    p[0] = (unsigned char)(v >> 24);
-    p[1] = (unsigned char)(v >> 16);
-    p[2] = (unsigned char)(v >> 8);
-    p[3] = (unsigned char)v;
-}
-
-static void
-put_u64(unsigned char *p, uint64_t v)
-{
-    put_u32(p, (uint32_t)(v >> 32));
-    put_u32(p + 4, (uint32_t)v);
-}
-
-static uint32_t
-get_u32(const unsigned char *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-
-static uint64_t
-get_u64(const unsigned char *p)
-{
-    return ((uint64_t)get_u32(p) << 32) | get_u32(p + 4);
-}
 
 /* A Python int that fits a signed field of `bits` bits; -1 with ValueError set when it does not
  * (struct.error in the pure twin: either way the put path has checked every value before). */
@@ -469,13 +443,9 @@ index_hash(int kind, const void *data, Py_ssize_t begin, Py_ssize_t end, uint32_
             h = 31 * h + (0xDC00 + (c & 0x3FF));
         }
     }
-    if (h == 0x80000000u)
-        return 0;
-    return (h & 0x80000000u) ? (int64_t)(0x100000000ull - h) : (int64_t)h;
+    return index_key_hash_of(h);
 }
 
-#define INDEX_HEADER_SIZE 40
-#define INDEX_ENTRY_SIZE 20
 #define MAX_KEYS 1024
 
 PyDoc_STRVAR(index_put_keys_doc,
@@ -565,21 +535,9 @@ index_put_keys(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     unsigned char *buf = (unsigned char *)view.buf;
     long new_slots = 0;
-    for (int k = 0; k < count; k++) {
-        unsigned char *slot = buf + INDEX_HEADER_SIZE + (key_hash[k] % hash_slot_num) * 4;
-        int64_t previous = (int32_t)get_u32(slot);
-        if (previous <= 0 || previous > index_count)
-            previous = 0;
-        unsigned char *entry = buf + entries_base + index_count * INDEX_ENTRY_SIZE;
-        put_u32(entry, (uint32_t)key_hash[k]);
-        put_u64(entry + 4, (uint64_t)phy_offset);
-        put_u32(entry + 12, (uint32_t)time_diff);
-        put_u32(entry + 16, (uint32_t)previous);
-        put_u32(slot, (uint32_t)index_count);
-        if (previous == 0)
-            new_slots++;
-        index_count++;
-    }
+    for (int k = 0; k < count; k++)
+        new_slots += index_put_entry(buf, hash_slot_num, index_count++, key_hash[k], phy_offset,
+                                     time_diff);
     PyBuffer_Release(&view);
     return Py_BuildValue("(Ll)", (long long)index_count, new_slots);
 }

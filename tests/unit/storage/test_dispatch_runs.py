@@ -184,16 +184,23 @@ def _store(tmp_path, name: str, runs_on: bool) -> DefaultMessageStore:
     return store
 
 
+def _runs_taken(store: DefaultMessageStore) -> list:
+    """(count, one queue) of every run the store's dispatch takes from now on."""
+    taken: list = []
+    original = store.dispatchers.dispatch_plain_run
+    store.reput.dispatch_plain_run = (
+        lambda run, count, one_queue: taken.append((count, one_queue))
+        or original(run, count, one_queue))
+    return taken
+
+
 def test_a_store_dispatching_runs_writes_what_record_by_record_writes(tmp_path, still_clock):
     by_runs, one_by_one = _store(tmp_path, "runs", True), _store(tmp_path, "records", False)
-    taken = []
-    original = by_runs.dispatchers.dispatch_plain_run
-    by_runs.reput.dispatch_plain_run = (
-        lambda run, count, one_queue: taken.append(count) or original(run, count, one_queue))
+    taken = _runs_taken(by_runs)
     try:
         _fill(by_runs)
         _fill(one_by_one)
-        assert max(taken, default=0) == 9  # the runs were taken, whole batches at a time
+        assert max(taken, default=(0, True)) == (9, True)  # whole batches, one queue each
         views = _views(by_runs)
         assert len(views[1]) >= 6  # (the runs crossed index files)
         assert views == _views(one_by_one)
@@ -257,14 +264,11 @@ def _fill_bursts(store: DefaultMessageStore) -> list:
 
 def test_bursts_of_sends_to_several_queues_write_what_record_by_record_writes(tmp_path, still_clock):
     by_runs, one_by_one = _store(tmp_path, "runs", True), _store(tmp_path, "records", False)
-    taken = []
-    original = by_runs.dispatchers.dispatch_plain_run
-    by_runs.reput.dispatch_plain_run = (
-        lambda run, count, one_queue: taken.append(one_queue) or original(run, count, one_queue))
+    taken = _runs_taken(by_runs)
     try:
         told = _fill_bursts(by_runs)
         assert told == _fill_bursts(one_by_one)  # each queue's newest, after every burst
-        assert False in taken  # bursts of several queues were taken as runs
+        assert any(not one_queue for _, one_queue in taken)  # bursts of several queues too
         assert _views(by_runs) == _views(one_by_one)
         assert set(told[-1]) == {("Runs", q) for q in range(4)}
     finally:
@@ -324,9 +328,7 @@ def test_a_run_failing_in_its_one_by_one_tail_is_retried_without_doubling(tmp_pa
 
 def test_delayed_messages_are_not_tried_as_runs(tmp_path):
     store = _store(tmp_path, "delayed", True)
-    tried = []
-    original = store.reput.dispatch_plain_run
-    store.reput.dispatch_plain_run = lambda *args: tried.append(args) or original(*args)
+    tried = _runs_taken(store)
     try:
         for _ in range(5):
             store.put_message(MessageExtBrokerInner(
