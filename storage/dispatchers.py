@@ -4,8 +4,8 @@
 ``ReputMessageService`` (dispatch.py) hands every record to these, as a DispatchRequest; a
 plain record the put path has just appended goes through both in one call
 (``dispatch_plain``), and a run of them (a batch's records, a burst of sends) in one call for
-all (``dispatch_plain_run``). Both skip what they already hold, so a record dispatched again after a
-failure or a restart is not doubled.
+all (``dispatch_plain_run``). Both skip what they already hold, so a record dispatched again
+after a failure or a restart is not doubled.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from storage.message import (
 
 if TYPE_CHECKING:
     from storage.message_store import DefaultMessageStore
-
 
 
 class Dispatchers:
