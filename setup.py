@@ -22,6 +22,7 @@ setup(
         Extension("common._storecore", ["common/_storecore.c", "common/_populator.c",
                                                 "common/_dispatch_run.c", "common/_pull_gather.c"],
                   depends=["common/_text.h", "common/_bytes.h", "common/_index_entry.h",
+                           "common/_properties.h",
                            "common/_populator.h",
                            "common/_dispatch_run.h", "common/_pull_gather.h"],
                   extra_compile_args=_FLAGS, optional=True),

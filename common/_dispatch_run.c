@@ -1,9 +1,9 @@
 /*
- * common._storecore's dispatch of a run: the plain records of one topic just appended (a batch's,
- * or a burst of sends), turned into their ConsumeQueue units and index entries in one call each,
- * not a Python call (and a properties scan) per record. The pure twins, and the rules each function follows,
- * are in storage/dispatch_runs.py; tests/unit/storage/test_dispatch_runs.py holds the two to the
- * same results and the same bytes.
+ * common._storecore's dispatch of a run: the plain records of one topic just appended (a
+ * batch's, or a burst of sends), turned into their ConsumeQueue units and index entries in one
+ * call each, not a Python call (and a properties scan) per record. The pure twins, and the
+ * rules each function follows, are in storage/dispatch_runs.py;
+ * tests/unit/storage/test_dispatch_runs.py holds the two to the same results and bytes.
  *
  * An entry is what CommitLog.appended holds for a record: (offset, size, store timestamp,
  * queue offset, topic, queue id, sysFlag, prepared offset, properties).
@@ -15,6 +15,7 @@
 
 #include "_bytes.h"
 #include "_index_entry.h"
+#include "_properties.h"
 #include "_dispatch_run.h"
 #include "_text.h"
 
@@ -53,9 +54,7 @@ entry_props(PyObject *entry, Py_ssize_t *n)
     return s;
 }
 
-/* The values of TAGS, KEYS and UNIQ_KEY in a properties string, as
- * storage.message.property_from_string finds each: the last occurrence with a non-empty value;
- * NULL when there is none. */
+/* The values of TAGS, KEYS and UNIQ_KEY in a properties string (common/_properties.h). */
 enum { P_TAGS, P_KEYS, P_UNIQ, P_COUNT };
 
 static void
@@ -63,28 +62,7 @@ scan_props(const char *s, Py_ssize_t n, const char *found[P_COUNT], Py_ssize_t f
 {
     static const char *const names[P_COUNT] = {"TAGS", "KEYS", "UNIQ_KEY"};
     static const Py_ssize_t lengths[P_COUNT] = {4, 4, 8};
-    for (int i = 0; i < P_COUNT; i++) {
-        found[i] = NULL;
-        found_len[i] = 0;
-    }
-    const char *end = s + n, *segment = s;
-    while (segment <= end) {
-        const char *stop = memchr(segment, '\x02', (size_t)(end - segment));
-        if (stop == NULL)
-            stop = end;
-        const char *sep = memchr(segment, '\x01', (size_t)(stop - segment));
-        if (sep != NULL && sep + 1 < stop) {
-            Py_ssize_t name_len = sep - segment;
-            for (int i = 0; i < P_COUNT; i++) {
-                if (name_len == lengths[i] && memcmp(segment, names[i], (size_t)name_len) == 0) {
-                    found[i] = sep + 1;
-                    found_len[i] = stop - sep - 1;
-                    break;
-                }
-            }
-        }
-        segment = stop + 1;
-    }
+    scan_properties(s, n, P_COUNT, names, lengths, found, found_len);
 }
 
 /* Java's String.hashCode continued from `h` over the UTF-16 units of UTF-8 text (valid: it

@@ -33,6 +33,7 @@
 #include "_populator.h"
 #include "_bytes.h"
 #include "_index_entry.h"
+#include "_properties.h"
 #include "_dispatch_run.h"
 #include "_pull_gather.h"
 #include "_text.h"
@@ -331,27 +332,9 @@ dispatch_properties(PyObject *module, PyObject *text)
     }
     static const char *const names[4] = {"TAGS", "KEYS", "UNIQ_KEY", "DELAY"};
     static const Py_ssize_t name_lengths[4] = {4, 4, 8, 5};
-    const char *found[4] = {NULL, NULL, NULL, NULL};
-    Py_ssize_t found_len[4] = {0, 0, 0, 0};
-    const char *end = s + n;
-    const char *segment = s;
-    while (segment <= end) {
-        const char *stop = memchr(segment, '\x02', (size_t)(end - segment));
-        if (stop == NULL)
-            stop = end;
-        const char *sep = memchr(segment, '\x01', (size_t)(stop - segment));
-        if (sep != NULL && sep + 1 < stop) { /* a name, then a non-empty value */
-            Py_ssize_t name_len = sep - segment;
-            for (int i = 0; i < 4; i++) {
-                if (name_len == name_lengths[i] && memcmp(segment, names[i], (size_t)name_len) == 0) {
-                    found[i] = sep + 1;
-                    found_len[i] = stop - sep - 1;
-                    break;
-                }
-            }
-        }
-        segment = stop + 1;
-    }
+    const char *found[4];
+    Py_ssize_t found_len[4];
+    scan_properties(s, n, 4, names, name_lengths, found, found_len);
     PyObject *result = PyTuple_New(4);
     if (result == NULL)
         return NULL;

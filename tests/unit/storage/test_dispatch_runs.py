@@ -67,7 +67,7 @@ def runs(draw):
 
 
 @compiled
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(runs(), st.integers(0, 1), st.integers(0, 4000))
 def test_the_run_is_measured_alike(entries, shift, short):
     start = entries[0][0] + shift if entries else 0
@@ -76,7 +76,7 @@ def test_the_run_is_measured_alike(entries, shift, short):
 
 
 @compiled
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(runs(), st.integers(0, 3))
 def test_the_units_are_written_alike(entries, position):
     count, _ = plain_run_pure(entries, entries[0][0] if entries else 0, 1 << 62)
@@ -87,7 +87,7 @@ def test_the_units_are_written_alike(entries, position):
 
 
 @compiled
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(runs(), st.sampled_from([1, 3, 17]), st.integers(1, 30), st.integers(1, 40),
        st.integers(-1, 12), st.sampled_from([0, 1_699_999_000_000, 1_700_000_003_000]))
 def test_the_index_entries_are_written_alike(entries, slots, index_count, limit, skip, begin):

@@ -9,10 +9,12 @@ import importlib
 import os
 import struct
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from export.columnar import _join_pure
 from storage import get_message as get_message_module
 from storage.get_message import FILLER_SIZE, gather_records_pure
 from storage.message import MessageExtBrokerInner
@@ -51,7 +53,7 @@ def pulls(draw):
 
 
 @compiled
-@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pulls())
 def test_the_gathers_take_the_same_records(pull):
     units, start, readable, max_phy, memory_limit, max_nums, count, limits = pull
@@ -129,14 +131,10 @@ def test_a_pull_into_deleted_files_answers_alike(store_factory, monkeypatch):
 
 # --- the export's join of value ranges ------------------------------------------------------
 @compiled
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=200),
        st.lists(st.tuples(st.integers(-3, 210), st.integers(-3, 210)), max_size=12))
 def test_the_joins_of_value_ranges_agree(data, ranges):
-    import numpy as np
-
-    from export.columnar import _join_pure
-
     starts = np.array([s for s, _ in ranges], np.int64)
     lengths = np.array([n for _, n in ranges], np.int64)
     outcomes = []
