@@ -315,11 +315,16 @@ class DefaultMessageStore(MessageLookup):
         check_store_status(self)
         if len(body) > self.config.max_message_size:
             return None  # the general path words the refusal
-        done = self._put(lambda name: self.commit_log.append_plain(  # (its failure bookkeeping)
-            name, topic_bytes(name), queue_id, flag, body, properties, sys_flag, born_timestamp,
-            born_host, reconsume_times), topic)
+        try:  # (``_put``'s bookkeeping, written out: two calls fewer a send)
+            done = self.commit_log.append_plain(
+                topic, topic_bytes(topic), queue_id, flag, body, properties, sys_flag,
+                born_timestamp, born_host, reconsume_times)
+        except Exception as exc:
+            self._put_failed(exc)
+            raise
         if done is None:
             return None
+        self.running_flags.clear(WRITE_COMMIT_LOG_ERROR)
         offset, total, queue_offset, msg_id, elapsed_ms = done
         try:
             self.stats.record_put(topic, 1, total, elapsed_ms)
@@ -340,16 +345,18 @@ class DefaultMessageStore(MessageLookup):
         """``put(arg)``, a CommitLog append, with the running flag and failure count kept."""
         try:
             append = put(arg)
-        except DiskNotWritableError as exc:
-            self.stats.record_put_failure()
-            self.running_flags.set(WRITE_COMMIT_LOG_ERROR, str(exc), refuse_writes=False)
-            raise
-        except Exception:
-            self.stats.record_put_failure()
+        except Exception as exc:
+            self._put_failed(exc)
             raise
         if append is not None:  # (None: a one-step put declined, having tried nothing)
             self.running_flags.clear(WRITE_COMMIT_LOG_ERROR)
         return append
+
+    def _put_failed(self, exc: Exception) -> None:
+        """Count a failed CommitLog append; a disk that cannot be written raises the flag."""
+        self.stats.record_put_failure()
+        if isinstance(exc, DiskNotWritableError):
+            self.running_flags.set(WRITE_COMMIT_LOG_ERROR, str(exc), refuse_writes=False)
 
     def _after_put(self, append: AppendMessageResult, begin: float) -> None:
         """Bookkeeping once the message is in: nothing here may turn a stored message into an

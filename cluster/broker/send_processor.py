@@ -15,6 +15,7 @@ import time
 
 from cluster.broker.durable_answers import DurableAnswers
 from cluster.broker.headers import SendMessageRequestHeader, checked
+from cluster.broker.send_lane import SendLane
 from cluster.broker.timer import TimerError, delivery_time, park
 from cluster.broker.topic_config import PERM_READ, PERM_WRITE
 from cluster.remoting.codec import RemotingCommand, SerializeType
@@ -101,6 +102,13 @@ class SendMessageProcessor:
         for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2,
                      RequestCode.SEND_BATCH_MESSAGE):
             server.register(code, self.process)
+        lane = SendLane(self)  # the common send in one step; the rest comes to ``process``
+        for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2):
+            server.register_lane(code, lane)
+
+    def refused(self, command: RemotingCommand, exc: PutMessageError) -> Response:
+        """The answer to a send the store refused (nothing of it was written)."""
+        return command.make_response(refusal_code(exc), str(exc))
 
     @checked(SendMessageRequestHeader)
     def process(self, connection, command: RemotingCommand,
@@ -239,7 +247,7 @@ class SendMessageProcessor:
             put = broker.store.put_plain(topic, queue_id, flag, body, properties, sys_flag,
                                          born_ts, host, reconsume_times, wait)
         except PutMessageError as exc:
-            return command.make_response(refusal_code(exc), str(exc))
+            return self.refused(command, exc)
         if put is None:
             return None
         queue_offset, next_offset, msg_id, waiter = put

@@ -367,6 +367,13 @@ _decode_json, _decode_binary, _encode_json, _encode_binary = COMPILED or PURE
 _split_frame: Callable | None = None if speedups.core is None else speedups.core.split_frame
 
 
+def command_of(frame: tuple) -> RemotingCommand:
+    """The command of a frame tuple from :meth:`FrameDecoder.next_frame`."""
+    (_, code, opaque, flag, remark, ext_fields, language, version, serialize, body) = frame
+    return RemotingCommand(code, opaque, flag, remark, ext_fields, body, language, version,
+                           _ROCKETMQ if serialize else _JSON)
+
+
 class FrameDecoder:
     """Turn a byte stream into RemotingCommands. Holds at most one partial frame.
 
@@ -389,6 +396,32 @@ class FrameDecoder:
     def pending(self) -> int:
         """Bytes received but not yet part of a whole frame."""
         return len(self._buffer) - self._start
+
+    def next_frame(self) -> tuple | None:
+        """The next whole frame as a tuple (end, code, opaque, flag, remark, extFields,
+        language, version, serialize type 0 JSON / 1 ROCKETMQ, body), None until more bytes
+        arrive. The compiled core splits straight into it; a tuple spares the requests a lane
+        answers (connection.py) the command object, and :func:`command_of` makes one."""
+        buffer = self._buffer
+        start = self._start
+        split = _split_frame
+        if split is not None:
+            found = split(buffer, start, self.max_frame)
+            if found is None:
+                return None
+            if found is not False:
+                end = found[0]
+                self._start = end
+                if end == len(buffer):
+                    buffer.clear()
+                    self._start = 0
+                return found
+        command = self.next_command()
+        if command is None:
+            return None
+        return (self._start, command.code, command.opaque, command.flag, command.remark,
+                command.ext_fields, command.language, command.version,
+                0 if command.serialize_type is _JSON else 1, command.body)
 
     def next_command(self) -> RemotingCommand | None:
         """The next whole command, or None until more bytes arrive."""
@@ -427,5 +460,6 @@ class FrameDecoder:
 
 __all__ = [
     "COMPILED", "FRAME_MAX", "ONEWAY_FLAG", "PURE", "RESPONSE_FLAG", "FrameDecoder", "HeaderCodec",
-    "RemotingCommand", "SerializeType", "decode_frame", "encode", "replace", "request", "stringify",
+    "RemotingCommand", "SerializeType", "command_of", "decode_frame", "encode", "replace",
+    "request", "stringify",
 ]

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
 
-from cluster.remoting.codec import FrameDecoder, RemotingCommand, encode
+from cluster.remoting.codec import RESPONSE_FLAG, FrameDecoder, RemotingCommand, command_of, encode
 from cluster.remoting.errors import (
     LocalProtocolError,
     RemoteProtocolError,
@@ -43,6 +43,10 @@ log = logging.getLogger(__name__)
 Response = RemotingCommand | bytes | None
 HandlerResult = Response | Awaitable[Response]  # (an asyncio.Future is answered without a task)
 RequestHandler = Callable[["RemotingConnection", RemotingCommand], HandlerResult]
+# Answers the common requests of one code straight from the frame tuple the decoder split
+# (codec.FrameDecoder.next_frame), with no command object: an answer at once, or
+# NotImplemented, having changed nothing, for the request to take the handler's way.
+Lane = Callable[["RemotingConnection", tuple], "RemotingCommand | bytes"]
 
 
 # At most this many frames wait for one write (see RemotingConnection.send).
@@ -92,8 +96,10 @@ class RemotingConnection(asyncio.Protocol):
         handler: RequestHandler | None = None,
         on_close: Callable[[RemotingConnection], None] | None = None,
         flow: FlowControl | None = None,
+        lanes: dict[int, Lane] | None = None,
     ) -> None:
         self._handler = handler
+        self._lanes = lanes or None
         self._on_close = on_close
         self._flow = flow
         self._inflight_bytes = 0
@@ -159,13 +165,20 @@ class RemotingConnection(asyncio.Protocol):
         completed = False
         self._draining = True
         try:
+            lanes = self._lanes
             while not self._too_many_inflight():
                 before = decoder.pending
-                command = decoder.next_command()
-                if command is None:
+                if not before:
+                    break  # (all taken: no split to ask)
+                frame = decoder.next_frame()
+                if frame is None:
                     break
                 completed = True
-                self._on_command(command, before - decoder.pending)
+                lane = None if lanes is None else lanes.get(frame[1])
+                if (lane is not None and not frame[3] & RESPONSE_FLAG
+                        and self._on_lane(lane, frame)):
+                    continue
+                self._on_command(command_of(frame), before - decoder.pending)
         except RemoteProtocolError as exc:
             log.warning("closing %s: %s", self.remote_address, exc)
             self.close(CloseReason.OUT_OF_SYNC)
@@ -211,6 +224,24 @@ class RemotingConnection(asyncio.Protocol):
         self._inflight_bytes -= size
         if self._reading_paused and not self.closed.is_set():
             self._drain_decoder()  # frames held back by the in-flight limit go first
+
+    def _on_lane(self, lane: Lane, frame: tuple) -> bool:
+        """Let ``lane`` answer a request; False when it leaves it to the handler."""
+        try:
+            answer = lane(self, frame)
+        except Exception:
+            answer = self._failed(command_of(frame))
+        if answer is NotImplemented:
+            return False
+        if type(answer) is bytes:
+            try:
+                self.send_frame(answer)
+            except RemotingConnectError:
+                log.debug("%s left before its answer to request %d", self.remote_address,
+                          frame[1])
+        else:
+            self._reply(command_of(frame), answer)
+        return True
 
     def _on_command(self, command: RemotingCommand, size: int = 0) -> None:
         if command.is_response:

@@ -246,6 +246,11 @@ class RequestHeader:
 _FIELD_KINDS: dict[type, int] = {}  # filled below, once the field classes exist
 
 
+def fast_decoder(cls: type[RequestHeader]) -> Callable[[Mapping[str, str], bool], Any]:
+    """``cls``'s fastest decoder, ``decode(extFields, aliased)``: the header, or HeaderError."""
+    return cls.__dict__.get("_fast_decode") or _install_decoder(cls)
+
+
 def _install_decoder(cls: type[RequestHeader]) -> Callable[[Mapping[str, str], bool], Any]:
     """Make ``cls``'s fast decoder and keep it on the class (its own, not a base's)."""
     fast = _compile_decoder(cls)

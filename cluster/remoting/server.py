@@ -23,6 +23,7 @@ from cluster.remoting.connection import (
     CloseReason,
     FlowControl,
     HandlerResult,
+    Lane,
     RemotingConnection,
 )
 from cluster.remoting.errors import RemotingError
@@ -153,6 +154,7 @@ class RemotingServer:
         self.max_connections = self.config.max_connections()
         self._flow = self.config.flow_control()
         self.processors: dict[int, Processor] = {}
+        self.lanes: dict[int, Lane] = {}
         self.connections: set[RemotingConnection] = set()
         self.on_disconnect: list[Callable[[RemotingConnection], None]] = []
         self.refused_total = 0
@@ -163,6 +165,11 @@ class RemotingServer:
 
     def register(self, code: int, processor: Processor) -> None:
         self.processors[int(code)] = processor
+
+    def register_lane(self, code: int, lane: Lane) -> None:
+        """Let ``lane`` answer the common requests of ``code`` before its processor sees
+        them (connection.py: a lane answers, or declines having changed nothing)."""
+        self.lanes[int(code)] = lane
 
     async def start(self, sock=None) -> None:
         """Listen on (host, port), or on an already bound socket."""
@@ -186,7 +193,8 @@ class RemotingServer:
     def _new_connection(self) -> asyncio.Protocol:
         if len(self.connections) >= self.max_connections:
             return _Refused(self)
-        connection = RemotingConnection(self._dispatch, self._connection_closed, self._flow)
+        connection = RemotingConnection(self._dispatch, self._connection_closed, self._flow,
+                                        self.lanes)
         self.connections.add(connection)
         return connection
 

@@ -45,6 +45,11 @@ class Recorder:
     def register(self, code, processor) -> None:
         self.processors[int(code)] = processor
 
+    def register_lane(self, code, lane) -> None:
+        # A lane answers only what its code's processor would answer the same (send_lane.py):
+        # the processor, with its checked header, stays registered for everything else.
+        assert int(code) in self.processors
+
 
 def registered() -> dict[int, object]:
     server = Recorder()

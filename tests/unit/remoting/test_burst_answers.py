@@ -108,16 +108,16 @@ def test_answers_corked_in_a_read_that_fails_midway_are_still_written():
         transport = RecordingTransport()
         connection.connection_made(transport)
         decoder = connection._decoder
-        real_next = decoder.next_command
+        real_next = decoder.next_frame
         calls = []
 
-        def next_command():
+        def next_frame():
             calls.append(1)
             if len(calls) == 2:
                 raise RuntimeError("injected: the read's handling stopped")
             return real_next()
 
-        decoder.next_command = next_command
+        decoder.next_frame = next_frame
         try:
             connection.data_received(encode(request(1000, opaque=7)) + encode(request(1000, opaque=8)))
         except RuntimeError:

@@ -10,6 +10,7 @@ fallback at a file's end is exercised too.
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time as real_time
 from pathlib import Path
@@ -106,6 +107,43 @@ def test_put_plain_writes_what_the_general_put_writes(messages):
             general.shutdown()
 
 
+@pytest.mark.skipif(commitlog._append_plain_compiled is None, reason="no compiled core")
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(messages=_messages)
+def test_the_compiled_one_step_put_writes_what_the_pure_one_writes(messages):
+    # common/_append.c against CommitLog._append_plain_pure: the same answers (None where a file
+    # ends or blocks must be claimed), the same files, the same entries for dispatch (the same
+    # ConsumeQueues dispatched from them).
+    with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(commitlog, "time", FIXED_NOW)
+        compiled, pure = _open(Path(folder, "compiled")), _open(Path(folder, "pure"))
+        patch.setattr(pure.commit_log, "append_plain", pure.commit_log._append_plain_pure)
+        try:
+            for (topic, queue_id, flag, body, props, sys_flag, born_ts, host, reconsume,
+                 _) in messages:
+                fields = (topic, body, queue_id, flag, None, props, sys_flag, born_ts, host,
+                          reconsume)
+                answers = []
+                for store in (compiled, pure):
+                    done = store.commit_log.append_plain(
+                        topic, topic.encode(), queue_id, flag, body, props, sys_flag, born_ts,
+                        host_to_bytes(*host), reconsume)
+                    if done is None:  # (the general put makes the file, claims the blocks)
+                        store.put_message_nowait(MessageExtBrokerInner(*fields))
+                    else:
+                        done = done[:4]  # (not the time in the lock)
+                    answers.append(done)
+                assert answers[0] == answers[1]
+            assert _commit_log_bytes(compiled) == _commit_log_bytes(pure)
+            assert compiled.commit_log.topic_queue_table == pure.commit_log.topic_queue_table
+            compiled.wait_dispatched()  # (from the entries each put left for dispatch)
+            pure.wait_dispatched()
+            assert _consume_queue_bytes(compiled) == _consume_queue_bytes(pure)
+        finally:
+            compiled.shutdown()
+            pure.shutdown()
+
+
 def test_put_plain_is_taken_for_most_messages(store_factory):
     store = store_factory(mapped_file_size_commit_log=1 << 20)
     host = host_to_bytes("127.0.0.1", 40000)
@@ -182,6 +220,8 @@ def test_a_failed_one_step_put_is_rolled_back_counted_and_frees_the_lock(store_f
     def broken(*_args):
         raise RuntimeError("encoder bug")
 
+    # The pure method's encoder fails (the compiled one writes in C: its failure is below).
+    monkeypatch.setattr(store.commit_log, "append_plain", store.commit_log._append_plain_pure)
     monkeypatch.setattr(commitlog, "encode_record_into", broken)
     with pytest.raises(AppendMessageError, match="rolled back"):
         store.put_plain("TopicTest", 0, 0, b"y", "", 0, 1, host, 0)
@@ -190,6 +230,39 @@ def test_a_failed_one_step_put_is_rolled_back_counted_and_frees_the_lock(store_f
     assert store.commit_log.get_max_offset() == end
     assert store.commit_log.topic_queue_table[("TopicTest", 0)] == next_queue_offset
     monkeypatch.undo()
+    assert store.put_plain("TopicTest", 0, 0, b"z", "", 0, 1, host, 0)[0] == next_queue_offset
+
+
+@pytest.mark.skipif(commitlog._append_plain_compiled is None, reason="no compiled core")
+def test_a_compiled_put_whose_write_fails_changes_nothing_and_frees_the_lock(store_factory,
+                                                                             monkeypatch,
+                                                                             tmp_path):
+    store = store_factory(mapped_file_size_commit_log=1 << 20)
+    host = host_to_bytes("127.0.0.1", 40000)
+    while store.put_plain("TopicTest", 0, 0, b"x", "", 0, 1, host, 0) is None:
+        store.put_message(MessageExtBrokerInner("TopicTest", b"x", 0, 0, None, "", 0, 1,
+                                                ("127.0.0.1", 1)))
+    end = store.commit_log.get_max_offset()
+    next_queue_offset = store.commit_log.topic_queue_table[("TopicTest", 0)]
+    appended = len(store.commit_log.appended)
+    mapped_file = store.commit_log.mapped_file_queue.mapped_files[-1]
+    read_only = tmp_path / "read-only"
+    read_only.write_bytes(b"")
+    fd = os.open(read_only, os.O_RDONLY)
+    try:
+        # Every pwrite fails (EBADF), the zeroing too: that error is raised as it is.
+        monkeypatch.setattr(mapped_file, "_fd", fd)
+        with pytest.raises(OSError, match="Bad file descriptor"):
+            store.put_plain("TopicTest", 0, 0, b"y", "", 0, 1, host, 0)
+    finally:
+        os.close(fd)
+    monkeypatch.undo()
+    assert store.commit_log.begin_time_in_lock == 0.0
+    assert store.stats.put_message_failed_times == 1
+    assert store.commit_log.get_max_offset() == end
+    assert store.commit_log.topic_queue_table[("TopicTest", 0)] == next_queue_offset
+    assert len(store.commit_log.appended) == appended
+    assert not store.commit_log.put_lock.locked()
     assert store.put_plain("TopicTest", 0, 0, b"z", "", 0, 1, host, 0)[0] == next_queue_offset
 
 

@@ -1,0 +1,107 @@
+"""The common send, from a frame's fields to its answer's bytes, in one step.
+
+Nearly every SEND_MESSAGE_V2 (and SEND_MESSAGE) a broker gets is the same case: a producer's
+plain message to a topic that exists, on a queue it names, under ASYNC_FLUSH and ASYNC_MASTER,
+with properties as RocketMQ writes them. The general way to answer it goes through a command
+object, the server's dispatch, the header decorator, the processor and its put helper, the
+store's failure wrapper: ~20 Python calls before the store writes a byte, about half of the
+broker's CPU for one sender, whose answer waits for all of them. The lane takes that case
+straight from the tuple the decoder split (cluster/remoting/connection.py) to the store's
+one-step put and the answer's template.
+
+It decides nothing of its own: whatever is not that case (another serialization, a oneway
+request, a header the decoder refuses, a topic to create, a retry or transactional or delayed
+or timed message, a queue the broker picks, SYNC_FLUSH or SYNC_MASTER, a store that declines
+the one-step put) it leaves, having changed nothing, to ``SendMessageProcessor.process``, which
+answers exactly as it always did. What it does answer is what ``process`` answers for the same
+request, the same record in the CommitLog (tests/unit/broker/test_send_lane.py holds it to
+that, request by request).
+"""
+
+from __future__ import annotations
+
+from cluster.broker.headers import SendMessageRequestHeader
+from cluster.broker.topic_config import PERM_WRITE
+from cluster.remoting.codec import command_of
+from cluster.remoting.codes import RequestCode
+from cluster.remoting.header import HeaderError, fast_decoder
+from cluster.topic_validator import NOT_ALLOWED_SEND_TOPICS, RETRY_GROUP_TOPIC_PREFIX
+from storage.config import BrokerRole, FlushDiskType
+from storage.errors import PutMessageError
+from storage.message import (
+    BORNHOST_V6_FLAG,
+    STOREHOSTADDRESS_V6_FLAG,
+    TRANSACTION_TYPE_MASK,
+    properties_normalized,
+)
+
+_V2 = int(RequestCode.SEND_MESSAGE_V2)
+_HOST_FLAGS = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
+_ASYNC_FLUSH = FlushDiskType.ASYNC_FLUSH
+_ASYNC_MASTER = BrokerRole.ASYNC_MASTER
+_SPECIAL = ("TRAN_MSG\x01", "CLUSTER\x01", "TIMER_", "DELAY\x01")  # (each: the general way)
+
+
+class SendLane:
+    """A lane (``RemotingServer.register_lane``) for SEND_MESSAGE_V2 and SEND_MESSAGE."""
+
+    __slots__ = ("_answers", "_born_hosts", "_broker", "_decode", "_processor")
+
+    def __init__(self, processor) -> None:
+        self._processor = processor
+        self._broker = processor.broker
+        self._answers = processor._answers  # (the processor's template: one answer format)
+        self._born_hosts = processor._born_hosts
+        self._decode = fast_decoder(SendMessageRequestHeader)
+
+    def __call__(self, connection, frame: tuple):
+        """The answer's frame, or NotImplemented, having changed nothing, for ``process``."""
+        # (end, code, opaque, flag, remark, extFields, language, version, serialize, body)
+        if frame[3] or frame[8]:  # oneway, or not JSON: not the answer's template
+            return NotImplemented
+        try:
+            header = self._decode(frame[5], frame[1] == _V2)
+        except HeaderError:  # refused: ``process`` words it
+            return NotImplemented
+        broker = self._broker
+        store = broker.store
+        store_config = store.config
+        topic = header.topic
+        text = header.properties
+        queue_id = header.queue_id
+        if (header.batch or queue_id < 0 or header.sys_flag & TRANSACTION_TYPE_MASK
+                or store_config.flush_disk_type is not _ASYNC_FLUSH
+                or store_config.broker_role is not _ASYNC_MASTER
+                or topic in NOT_ALLOWED_SEND_TOPICS or topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+                or not broker.config.broker_permission & PERM_WRITE):
+            return NotImplemented
+        topic_config = broker.topics.table.get(topic)
+        if (topic_config is None or not topic_config.perm & PERM_WRITE
+                or queue_id >= max(topic_config.write_queue_nums, topic_config.read_queue_nums)):
+            return NotImplemented
+        for special in _SPECIAL:
+            if special in text:
+                return NotImplemented
+        if not ((text.startswith("UNIQ_KEY\x01") or "\x02UNIQ_KEY\x01" in text)
+                and properties_normalized(text)):
+            return NotImplemented
+        born_host = connection.peer
+        host = self._born_hosts.get(born_host)
+        if host is None:
+            return NotImplemented  # (the processor learns this client's address first)
+        body = frame[9]
+        config = broker.config
+        try:
+            put = store.put_plain(topic, queue_id, header.flag, body,
+                                  f"{text}CLUSTER\x01{config.broker_cluster_name}\x02",
+                                  header.sys_flag & ~_HOST_FLAGS, header.born_timestamp, host,
+                                  header.reconsume_times, False)
+        except PutMessageError as exc:
+            return self._processor.refused(command_of(frame), exc)
+        if put is None:
+            return NotImplemented  # nothing written: the store's general put takes it
+        queue_offset, _, msg_id, _ = put
+        broker.stats.record_send(topic, 1, len(body))
+        return self._answers.frame(frame[2], config.region_id,
+                                   "true" if config.trace_on else "false", msg_id, queue_id,
+                                   queue_offset)

@@ -1,0 +1,542 @@
+/*
+ * common._storecore's one-step put: CommitLog.append_plain in C (storage/commitlog.py keeps
+ * its pure twin, CommitLog._append_plain_pure, which stays the reference).
+ *
+ * A sender's common message (the send processor has checked every field) is encoded, written
+ * with pwrite at the CommitLog's wrote position and accounted for (queue offset, the appended
+ * entry dispatch reads, the file's wrote position) under the CommitLog's put lock, in one call
+ * instead of ~10 of Python. It reads and writes the same attributes the pure method does, in
+ * the same order, and returns what it returns; whatever it does not do itself (a transient
+ * store pool's write buffer, the page warmer, values of an unexpected type or size) it hands
+ * to the pure method before changing anything. tests/unit/storage/test_append_plain.py holds
+ * the two to the same files and results.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "_append.h"
+#include "_record.h"
+
+#ifndef _WIN32
+#include <unistd.h>
+
+#define END_FILE_MIN_BLANK_LENGTH 8
+#define WRITE_UNLOCKED (8 * 1024) /* as write_at: a big record's pwrite lets other threads run */
+
+/* storage.commitlog's namespace: its ``time`` is read there on every put, as the pure method
+ * reads it (a test may give the module a clock of its own). */
+static PyObject *commitlog_globals;
+static PyObject *s_time, *s_monotonic;
+static PyObject *s_put_lock, *s_acquire, *s_release, *s_mapped_file_queue, *s_mapped_files;
+static PyObject *s_write_buffer, *s_fd, *s_wrote_position, *s_file_size, *s_allocated_position;
+static PyObject *s_file_from_offset, *s_store_timestamp, *s_store_host_bytes, *s_store_host_v6;
+static PyObject *s_page_warmer, *s_topic_queue_table, *s_appended, *s_append;
+static PyObject *s_msg_id_prefix, *s_begin_time_in_lock, *s_notify_append, *s_refusal;
+static PyObject *s_pure;
+
+/* An attribute that must be an int fitting int64; -1 with an exception set otherwise. */
+static int
+int_attr(PyObject *obj, PyObject *name, long long *out)
+{
+    PyObject *value = PyObject_GetAttr(obj, name);
+    if (value == NULL)
+        return -1;
+    if (!PyLong_CheckExact(value)) {
+        Py_DECREF(value);
+        PyErr_Format(PyExc_TypeError, "%U is not an int", name);
+        return -1;
+    }
+    *out = PyLong_AsLongLong(value);
+    Py_DECREF(value);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int
+set_int_attr(PyObject *obj, PyObject *name, long long value)
+{
+    PyObject *v = PyLong_FromLongLong(value);
+    if (v == NULL)
+        return -1;
+    int failed = PyObject_SetAttr(obj, name, v);
+    Py_DECREF(v);
+    return failed;
+}
+
+static int
+set_float_attr(PyObject *obj, PyObject *name, double value)
+{
+    PyObject *v = PyFloat_FromDouble(value);
+    if (v == NULL)
+        return -1;
+    int failed = PyObject_SetAttr(obj, name, v);
+    Py_DECREF(v);
+    return failed;
+}
+
+/* ``time.<name>()`` with the CommitLog module's ``time``, as a double; -1.0 with an exception
+ * set on failure. */
+static double
+clock_now(PyObject *name)
+{
+    if (commitlog_globals == NULL) {
+        PyObject *module = PyImport_ImportModule("storage.commitlog");
+        if (module == NULL)
+            return -1.0;
+        commitlog_globals = Py_NewRef(PyModule_GetDict(module));
+        Py_DECREF(module);
+    }
+    PyObject *time = PyDict_GetItemWithError(commitlog_globals, s_time); /* borrowed */
+    if (time == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "storage.commitlog has no time");
+        return -1.0;
+    }
+    PyObject *t = PyObject_CallMethodNoArgs(time, name);
+    if (t == NULL)
+        return -1.0;
+    double value = PyFloat_AsDouble(t);
+    Py_DECREF(t);
+    return value;
+}
+
+/* pwrite all of data[0:n] at offset; 0, or -1 with errno set. */
+static int
+write_fully(int fd, const unsigned char *data, Py_ssize_t n, long long offset)
+{
+    while (n > 0) {
+        ssize_t done;
+        if (n >= WRITE_UNLOCKED) {
+            Py_BEGIN_ALLOW_THREADS
+            done = pwrite(fd, data, (size_t)n, (off_t)offset);
+            Py_END_ALLOW_THREADS
+        }
+        else {
+            done = pwrite(fd, data, (size_t)n, (off_t)offset);
+        }
+        if (done <= 0) {
+            if (done < 0 && errno == EINTR)
+                continue;
+            if (done == 0)
+                errno = EIO; /* no progress on a regular file: never loop on it */
+            return -1;
+        }
+        data += done;
+        n -= done;
+        offset += done;
+    }
+    return 0;
+}
+
+/* What a put under the lock came to. */
+enum { WROTE = 1, DECLINED = 0, DELEGATE = 2, FAILED = -1 };
+
+typedef struct {
+    PyObject *topic, *topic_bytes, *properties, *born_host, *body, *store_host;
+    const char *props;
+    Py_ssize_t props_len;
+    long long queue_id, flag, sys_flag, born_ts, reconsume, total;
+    uint32_t crc;
+    /* out */
+    long long offset, queue_offset;
+    double begin;
+} Put;
+
+/* A record written with pwrite failed: zero what was written (nothing else has changed yet and
+ * the blocks are claimed), then raise the CommitLog's typed refusal for it from the OSError, as
+ * the pure method does; a zeroing that fails raises its own OSError. */
+static void
+refuse(PyObject *self, int fd, unsigned char *staging, long long total, long long start)
+{
+    PyObject *type, *value, *traceback;
+    PyErr_SetFromErrno(PyExc_OSError);
+    PyErr_Fetch(&type, &value, &traceback);
+    PyErr_NormalizeException(&type, &value, &traceback);
+    memset(staging, 0, (size_t)total);
+    if (write_fully(fd, staging, (Py_ssize_t)total, start) < 0) {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(traceback);
+        PyErr_SetFromErrno(PyExc_OSError);
+        return;
+    }
+    if (traceback != NULL)
+        PyException_SetTraceback(value, traceback);
+    PyObject *refusal = PyObject_CallMethodOneArg(self, s_refusal, value);
+    if (refusal != NULL) {
+        PyException_SetCause(refusal, Py_NewRef(value));
+        PyErr_SetObject((PyObject *)Py_TYPE(refusal), refusal);
+        Py_DECREF(refusal);
+    }
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(traceback);
+}
+
+/* The put, with the put lock held: WROTE (put->offset, queue_offset, begin set), DECLINED,
+ * DELEGATE (nothing read that matters: the pure method takes it) or FAILED (an exception). */
+static int
+put_locked(PyObject *self, Put *put)
+{
+    int outcome = FAILED;
+    long long start, file_size, allocated, base, fd, queue_offset = 0;
+    PyObject *queue = NULL, *files = NULL, *mapped_file = NULL, *attr = NULL, *table = NULL;
+    PyObject *key = NULL, *appended = NULL, *entry = NULL, *next = NULL;
+    unsigned char *staging = NULL;
+    int timed = 0;
+
+    queue = PyObject_GetAttr(self, s_mapped_file_queue);
+    if (queue == NULL)
+        goto done;
+    files = PyObject_GetAttr(queue, s_mapped_files);
+    if (files == NULL)
+        goto done;
+    if (!PyList_Check(files)) {
+        outcome = DELEGATE;
+        goto done;
+    }
+    if (PyList_GET_SIZE(files) == 0) {
+        outcome = DECLINED;
+        goto done;
+    }
+    mapped_file = Py_NewRef(PyList_GET_ITEM(files, PyList_GET_SIZE(files) - 1));
+    attr = PyObject_GetAttr(self, s_page_warmer);
+    if (attr == NULL)
+        goto done;
+    if (attr != Py_None) { /* it claims blocks ahead: the pure method's work */
+        outcome = DELEGATE;
+        goto done;
+    }
+    Py_CLEAR(attr);
+    attr = PyObject_GetAttr(mapped_file, s_write_buffer);
+    if (attr == NULL)
+        goto done;
+    if (attr != Py_None) { /* a transient store pool's buffer, not the file */
+        outcome = DELEGATE;
+        goto done;
+    }
+    Py_CLEAR(attr);
+    if (int_attr(mapped_file, s_wrote_position, &start) < 0
+        || int_attr(mapped_file, s_file_size, &file_size) < 0
+        || int_attr(mapped_file, s_allocated_position, &allocated) < 0
+        || int_attr(mapped_file, s_fd, &fd) < 0)
+        goto done;
+    long long end = start + put->total;
+    if (end + END_FILE_MIN_BLANK_LENGTH > file_size || end > allocated) {
+        outcome = DECLINED; /* a new file, or blocks to claim: the general put */
+        goto done;
+    }
+    if (fd < 0 || fd > INT32_MAX) {
+        outcome = DELEGATE;
+        goto done;
+    }
+    put->begin = clock_now(s_monotonic);
+    if (put->begin == -1.0 && PyErr_Occurred())
+        goto done;
+    if (set_float_attr(self, s_begin_time_in_lock, put->begin) < 0)
+        goto done;
+    timed = 1;
+    double now = clock_now(s_time);
+    if (now == -1.0 && PyErr_Occurred())
+        goto done;
+    long long store_ts = (long long)(now * 1000);
+    if (int_attr(mapped_file, s_file_from_offset, &base) < 0)
+        goto done;
+    table = PyObject_GetAttr(self, s_topic_queue_table);
+    if (table == NULL)
+        goto done;
+    if (!PyDict_Check(table)) {
+        outcome = DELEGATE;
+        goto done;
+    }
+    key = Py_BuildValue("(OL)", put->topic, put->queue_id);
+    if (key == NULL)
+        goto done;
+    PyObject *known = PyDict_GetItemWithError(table, key); /* borrowed */
+    if (known == NULL && PyErr_Occurred())
+        goto done;
+    if (known != NULL) {
+        queue_offset = PyLong_AsLongLong(known);
+        if (queue_offset == -1 && PyErr_Occurred())
+            goto done;
+    }
+    staging = PyMem_Malloc((size_t)put->total);
+    if (staging == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    RecordHead head = {
+        put->total, put->crc, put->queue_id, put->flag, queue_offset, base + start,
+        put->sys_flag, put->born_ts, store_ts, put->reconsume, 0,
+        (const unsigned char *)PyBytes_AS_STRING(put->born_host),
+        (const unsigned char *)PyBytes_AS_STRING(put->store_host),
+        (const unsigned char *)PyBytes_AS_STRING(put->body),
+        (const unsigned char *)PyBytes_AS_STRING(put->topic_bytes),
+        PyBytes_GET_SIZE(put->born_host), PyBytes_GET_SIZE(put->store_host),
+        PyBytes_GET_SIZE(put->body), PyBytes_GET_SIZE(put->topic_bytes), put->props_len,
+    };
+    unsigned char *p = write_record_head(staging, &head);
+    memcpy(p, put->props, (size_t)put->props_len);
+    if (write_fully((int)fd, staging, (Py_ssize_t)put->total, start) < 0) {
+        refuse(self, (int)fd, staging, put->total, start);
+        goto done;
+    }
+    /* The record is in the file: account for it, the wrote position last (visible from then). */
+    next = PyLong_FromLongLong(queue_offset + 1);
+    if (next == NULL || PyDict_SetItem(table, key, next) < 0)
+        goto done;
+    appended = PyObject_GetAttr(self, s_appended);
+    if (appended == NULL)
+        goto done;
+    entry = Py_BuildValue("(LLLLOLLiO)", base + start, put->total, store_ts, queue_offset,
+                          put->topic, put->queue_id, put->sys_flag, 0, put->properties);
+    if (entry == NULL)
+        goto done;
+    attr = PyObject_CallMethodOneArg(appended, s_append, entry);
+    if (attr == NULL)
+        goto done;
+    Py_CLEAR(attr);
+    if (set_int_attr(mapped_file, s_store_timestamp, store_ts) < 0
+        || set_int_attr(mapped_file, s_wrote_position, end) < 0)
+        goto done;
+    put->offset = base + start;
+    put->queue_offset = queue_offset;
+    outcome = WROTE;
+done:
+    if (timed) {
+        /* Whatever happened, the lock is no longer held (else OS_PAGECACHE_BUSY on every put
+         * after a second). */
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        if (set_float_attr(self, s_begin_time_in_lock, 0.0) < 0) {
+            if (type == NULL) {
+                outcome = FAILED;
+                PyErr_Fetch(&type, &value, &traceback);
+            }
+            else {
+                PyErr_Clear();
+            }
+        }
+        PyErr_Restore(type, value, traceback);
+    }
+    PyMem_Free(staging);
+    Py_XDECREF(next);
+    Py_XDECREF(entry);
+    Py_XDECREF(appended);
+    Py_XDECREF(key);
+    Py_XDECREF(table);
+    Py_XDECREF(attr);
+    Py_XDECREF(mapped_file);
+    Py_XDECREF(files);
+    Py_XDECREF(queue);
+    return outcome;
+}
+
+/* Call the pure twin with the same arguments (args[0] is the CommitLog). */
+static PyObject *
+call_pure(PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *method = PyObject_GetAttr(args[0], s_pure);
+    if (method == NULL)
+        return NULL;
+    PyObject *result = PyObject_Vectorcall(method, args + 1, (size_t)(nargs - 1), NULL);
+    Py_DECREF(method);
+    return result;
+}
+
+/* An int argument that fits int32; 0 when it does not (the pure method decides). */
+static int
+int32_arg(PyObject *value, long long *out)
+{
+    if (!PyLong_CheckExact(value))
+        return 0;
+    int overflow = 0;
+    *out = PyLong_AsLongLongAndOverflow(value, &overflow);
+    return !overflow && *out >= INT32_MIN && *out <= INT32_MAX;
+}
+
+PyDoc_STRVAR(append_plain_doc,
+"append_plain(commit_log, topic, topic_bytes, queue_id, flag, body, properties, sys_flag,\n"
+"             born_timestamp, born_host, reconsume_times) -> tuple | None\n\n"
+"CommitLog.append_plain in one call (its pure twin: CommitLog._append_plain_pure): (wrote\n"
+"offset, total, queue offset, msgId, milliseconds in the lock), or None having written\n"
+"nothing.");
+
+#define APPEND_ARGS 11
+
+static PyObject *
+append_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != APPEND_ARGS) {
+        PyErr_Format(PyExc_TypeError, "append_plain() takes %d arguments (%zd given)",
+                     APPEND_ARGS, nargs);
+        return NULL;
+    }
+    PyObject *self = args[0];
+    Put put = {0};
+    put.topic = args[1];
+    put.topic_bytes = args[2];
+    put.body = args[5];
+    put.properties = args[6];
+    put.born_host = args[9];
+    int overflow = 0;
+    if (!int32_arg(args[3], &put.queue_id) || !int32_arg(args[4], &put.flag)
+        || !int32_arg(args[7], &put.sys_flag) || !int32_arg(args[10], &put.reconsume)
+        || !PyLong_CheckExact(args[8]) || !PyUnicode_CheckExact(put.topic)
+        || !PyBytes_CheckExact(put.topic_bytes) || PyBytes_GET_SIZE(put.topic_bytes) > 127
+        || !PyUnicode_CheckExact(put.properties) || !PyBytes_CheckExact(put.body)
+        || !PyBytes_CheckExact(put.born_host)
+        || (PyBytes_GET_SIZE(put.born_host) != 8 && PyBytes_GET_SIZE(put.born_host) != 20))
+        return call_pure(args, nargs); /* what the pure method copes with, or words */
+    put.born_ts = PyLong_AsLongLongAndOverflow(args[8], &overflow);
+    if (put.born_ts == -1 && PyErr_Occurred())
+        return NULL;
+    if (overflow)
+        return call_pure(args, nargs);
+    put.props = PyUnicode_AsUTF8AndSize(put.properties, &put.props_len);
+    if (put.props == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+            return NULL;
+        PyErr_Clear();
+        Py_RETURN_NONE; /* not UTF-8 (a lone surrogate): the general put words it */
+    }
+    Py_ssize_t body_len = PyBytes_GET_SIZE(put.body);
+    if (put.props_len > 32767 || body_len > 0x7FFFFFFF)
+        Py_RETURN_NONE;
+    put.store_host = PyObject_GetAttr(self, s_store_host_bytes);
+    if (put.store_host == NULL)
+        return NULL;
+    PyObject *result = NULL, *lock = NULL, *v6 = NULL;
+    if (!PyBytes_CheckExact(put.store_host)
+        || (PyBytes_GET_SIZE(put.store_host) != 8 && PyBytes_GET_SIZE(put.store_host) != 20)) {
+        result = call_pure(args, nargs);
+        goto out;
+    }
+    put.total = 72 + PyBytes_GET_SIZE(put.born_host) + PyBytes_GET_SIZE(put.store_host) + body_len
+        + 1 + PyBytes_GET_SIZE(put.topic_bytes) + 2 + put.props_len;
+    if (PyBytes_GET_SIZE(put.born_host) == 20)
+        put.sys_flag |= BORNHOST_V6_FLAG;
+    v6 = PyObject_GetAttr(self, s_store_host_v6);
+    if (v6 == NULL)
+        goto out;
+    int store_v6 = PyObject_IsTrue(v6);
+    if (store_v6 < 0)
+        goto out;
+    if (store_v6)
+        put.sys_flag |= STOREHOST_V6_FLAG;
+    put.crc = crc32_of((const unsigned char *)PyBytes_AS_STRING(put.body), body_len) & 0x7FFFFFFFu;
+
+    lock = PyObject_GetAttr(self, s_put_lock);
+    if (lock == NULL)
+        goto out;
+    PyObject *acquired = PyObject_CallMethodNoArgs(lock, s_acquire);
+    if (acquired == NULL)
+        goto out;
+    Py_DECREF(acquired);
+    int outcome = put_locked(self, &put);
+    {
+        /* Released whatever happened, keeping the put's own error first. */
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        PyObject *released = PyObject_CallMethodNoArgs(lock, s_release);
+        if (released == NULL) {
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(traceback);
+            goto out;
+        }
+        Py_DECREF(released);
+        PyErr_Restore(type, value, traceback);
+    }
+    if (outcome == FAILED)
+        goto out;
+    if (outcome == DECLINED) {
+        result = Py_NewRef(Py_None);
+        goto out;
+    }
+    if (outcome == DELEGATE) {
+        result = call_pure(args, nargs);
+        goto out;
+    }
+    double finished = clock_now(s_monotonic);
+    if (finished == -1.0 && PyErr_Occurred())
+        goto out;
+    PyObject *notified = PyObject_CallMethodNoArgs(self, s_notify_append);
+    if (notified == NULL)
+        goto out;
+    Py_DECREF(notified);
+    PyObject *prefix = PyObject_GetAttr(self, s_msg_id_prefix);
+    if (prefix == NULL)
+        goto out;
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llX", (unsigned long long)put.offset);
+    PyObject *msg_id = PyUnicode_FromFormat("%U%s", prefix, hex);
+    Py_DECREF(prefix);
+    if (msg_id == NULL)
+        goto out;
+    result = Py_BuildValue("(LLLNd)", put.offset, put.total, put.queue_offset, msg_id,
+                           (finished - put.begin) * 1000);
+out:
+    Py_XDECREF(v6);
+    Py_XDECREF(lock);
+    Py_DECREF(put.store_host);
+    return result;
+}
+
+static PyMethodDef append_methods[] = {
+    {"append_plain", (PyCFunction)(void (*)(void))append_plain, METH_FASTCALL, append_plain_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+#define INTERN(var, text)                                                                       \
+    do {                                                                                          \
+        if ((var = PyUnicode_InternFromString(text)) == NULL)                                     \
+            return -1;                                                                            \
+    } while (0)
+
+int
+append_add_functions(PyObject *module)
+{
+    INTERN(s_time, "time");
+    INTERN(s_monotonic, "monotonic");
+    INTERN(s_put_lock, "put_lock");
+    INTERN(s_acquire, "acquire");
+    INTERN(s_release, "release");
+    INTERN(s_mapped_file_queue, "mapped_file_queue");
+    INTERN(s_mapped_files, "mapped_files");
+    INTERN(s_write_buffer, "write_buffer");
+    INTERN(s_fd, "_fd");
+    INTERN(s_wrote_position, "wrote_position");
+    INTERN(s_file_size, "file_size");
+    INTERN(s_allocated_position, "allocated_position");
+    INTERN(s_file_from_offset, "file_from_offset");
+    INTERN(s_store_timestamp, "store_timestamp");
+    INTERN(s_store_host_bytes, "store_host_bytes");
+    INTERN(s_store_host_v6, "store_host_v6");
+    INTERN(s_page_warmer, "page_warmer");
+    INTERN(s_topic_queue_table, "topic_queue_table");
+    INTERN(s_appended, "appended");
+    INTERN(s_append, "append");
+    INTERN(s_msg_id_prefix, "_msg_id_prefix");
+    INTERN(s_begin_time_in_lock, "begin_time_in_lock");
+    INTERN(s_notify_append, "_notify_append");
+    INTERN(s_refusal, "_refusal");
+    INTERN(s_pure, "_append_plain_pure");
+    return PyModule_AddFunctions(module, append_methods);
+}
+
+#else /* _WIN32: no pwrite; the store appends through the mapping there (the pure method) */
+
+int
+append_add_functions(PyObject *module)
+{
+    (void)module;
+    return 0;
+}
+
+#endif

@@ -1,0 +1,215 @@
+"""The send lane (cluster/broker/send_lane.py) against the send processor it stands in for.
+
+Two real brokers (store, dispatch, index; no sockets) take the same request frames, one with
+the lane and one without. Whatever the lane answers must be what ``process`` answers, and the
+CommitLog and ConsumeQueues must end the same, byte for byte: the lane only ever takes the
+common send, and leaves everything else, untouched, to the processor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import tempfile
+import time as real_time
+from pathlib import Path
+from types import SimpleNamespace
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cluster.broker.config import load_broker_config
+from cluster.broker.controller import BrokerController
+from cluster.broker.topic_config import PERM_READ
+from cluster.remoting.codec import FrameDecoder, SerializeType, encode, request
+from cluster.remoting.codes import RequestCode, ResponseCode
+from storage import commitlog
+from storage.message import properties_to_string
+from tests.integration.procs import free_port
+
+FIXED_NOW = SimpleNamespace(time=lambda: 1_700_000_000.123, monotonic=real_time.monotonic)
+
+
+class RecordingTransport:
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def set_write_buffer_limits(self, high=None, low=None) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_extra_info(self, name, default=None):
+        return ("127.0.0.1", 54321) if name == "peername" else default
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+# A producer's common send, and now and then one thing that makes it another case: the lane
+# must take the first kind and leave every other to the processor.
+_TWISTS = {
+    "oneway": {"oneway": True}, "rocketmq": {"serialize": SerializeType.ROCKETMQ},
+    "batch": {"batch": True}, "broker picks the queue": {"queue_id": -1},
+    "no such queue": {"queue_id": 99}, "queue not a number": {"queue_id": "x"},
+    "retry topic": {"topic": "%RETRY%group"}, "new topic": {"topic": "fresh"},
+    "system topic": {"topic": "SCHEDULE_TOPIC_XXXX"}, "bad topic": {"topic": "bad/topic"},
+    "read-only topic": {"topic": "ReadOnly"}, "prepared": {"sys_flag": 4},
+    "committed": {"sys_flag": 8}, "host bits": {"sys_flag": 0x30}, "compressed": {"sys_flag": 1},
+    "forbidden bit": {"sys_flag": 1 << 20}, "negative reconsume": {"reconsume": -1},
+    "flag": {"flag": -7},
+    "delay": {"extra": {"DELAY": "2"}}, "delay 0": {"extra": {"DELAY": "0"}},
+    "transaction": {"extra": {"TRAN_MSG": "true", "PGROUP": "pg"}},
+    # (a delivery time, not a delay: a delay is counted from each run's own clock)
+    "timer": {"extra": {"TIMER_DELIVER_MS": str(int(real_time.time() * 1000) + 3_600_000)}},
+    "cluster": {"extra": {"CLUSTER": "other"}},
+    "no UNIQ_KEY": {"uniq": False},
+    "name twice": {"text": "UNIQ_KEY\x01x\x02UNIQ_KEY\x01y\x02"},
+    "no end": {"text": "UNIQ_KEY\x01x"}, "empty pair": {"text": "UNIQ_KEY\x01x\x02\x02"},
+}
+_sends = st.lists(st.fixed_dictionaries({
+    "code": st.sampled_from([RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_MESSAGE_V2,
+                             RequestCode.SEND_MESSAGE]),
+    "topic": st.sampled_from(["TopicTest", "orders"]),
+    "queue_id": st.integers(0, 3),
+    "tags": st.sampled_from([None, "TagA", "标签"]),
+    "keys": st.sampled_from([None, "k1", "k1 k2"]),
+    "uniq": st.text("0123456789ABCDEF", min_size=32, max_size=32),
+    "body": st.binary(min_size=0, max_size=300),
+    "twist": st.sampled_from([None] * 12 + sorted(_TWISTS)),
+}), min_size=1, max_size=20)
+
+
+def _frame(send: dict, opaque: int) -> bytes:
+    send = {"sys_flag": 0, "flag": 0, "reconsume": 0, "batch": False, "oneway": False,
+            "serialize": SerializeType.JSON, "extra": {}, "text": None,
+            **send, **_TWISTS.get(send["twist"], {})}
+    properties = {"TAGS": send["tags"], "KEYS": send["keys"], "WAIT": "true", **send["extra"]}
+    if send["uniq"]:
+        properties["UNIQ_KEY"] = send["uniq"]
+    text = send["text"] if send["text"] is not None else properties_to_string(
+        {name: value for name, value in properties.items() if value is not None})
+    values = {"producerGroup": "pg", "topic": send["topic"], "defaultTopic": "TBW102",
+              "defaultTopicQueueNums": 4, "queueId": send["queue_id"], "sysFlag": send["sys_flag"],
+              "bornTimestamp": 1_699_999_999_000, "flag": send["flag"], "properties": text,
+              "reconsumeTimes": send["reconsume"], "unitMode": False, "batch": send["batch"]}
+    if send["code"] == RequestCode.SEND_MESSAGE_V2:
+        values = dict(zip("abcdefghijkm", values.values(), strict=True))
+    return encode(request(send["code"], values, send["body"], oneway=send["oneway"],
+                          opaque=opaque, serialize_type=send["serialize"]))
+
+
+def _answers(data: bytes) -> list:
+    decoder = FrameDecoder()
+    decoder.feed(data)
+    answers = []
+    while (command := decoder.next_command()) is not None:
+        answers.append((command.code, command.opaque, command.remark, command.ext_fields))
+    return answers
+
+
+async def _run(folder: Path, frames: list[bytes], lane: bool, prepare=None, port: int = 0):
+    config, store_config, _ = load_broker_config({
+        "brokerName": "lane", "listenPort": str(port), "storePathRootDir": str(folder),
+        "autoCreateTopicEnable": "true", "brokerIP1": "127.0.0.1",
+        "mappedFileSizeCommitLog": "8192", "mappedFileSizeConsumeQueue": "200",
+    })
+    broker = BrokerController(config, store_config)
+    await broker.start()
+    try:
+        counter = itertools.count()
+        broker.uniq_ids.next_id = lambda: f"{next(counter):032X}"  # the same on both sides
+        broker.topics.create_in_send_message_method("ReadOnly", "TBW102", 4, 0)
+        broker.topics.table["ReadOnly"].perm = PERM_READ
+        if prepare is not None:
+            prepare(broker)
+        if not lane:
+            broker.server.lanes.clear()
+        connection = broker.server._new_connection()
+        transport = RecordingTransport()
+        connection.connection_made(transport)
+        for index, frame in enumerate(frames):
+            random.seed(index)  # (a queue the broker picks: the same pick on both sides)
+            connection.data_received(frame)
+            await asyncio.sleep(0)
+        assert broker.store.wait_dispatched()
+        log = [bytes(f.mm[: f.wrote_position]) for f in broker.store.commit_log.mapped_file_queue]
+        queues = {(topic, queue_id): [bytes(f.mm[: f.wrote_position])
+                                      for f in queue.mapped_file_queue]
+                  for topic, by_id in broker.store.consume_queue_table.items()
+                  for queue_id, queue in by_id.items()}
+        return _answers(bytes(transport.data)), log, queues
+    finally:
+        await broker.stop()
+
+
+def _both(frames: list[bytes], prepare=None):
+    # One port for both (one after the other): the store's host is in every record and msgId.
+    port = free_port()
+    with tempfile.TemporaryDirectory() as folder:
+        lane = asyncio.run(_run(Path(folder, "lane"), frames, True, prepare, port))
+        general = asyncio.run(_run(Path(folder, "general"), frames, False, prepare, port))
+    return lane, general
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(sends=_sends)
+def test_the_lane_answers_and_stores_what_the_processor_does(sends, monkeypatch):
+    monkeypatch.setattr(commitlog, "time", FIXED_NOW)
+    frames = [_frame(send, opaque) for opaque, send in enumerate(sends, 1)]
+    (answers, log, queues), (general_answers, general_log, general_queues) = _both(frames)
+    assert answers == general_answers
+    assert log == general_log
+    assert queues == general_queues
+
+
+def _plain(count: int, topic: str = "TopicTest") -> list[bytes]:
+    return [_frame({"code": RequestCode.SEND_MESSAGE_V2, "topic": topic, "queue_id": i % 4,
+                    "tags": None, "keys": None, "uniq": f"{i:032X}", "body": b"x" * 100,
+                    "twist": None}, i + 1) for i in range(count)]
+
+
+def test_the_lane_takes_the_common_send(tmp_path, monkeypatch):
+    monkeypatch.setattr(commitlog, "time", FIXED_NOW)
+    processed = []
+
+    def count_processor_calls(broker):
+        process = broker.server.processors[RequestCode.SEND_MESSAGE_V2]
+
+        def counted(connection, command):
+            processed.append(command.opaque)
+            return process(connection, command)
+
+        broker.server.processors[RequestCode.SEND_MESSAGE_V2] = counted
+
+    answers, _, _ = asyncio.run(_run(tmp_path, _plain(40), True, count_processor_calls))
+    assert [code for code, *_ in answers] == [ResponseCode.SUCCESS] * 40
+    # The processor saw only the first send (the topic made, the file made, the client's
+    # address learnt) and where the store had to claim blocks for the file.
+    assert processed[0] == 1
+    assert len(processed) <= 3
+
+
+def test_the_lane_leaves_a_broker_that_takes_no_writes_to_the_processor():
+    def read_only(broker):
+        broker.config.broker_permission = PERM_READ
+
+    (answers, log, _), (general, general_log, _) = _both(_plain(3), read_only)
+    assert answers == general
+    assert {code for code, *_ in answers} == {ResponseCode.NO_PERMISSION}
+    assert log == general_log
