@@ -17,7 +17,8 @@ else:
 
 setup(
     ext_modules=[
-        Extension("common._speedups", ["common/_speedups.c"], depends=["common/_text.h"],
+        Extension("common._speedups", ["common/_speedups.c", "common/_send_fields.c"],
+                  depends=["common/_text.h", "common/_header_fields.h", "common/_properties.h"],
                   extra_compile_args=_FLAGS, optional=True),
         Extension("common._storecore", ["common/_storecore.c", "common/_populator.c",
                                                 "common/_dispatch_run.c", "common/_pull_gather.c",

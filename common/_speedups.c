@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_header_fields.h"
 #include "_text.h"
 
 #define LANGUAGE_COUNT 14
@@ -1525,13 +1526,14 @@ ascii_true(PyObject *raw)
         && (p[3] | 0x20) == 'e';
 }
 
-/* One field into target[attr]: 1 done, 0 for the reference to decide, -1 on a Python error. */
-static int
-decode_header_field(PyObject *values, PyObject *spec, int aliased, PyObject *target)
+/* One field's value by its plan entry into *out (a new reference): 1 done, 0 for the
+ * reference to decide, -1 on a Python error. */
+int
+decode_header_value(PyObject *values, PyObject *spec, int aliased, PyObject **out)
 {
     if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 9)
         return 0;
-    PyObject *attr = PyTuple_GET_ITEM(spec, 0), *name = PyTuple_GET_ITEM(spec, 1);
+    PyObject *name = PyTuple_GET_ITEM(spec, 1);
     PyObject *shortname = PyTuple_GET_ITEM(spec, 2);
     long kind = PyLong_AsLong(PyTuple_GET_ITEM(spec, 3));
     if (kind == -1 && PyErr_Occurred())
@@ -1592,7 +1594,19 @@ decode_header_field(PyObject *values, PyObject *spec, int aliased, PyObject *tar
     else {
         return 0;
     }
-    int failed = PyDict_SetItem(target, attr, value);
+    *out = value;
+    return 1;
+}
+
+/* One field into target[attr]: 1 done, 0 for the reference to decide, -1 on a Python error. */
+static int
+decode_header_field(PyObject *values, PyObject *spec, int aliased, PyObject *target)
+{
+    PyObject *value = NULL;
+    int done = decode_header_value(values, spec, aliased, &value);
+    if (done <= 0)
+        return done;
+    int failed = PyDict_SetItem(target, PyTuple_GET_ITEM(spec, 0), value);
     Py_DECREF(value);
     return failed < 0 ? -1 : 1;
 }
@@ -1669,5 +1683,8 @@ PyInit__speedups(void)
         if (str_true == NULL)
             return NULL;
     }
-    return PyModule_Create(&module_def);
+    PyObject *module = PyModule_Create(&module_def);
+    if (module != NULL && send_fields_add_functions(module) < 0)
+        Py_CLEAR(module);
+    return module;
 }

@@ -309,8 +309,6 @@ dispatch_properties(PyObject *module, PyObject *text)
 /* ------------------------------------------------------------------------------------------ */
 /* properties_normalized                                                                        */
 
-#define MAX_NORMAL_SEGMENTS 64
-
 PyDoc_STRVAR(properties_normalized_doc,
 "properties_normalized(text) -> bool\n\n"
 "Whether parsing `text` as properties and writing them back gives `text` again\n"
@@ -328,28 +326,7 @@ properties_normalized(PyObject *module, PyObject *text)
             return NULL;
         Py_RETURN_FALSE; /* a lone surrogate: not what a client sends; the slow path copes */
     }
-    if (n == 0)
-        Py_RETURN_TRUE;
-    if (s[n - 1] != '\x02')
-        Py_RETURN_FALSE;
-    const char *names[MAX_NORMAL_SEGMENTS];
-    Py_ssize_t name_lengths[MAX_NORMAL_SEGMENTS];
-    int count = 0;
-    const char *segment = s, *end = s + n;
-    while (segment < end) {
-        const char *stop = memchr(segment, '\x02', (size_t)(end - segment)); /* found: ends in one */
-        const char *sep = memchr(segment, '\x01', (size_t)(stop - segment));
-        if (sep == NULL || sep == segment || sep + 1 == stop || count == MAX_NORMAL_SEGMENTS)
-            Py_RETURN_FALSE;
-        Py_ssize_t name_len = sep - segment;
-        for (int i = 0; i < count; i++)
-            if (name_lengths[i] == name_len && memcmp(names[i], segment, (size_t)name_len) == 0)
-                Py_RETURN_FALSE;
-        names[count] = segment;
-        name_lengths[count++] = name_len;
-        segment = stop + 1;
-    }
-    Py_RETURN_TRUE;
+    return PyBool_FromLong(normalized_properties(s, n));
 }
 
 /* ------------------------------------------------------------------------------------------ */

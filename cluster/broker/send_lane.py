@@ -20,12 +20,16 @@ that, request by request).
 
 from __future__ import annotations
 
-from cluster.broker.headers import SendMessageRequestHeader
+import functools
+from collections.abc import Callable
+
+from cluster.broker.headers import CLIENT_SYS_FLAGS, SendMessageRequestHeader
 from cluster.broker.topic_config import PERM_WRITE
 from cluster.remoting.codec import command_of
 from cluster.remoting.codes import RequestCode
-from cluster.remoting.header import HeaderError, fast_decoder
+from cluster.remoting.header import HeaderError, decoder_plan, fast_decoder
 from cluster.topic_validator import NOT_ALLOWED_SEND_TOPICS, RETRY_GROUP_TOPIC_PREFIX
+from common import speedups
 from storage.config import BrokerRole, FlushDiskType
 from storage.errors import PutMessageError
 from storage.message import (
@@ -41,61 +45,84 @@ _ASYNC_FLUSH = FlushDiskType.ASYNC_FLUSH
 _ASYNC_MASTER = BrokerRole.ASYNC_MASTER
 _SPECIAL = ("TRAN_MSG\x01", "CLUSTER\x01", "TIMER_", "DELAY\x01")  # (each: the general way)
 
+# (topic, queue id, flag, sysFlag without the host bits, born timestamp, properties, reconsume
+# times) of a frame the lane takes, or None.
+SendFields = tuple[str, int, int, int, int, str, int]
+
+
+def send_fields_pure(frame: tuple) -> SendFields | None:
+    """The fields of a split SEND_MESSAGE(_V2) frame that is the lane's case, else None: a
+    JSON request wanting its answer, a header the decoder accepts, no batch, a queue it names,
+    no transaction bits, not a retry topic, properties in normal form with a UNIQ_KEY and none
+    of TRAN_MSG, CLUSTER, TIMER_*, DELAY. (common/_send_fields.c is its compiled twin.)"""
+    # (end, code, opaque, flag, remark, extFields, language, version, serialize, body)
+    if frame[3] or frame[8]:  # oneway, or not JSON: not the answer's template
+        return None
+    try:
+        header = fast_decoder(SendMessageRequestHeader)(frame[5], frame[1] == _V2)
+    except HeaderError:  # refused: ``process`` words it
+        return None
+    topic = header.topic
+    text = header.properties
+    if (header.batch or header.queue_id < 0 or header.sys_flag & TRANSACTION_TYPE_MASK
+            or topic.startswith(RETRY_GROUP_TOPIC_PREFIX)):
+        return None
+    for special in _SPECIAL:
+        if special in text:
+            return None
+    if not ((text.startswith("UNIQ_KEY\x01") or "\x02UNIQ_KEY\x01" in text)
+            and properties_normalized(text)):
+        return None
+    return (topic, header.queue_id, header.flag, header.sys_flag & ~_HOST_FLAGS,
+            header.born_timestamp, text, header.reconsume_times)
+
+
+def _send_fields() -> Callable[[tuple], SendFields | None]:
+    compiled = getattr(speedups.core, "send_fields", None)
+    plan = decoder_plan(SendMessageRequestHeader)
+    if compiled is None or plan is None:
+        return send_fields_pure
+    return functools.partial(compiled, plan, _V2, CLIENT_SYS_FLAGS)
+
 
 class SendLane:
     """A lane (``RemotingServer.register_lane``) for SEND_MESSAGE_V2 and SEND_MESSAGE."""
 
-    __slots__ = ("_answers", "_born_hosts", "_broker", "_decode", "_processor")
+    __slots__ = ("_answers", "_born_hosts", "_broker", "_fields", "_processor")
 
     def __init__(self, processor) -> None:
         self._processor = processor
         self._broker = processor.broker
         self._answers = processor._answers  # (the processor's template: one answer format)
         self._born_hosts = processor._born_hosts
-        self._decode = fast_decoder(SendMessageRequestHeader)
+        self._fields = _send_fields()
 
     def __call__(self, connection, frame: tuple):
         """The answer's frame, or NotImplemented, having changed nothing, for ``process``."""
-        # (end, code, opaque, flag, remark, extFields, language, version, serialize, body)
-        if frame[3] or frame[8]:  # oneway, or not JSON: not the answer's template
+        fields = self._fields(frame)
+        if fields is None:
             return NotImplemented
-        try:
-            header = self._decode(frame[5], frame[1] == _V2)
-        except HeaderError:  # refused: ``process`` words it
-            return NotImplemented
+        topic, queue_id, flag, sys_flag, born_ts, text, reconsume_times = fields
         broker = self._broker
         store = broker.store
         store_config = store.config
-        topic = header.topic
-        text = header.properties
-        queue_id = header.queue_id
-        if (header.batch or queue_id < 0 or header.sys_flag & TRANSACTION_TYPE_MASK
-                or store_config.flush_disk_type is not _ASYNC_FLUSH
+        config = broker.config
+        if (store_config.flush_disk_type is not _ASYNC_FLUSH
                 or store_config.broker_role is not _ASYNC_MASTER
-                or topic in NOT_ALLOWED_SEND_TOPICS or topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
-                or not broker.config.broker_permission & PERM_WRITE):
+                or topic in NOT_ALLOWED_SEND_TOPICS or not config.broker_permission & PERM_WRITE):
             return NotImplemented
         topic_config = broker.topics.table.get(topic)
         if (topic_config is None or not topic_config.perm & PERM_WRITE
                 or queue_id >= max(topic_config.write_queue_nums, topic_config.read_queue_nums)):
             return NotImplemented
-        for special in _SPECIAL:
-            if special in text:
-                return NotImplemented
-        if not ((text.startswith("UNIQ_KEY\x01") or "\x02UNIQ_KEY\x01" in text)
-                and properties_normalized(text)):
-            return NotImplemented
-        born_host = connection.peer
-        host = self._born_hosts.get(born_host)
+        host = self._born_hosts.get(connection.peer)
         if host is None:
             return NotImplemented  # (the processor learns this client's address first)
         body = frame[9]
-        config = broker.config
         try:
-            put = store.put_plain(topic, queue_id, header.flag, body,
+            put = store.put_plain(topic, queue_id, flag, body,
                                   f"{text}CLUSTER\x01{config.broker_cluster_name}\x02",
-                                  header.sys_flag & ~_HOST_FLAGS, header.born_timestamp, host,
-                                  header.reconsume_times, False)
+                                  sys_flag, born_ts, host, reconsume_times, False)
         except PutMessageError as exc:
             return self._processor.refused(command_of(frame), exc)
         if put is None:

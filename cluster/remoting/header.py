@@ -262,13 +262,9 @@ def _compile_decoder(cls: type[RequestHeader]) -> Callable[[Mapping[str, str], b
     """The fastest decoder for ``cls``: the compiled core's, else straight-line Python. Both
     only accept, and hand whatever they would refuse to the reference decoder."""
     fill = getattr(speedups.core, "decode_header_fields", None)
-    if fill is None or any(type(spec) not in _FIELD_KINDS for spec in cls.fields):
+    plan = decoder_plan(cls)
+    if fill is None or plan is None:
         return _python_decoder(cls)
-    plan = tuple(
-        (spec.attr, spec.name, short, _FIELD_KINDS[type(spec)],
-         getattr(spec, "minimum", 0), getattr(spec, "maximum", 0), spec.default, spec.required,
-         -1 if getattr(spec, "max_length", None) is None else spec.max_length)  # type: ignore[attr-defined]
-        for spec, short in cls._aliased_fields)
     checks = tuple((spec.attr, spec.check) for spec in cls.fields if spec.check is not None)
     new, slow = object.__new__, cls._decode
 
@@ -284,6 +280,19 @@ def _compile_decoder(cls: type[RequestHeader]) -> Callable[[Mapping[str, str], b
         return header
 
     return decode
+
+
+def decoder_plan(cls: type[RequestHeader]) -> tuple | None:
+    """``cls``'s fields as the compiled core decodes them, one tuple a field in declaration
+    order: (attr, name, short name or None, kind, minimum, maximum, default, required, max
+    length or -1); None when a field is of a kind it does not decode."""
+    if any(type(spec) not in _FIELD_KINDS for spec in cls.fields):
+        return None
+    return tuple(
+        (spec.attr, spec.name, short, _FIELD_KINDS[type(spec)],
+         getattr(spec, "minimum", 0), getattr(spec, "maximum", 0), spec.default, spec.required,
+         -1 if getattr(spec, "max_length", None) is None else spec.max_length)  # type: ignore[attr-defined]
+        for spec, short in cls._aliased_fields)
 
 
 def _python_decoder(cls: type[RequestHeader]) -> Callable[[Mapping[str, str], bool], Any]:
