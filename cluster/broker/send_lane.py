@@ -1,23 +1,22 @@
-"""The common send, from a frame's fields to its answer's bytes, in one step.
+"""The common send, from a frame's fields to its answer, in one step.
 
 Nearly every SEND_MESSAGE_V2 (and SEND_MESSAGE) a broker gets is the same case: a producer's
-plain message to a topic that exists, on a queue it names, under ASYNC_FLUSH and ASYNC_MASTER,
-with properties as RocketMQ writes them. The general way to answer it goes through a command
-object, the server's dispatch, the header decorator, the processor and its put helper, the
-store's failure wrapper: ~20 Python calls before the store writes a byte, about half of the
-broker's CPU for one sender, whose answer waits for all of them. The lane takes that case
-straight from the tuple the decoder split (cluster/remoting/connection.py) to the store's
-one-step put and the answer's template.
+plain message to a topic that exists, on a queue it names, with properties as RocketMQ writes
+them. The general way to answer it goes through a command object, the server's dispatch, the
+header decorator, the processor and its put helper, the store's failure wrapper: ~20 Python
+calls before the store writes a byte, about half of the broker's CPU for one sender, whose
+answer waits for all of them. The lane takes that case straight from the tuple the decoder
+split (cluster/remoting/connection.py) to the store's one-step put and the answer's template
+(under SYNC_FLUSH or SYNC_MASTER, to the processor's wait for the disk or the slave).
 
 It decides nothing of its own: whatever is not that case (another serialization, a oneway
 request, a header the decoder refuses, a topic to create, a retry or transactional or delayed
-or timed message, a queue the broker picks, SYNC_FLUSH or SYNC_MASTER, a store that declines
-the one-step put) it leaves, having changed nothing, to ``SendMessageProcessor.process``, which
-answers exactly as it always did. What it does answer is what ``process`` answers for the same
-request, the same record in the CommitLog (tests/unit/broker/test_send_lane.py holds it to
-that, request by request).
+or timed message, a queue the broker picks, a store that declines the one-step put) it leaves,
+having changed nothing, to ``SendMessageProcessor.process``, which answers exactly as it always
+did. What it does answer is what ``process`` answers for the same request, with the same
+record in the CommitLog (tests/unit/broker/test_send_lane.py holds it to that, request by
+request, under each flush type and role).
 """
-
 from __future__ import annotations
 
 import functools
@@ -31,18 +30,20 @@ from cluster.remoting.header import HeaderError, decoder_plan, fast_decoder
 from cluster.topic_validator import NOT_ALLOWED_SEND_TOPICS, RETRY_GROUP_TOPIC_PREFIX
 from common import speedups
 from storage.config import BrokerRole, FlushDiskType
-from storage.errors import PutMessageError
+from storage.errors import PutMessageError, PutMessageStatus
 from storage.message import (
     BORNHOST_V6_FLAG,
     STOREHOSTADDRESS_V6_FLAG,
     TRANSACTION_TYPE_MASK,
     properties_normalized,
+    wait_store_msg_ok,
 )
 
 _V2 = int(RequestCode.SEND_MESSAGE_V2)
 _HOST_FLAGS = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
-_ASYNC_FLUSH = FlushDiskType.ASYNC_FLUSH
-_ASYNC_MASTER = BrokerRole.ASYNC_MASTER
+_SYNC_FLUSH = FlushDiskType.SYNC_FLUSH
+_SYNC_MASTER = BrokerRole.SYNC_MASTER
+_PUT_OK = PutMessageStatus.PUT_OK
 _SPECIAL = ("TRAN_MSG\x01", "CLUSTER\x01", "TIMER_", "DELAY\x01")  # (each: the general way)
 
 # (topic, queue id, flag, sysFlag without the host bits, born timestamp, properties, reconsume
@@ -107,9 +108,7 @@ class SendLane:
         store = broker.store
         store_config = store.config
         config = broker.config
-        if (store_config.flush_disk_type is not _ASYNC_FLUSH
-                or store_config.broker_role is not _ASYNC_MASTER
-                or topic in NOT_ALLOWED_SEND_TOPICS or not config.broker_permission & PERM_WRITE):
+        if topic in NOT_ALLOWED_SEND_TOPICS or not config.broker_permission & PERM_WRITE:
             return NotImplemented
         topic_config = broker.topics.table.get(topic)
         if (topic_config is None or not topic_config.perm & PERM_WRITE
@@ -119,15 +118,23 @@ class SendLane:
         if host is None:
             return NotImplemented  # (the processor learns this client's address first)
         body = frame[9]
+        role = store_config.broker_role
+        # Whether the producer waits for the disk or a slave (its WAIT property): only SYNC_FLUSH
+        # and SYNC_MASTER ask.
+        wait = ((store_config.flush_disk_type is _SYNC_FLUSH or role is _SYNC_MASTER)
+                and wait_store_msg_ok(text))
         try:
             put = store.put_plain(topic, queue_id, flag, body,
                                   f"{text}CLUSTER\x01{config.broker_cluster_name}\x02",
-                                  sys_flag, born_ts, host, reconsume_times, False)
+                                  sys_flag, born_ts, host, reconsume_times, wait)
         except PutMessageError as exc:
             return self._processor.refused(command_of(frame), exc)
         if put is None:
             return NotImplemented  # nothing written: the store's general put takes it
-        queue_offset, _, msg_id, _ = put
+        queue_offset, next_offset, msg_id, waiter = put
+        if waiter is not None or role is _SYNC_MASTER:  # answered when durable, as ``process``
+            return self._processor.answer_put(command_of(frame), topic, 1, msg_id, queue_id,
+                                              queue_offset, next_offset, _PUT_OK, waiter, wait)
         broker.stats.record_send(topic, 1, len(body))
         return self._answers.frame(frame[2], config.region_id,
                                    "true" if config.trace_on else "false", msg_id, queue_id,

@@ -257,7 +257,7 @@ class SendMessageProcessor:
             return self._answers.frame(command.opaque, config.region_id,
                                        "true" if config.trace_on else "false", msg_id, queue_id,
                                        queue_offset)
-        return self._answer_put(command, topic, 1, msg_id, queue_id, queue_offset, next_offset,
+        return self.answer_put(command, topic, 1, msg_id, queue_id, queue_offset, next_offset,
                                 PutMessageStatus.PUT_OK, waiter, wait)
 
     def _put(self, command, msg: MessageExtBrokerInner,
@@ -278,11 +278,11 @@ class SendMessageProcessor:
     def _answer(self, command, topic, result, waiter, wait: bool,
                 transaction_id=None) -> HandlerResult:
         append = result.append
-        return self._answer_put(command, topic, append.msg_num, append.msg_id, append.queue_id,
+        return self.answer_put(command, topic, append.msg_num, append.msg_id, append.queue_id,
                                 append.logics_offset, append.next_offset, result.status, waiter,
                                 wait, transaction_id)
 
-    def _answer_put(self, command, topic, msg_num, msg_id, queue_id, queue_offset, next_offset,
+    def answer_put(self, command, topic, msg_num, msg_id, queue_id, queue_offset, next_offset,
                     status, waiter, wait: bool, transaction_id=None) -> HandlerResult:
         """The SendMessageResponseHeader, once the put is as durable as the config asks: for
         the disk (SYNC_FLUSH: ``waiter``) and a slave (SYNC_MASTER) at once, a burst of sends

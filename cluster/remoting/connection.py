@@ -176,7 +176,7 @@ class RemotingConnection(asyncio.Protocol):
                 completed = True
                 lane = None if lanes is None else lanes.get(frame[1])
                 if (lane is not None and not frame[3] & RESPONSE_FLAG
-                        and self._on_lane(lane, frame)):
+                        and self._on_lane(lane, frame, before - decoder.pending)):
                     continue
                 self._on_command(command_of(frame), before - decoder.pending)
         except RemoteProtocolError as exc:
@@ -225,7 +225,7 @@ class RemotingConnection(asyncio.Protocol):
         if self._reading_paused and not self.closed.is_set():
             self._drain_decoder()  # frames held back by the in-flight limit go first
 
-    def _on_lane(self, lane: Lane, frame: tuple) -> bool:
+    def _on_lane(self, lane: Lane, frame: tuple, size: int) -> bool:
         """Let ``lane`` answer a request; False when it leaves it to the handler."""
         try:
             answer = lane(self, frame)
@@ -233,14 +233,14 @@ class RemotingConnection(asyncio.Protocol):
             answer = self._failed(command_of(frame))
         if answer is NotImplemented:
             return False
-        if type(answer) is bytes:
+        if type(answer) is bytes:  # nearly always: the answer at once, from its template
             try:
                 self.send_frame(answer)
             except RemotingConnectError:
                 log.debug("%s left before its answer to request %d", self.remote_address,
                           frame[1])
-        else:
-            self._reply(command_of(frame), answer)
+        else:  # a refusal, or an answer that waits (SYNC_FLUSH, SYNC_MASTER)
+            self._take_result(command_of(frame), answer, size)
         return True
 
     def _on_command(self, command: RemotingCommand, size: int = 0) -> None:
@@ -258,6 +258,10 @@ class RemotingConnection(asyncio.Protocol):
             result = self._handler(self, command)
         except Exception:
             result = self._failed(command)
+        self._take_result(command, result, size)
+
+    def _take_result(self, command: RemotingCommand, result: HandlerResult, size: int) -> None:
+        """Reply with a handler's result now, or once it is ready."""
         kind = type(result)
         if kind is bytes or kind is RemotingCommand or result is None:  # answered at once
             self._reply(command, result)  # type: ignore[arg-type]
