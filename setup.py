@@ -25,6 +25,7 @@ setup(
                                                 "common/_append.c"],
                   depends=["common/_text.h", "common/_bytes.h", "common/_index_entry.h",
                            "common/_properties.h", "common/_record.h", "common/_append.h",
+                           "common/_file_write.h",
                            "common/_populator.h",
                            "common/_dispatch_run.h", "common/_pull_gather.h"],
                   extra_compile_args=_FLAGS, optional=True),

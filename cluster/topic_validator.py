@@ -18,7 +18,7 @@ TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
-_VALID_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+_VALID_TOPIC = re.compile(r"[%|a-zA-Z0-9_-]+")  # (fullmatch: "$" would let a final "\n" in)
 # Clients may not send straight into these.
 NOT_ALLOWED_SEND_TOPICS = {SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TIMER_TOPIC}
 
@@ -31,7 +31,7 @@ def _name_problem(kind: str, name: str, limit: int) -> str | None:
         return f"the {kind} name is empty"
     if len(name) > limit:
         return f"the {kind} name is longer than {limit} characters: {name[:40]}…"
-    if not _VALID_TOPIC.match(name):
+    if not _VALID_TOPIC.fullmatch(name):
         return (f"the {kind} name {name[:40]!r} contains characters other than letters, digits, "
                 "%, -, _ and |")
     return None

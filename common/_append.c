@@ -6,9 +6,9 @@
  * with pwrite at the CommitLog's wrote position and accounted for (queue offset, the appended
  * entry dispatch reads, the file's wrote position) under the CommitLog's put lock, in one call
  * instead of ~10 of Python. It reads and writes the same attributes the pure method does, in
- * the same order, and returns what it returns; whatever it does not do itself (a transient
- * store pool's write buffer, the page warmer, values of an unexpected type or size) it hands
- * to the pure method before changing anything. tests/unit/storage/test_append_plain.py holds
+ * the same order (the page warmer's calls included), and returns what it returns; whatever it
+ * does not do itself (a transient store pool's write buffer, values of an unexpected type or
+ * size) it hands to the pure method before changing anything. tests/unit/storage/test_put_plain.py holds
  * the two to the same files and results.
  */
 
@@ -20,13 +20,12 @@
 #include <string.h>
 
 #include "_append.h"
+#include "_file_write.h"
 #include "_record.h"
 
 #ifndef _WIN32
-#include <unistd.h>
 
 #define END_FILE_MIN_BLANK_LENGTH 8
-#define WRITE_UNLOCKED (8 * 1024) /* as write_at: a big record's pwrite lets other threads run */
 
 /* storage.commitlog's namespace: its ``time`` is read there on every put, as the pure method
  * reads it (a test may give the module a clock of its own). */
@@ -37,7 +36,7 @@ static PyObject *s_write_buffer, *s_fd, *s_wrote_position, *s_file_size, *s_allo
 static PyObject *s_file_from_offset, *s_store_timestamp, *s_store_host_bytes, *s_store_host_v6;
 static PyObject *s_page_warmer, *s_topic_queue_table, *s_appended, *s_append;
 static PyObject *s_msg_id_prefix, *s_begin_time_in_lock, *s_notify_append, *s_refusal;
-static PyObject *s_pure;
+static PyObject *s_pure, *s_claim_early, *s_after_claim;
 
 /* An attribute that must be an int fitting int64; -1 with an exception set otherwise. */
 static int
@@ -104,34 +103,6 @@ clock_now(PyObject *name)
     return value;
 }
 
-/* pwrite all of data[0:n] at offset; 0, or -1 with errno set. */
-static int
-write_fully(int fd, const unsigned char *data, Py_ssize_t n, long long offset)
-{
-    while (n > 0) {
-        ssize_t done;
-        if (n >= WRITE_UNLOCKED) {
-            Py_BEGIN_ALLOW_THREADS
-            done = pwrite(fd, data, (size_t)n, (off_t)offset);
-            Py_END_ALLOW_THREADS
-        }
-        else {
-            done = pwrite(fd, data, (size_t)n, (off_t)offset);
-        }
-        if (done <= 0) {
-            if (done < 0 && errno == EINTR)
-                continue;
-            if (done == 0)
-                errno = EIO; /* no progress on a regular file: never loop on it */
-            return -1;
-        }
-        data += done;
-        n -= done;
-        offset += done;
-    }
-    return 0;
-}
-
 /* What a put under the lock came to. */
 enum { WROTE = 1, DECLINED = 0, DELEGATE = 2, FAILED = -1 };
 
@@ -146,18 +117,18 @@ typedef struct {
     double begin;
 } Put;
 
-/* A record written with pwrite failed: zero what was written (nothing else has changed yet and
- * the blocks are claimed), then raise the CommitLog's typed refusal for it from the OSError, as
- * the pure method does; a zeroing that fails raises its own OSError. */
+/* The put failed after the blocks were claimed (the exception is set: a pwrite's OSError, or
+ * whatever the page warmer's calls raised): zero what may have been written (nothing else has
+ * changed yet), then raise the CommitLog's typed refusal for it from the error, as the pure
+ * method does; a zeroing that fails raises its own OSError. */
 static void
 refuse(PyObject *self, int fd, unsigned char *staging, long long total, long long start)
 {
     PyObject *type, *value, *traceback;
-    PyErr_SetFromErrno(PyExc_OSError);
     PyErr_Fetch(&type, &value, &traceback);
     PyErr_NormalizeException(&type, &value, &traceback);
     memset(staging, 0, (size_t)total);
-    if (write_fully(fd, staging, (Py_ssize_t)total, start) < 0) {
+    if (pwrite_fully(fd, (const char *)staging, (Py_ssize_t)total, start) < 0) {
         Py_XDECREF(type);
         Py_XDECREF(value);
         Py_XDECREF(traceback);
@@ -166,6 +137,10 @@ refuse(PyObject *self, int fd, unsigned char *staging, long long total, long lon
     }
     if (traceback != NULL)
         PyException_SetTraceback(value, traceback);
+    if (!PyErr_GivenExceptionMatches(value, PyExc_Exception)) {
+        PyErr_Restore(type, value, traceback); /* (KeyboardInterrupt and the like: as they are) */
+        return;
+    }
     PyObject *refusal = PyObject_CallMethodOneArg(self, s_refusal, value);
     if (refusal != NULL) {
         PyException_SetCause(refusal, Py_NewRef(value));
@@ -185,6 +160,7 @@ put_locked(PyObject *self, Put *put)
     int outcome = FAILED;
     long long start, file_size, allocated, base, fd, queue_offset = 0;
     PyObject *queue = NULL, *files = NULL, *mapped_file = NULL, *attr = NULL, *table = NULL;
+    PyObject *warmer = NULL;
     PyObject *key = NULL, *appended = NULL, *entry = NULL, *next = NULL;
     unsigned char *staging = NULL;
     int timed = 0;
@@ -204,14 +180,9 @@ put_locked(PyObject *self, Put *put)
         goto done;
     }
     mapped_file = Py_NewRef(PyList_GET_ITEM(files, PyList_GET_SIZE(files) - 1));
-    attr = PyObject_GetAttr(self, s_page_warmer);
-    if (attr == NULL)
+    warmer = PyObject_GetAttr(self, s_page_warmer);
+    if (warmer == NULL)
         goto done;
-    if (attr != Py_None) { /* it claims blocks ahead: the pure method's work */
-        outcome = DELEGATE;
-        goto done;
-    }
-    Py_CLEAR(attr);
     attr = PyObject_GetAttr(mapped_file, s_write_buffer);
     if (attr == NULL)
         goto done;
@@ -279,9 +250,27 @@ put_locked(PyObject *self, Put *put)
         PyBytes_GET_SIZE(put->born_host), PyBytes_GET_SIZE(put->store_host),
         PyBytes_GET_SIZE(put->body), PyBytes_GET_SIZE(put->topic_bytes), put->props_len,
     };
+    if (warmer != Py_None) {
+        /* Claim the next step of blocks ahead, then ask for its pages (as the pure method). */
+        PyObject *upto = PyLong_FromLongLong(end);
+        if (upto != NULL) {
+            attr = PyObject_CallMethodOneArg(mapped_file, s_claim_early, upto);
+            if (attr != NULL) {
+                Py_DECREF(attr);
+                attr = PyObject_CallMethodObjArgs(warmer, s_after_claim, mapped_file, upto, NULL);
+            }
+            Py_DECREF(upto);
+            Py_CLEAR(attr);
+        }
+        if (PyErr_Occurred()) {
+            refuse(self, (int)fd, staging, put->total, start);
+            goto done;
+        }
+    }
     unsigned char *p = write_record_head(staging, &head);
     memcpy(p, put->props, (size_t)put->props_len);
-    if (write_fully((int)fd, staging, (Py_ssize_t)put->total, start) < 0) {
+    if (pwrite_fully((int)fd, (const char *)staging, (Py_ssize_t)put->total, start) < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
         refuse(self, (int)fd, staging, put->total, start);
         goto done;
     }
@@ -330,6 +319,7 @@ done:
     Py_XDECREF(key);
     Py_XDECREF(table);
     Py_XDECREF(attr);
+    Py_XDECREF(warmer);
     Py_XDECREF(mapped_file);
     Py_XDECREF(files);
     Py_XDECREF(queue);
@@ -473,6 +463,11 @@ append_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *prefix = PyObject_GetAttr(self, s_msg_id_prefix);
     if (prefix == NULL)
         goto out;
+    if (!PyUnicode_Check(prefix)) {
+        Py_DECREF(prefix);
+        PyErr_SetString(PyExc_TypeError, "the CommitLog's msgId prefix is not text");
+        goto out;
+    }
     char hex[17];
     snprintf(hex, sizeof hex, "%016llX", (unsigned long long)put.offset);
     PyObject *msg_id = PyUnicode_FromFormat("%U%s", prefix, hex);
@@ -527,6 +522,8 @@ append_add_functions(PyObject *module)
     INTERN(s_notify_append, "_notify_append");
     INTERN(s_refusal, "_refusal");
     INTERN(s_pure, "_append_plain_pure");
+    INTERN(s_claim_early, "claim_early");
+    INTERN(s_after_claim, "after_claim");
     return PyModule_AddFunctions(module, append_methods);
 }
 

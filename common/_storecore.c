@@ -37,6 +37,7 @@
 #include "_dispatch_run.h"
 #include "_pull_gather.h"
 #include "_record.h"
+#include "_file_write.h"
 #include "_append.h"
 #include "_text.h"
 #ifdef __linux__
@@ -892,7 +893,6 @@ PyDoc_STRVAR(write_at_doc,
 "letting go of the lock for it (as os.pwrite does) hands it to dispatch and back on every\n"
 "put. Raises OSError.");
 
-#define WRITE_AT_UNLOCKED (8 * 1024)
 
 static PyObject *
 write_at(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -920,29 +920,10 @@ write_at(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "write_at(): length or offset out of range");
         return NULL;
     }
-    const char *data = (const char *)view.buf;
-    while (length > 0) {
-        ssize_t done;
-        if (length >= WRITE_AT_UNLOCKED) {
-            Py_BEGIN_ALLOW_THREADS
-            done = pwrite((int)fd, data, (size_t)length, (off_t)offset);
-            Py_END_ALLOW_THREADS
-        } else {
-            done = pwrite((int)fd, data, (size_t)length, (off_t)offset);
-        }
-        if (done <= 0) {
-            if (done < 0 && errno == EINTR)
-                continue;
-            if (done == 0)
-                errno = EIO; /* no progress on a regular file: never loop on it */
-            PyBuffer_Release(&view);
-            return PyErr_SetFromErrno(PyExc_OSError);
-        }
-        data += done;
-        length -= done;
-        offset += done;
-    }
+    int failed = pwrite_fully((int)fd, (const char *)view.buf, length, offset);
     PyBuffer_Release(&view);
+    if (failed)
+        return PyErr_SetFromErrno(PyExc_OSError);
     Py_RETURN_NONE;
 }
 #endif

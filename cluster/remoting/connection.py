@@ -99,7 +99,7 @@ class RemotingConnection(asyncio.Protocol):
         lanes: dict[int, Lane] | None = None,
     ) -> None:
         self._handler = handler
-        self._lanes = lanes or None
+        self._lanes = lanes  # (the server's table: a lane registered later is seen too)
         self._on_close = on_close
         self._flow = flow
         self._inflight_bytes = 0

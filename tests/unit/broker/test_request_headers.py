@@ -229,3 +229,12 @@ def test_the_compiled_core_decodes_every_header_when_built():
     python = header_module._python_decoder
     assert all(header_module._compile_decoder(cls).__qualname__ != python(cls).__qualname__
                for cls in header_classes())
+
+
+@pytest.mark.parametrize("name", ["Topic\n", "Topic\r\n", "\nTopic", "To pic", "Topic/x"])
+def test_a_topic_or_group_name_with_a_line_break_or_other_character_is_refused(name):
+    # (a "$" anchor let a final "\n" through: a send auto-created a topic named "Topic\n")
+    from cluster.topic_validator import validate_group_name, validate_topic_name
+
+    assert validate_topic_name(name) is not None
+    assert validate_group_name(name) is not None

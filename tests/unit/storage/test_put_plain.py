@@ -109,15 +109,20 @@ def test_put_plain_writes_what_the_general_put_writes(messages):
 
 @pytest.mark.skipif(commitlog._append_plain_compiled is None, reason="no compiled core")
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(messages=_messages)
-def test_the_compiled_one_step_put_writes_what_the_pure_one_writes(messages):
+@given(messages=_messages, warm=st.booleans())
+def test_the_compiled_one_step_put_writes_what_the_pure_one_writes(messages, warm):
     # common/_append.c against CommitLog._append_plain_pure: the same answers (None where a file
     # ends or blocks must be claimed), the same files, the same entries for dispatch (the same
-    # ConsumeQueues dispatched from them).
+    # ConsumeQueues dispatched from them); with the page warmer (on by default beyond two
+    # CPUs: it claims blocks ahead of the writer) and without.
     with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as patch:
         patch.setattr(commitlog, "time", FIXED_NOW)
-        compiled, pure = _open(Path(folder, "compiled")), _open(Path(folder, "pure"))
+        compiled = _open(Path(folder, "compiled"), warm_commit_log_pages=warm)
+        pure = _open(Path(folder, "pure"), warm_commit_log_pages=warm)
+        assert warm or compiled.commit_log.page_warmer is None
         patch.setattr(pure.commit_log, "append_plain", pure.commit_log._append_plain_pure)
+        # The compiled put does all of these itself, the warmer's calls included.
+        patch.setattr(compiled.commit_log, "_append_plain_pure", _refuse_delegation)
         try:
             for (topic, queue_id, flag, body, props, sys_flag, born_ts, host, reconsume,
                  _) in messages:
@@ -142,6 +147,38 @@ def test_the_compiled_one_step_put_writes_what_the_pure_one_writes(messages):
         finally:
             compiled.shutdown()
             pure.shutdown()
+
+
+def _refuse_delegation(*_args):
+    raise AssertionError("the compiled put handed a plain message to the pure method")
+
+
+@pytest.mark.skipif(commitlog._append_plain_compiled is None, reason="no compiled core")
+def test_a_compiled_put_whose_warmer_fails_is_rolled_back_with_the_typed_refusal(store_factory,
+                                                                                 monkeypatch):
+    store = store_factory(mapped_file_size_commit_log=1 << 20, warm_commit_log_pages=True)
+    if store.commit_log.page_warmer is None:
+        pytest.skip("no page warmer here")
+    host = host_to_bytes("127.0.0.1", 40000)
+    while store.put_plain("TopicTest", 0, 0, b"x", "", 0, 1, host, 0) is None:
+        store.put_message(MessageExtBrokerInner("TopicTest", b"x", 0, 0, None, "", 0, 1,
+                                                ("127.0.0.1", 1)))
+    end = store.commit_log.get_max_offset()
+    next_queue_offset = store.commit_log.topic_queue_table[("TopicTest", 0)]
+
+    def broken(*_args):
+        raise RuntimeError("warmer bug")
+
+    monkeypatch.setattr(store.commit_log.page_warmer, "after_claim", broken)
+    with pytest.raises(AppendMessageError, match=r"rolled back.*warmer bug"):
+        store.put_plain("TopicTest", 0, 0, b"y", "", 0, 1, host, 0)
+    monkeypatch.undo()
+    assert store.commit_log.begin_time_in_lock == 0.0
+    assert store.stats.put_message_failed_times == 1
+    assert store.commit_log.get_max_offset() == end
+    assert store.commit_log.topic_queue_table[("TopicTest", 0)] == next_queue_offset
+    assert not store.commit_log.put_lock.locked()
+    assert store.put_plain("TopicTest", 0, 0, b"z", "", 0, 1, host, 0)[0] == next_queue_offset
 
 
 def test_put_plain_is_taken_for_most_messages(store_factory):
@@ -237,14 +274,14 @@ def test_a_failed_one_step_put_is_rolled_back_counted_and_frees_the_lock(store_f
 def test_a_compiled_put_whose_write_fails_changes_nothing_and_frees_the_lock(store_factory,
                                                                              monkeypatch,
                                                                              tmp_path):
-    store = store_factory(mapped_file_size_commit_log=1 << 20)
+    store = store_factory(mapped_file_size_commit_log=1 << 20, warm_commit_log_pages=False)
+    assert store.commit_log.page_warmer is None
     host = host_to_bytes("127.0.0.1", 40000)
     while store.put_plain("TopicTest", 0, 0, b"x", "", 0, 1, host, 0) is None:
         store.put_message(MessageExtBrokerInner("TopicTest", b"x", 0, 0, None, "", 0, 1,
                                                 ("127.0.0.1", 1)))
     end = store.commit_log.get_max_offset()
     next_queue_offset = store.commit_log.topic_queue_table[("TopicTest", 0)]
-    appended = len(store.commit_log.appended)
     mapped_file = store.commit_log.mapped_file_queue.mapped_files[-1]
     read_only = tmp_path / "read-only"
     read_only.write_bytes(b"")
@@ -261,7 +298,6 @@ def test_a_compiled_put_whose_write_fails_changes_nothing_and_frees_the_lock(sto
     assert store.stats.put_message_failed_times == 1
     assert store.commit_log.get_max_offset() == end
     assert store.commit_log.topic_queue_table[("TopicTest", 0)] == next_queue_offset
-    assert len(store.commit_log.appended) == appended
     assert not store.commit_log.put_lock.locked()
     assert store.put_plain("TopicTest", 0, 0, b"z", "", 0, 1, host, 0)[0] == next_queue_offset
 
