@@ -13,6 +13,7 @@ import itertools
 import random
 import tempfile
 import time as real_time
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -136,7 +137,7 @@ async def _run(folder: Path, frames: list[bytes], lane: bool, prepare=None,
         "autoCreateTopicEnable": "true", "brokerIP1": "127.0.0.1",
         "mappedFileSizeCommitLog": "8192", "mappedFileSizeConsumeQueue": "200",
         "flushDiskType": durability[0], "brokerRole": durability[1],
-        "syncFlushTimeout": "2000",
+        "syncFlushTimeout": "2000", "maxMessageSize": "250",  # (some bodies are over it)
     })
     broker = BrokerController(config, store_config)
     await broker.start()
@@ -170,7 +171,11 @@ async def _run(folder: Path, frames: list[bytes], lane: bool, prepare=None,
                                       for f in queue.mapped_file_queue]
                   for topic, by_id in broker.store.consume_queue_table.items()
                   for queue_id, queue in by_id.items()}
-        return _answers(bytes(transport.data)), log, queues
+        counts = (broker.stats.put_total, dict(broker.stats.put_by_topic),
+                  dict(broker.stats.put_bytes_by_topic), broker.store.stats.put_message_times_total,
+                  broker.store.stats.put_message_failed_times,
+                  dict(broker.store.stats.topic_put_times))
+        return _answers(bytes(transport.data)), log, (queues, counts)
     finally:
         await broker.stop()
 
@@ -195,7 +200,7 @@ def test_the_lane_answers_and_stores_what_the_processor_does(sends, durability, 
         frames, durability=durability)
     assert answers == general_answers
     assert log == general_log
-    assert queues == general_queues
+    assert queues == general_queues  # (and the broker's and the store's counts)
 
 
 _names = st.sampled_from([*"abcdefghijklmn", "topic", "queueId", "properties", "sysFlag",
@@ -258,6 +263,23 @@ def test_the_lane_takes_the_common_send(tmp_path, monkeypatch):
     # address learnt) and where the store had to claim blocks for the file.
     assert processed[0] == 1
     assert len(processed) <= 3
+
+
+def test_a_response_with_a_lanes_code_never_reaches_the_lane():
+    # A peer's frame flagged as a response is matched to a request of ours, whatever its code.
+    from cluster.remoting.connection import RemotingConnection
+
+    async def scenario():
+        called = []
+        connection = RemotingConnection(lambda connection, command: None, lanes={
+            int(RequestCode.SEND_MESSAGE_V2): lambda connection, frame: called.append(frame)})
+        connection.connection_made(RecordingTransport())
+        response = request(RequestCode.SEND_MESSAGE_V2, {"b": "TopicTest"}, b"x", opaque=9)
+        connection.data_received(encode(response.make_response(0)) + encode(
+            replace(response, flag=response.flag | 1)))  # (a request's code, flagged a response)
+        return called
+
+    assert asyncio.run(scenario()) == []
 
 
 def test_the_lane_leaves_a_broker_that_takes_no_writes_to_the_processor():
