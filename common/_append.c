@@ -55,27 +55,19 @@ int_attr(PyObject *obj, PyObject *name, long long *out)
     return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
 }
 
+/* obj.name = value, taking the new reference `value` (NULL: its creation failed). */
 static int
-set_int_attr(PyObject *obj, PyObject *name, long long value)
+set_attr_new(PyObject *obj, PyObject *name, PyObject *value)
 {
-    PyObject *v = PyLong_FromLongLong(value);
-    if (v == NULL)
+    if (value == NULL)
         return -1;
-    int failed = PyObject_SetAttr(obj, name, v);
-    Py_DECREF(v);
+    int failed = PyObject_SetAttr(obj, name, value);
+    Py_DECREF(value);
     return failed;
 }
 
-static int
-set_float_attr(PyObject *obj, PyObject *name, double value)
-{
-    PyObject *v = PyFloat_FromDouble(value);
-    if (v == NULL)
-        return -1;
-    int failed = PyObject_SetAttr(obj, name, v);
-    Py_DECREF(v);
-    return failed;
-}
+#define set_int_attr(obj, name, v) set_attr_new(obj, name, PyLong_FromLongLong(v))
+#define set_float_attr(obj, name, v) set_attr_new(obj, name, PyFloat_FromDouble(v))
 
 /* ``time.<name>()`` with the CommitLog module's ``time``, as a double; -1.0 with an exception
  * set on failure. */

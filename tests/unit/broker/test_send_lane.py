@@ -33,37 +33,9 @@ from common import speedups
 from storage import commitlog
 from storage.message import properties_to_string
 from storage.message_id import host_to_bytes
+from tests.unit.remoting.transports import RecordingTransport
 
 FIXED_NOW = SimpleNamespace(time=lambda: 1_700_000_000.123, monotonic=real_time.monotonic)
-
-
-class RecordingTransport:
-    def __init__(self) -> None:
-        self.data = bytearray()
-
-    def write(self, data: bytes) -> None:
-        self.data += data
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def set_write_buffer_limits(self, high=None, low=None) -> None:
-        pass
-
-    def is_closing(self) -> bool:
-        return False
-
-    def get_extra_info(self, name, default=None):
-        return ("127.0.0.1", 54321) if name == "peername" else default
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 # A producer's common send, and now and then one thing that makes it another case: the lane
@@ -175,7 +147,7 @@ async def _run(folder: Path, frames: list[bytes], lane: bool, prepare=None,
                   dict(broker.stats.put_bytes_by_topic), broker.store.stats.put_message_times_total,
                   broker.store.stats.put_message_failed_times,
                   dict(broker.store.stats.topic_put_times))
-        return _answers(bytes(transport.data)), log, (queues, counts)
+        return _answers(b"".join(transport.writes)), log, (queues, counts)
     finally:
         await broker.stop()
 

@@ -13,6 +13,15 @@ class RecordingTransport:
     def get_write_buffer_size(self) -> int:
         return 0
 
+    def set_write_buffer_limits(self, high=None, low=None) -> None:
+        pass  # (a server's connection sets its flow control's marks)
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
     def is_closing(self) -> bool:
         return False
 

@@ -149,6 +149,28 @@ def test_the_compiled_one_step_put_writes_what_the_pure_one_writes(messages, war
             pure.shutdown()
 
 
+def _taking_one_step_puts(store) -> tuple[bytes, int, int]:
+    """Put until the one-step put takes a message (the file made, its blocks claimed); the born
+    host, the CommitLog's end and the queue's next offset then."""
+    host = host_to_bytes("127.0.0.1", 40000)
+    while store.put_plain("TopicTest", 0, 0, b"x", "", 0, 1, host, 0) is None:
+        store.put_message(MessageExtBrokerInner("TopicTest", b"x", 0, 0, None, "", 0, 1,
+                                                ("127.0.0.1", 1)))
+    return host, store.commit_log.get_max_offset(), \
+        store.commit_log.topic_queue_table[("TopicTest", 0)]
+
+
+def _assert_rolled_back(store, host: bytes, end: int, next_queue_offset: int) -> None:
+    """A failed one-step put changed nothing, was counted, let go of the lock; the next put
+    takes the queue offset the failed one would have had."""
+    assert store.commit_log.begin_time_in_lock == 0.0
+    assert store.stats.put_message_failed_times == 1
+    assert store.commit_log.get_max_offset() == end
+    assert store.commit_log.topic_queue_table[("TopicTest", 0)] == next_queue_offset
+    assert not store.commit_log.put_lock.locked()
+    assert store.put_plain("TopicTest", 0, 0, b"z", "", 0, 1, host, 0)[0] == next_queue_offset
+
+
 def _refuse_delegation(*_args):
     raise AssertionError("the compiled put handed a plain message to the pure method")
 
@@ -159,12 +181,7 @@ def test_a_compiled_put_whose_warmer_fails_is_rolled_back_with_the_typed_refusal
     store = store_factory(mapped_file_size_commit_log=1 << 20, warm_commit_log_pages=True)
     if store.commit_log.page_warmer is None:
         pytest.skip("no page warmer here")
-    host = host_to_bytes("127.0.0.1", 40000)
-    while store.put_plain("TopicTest", 0, 0, b"x", "", 0, 1, host, 0) is None:
-        store.put_message(MessageExtBrokerInner("TopicTest", b"x", 0, 0, None, "", 0, 1,
-                                                ("127.0.0.1", 1)))
-    end = store.commit_log.get_max_offset()
-    next_queue_offset = store.commit_log.topic_queue_table[("TopicTest", 0)]
+    host, end, next_queue_offset = _taking_one_step_puts(store)
 
     def broken(*_args):
         raise RuntimeError("warmer bug")
@@ -173,12 +190,7 @@ def test_a_compiled_put_whose_warmer_fails_is_rolled_back_with_the_typed_refusal
     with pytest.raises(AppendMessageError, match=r"rolled back.*warmer bug"):
         store.put_plain("TopicTest", 0, 0, b"y", "", 0, 1, host, 0)
     monkeypatch.undo()
-    assert store.commit_log.begin_time_in_lock == 0.0
-    assert store.stats.put_message_failed_times == 1
-    assert store.commit_log.get_max_offset() == end
-    assert store.commit_log.topic_queue_table[("TopicTest", 0)] == next_queue_offset
-    assert not store.commit_log.put_lock.locked()
-    assert store.put_plain("TopicTest", 0, 0, b"z", "", 0, 1, host, 0)[0] == next_queue_offset
+    _assert_rolled_back(store, host, end, next_queue_offset)
 
 
 def test_put_plain_is_taken_for_most_messages(store_factory):
@@ -247,12 +259,7 @@ def test_put_plain_refuses_as_the_general_put_does(store_factory):
 def test_a_failed_one_step_put_is_rolled_back_counted_and_frees_the_lock(store_factory,
                                                                          monkeypatch):
     store = store_factory(mapped_file_size_commit_log=1 << 20)
-    host = host_to_bytes("127.0.0.1", 40000)
-    while store.put_plain("TopicTest", 0, 0, b"x", "", 0, 1, host, 0) is None:
-        store.put_message(MessageExtBrokerInner("TopicTest", b"x", 0, 0, None, "", 0, 1,
-                                                ("127.0.0.1", 1)))
-    end = store.commit_log.get_max_offset()
-    next_queue_offset = store.commit_log.topic_queue_table[("TopicTest", 0)]
+    host, end, next_queue_offset = _taking_one_step_puts(store)
 
     def broken(*_args):
         raise RuntimeError("encoder bug")
@@ -276,12 +283,7 @@ def test_a_compiled_put_whose_write_fails_changes_nothing_and_frees_the_lock(sto
                                                                              tmp_path):
     store = store_factory(mapped_file_size_commit_log=1 << 20, warm_commit_log_pages=False)
     assert store.commit_log.page_warmer is None
-    host = host_to_bytes("127.0.0.1", 40000)
-    while store.put_plain("TopicTest", 0, 0, b"x", "", 0, 1, host, 0) is None:
-        store.put_message(MessageExtBrokerInner("TopicTest", b"x", 0, 0, None, "", 0, 1,
-                                                ("127.0.0.1", 1)))
-    end = store.commit_log.get_max_offset()
-    next_queue_offset = store.commit_log.topic_queue_table[("TopicTest", 0)]
+    host, end, next_queue_offset = _taking_one_step_puts(store)
     mapped_file = store.commit_log.mapped_file_queue.mapped_files[-1]
     read_only = tmp_path / "read-only"
     read_only.write_bytes(b"")
@@ -294,12 +296,7 @@ def test_a_compiled_put_whose_write_fails_changes_nothing_and_frees_the_lock(sto
     finally:
         os.close(fd)
     monkeypatch.undo()
-    assert store.commit_log.begin_time_in_lock == 0.0
-    assert store.stats.put_message_failed_times == 1
-    assert store.commit_log.get_max_offset() == end
-    assert store.commit_log.topic_queue_table[("TopicTest", 0)] == next_queue_offset
-    assert not store.commit_log.put_lock.locked()
-    assert store.put_plain("TopicTest", 0, 0, b"z", "", 0, 1, host, 0)[0] == next_queue_offset
+    _assert_rolled_back(store, host, end, next_queue_offset)
 
 
 def test_statistics_that_fail_do_not_fail_a_stored_message(store_factory, monkeypatch):
