@@ -158,6 +158,38 @@ def test_late_reply_after_timeout_is_dropped():
     run(main())
 
 
+def test_each_request_times_out_at_its_own_deadline_whatever_came_before():
+    # One timer a connection, at the earliest deadline: a short timeout after a long one must
+    # not wait for the long one, and the long one still ends at its own.
+    async def main():
+        server = await _server()
+        client = RemotingClient()
+        loop = asyncio.get_running_loop()
+        try:
+            started = loop.time()
+            slow = asyncio.ensure_future(
+                client.invoke(server.address, request(1001, {"seconds": 3}), timeout=0.6))
+            await asyncio.sleep(0.05)
+            with pytest.raises(RemotingTimeoutError):
+                await client.invoke(server.address, request(1001, {"seconds": 3}), timeout=0.1)
+            assert loop.time() - started < 0.45
+            assert not slow.done()
+            with pytest.raises(RemotingTimeoutError):
+                await slow
+            assert 0.55 < loop.time() - started < 1.5
+            # Answered requests leave no deadline behind, and the timer is armed again.
+            response = await client.invoke(server.address, request(1000, {"x": "next"}), 1.0)
+            assert response.field("echo") == "next"
+            connection = next(iter(client._connections.values()))
+            assert not connection._deadlines
+            assert not connection._pending
+        finally:
+            await client.close()
+            await server.stop()
+
+    run(main())
+
+
 def test_server_can_call_the_client_on_the_same_connection():
     async def client_handler(connection, command):
         assert command.code == 40
