@@ -53,15 +53,23 @@ def _guarded(flags: RunningFlags, flag: str, what: str, action: Callable[[], obj
     return True
 
 
+# How recent a round's newest request must be for a put to join it (seconds).
+_JOIN_WITHIN = 0.01
+
+
 class GroupCommitRequest:
     """A writer's wait for everything before ``next_offset`` to be flushed (or replicated)."""
 
-    __slots__ = ("_callbacks", "_done", "_event", "_lock", "deadline", "flush_ok", "next_offset")
+    __slots__ = ("_callbacks", "_done", "_event", "_lock", "deadline", "flush_ok", "flushed_to",
+                 "next_offset")
 
     def __init__(self, next_offset: int, timeout_ms: int) -> None:
         self.next_offset = next_offset
         self.deadline = time.monotonic() + timeout_ms / 1000
         self.flush_ok = False
+        # Where the flush stood when the request was resolved: the sends that share a request
+        # (GroupCommitService.request_flush) each judge their own end by it.
+        self.flushed_to = -1
         self._done = False
         self._event: threading.Event | None = None  # made only for a blocking waiter
         self._callbacks: list[Callable[[bool], None]] = []
@@ -178,6 +186,26 @@ class GroupCommitService(ServiceThread):
             self._requests_write.append(request)
         self.wakeup()
 
+    def request_flush(self, next_offset: int, timeout_ms: int) -> GroupCommitRequest:
+        """A wait for everything before ``next_offset`` to be flushed. Every request the
+        flush thread takes in one round is resolved by that round's one flush, so a put joins
+        the round's newest request while the thread has not taken it yet (moving its end up)
+        instead of filing its own: one object, lock, wakeup and completion a round, not a put.
+        A request older than a few milliseconds (one a round put back) is not joined: its
+        deadline would not be the new put's."""
+        now = time.monotonic()
+        with self._swap_lock:
+            requests = self._requests_write
+            if requests:
+                last = requests[-1]
+                if not last._done and last.deadline - now > timeout_ms / 1000 - _JOIN_WITHIN:
+                    last.next_offset = max(last.next_offset, next_offset)
+                    return last
+            request = GroupCommitRequest(next_offset, timeout_ms)
+            requests.append(request)
+        self.wakeup()
+        return request
+
     def on_wait_end(self) -> None:
         with self._swap_lock:
             self._requests_write, self._requests_read = self._requests_read, self._requests_write
@@ -203,6 +231,7 @@ class GroupCommitService(ServiceThread):
             flushed = queue.flushed_where
             now = time.monotonic()
             for request in requests:
+                request.flushed_to = flushed
                 if flushed >= request.next_offset:
                     request.complete(True)
                 elif not ok or now >= request.deadline:
@@ -225,6 +254,7 @@ class GroupCommitService(ServiceThread):
         self.on_wait_end()
         self._do_commit()
         for request in self._requests_write + self._requests_read:
+            request.flushed_to = self.queue.flushed_where
             request.complete(self.queue.flushed_where >= request.next_offset)
 
 

@@ -385,9 +385,7 @@ class DefaultMessageStore(MessageLookup):
         service = self.flush_service
         if isinstance(service, GroupCommitService):
             if wait:
-                request = GroupCommitRequest(next_offset, self.config.sync_flush_timeout)
-                service.put_request(request)
-                return request
+                return service.request_flush(next_offset, self.config.sync_flush_timeout)
             service.wakeup()
             return None
         if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH and wait:

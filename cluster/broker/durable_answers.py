@@ -118,7 +118,10 @@ class DurableAnswers:
             if future.done():  # cancelled: its connection closed
                 continue
             status = put_status
-            if request is not None and not flushed and not (request.done() and request.flush_ok):
+            if request is not None and not flushed and not (request.done() and (
+                    request.flush_ok or request.flushed_to >= next_offset)):
+                # (its own end: sends of a round share one request, GroupCommitService.
+                # request_flush, and an older one's bytes may be flushed when the newest's are not)
                 status = PutMessageStatus.FLUSH_DISK_TIMEOUT
             elif wants_replica and not replicated and acked < next_offset:
                 status = PutMessageStatus.FLUSH_SLAVE_TIMEOUT

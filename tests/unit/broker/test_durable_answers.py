@@ -76,6 +76,23 @@ def test_a_late_flush_times_out_only_the_sends_whose_own_bytes_were_not_flushed(
     asyncio.run(run())
 
 
+def test_sends_sharing_a_request_are_judged_by_where_the_flush_stood():
+    # The puts of one group-commit round share its request (GroupCommitService.request_flush):
+    # a flush that got past the older send's end but not the newer's fails only the newer.
+    async def run():
+        loop = asyncio.get_running_loop()
+        answers = DurableAnswers(_broker(loop, timeout_ms=0))
+        shared = GroupCommitRequest(200, 0)
+        first = answers.answer_when_durable(100, shared, False, OK, _respond("older"))
+        second = answers.answer_when_durable(200, shared, False, OK, _respond("newer"))
+        shared.flushed_to = 150
+        threading.Thread(target=shared.complete, args=(False,)).start()
+        assert await asyncio.wait_for(first, 3) == ("older", OK)
+        assert await asyncio.wait_for(second, 3) == ("newer", PutMessageStatus.FLUSH_DISK_TIMEOUT)
+
+    asyncio.run(run())
+
+
 def test_one_replica_wait_a_burst_and_a_timeout_spares_what_the_slave_did_acknowledge():
     async def run():
         loop = asyncio.get_running_loop()
