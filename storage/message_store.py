@@ -408,7 +408,9 @@ class DefaultMessageStore(MessageLookup):
 
     @staticmethod
     def _await_flush(result: PutMessageResult, request: GroupCommitRequest | None) -> PutMessageResult:
-        if request is not None and not request.wait():
+        # (its own end: the puts of a round share the request, GroupCommitService.request_flush)
+        if (request is not None and not request.wait()
+                and (result.append is None or request.flushed_to < result.append.next_offset)):
             log.error("group commit: flush did not finish within syncFlushTimeout")
             result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
         return result

@@ -60,3 +60,21 @@ def test_requests_are_resolved_with_where_the_flush_stood(store_factory):
         service._do_commit()
     assert request.flush_ok
     assert request.flushed_to >= end
+
+
+def test_a_blocking_put_whose_own_bytes_were_flushed_is_put_ok_though_its_round_failed():
+    from storage.errors import PutMessageStatus
+    from storage.message_store import DefaultMessageStore
+
+    class Result:
+        status = PutMessageStatus.PUT_OK
+        append = type("Append", (), {"next_offset": 100})()
+
+    shared = GroupCommitRequest(200, 0)
+    shared.flushed_to = 150
+    shared.complete(False)  # the round's newest end was not reached; this put's was
+    assert DefaultMessageStore._await_flush(Result(), shared).status is PutMessageStatus.PUT_OK
+    later = Result()
+    later.append = type("Append", (), {"next_offset": 200})()
+    assert DefaultMessageStore._await_flush(later, shared).status \
+        is PutMessageStatus.FLUSH_DISK_TIMEOUT
