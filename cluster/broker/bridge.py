@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import logging
 import threading
 from collections import deque
+from collections.abc import Callable
+
+log = logging.getLogger(__name__)
 
 
 class LoopBridge:
-    """Resolves asyncio futures from other threads.
+    """Runs store completions (from the store's threads) on the loop.
 
     A group commit completes dozens of requests at once; waking the loop once for all of them
-    (not once each, as ``call_soon_threadsafe`` per future would) keeps 64 writers cheap.
+    (not once each, as ``call_soon_threadsafe`` per completion would) keeps 64 writers cheap.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -20,8 +25,9 @@ class LoopBridge:
         self.scheduled = False
         self.lock = threading.Lock()
 
-    def resolve_later(self, future: asyncio.Future, value: object) -> None:
-        self.pending.append((future, value))
+    def call(self, callback: Callable[[object], None], value: object) -> None:
+        """Call ``callback(value)`` on the loop soon; from any thread."""
+        self.pending.append((callback, value))
         with self.lock:
             if self.scheduled:
                 return
@@ -33,22 +39,37 @@ class LoopBridge:
             self.scheduled = False
         pending = self.pending
         while pending:
-            future, value = pending.popleft()
-            if not future.done():
-                future.set_result(value)
+            callback, value = pending.popleft()
+            try:
+                callback(value)
+            except Exception:  # one broken completion must not strand the others
+                log.exception("a store completion failed on the event loop")
 
-    def future_of(self, request, timeout: float | None = None) -> asyncio.Future:
-        """An asyncio future resolved with a GroupCommitRequest's outcome, or with False after
-        ``timeout`` seconds (a timer, not ``asyncio.wait_for``: that costs a SYNC_FLUSH send
-        a waiter future, callbacks and a cancellation of its own)."""
-        future = self.loop.create_future()
-        if timeout is not None:
-            timer = self.loop.call_later(timeout, _resolve_if_pending, future, False)
-            future.add_done_callback(lambda _done: timer.cancel())
-        request.add_done_callback(lambda ok: self.resolve_later(future, ok))
-        return future
+    def when_done(self, request, timeout: float, callback: Callable[[bool], None]) -> None:
+        """Call ``callback(ok)`` once, on the loop: with a GroupCommitRequest's outcome, or
+        with False after ``timeout`` seconds. Called, not scheduled: an asyncio future here
+        cost a loop iteration before its waiter heard of it. Call from the loop."""
+        once = _Once(callback)
+        once.timer = self.loop.call_later(timeout, once, False)
+        if request.done():  # (flushed already: no hop through the bridge)
+            once(request.flush_ok)
+        else:
+            request.add_done_callback(functools.partial(self.call, once))
 
 
-def _resolve_if_pending(future: asyncio.Future, value: object) -> None:
-    if not future.done():
-        future.set_result(value)
+class _Once:
+    """A callback that runs once, and stops its timer when it does."""
+
+    __slots__ = ("callback", "timer")
+
+    def __init__(self, callback: Callable[[bool], None]) -> None:
+        self.callback: Callable[[bool], None] | None = callback
+        self.timer: asyncio.TimerHandle | None = None
+
+    def __call__(self, ok: object) -> None:
+        callback, self.callback = self.callback, None
+        if callback is None:
+            return
+        if self.timer is not None:
+            self.timer.cancel()
+        callback(ok is True)

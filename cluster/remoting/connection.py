@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from cluster.remoting.codec import RESPONSE_FLAG, FrameDecoder, RemotingCommand, command_of, encode
+from cluster.remoting.deferred_answer import DeferredAnswer
 from cluster.remoting.errors import (
     LocalProtocolError,
     RemoteProtocolError,
@@ -42,7 +43,8 @@ log = logging.getLogger(__name__)
 # spares a request the task, and the loop iteration, that an await costs. A response may come
 # already encoded, as a whole frame (hot answers written from a template: frame_template.py).
 Response = RemotingCommand | bytes | None
-HandlerResult = Response | Awaitable[Response]  # (an asyncio.Future is answered without a task)
+# (a DeferredAnswer or an asyncio.Future is answered without a task)
+HandlerResult = Response | Awaitable[Response] | DeferredAnswer
 RequestHandler = Callable[["RemotingConnection", RemotingCommand], HandlerResult]
 # Answers the common requests of one code straight from the frame tuple the decoder split
 # (codec.FrameDecoder.next_frame), with no command object: an answer at once, or
@@ -116,7 +118,8 @@ class RemotingConnection(asyncio.Protocol):
         self._corked: list[bytes] | None = None  # frames waiting for this iteration's write
         self._corked_bytes = 0
         self._draining = False  # handling the frames of one read: their answers leave at its end
-        self._tasks: set[asyncio.Future] = set()  # requests being answered (tasks or futures)
+        # Requests being answered: tasks, futures, deferred answers.
+        self._tasks: set[asyncio.Future | DeferredAnswer] = set()
         self.closed = asyncio.Event()
         self.close_reason: CloseReason | None = None
         self.remote_address = ""
@@ -270,16 +273,21 @@ class RemotingConnection(asyncio.Protocol):
         if kind is bytes or kind is RemotingCommand or result is None:  # answered at once
             self._reply(command, result)  # type: ignore[arg-type]
             return
-        if kind is asyncio.Future:
-            # Answered by whoever resolves it, with no task a request (SYNC_FLUSH and
-            # SYNC_MASTER sends: cluster/broker/durable_answers.py answers a burst at a time).
+        if kind is DeferredAnswer:
+            # Answered by whoever learns the answer, in that call (SYNC_FLUSH and SYNC_MASTER
+            # sends: cluster/broker/durable_answers.py answers a burst at a time).
+            self._tasks.add(result)  # type: ignore[arg-type]
+            self._inflight_bytes += size
+            result.bind(self, command, size)  # type: ignore[union-attr]
+            return
+        if kind is asyncio.Future:  # answered by whoever resolves it, with no task
             self._tasks.add(result)  # type: ignore[arg-type]
             self._inflight_bytes += size
             result.add_done_callback(  # type: ignore[union-attr]
                 functools.partial(self._answered, command, size))
             return
         if not inspect.isawaitable(result):  # (asked last: its ABC check is slow)
-            self._reply(command, result)
+            self._reply(command, result)  # type: ignore[arg-type]
             return
         task = asyncio.get_running_loop().create_task(self._handle(command, result))
         self._tasks.add(task)
@@ -302,6 +310,16 @@ class RemotingConnection(asyncio.Protocol):
             exc = future.exception()
             self._reply(command, future.result() if exc is None else self._failed(command, exc))
         self._request_done(size, future)  # type: ignore[arg-type]
+
+    def deferred_answered(self, deferred: DeferredAnswer) -> None:
+        """A deferred answer given (DeferredAnswer.answer/fail): written now, unless the
+        connection closed meanwhile."""
+        if deferred not in self._tasks:
+            return  # closed, or answered already
+        command = deferred.command
+        failure = deferred.failure
+        self._reply(command, deferred.response if failure is None else self._failed(command, failure))
+        self._request_done(deferred.size, deferred)  # type: ignore[arg-type]
 
     def _failed(self, command: RemotingCommand,
                 exc: BaseException | None = None) -> RemotingCommand:

@@ -165,7 +165,7 @@ def bench_sync(root: str, args: argparse.Namespace) -> dict:
             _, request = store.put_message_nowait(
                 _message(body, number % args.queues, f"s{number}-{count}", ids.next_id()))
             future = loop.create_future()
-            request.add_done_callback(lambda ok, f=future: bridge.resolve_later(f, ok))
+            request.add_done_callback(lambda ok, f=future: bridge.call(f.set_result, ok))
             if not await future:
                 failures += 1
             latencies.append(time.perf_counter() - begin)

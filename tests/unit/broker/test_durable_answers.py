@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from cluster.broker.bridge import LoopBridge
 from cluster.broker.durable_answers import DurableAnswers
 from cluster.ha.master import ReplicaWaiters
+from cluster.remoting.deferred_answer import DeferredAnswer
 from storage.errors import PutMessageStatus
 from storage.flush import GroupCommitRequest
 
@@ -38,6 +39,34 @@ def _broker(loop, ha=None, timeout_ms: int = 3000):
                            store_config=SimpleNamespace(sync_flush_timeout=timeout_ms))
 
 
+class _Owed:
+    """Stands for the connections that owe the answers: each DeferredAnswer a future the test
+    awaits, resolved in the call that answers it."""
+
+    def __init__(self, answers: DurableAnswers) -> None:
+        self.answers = answers
+        self.futures: dict[DeferredAnswer, asyncio.Future] = {}
+        self.deferred: dict[asyncio.Future, DeferredAnswer] = {}
+
+    def __call__(self, *args) -> asyncio.Future:
+        deferred = self.answers.answer_when_durable(*args)
+        future = asyncio.get_running_loop().create_future()
+        self.futures[deferred], self.deferred[future] = future, deferred
+        deferred.bind(self, None, 0)
+        return future
+
+    def cancel(self, future: asyncio.Future) -> None:  # its connection closed
+        self.deferred[future].cancel()
+        future.cancel()
+
+    def deferred_answered(self, deferred: DeferredAnswer) -> None:
+        future = self.futures[deferred]
+        if deferred.failure is not None:
+            future.set_exception(deferred.failure)
+        else:
+            future.set_result(deferred.response)
+
+
 def _respond(name: str):
     return lambda status: (name, status)
 
@@ -46,9 +75,9 @@ def test_a_burst_waits_for_its_newest_flush_once_and_answers_every_send():
     async def run():
         loop = asyncio.get_running_loop()
         broker = _broker(loop)
-        answers = DurableAnswers(broker)
+        owe = _Owed(DurableAnswers(broker))
         requests = [GroupCommitRequest(100 * (i + 1), 3000) for i in range(3)]
-        futures = [answers.answer_when_durable(100 * (i + 1), request, False, OK, _respond(f"s{i}"))
+        futures = [owe(100 * (i + 1), request, False, OK, _respond(f"s{i}"))
                    for i, request in enumerate(requests)]
         await asyncio.sleep(0)  # the burst closes at the end of this iteration
         assert not any(f.done() for f in futures)
@@ -65,10 +94,10 @@ def test_a_burst_waits_for_its_newest_flush_once_and_answers_every_send():
 def test_a_late_flush_times_out_only_the_sends_whose_own_bytes_were_not_flushed():
     async def run():
         loop = asyncio.get_running_loop()
-        answers = DurableAnswers(_broker(loop, timeout_ms=0))  # the bridge gives up after ~1 s
+        owe = _Owed(DurableAnswers(_broker(loop, timeout_ms=0)))  # the bridge gives up after ~1 s
         older, newer = GroupCommitRequest(100, 0), GroupCommitRequest(200, 0)
-        first = answers.answer_when_durable(100, older, False, OK, _respond("older"))
-        second = answers.answer_when_durable(200, newer, False, OK, _respond("newer"))
+        first = owe(100, older, False, OK, _respond("older"))
+        second = owe(200, newer, False, OK, _respond("newer"))
         older.complete(True)  # flushed before the disk stalled; the newer one never is
         assert await asyncio.wait_for(first, 3) == ("older", OK)
         assert await asyncio.wait_for(second, 3) == ("newer", PutMessageStatus.FLUSH_DISK_TIMEOUT)
@@ -81,10 +110,10 @@ def test_sends_sharing_a_request_are_judged_by_where_the_flush_stood():
     # a flush that got past the older send's end but not the newer's fails only the newer.
     async def run():
         loop = asyncio.get_running_loop()
-        answers = DurableAnswers(_broker(loop, timeout_ms=0))
+        owe = _Owed(DurableAnswers(_broker(loop, timeout_ms=0)))
         shared = GroupCommitRequest(200, 0)
-        first = answers.answer_when_durable(100, shared, False, OK, _respond("older"))
-        second = answers.answer_when_durable(200, shared, False, OK, _respond("newer"))
+        first = owe(100, shared, False, OK, _respond("older"))
+        second = owe(200, shared, False, OK, _respond("newer"))
         shared.flushed_to = 150
         threading.Thread(target=shared.complete, args=(False,)).start()
         assert await asyncio.wait_for(first, 3) == ("older", OK)
@@ -97,10 +126,10 @@ def test_one_replica_wait_a_burst_and_a_timeout_spares_what_the_slave_did_acknow
     async def run():
         loop = asyncio.get_running_loop()
         ha = _HA(loop)
-        answers = DurableAnswers(_broker(loop, ha))
-        early = answers.answer_when_durable(100, None, True, OK, _respond("early"))
-        late = answers.answer_when_durable(300, None, True, OK, _respond("late"))
-        unneeded = answers.answer_when_durable(
+        owe = _Owed(DurableAnswers(_broker(loop, ha)))
+        early = owe(100, None, True, OK, _respond("early"))
+        late = owe(300, None, True, OK, _respond("late"))
+        unneeded = owe(
             50, None, False, PutMessageStatus.SLAVE_NOT_AVAILABLE, _respond("no slave"))
         await asyncio.sleep(0)
         assert ha.asked == [300]  # the newest offset only
@@ -126,11 +155,11 @@ def test_flush_and_replica_both_must_come_and_a_closed_connections_send_is_skipp
     async def run():
         loop = asyncio.get_running_loop()
         ha = _HA(loop)
-        answers = DurableAnswers(_broker(loop, ha))
+        owe = _Owed(DurableAnswers(_broker(loop, ha)))
         request = GroupCommitRequest(100, 3000)
-        kept = answers.answer_when_durable(100, request, True, OK, _respond("kept"))
-        gone = answers.answer_when_durable(100, None, True, OK, _respond("gone"))
-        gone.cancel()  # its connection closed meanwhile
+        kept = owe(100, request, True, OK, _respond("kept"))
+        gone = owe(100, None, True, OK, _respond("gone"))
+        owe.cancel(gone)  # its connection closed meanwhile
         await asyncio.sleep(0)
         request.complete(True)
         await asyncio.sleep(0.05)
@@ -144,14 +173,14 @@ def test_flush_and_replica_both_must_come_and_a_closed_connections_send_is_skipp
 def test_a_respond_that_raises_fails_only_its_own_future():
     async def run():
         loop = asyncio.get_running_loop()
-        answers = DurableAnswers(_broker(loop))
+        owe = _Owed(DurableAnswers(_broker(loop)))
         request = GroupCommitRequest(100, 3000)
 
         def broken(_status):
             raise RuntimeError("bug")
 
-        bad = answers.answer_when_durable(100, request, False, OK, broken)
-        good = answers.answer_when_durable(100, request, False, OK, _respond("good"))
+        bad = owe(100, request, False, OK, broken)
+        good = owe(100, request, False, OK, _respond("good"))
         request.complete(True)
         assert await asyncio.wait_for(good, 2) == ("good", OK)
         assert isinstance(bad.exception(), RuntimeError)
@@ -167,8 +196,8 @@ def test_a_burst_whose_wait_cannot_be_set_up_answers_every_send_with_the_failure
             def wait_for_replica(self, next_offset):
                 raise RuntimeError("no waiters")
 
-        answers = DurableAnswers(_broker(loop, BrokenHA(loop)))
-        futures = [answers.answer_when_durable(100 * i, None, True, OK, _respond(str(i)))
+        owe = _Owed(DurableAnswers(_broker(loop, BrokenHA(loop))))
+        futures = [owe(100 * i, None, True, OK, _respond(str(i)))
                    for i in range(3)]
         await asyncio.sleep(0)
         assert all(isinstance(f.exception(), RuntimeError) for f in futures)
@@ -180,16 +209,35 @@ def test_a_send_that_waits_for_the_disk_only_is_not_held_for_the_slave():
     async def run():
         loop = asyncio.get_running_loop()
         ha = _HA(loop)
-        answers = DurableAnswers(_broker(loop, ha))
+        owe = _Owed(DurableAnswers(_broker(loop, ha)))
         request = GroupCommitRequest(200, 3000)
-        disk_only = answers.answer_when_durable(
+        disk_only = owe(
             100, request, False, PutMessageStatus.SLAVE_NOT_AVAILABLE, _respond("disk"))
-        both = answers.answer_when_durable(200, request, True, OK, _respond("both"))
+        both = owe(200, request, True, OK, _respond("both"))
         await asyncio.sleep(0)
         request.complete(True)
         assert await asyncio.wait_for(disk_only, 2) == ("disk", PutMessageStatus.SLAVE_NOT_AVAILABLE)
         assert not both.done()  # still waiting for the slave
         ha.acknowledge(200)
         assert await asyncio.wait_for(both, 2) == ("both", OK)
+
+    asyncio.run(run())
+
+
+def test_a_flush_done_before_the_burst_closes_answers_in_that_same_iteration():
+    # No loop iteration between learning the answer and writing it (a future's callbacks
+    # would each have waited one, behind every read of it).
+    async def run():
+        loop = asyncio.get_running_loop()
+        owe = _Owed(DurableAnswers(_broker(loop)))
+        request = GroupCommitRequest(100, 3000)
+        request.flushed_to = 100
+        request.complete(True)
+        first = owe(100, request, False, OK, _respond("first"))
+        second = owe(100, request, False, OK, _respond("second"))
+        await asyncio.sleep(0)  # the burst closes: answered in that call
+        assert first.result() == ("first", OK)
+        assert second.result() == ("second", OK)
+        assert not [h for h in loop._scheduled if not h.cancelled()]  # no timer left behind
 
     asyncio.run(run())

@@ -9,41 +9,85 @@ from cluster.broker.bridge import LoopBridge
 
 
 class _Request:
-    """What future_of needs of a GroupCommitRequest: a callback when it completes."""
+    """What when_done needs of a GroupCommitRequest: its outcome, a callback when it completes."""
 
     def __init__(self) -> None:
         self.callbacks = []
+        self.flush_ok = False
+        self._done = False
+
+    def done(self) -> bool:
+        return self._done
 
     def add_done_callback(self, callback) -> None:
-        self.callbacks.append(callback)
+        if self._done:
+            callback(self.flush_ok)
+        else:
+            self.callbacks.append(callback)
 
     def complete(self, ok: bool) -> None:
-        for callback in self.callbacks:
+        self._done, self.flush_ok = True, ok
+        callbacks, self.callbacks = self.callbacks, []
+        for callback in callbacks:
             callback(ok)
 
 
-def test_a_completion_from_another_thread_resolves_the_future_and_stops_its_timer():
+def test_a_completion_from_another_thread_calls_back_on_the_loop_once_and_stops_the_timer():
     async def run():
         loop = asyncio.get_running_loop()
         bridge = LoopBridge(loop)
         request = _Request()
-        future = bridge.future_of(request, timeout=5)
+        heard = loop.create_future()
+        calls = []
+
+        def callback(ok):
+            calls.append((ok, threading.get_ident()))
+            heard.set_result(ok)
+
+        bridge.when_done(request, 5, callback)
         threading.Thread(target=request.complete, args=(True,)).start()
-        assert await asyncio.wait_for(future, 2) is True
-        await asyncio.sleep(0)
+        assert await asyncio.wait_for(heard, 2) is True
+        request.complete(True)  # again: nothing more
+        await asyncio.sleep(0.01)
+        assert calls == [(True, threading.get_ident())]  # on the loop's thread
         assert not [h for h in loop._scheduled if not h.cancelled()]  # the 5 s timer is gone
 
     asyncio.run(run())
 
 
-def test_a_flush_that_never_completes_answers_false_after_the_timeout():
+def test_a_flush_that_never_completes_calls_back_false_after_the_timeout():
     async def run():
-        bridge = LoopBridge(asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        bridge = LoopBridge(loop)
         request = _Request()
-        begin = asyncio.get_running_loop().time()
-        assert await bridge.future_of(request, timeout=0.05) is False
-        assert asyncio.get_running_loop().time() - begin >= 0.04
-        request.complete(True)  # late: changes nothing
+        heard = loop.create_future()
+        begin = loop.time()
+        bridge.when_done(request, 0.05, heard.set_result)
+        assert await heard is False
+        assert loop.time() - begin >= 0.04
+        request.complete(True)  # late: changes nothing (a second set_result would raise)
         await asyncio.sleep(0.01)
+
+    asyncio.run(run())
+
+
+def test_a_request_done_already_calls_back_at_once_and_a_failing_callback_spares_the_others():
+    async def run():
+        loop = asyncio.get_running_loop()
+        bridge = LoopBridge(loop)
+        done = _Request()
+        done.complete(True)
+        heard = []
+        bridge.when_done(done, 5, heard.append)
+        assert heard == [True]  # in the call: no hop through the bridge
+        calls = []
+
+        def broken(_value):
+            raise RuntimeError("bug")
+
+        bridge.call(broken, 1)
+        bridge.call(calls.append, 2)
+        await asyncio.sleep(0.01)
+        assert calls == [2]
 
     asyncio.run(run())
