@@ -39,19 +39,18 @@ class DeferredAnswer:
     def cancelled(self) -> bool:
         return self._cancelled
 
-    def answer(self, response: object) -> None:
+    def answer(self, response: Any) -> None:
         """Answer now (through the bound connection; kept until bound). Ignored once done."""
-        if self.done():
-            return
-        self.response = response
-        if self._binder is not None:
-            self._binder.deferred_answered(self)
+        self._settle(response, None)
 
     def fail(self, exc: BaseException) -> None:
         """The handler failed: its connection answers SYSTEM_ERROR and logs ``exc``."""
+        self._settle(_UNSET, exc)
+
+    def _settle(self, response: Any, failure: BaseException | None) -> None:
         if self.done():
             return
-        self.failure = exc
+        self.response, self.failure = response, failure
         if self._binder is not None:
             self._binder.deferred_answered(self)
 
