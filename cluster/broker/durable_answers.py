@@ -20,12 +20,15 @@ acknowledged), SLAVE_NOT_AVAILABLE decided when it was put.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 
 from cluster.remoting.connection import Response
 from cluster.remoting.deferred_answer import DeferredAnswer
 from storage.errors import PutMessageStatus
 from storage.flush import GroupCommitRequest
+
+log = logging.getLogger(__name__)
 
 # its answer, next offset, its group-commit request (or None), waits for a slave, status so
 # far, and the function that builds its answer from its final status.
@@ -99,18 +102,24 @@ class _BurstWait:
             broker.bridge.when_done(newest_request, timeout + 1, self._flush_done)
 
     def _flush_done(self, ok: bool) -> None:
-        self._flushed = ok
-        self._one_done()
-        if self._left:  # (the slave's acknowledgement is still to come)
-            # Sends that wait for the disk only (SLAVE_NOT_AVAILABLE, WAIT on a slave-less
-            # moment) are answered with the flush, not with the slave's acknowledgement.
-            disk_only = [item for item in self._burst if not item[3]]
-            if disk_only:
-                self._answer(disk_only)
+        try:
+            self._flushed = ok
+            self._one_done()
+            if self._left:  # (the slave's acknowledgement is still to come)
+                # Sends that wait for the disk only (SLAVE_NOT_AVAILABLE, WAIT on a slave-less
+                # moment) are answered with the flush, not with the slave's acknowledgement.
+                disk_only = [item for item in self._burst if not item[3]]
+                if disk_only:
+                    self._answer(disk_only)
+        except Exception as exc:  # never strand a burst: what is not answered gets the failure
+            _fail(self._burst, exc)
 
     def _replica_done(self, future: asyncio.Future) -> None:
-        self._replicated = not future.cancelled() and future.result() is True
-        self._one_done()
+        try:
+            self._replicated = not future.cancelled() and future.result() is True
+            self._one_done()
+        except Exception as exc:
+            _fail(self._burst, exc)
 
     def _one_done(self) -> None:
         self._left -= 1
@@ -136,8 +145,11 @@ class _BurstWait:
                 response = respond(status)
             except Exception as exc:  # answered as a processor failure by the connection
                 answer.fail(exc)
-            else:
-                answer.answer(response)
+                continue
+            try:
+                answer.answer(response)  # (written by its connection, in this call)
+            except Exception:  # that connection's trouble: the burst's other sends go on
+                log.exception("writing a durable send's answer failed")
 
 
 def _fail(burst: list[_Waiting], exc: BaseException) -> None:

@@ -161,6 +161,9 @@ class RemotingConnection(asyncio.Protocol):
         self._fail_all(self.close_reason or CloseReason.PEER_CLOSED)
         for task in list(self._tasks):
             task.cancel()
+            if type(task) is DeferredAnswer:  # (a future's done callback does this)
+                self._tasks.discard(task)
+                self._inflight_bytes -= task.size
         self.closed.set()
         if self._on_close is not None:
             self._on_close(self)
@@ -276,6 +279,10 @@ class RemotingConnection(asyncio.Protocol):
         if kind is DeferredAnswer:
             # Answered by whoever learns the answer, in that call (SYNC_FLUSH and SYNC_MASTER
             # sends: cluster/broker/durable_answers.py answers a burst at a time).
+            if result.done():  # type: ignore[union-attr]  # (answered already: as at once)
+                if not result.cancelled():  # type: ignore[union-attr]
+                    self._reply(command, self._deferred_response(result))  # type: ignore[arg-type]
+                return
             self._tasks.add(result)  # type: ignore[arg-type]
             self._inflight_bytes += size
             result.bind(self, command, size)  # type: ignore[union-attr]
@@ -316,10 +323,12 @@ class RemotingConnection(asyncio.Protocol):
         connection closed meanwhile."""
         if deferred not in self._tasks:
             return  # closed, or answered already
-        command = deferred.command
-        failure = deferred.failure
-        self._reply(command, deferred.response if failure is None else self._failed(command, failure))
+        self._reply(deferred.command, self._deferred_response(deferred))
         self._request_done(deferred.size, deferred)  # type: ignore[arg-type]
+
+    def _deferred_response(self, deferred: DeferredAnswer) -> Response:
+        failure = deferred.failure
+        return deferred.response if failure is None else self._failed(deferred.command, failure)
 
     def _failed(self, command: RemotingCommand,
                 exc: BaseException | None = None) -> RemotingCommand:

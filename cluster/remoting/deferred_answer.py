@@ -40,7 +40,7 @@ class DeferredAnswer:
         return self._cancelled
 
     def answer(self, response: Any) -> None:
-        """Answer now (through the bound connection; kept until bound). Ignored once done."""
+        """Answer now, through the bound connection (kept until it takes it). Ignored once done."""
         self._settle(response, None)
 
     def fail(self, exc: BaseException) -> None:
@@ -61,10 +61,8 @@ class DeferredAnswer:
         return True
 
     def bind(self, binder: _Binder, command, size: int) -> None:
-        """The connection that owes the answer (``_take_result``); an answer given before
-        this is written now."""
+        """The connection that owes the answer (``_take_result``, which answers one given
+        already itself)."""
         self._binder = binder
         self.command = command
         self.size = size
-        if self.response is not _UNSET or self.failure is not None:
-            binder.deferred_answered(self)

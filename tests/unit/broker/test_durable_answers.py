@@ -158,7 +158,8 @@ def test_flush_and_replica_both_must_come_and_a_closed_connections_send_is_skipp
         owe = _Owed(DurableAnswers(_broker(loop, ha)))
         request = GroupCommitRequest(100, 3000)
         kept = owe(100, request, True, OK, _respond("kept"))
-        gone = owe(100, None, True, OK, _respond("gone"))
+        asked = []
+        gone = owe(100, None, True, OK, asked.append)
         owe.cancel(gone)  # its connection closed meanwhile
         await asyncio.sleep(0)
         request.complete(True)
@@ -166,6 +167,7 @@ def test_flush_and_replica_both_must_come_and_a_closed_connections_send_is_skipp
         assert not kept.done()  # flushed, but no slave yet
         ha.acknowledge(100)
         assert await asyncio.wait_for(kept, 2) == ("kept", OK)
+        assert asked == []  # no answer built for it (a build counts the send's statistics)
 
     asyncio.run(run())
 
@@ -239,5 +241,46 @@ def test_a_flush_done_before_the_burst_closes_answers_in_that_same_iteration():
         assert first.result() == ("first", OK)
         assert second.result() == ("second", OK)
         assert not [h for h in loop._scheduled if not h.cancelled()]  # no timer left behind
+
+    asyncio.run(run())
+
+
+def test_a_wait_that_ends_in_an_error_answers_every_send_with_it():
+    async def run():
+        loop = asyncio.get_running_loop()
+
+        class FailingHA(_HA):
+            def wait_for_replica(self, next_offset):
+                future = loop.create_future()
+                loop.call_soon(future.set_exception, RuntimeError("the waiters broke"))
+                return future
+
+        owe = _Owed(DurableAnswers(_broker(loop, FailingHA(loop))))
+        futures = [owe(100 * (i + 1), None, True, OK, _respond(str(i))) for i in range(3)]
+        done, _ = await asyncio.wait(futures, timeout=2)
+        assert len(done) == 3
+        assert all(isinstance(f.exception(), RuntimeError) for f in futures)
+
+    asyncio.run(run())
+
+
+def test_one_connection_failing_to_write_does_not_keep_the_others_waiting():
+    async def run():
+        loop = asyncio.get_running_loop()
+        owe = _Owed(DurableAnswers(_broker(loop)))
+        request = GroupCommitRequest(300, 3000)
+        futures = [owe(100 * (i + 1), request, False, OK, _respond(str(i))) for i in range(3)]
+        broken = owe.deferred[futures[0]]
+        answered = owe.deferred_answered
+
+        def write(deferred):
+            if deferred is broken:
+                raise OSError("the peer's socket broke")
+            answered(deferred)
+
+        owe.deferred_answered = write
+        await asyncio.sleep(0)
+        request.complete(True)
+        assert await asyncio.wait_for(asyncio.gather(*futures[1:]), 2) == [("1", OK), ("2", OK)]
 
     asyncio.run(run())

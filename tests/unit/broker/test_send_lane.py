@@ -137,8 +137,10 @@ async def _run(folder: Path, frames: list[bytes], lane: bool, prepare=None,
             connection.data_received(frame)
             await asyncio.sleep(0)
             deadline = asyncio.get_running_loop().time() + 5
-            while connection.inflight and asyncio.get_running_loop().time() < deadline:
-                await asyncio.sleep(0.001)  # (an answer that waits for the disk: one at a time)
+            while ((connection.inflight or connection.write_buffer_size)
+                   and asyncio.get_running_loop().time() < deadline):
+                # (an answer that waits for the disk: one at a time, until it is written)
+                await asyncio.sleep(0.001)
         assert broker.store.wait_dispatched()
         log = [bytes(f.mm[: f.wrote_position]) for f in broker.store.commit_log.mapped_file_queue]
         queues = {(topic, queue_id): [bytes(f.mm[: f.wrote_position])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from cluster.remoting.codec import FrameDecoder, encode, request
-from cluster.remoting.connection import RemotingConnection
+from cluster.remoting.connection import FlowControl, RemotingConnection
 from cluster.remoting.deferred_answer import DeferredAnswer
 from tests.unit.remoting.transports import RecordingTransport
 
@@ -84,8 +84,33 @@ def test_an_answer_after_its_connection_closed_is_dropped():
         await asyncio.sleep(0)
         connection.connection_lost(None)
         assert owed[0].cancelled()
+        assert connection.inflight == 0  # nothing left counted against a closed connection
         owed[0].answer(owed[0].command.make_response(0))
         await asyncio.sleep(0)
         return transport.writes
 
     assert asyncio.run(scenario()) == []
+
+
+def test_answers_given_before_return_under_a_tight_in_flight_limit_do_not_recurse():
+    # Answered already when its connection takes it: written as an answer at once, not through
+    # the deferred path (which would resume reading, and handle the next frame, inside it).
+    async def scenario():
+        def handler(connection, command):
+            answer = DeferredAnswer()
+            answer.answer(command.make_response(0))
+            return answer
+
+        flow = FlowControl(write_high_water=1 << 30, write_low_water=1 << 29,
+                           max_write_buffer=1 << 31, max_inflight_requests=1,
+                           max_inflight_bytes=1 << 30)
+        connection = RemotingConnection(handler, flow=flow)
+        transport = RecordingTransport()
+        connection.connection_made(transport)
+        connection.data_received(b"".join(encode(request(1000, opaque=i + 1)) for i in range(3000)))
+        await asyncio.sleep(0)
+        return transport.writes, connection.inflight
+
+    writes, inflight = asyncio.run(scenario())
+    assert inflight == 0
+    assert [a[0] for a in _answers(writes)] == list(range(1, 3001))
