@@ -49,12 +49,12 @@ class LoopBridge:
         """Call ``callback(ok)`` once, on the loop: with a GroupCommitRequest's outcome, or
         with False after ``timeout`` seconds. Called, not scheduled: an asyncio future here
         cost a loop iteration before its waiter heard of it. Call from the loop."""
+        if request.done():  # (flushed already: no hop through the bridge, no timer)
+            callback(request.flush_ok is True)
+            return
         once = _Once(callback)
         once.timer = self.loop.call_later(timeout, once, False)
-        if request.done():  # (flushed already: no hop through the bridge)
-            once(request.flush_ok)
-        else:
-            request.add_done_callback(functools.partial(self.call, once))
+        request.add_done_callback(functools.partial(self.call, once))
 
 
 class _Once:
