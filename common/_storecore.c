@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "_populator.h"
+#include "_range_sync.h"
 #include "_bytes.h"
 #include "_index_entry.h"
 #include "_properties.h"
@@ -965,7 +966,8 @@ PyInit__storecore(void)
     crc_init();
     PyObject *module = PyModule_Create(&module_def);
     if (module != NULL
-        && (populator_add_type(module) < 0 || dispatch_run_add_functions(module) < 0
+        && (populator_add_type(module) < 0 || range_syncer_add_type(module) < 0
+            || dispatch_run_add_functions(module) < 0
             || pull_gather_add_functions(module) < 0 || append_add_functions(module) < 0))
         Py_CLEAR(module);
     return module;

@@ -25,6 +25,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from storage.checkpoint import StoreCheckpoint
 from storage.config import MessageStoreConfig
@@ -55,6 +56,12 @@ def _guarded(flags: RunningFlags, flag: str, what: str, action: Callable[[], obj
 
 # How recent a round's newest request must be for a put to join it (seconds).
 _JOIN_WITHIN = 0.01
+
+
+def join_window(request: GroupCommitRequest, timeout_ms: int) -> bool:
+    """Whether a put with ``timeout_ms`` may join ``request`` (moving its end up) instead of
+    filing its own: only a recent one, whose deadline is (nearly) the put's own."""
+    return request.deadline - time.monotonic() > timeout_ms / 1000 - _JOIN_WITHIN
 
 
 class GroupCommitRequest:
@@ -110,6 +117,22 @@ class GroupCommitRequest:
         if event is not None:
             event.wait(max(remaining, 0))
         return self._done and self.flush_ok
+
+
+class GroupCommit(Protocol):
+    """SYNC_FLUSH's service as the store uses it: ``GroupCommitService`` here, or one a caller
+    makes (a broker's loop-driven one, cluster/broker/loop_group_commit.py)."""
+
+    def start(self) -> None: ...
+
+    def request_flush(self, next_offset: int, timeout_ms: int) -> GroupCommitRequest: ...
+
+    def wakeup(self) -> None: ...
+
+    def shutdown(self, timeout: float = 30.0) -> None: ...
+
+
+GroupCommitFactory = Callable[[MappedFileQueue, StoreCheckpoint, RunningFlags], GroupCommit]
 
 
 class FlushRealTimeService(ServiceThread):
@@ -193,12 +216,11 @@ class GroupCommitService(ServiceThread):
         instead of filing its own: one object, lock, wakeup and completion a round, not a put.
         A request older than a few milliseconds (one a round put back) is not joined: its
         deadline would not be the new put's."""
-        now = time.monotonic()
         with self._swap_lock:
             requests = self._requests_write
             if requests:
                 last = requests[-1]
-                if not last._done and last.deadline - now > timeout_ms / 1000 - _JOIN_WITHIN:
+                if not last._done and join_window(last, timeout_ms):
                     last.next_offset = max(last.next_offset, next_offset)
                     return last
             request = GroupCommitRequest(next_offset, timeout_ms)
@@ -264,7 +286,8 @@ class CommitRealTimeService(ServiceThread):
     name = "CommitRealTimeService"
 
     def __init__(
-        self, queue: MappedFileQueue, config: MessageStoreConfig, flush_service: ServiceThread,
+        self, queue: MappedFileQueue, config: MessageStoreConfig,
+        flush_service: ServiceThread | GroupCommit,
         flags: RunningFlags | None = None,
     ) -> None:
         super().__init__()

@@ -39,6 +39,8 @@ from storage.flush import (
     CommitRealTimeService,
     FlushConsumeQueueService,
     FlushRealTimeService,
+    GroupCommit,
+    GroupCommitFactory,
     GroupCommitRequest,
     GroupCommitService,
 )
@@ -114,7 +116,8 @@ class DefaultMessageStore(MessageLookup):
         self.reput.dispatch_plain = self.dispatchers.dispatch_plain  # (both above, fused)
         self.reput.dispatch_plain_run = self.dispatchers.dispatch_plain_run  # (for a run)
         self.commit_log.on_append = self.reput.wakeup
-        self.flush_service: GroupCommitService | FlushRealTimeService | None = None
+        self.flush_service: GroupCommit | FlushRealTimeService | None = None
+        self._group_commit: GroupCommit | None = None  # the flush service under SYNC_FLUSH
         self.commit_service: CommitRealTimeService | None = None
         self.clean_service = CleanService(self)
         self._lock_fd: int | None = None
@@ -191,8 +194,11 @@ class DefaultMessageStore(MessageLookup):
                 table[(topic, queue_id)] = queue.get_max_offset_in_queue()
         self.commit_log.topic_queue_table = table
 
-    def start(self) -> None:
-        """Start the services and mark the store as running (the abort file)."""
+    def start(self, group_commit: GroupCommitFactory | None = None) -> None:
+        """Start the services and mark the store as running (the abort file). ``group_commit``:
+        SYNC_FLUSH's service made by the caller instead of the thread (a broker drives it from
+        its event loop: cluster/broker/loop_group_commit.py); not with the transient pool,
+        whose commit service wakes the flush from its own thread."""
         if self.checkpoint is None:
             self.load()
         checkpoint, config = self.checkpoint, self.config
@@ -201,9 +207,13 @@ class DefaultMessageStore(MessageLookup):
             abort.write(str(os.getpid()))
         queue = self.commit_log.mapped_file_queue
         flags = self.running_flags
-        flush: GroupCommitService | FlushRealTimeService
+        flush: GroupCommit | FlushRealTimeService
         if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
-            flush = GroupCommitService(queue, checkpoint, flags)
+            if group_commit is not None and self.pool is None:
+                flush = group_commit(queue, checkpoint, flags)
+            else:
+                flush = GroupCommitService(queue, checkpoint, flags)
+            self._group_commit = flush
         else:
             flush = FlushRealTimeService(queue, config, checkpoint, flags)
         self.flush_service = flush
@@ -383,7 +393,7 @@ class DefaultMessageStore(MessageLookup):
 
     def _flush_request(self, next_offset: int, wait: bool) -> GroupCommitRequest | None:
         service = self.flush_service
-        if isinstance(service, GroupCommitService):
+        if service is not None and service is self._group_commit:
             if wait:
                 return service.request_flush(next_offset, self.config.sync_flush_timeout)
             service.wakeup()
@@ -393,7 +403,7 @@ class DefaultMessageStore(MessageLookup):
             return GroupCommitRequest(next_offset, self.config.sync_flush_timeout)
         if self.commit_service is not None:
             self.commit_service.wakeup()
-        elif service is not None:
+        elif isinstance(service, FlushRealTimeService):
             service.wakeup_if_due(next_offset)
         return None
 

@@ -54,7 +54,18 @@ class LoopBridge:
             return
         once = _Once(callback)
         once.timer = self.loop.call_later(timeout, once, False)
-        request.add_done_callback(functools.partial(self.call, once))
+        request.add_done_callback(functools.partial(self._done_on, threading.get_ident(), once))
+
+    def _done_on(self, loop_thread: int, once: _Once, ok: object) -> None:
+        # A request completed on the loop itself (a group commit the loop drives:
+        # loop_group_commit.py) is answered in that call; one from a store thread via the loop.
+        if threading.get_ident() != loop_thread:
+            self.call(once, ok)
+            return
+        try:
+            once(ok)
+        except Exception:
+            log.exception("a store completion failed on the event loop")
 
 
 class _Once:

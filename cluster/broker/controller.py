@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import socket
@@ -20,6 +21,7 @@ from cluster.broker.client_processor import (
 from cluster.broker.config import BrokerConfig
 from cluster.broker.consumer_offset import ConsumerOffsetManager
 from cluster.broker.long_polling import PullRequestHoldService
+from cluster.broker.loop_group_commit import LoopGroupCommitService, native_sync_available
 from cluster.broker.pop_order import OrderInfoManager
 from cluster.broker.pop_processor import PopMessageProcessor
 from cluster.broker.pop_revive import PopReviveService
@@ -95,7 +97,9 @@ class BrokerController:
             config.listen_port = sock.getsockname()[1]
         self.store = DefaultMessageStore(self.store_config, (config.broker_ip1, config.listen_port))
         await asyncio.to_thread(self.store.load)
-        self.store.start()
+        self.store.start(group_commit=(
+            functools.partial(LoopGroupCommitService, loop=loop) if native_sync_available()
+            else None))
         self.topics.names_ignore_case = file_names.ignores_case(self.store_config.store_path_root_dir)
         self.topics.load()
         self.topics.persist()

@@ -97,3 +97,27 @@ def test_a_request_done_already_calls_back_at_once_and_a_failing_callback_spares
         assert calls == [2]
 
     asyncio.run(run())
+
+
+def test_a_completion_on_the_loop_itself_calls_back_in_that_call_with_no_hop():
+    # (a group commit the loop drives: cluster/broker/loop_group_commit.py)
+    async def run():
+        loop = asyncio.get_running_loop()
+        bridge = LoopBridge(loop)
+        request = _Request()
+        heard = []
+        bridge.when_done(request, 5, heard.append)
+        request.complete(True)
+        assert heard == [True]  # before any other callback of the loop ran
+        assert not bridge.pending
+        assert not bridge.scheduled
+        assert not [h for h in loop._scheduled if not h.cancelled()]  # the timer is gone
+        failing = _Request()
+
+        def broken(_ok):
+            raise RuntimeError("bug")
+
+        bridge.when_done(failing, 5, broken)
+        failing.complete(True)  # logged; the completer is not interrupted
+
+    asyncio.run(run())

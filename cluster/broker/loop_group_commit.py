@@ -1,0 +1,349 @@
+"""SYNC_FLUSH's group commit driven from the broker's event loop, synced by a native thread.
+
+``GroupCommitService`` (flush.py) runs the rounds on a Python thread. On a broker that thread
+takes the interpreter lock to wake up, to pick the round's requests, around its msync and to
+hand the completions back to the loop; on two busy cores the loop holds the lock, and about a
+third of a round was spent waiting for it and handing it back (docs/benchmarks.md, session 18).
+Here the loop, which files the requests anyway, decides each round itself: which requests it
+answers and which file ranges it syncs (up to the end of what is written, as a thread round
+does). ``RangeSyncer`` (common/_range_sync.c) msyncs those ranges on a thread that never takes
+the lock and makes its eventfd readable; the loop reads it like a socket, counts the bytes
+flushed, answers the requests in that same callback and starts the next round if requests
+wait. The rounds, their rule for which requests share one (``request_flush``), the running flag
+a failed flush raises and what counts as flushed are the thread's
+(tests/unit/broker/test_loop_group_commit.py holds the two to the same outcomes).
+
+A broker hands it to its store (``DefaultMessageStore.start(group_commit=...)``) under
+SYNC_FLUSH with no transient pool, where the compiled core runs on Linux; otherwise, or with
+``ROCKETDESK_PURE=1``, the thread service runs. Puts from
+other threads (a tool, a blocking ``put_message``) hand their request to the loop; nothing may
+block the loop's own thread waiting for a flush (it is the loop that completes them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from common import speedups
+from storage.checkpoint import StoreCheckpoint
+from storage.errors import describe_os_error
+from storage.flush import RETRY_TIMES_OVER, GroupCommitRequest, join_window
+from storage.mapped_file import MappedFile
+from storage.mapped_file_queue import MappedFileQueue
+from storage.running_flags import FLUSH_COMMIT_LOG_ERROR, RunningFlags
+
+log = logging.getLogger(__name__)
+
+# Files one round syncs at most: a round starts at the file holding the flushed offset and goes
+# on only past files that are full, so more than two is a backlog after a stall; the rest wait
+# for the next round.
+_FILES_A_ROUND = 4
+# How often the loop looks for bytes nobody asked to wait for (WAIT=false puts, a slave's
+# replicated appends), as the thread's 10 ms wait does.
+_IDLE_ROUND_S = 0.01
+
+RangeSyncer = getattr(speedups.store_core, "RangeSyncer", None) if sys.platform == "linux" else None
+
+
+def native_sync_available() -> bool:
+    """True where the rounds can be synced without a Python thread (compiled core, Linux)."""
+    return RangeSyncer is not None
+
+
+_Span = tuple[MappedFile, int, int]  # a file held for the round, from, to (file positions)
+_Answer = tuple[GroupCommitRequest, bool]
+
+
+class LoopGroupCommitService:
+    """The group commit of a store whose puts run on ``loop`` (see the module's docstring)."""
+
+    name = "GroupCommitService"
+
+    def __init__(self, queue: MappedFileQueue, checkpoint: StoreCheckpoint,
+                 flags: RunningFlags, *, loop: asyncio.AbstractEventLoop,
+                 syncer_factory: Callable[[], Any] | None = None,
+                 idle_round_s: float = _IDLE_ROUND_S) -> None:
+        self.queue = queue
+        self.checkpoint = checkpoint
+        self.flags = flags
+        self._loop = loop
+        self._loop_thread = threading.get_ident()
+        factory = syncer_factory or RangeSyncer
+        if factory is None:
+            raise RuntimeError("no native syncer here (see native_sync_available)")
+        self._syncer = factory()
+        # The loop's state, and shutdown's (from another thread): the lock is uncontended on
+        # the loop, and completions run after it is let go (a callback may put again).
+        self._lock = threading.Lock()
+        self._waiting: list[GroupCommitRequest] = []
+        self._round: list[GroupCommitRequest] = []  # the requests the round in flight answers
+        self._spans: list[_Span] | None = None  # what it syncs; None: no round in flight
+        self._round_timestamp = 0
+        self._scheduled = False
+        self._started = False
+        self._stopped = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._idle_round_s = idle_round_s
+        self.rounds = 0  # rounds that flushed something (tests, stats)
+
+    # -- filing requests (any thread) -----------------------------------------------------------
+    def request_flush(self, next_offset: int, timeout_ms: int) -> GroupCommitRequest:
+        """A wait for everything before ``next_offset`` to be flushed: joined to the newest
+        request not yet in a round when that one is recent (GroupCommitService.request_flush's
+        rule), else a new one. From another thread the request is handed to the loop."""
+        if threading.get_ident() != self._loop_thread:
+            request = GroupCommitRequest(next_offset, timeout_ms)
+            self._from_thread(self._file, request)
+            return request
+        with self._lock:
+            if not self._stopped:
+                waiting = self._waiting
+                if waiting:
+                    last = waiting[-1]
+                    if not last._done and join_window(last, timeout_ms):
+                        last.next_offset = max(last.next_offset, next_offset)
+                        return last
+                request = GroupCommitRequest(next_offset, timeout_ms)
+                waiting.append(request)
+                self._schedule()
+                return request
+        request = GroupCommitRequest(next_offset, timeout_ms)
+        request.complete(False)  # (after shutdown's last flush: not counted flushed)
+        return request
+
+    def put_request(self, request: GroupCommitRequest) -> None:
+        """File a request made elsewhere (any thread)."""
+        if threading.get_ident() != self._loop_thread:
+            self._from_thread(self._file, request)
+        else:
+            self._file(request)
+
+    def wakeup(self) -> None:
+        """Start a round soon even with nobody waiting (bytes put with WAIT=false)."""
+        if threading.get_ident() != self._loop_thread:
+            self._from_thread(self._schedule)
+        else:
+            self._schedule()
+
+    def _file(self, request: GroupCommitRequest) -> None:
+        with self._lock:
+            if not self._stopped:
+                self._waiting.append(request)
+                self._schedule()
+                return
+        request.complete(False)
+
+    def _from_thread(self, callback: Callable, *args) -> None:
+        try:
+            self._loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:  # the loop is closed: only shutdown's final flush is left
+            log.warning("a group-commit request came after the event loop closed")
+
+    def _schedule(self) -> None:
+        # After the loop iteration's puts (call_soon), so one round takes the whole burst.
+        if not self._scheduled and self._spans is None and not self._stopped:
+            self._scheduled = True
+            self._loop.call_soon(self._start_round)
+
+    # -- the service's life ---------------------------------------------------------------------
+    def start(self) -> None:
+        """Watch the syncer and the idle timer; call on the loop's thread."""
+        if self._started:
+            return
+        self._started = True
+        self._loop_thread = threading.get_ident()
+        self._loop.add_reader(self._syncer.fileno(), self._on_synced)
+        self._timer = self._loop.call_later(self._idle_round_s, self._idle_round)
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        """Stop the rounds, let the one in flight end, flush the rest here and answer every
+        request (from any thread; the store's shutdown runs in a worker thread)."""
+        if threading.get_ident() == self._loop_thread:
+            self._detach()
+        elif self._started:
+            detached = threading.Event()
+
+            def detach() -> None:
+                self._detach()
+                detached.set()
+
+            try:
+                self._loop.call_soon_threadsafe(detach)
+            except RuntimeError:
+                pass  # the loop is closed, and its watchers with it
+            else:
+                detached.wait(1.0)  # (a stopped loop never runs it: the lock still orders us)
+        with self._lock:
+            self._stopped = True
+        if not self._syncer.wait(timeout):
+            log.error("the CommitLog flush in progress did not end within %.0f s", timeout)
+        _complete(self._settle(self._syncer.result()))
+        self._syncer.stop()
+        queue = self.queue
+        for _ in range(RETRY_TIMES_OVER):
+            try:
+                moved = not queue.flush(0)
+            except OSError as exc:
+                self.flags.set(FLUSH_COMMIT_LOG_ERROR,
+                               f"flushing the CommitLog failed: {describe_os_error(exc)}")
+                break
+            if not moved or queue.flushed_where >= queue.get_max_offset():
+                break
+        if queue.store_timestamp > 0:
+            self.checkpoint.physic_msg_timestamp = queue.store_timestamp
+        with self._lock:
+            left, self._waiting = self._waiting, []
+        flushed = queue.flushed_where
+        for request in left:
+            request.flushed_to = flushed
+            request.complete(flushed >= request.next_offset)
+
+    def _detach(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._started:
+            try:
+                self._loop.remove_reader(self._syncer.fileno())
+            except (ValueError, RuntimeError):  # closed already
+                pass
+
+    # -- rounds (on the loop) -------------------------------------------------------------------
+    def _idle_round(self) -> None:
+        self._timer = self._loop.call_later(self._idle_round_s, self._idle_round)
+        queue = self.queue
+        if self._spans is None and queue.flushed_where < queue.get_max_offset():
+            self._start_round()
+
+    def _start_round(self) -> None:
+        self._scheduled = False
+        answered: list[_Answer] = []
+        with self._lock:
+            if self._spans is not None or self._stopped:
+                return
+            spans, timestamp = self._spans_to_sync()
+            requests, self._waiting = self._waiting, []
+            if not spans:  # nothing unflushed: what is covered is answered now
+                answered = self._judge(requests, ok=True)
+            else:
+                try:
+                    self._syncer.sync([(mapped.mm, start, end) for mapped, start, end in spans])
+                except Exception:
+                    for mapped, _, _ in spans:
+                        mapped.release()
+                    self._waiting[:0] = requests
+                    log.exception("starting a CommitLog flush failed")
+                    return
+                self._spans = spans
+                self._round = requests
+                self._round_timestamp = timestamp
+        _complete(answered)
+
+    def _spans_to_sync(self) -> tuple[list[_Span], int]:
+        """From the flushed offset to the end of what is written: the file holding it, and the
+        next ones while the one before is full. Each file is held for the round."""
+        queue = self.queue
+        first = queue.find_mapped_file_by_offset(queue.flushed_where, queue.flushed_where == 0)
+        spans: list[_Span] = []
+        timestamp = 0
+        if first is None:
+            return spans, timestamp
+        files = queue.mapped_files
+        at = files.index(first) if first in files else len(files)
+        for mapped in files[at:at + _FILES_A_ROUND]:
+            start, end = mapped.flushed_position, mapped.read_position
+            timestamp = mapped.store_timestamp
+            if end > start:
+                if not mapped.hold():  # shutting down: as MappedFile.flush counts it
+                    mapped.flushed_position = end
+                else:
+                    if mapped._flush_failed:
+                        try:
+                            mapped._redirty(start, end)
+                        except OSError:
+                            pass  # the sync fails again and says why
+                    spans.append((mapped, start, end))
+            if end < mapped.file_size:
+                break
+        return spans, timestamp
+
+    def _on_synced(self) -> None:
+        rc = self._syncer.result()
+        if rc is None:
+            return
+
+        answered = self._settle(rc)
+        _complete(answered)
+        if self._waiting and not self._stopped:
+            self._start_round()
+
+    def _settle(self, rc: int | None) -> list[_Answer]:
+        """Count what the round in flight flushed (``rc``: its outcome) and judge its requests;
+        returns those to complete, outside the lock."""
+        with self._lock:
+            spans, self._spans = self._spans, None
+            requests, self._round = self._round, []
+            if spans is None:
+                return []
+            ok = rc == 0
+            if rc is None:  # (shutdown, the round still running: nothing is counted flushed)
+                ok = False
+            for mapped, _, end in spans:
+                if ok:
+                    mapped.flushed_position = end
+                    mapped._flush_failed = False
+                else:
+                    mapped._flush_failed = True
+                mapped.release()
+            queue = self.queue
+            if ok:
+                last, _, end = spans[-1]
+                queue.flushed_where = last.file_from_offset + end
+                queue.flush_count += 1
+                self.rounds += 1
+                if self._round_timestamp > 0:
+                    queue.store_timestamp = self._round_timestamp
+                    self.checkpoint.physic_msg_timestamp = self._round_timestamp
+                self.flags.clear(FLUSH_COMMIT_LOG_ERROR)
+            elif rc is not None:
+                error = OSError(rc, os.strerror(rc) if rc else "failed")
+                self.flags.set(FLUSH_COMMIT_LOG_ERROR,
+                               f"flushing the CommitLog failed: {describe_os_error(error)}")
+            return self._judge(requests, ok)
+
+    def _judge(self, requests: list[GroupCommitRequest], ok: bool) -> list[_Answer]:
+        """GroupCommitService's rule: flushed → yes; the disk refused or too late → no (at
+        once, FLUSH_DISK_TIMEOUT); else the next round. Under the lock."""
+        flushed = self.queue.flushed_where
+        now = time.monotonic()
+        answered: list[_Answer] = []
+        later = []
+        for request in requests:
+            request.flushed_to = flushed
+            if flushed >= request.next_offset:
+                answered.append((request, True))
+            elif not ok or now >= request.deadline:
+                answered.append((request, False))
+            else:
+                later.append(request)
+        if later:
+            self._waiting[:0] = later
+        return answered
+
+
+def _complete(answered: list[_Answer]) -> None:
+    for request, ok in answered:
+        try:
+            request.complete(ok)
+        except Exception:  # one broken waiter must not strand the others
+            log.exception("answering a group-commit request failed")
+
+
+__all__ = ["LoopGroupCommitService", "native_sync_available"]

@@ -1,0 +1,338 @@
+"""SYNC_FLUSH's group commit driven from the event loop (cluster/broker/loop_group_commit.py):
+rounds the loop starts, synced by the native thread, answered in the loop's callback; the
+same outcomes as the thread service, a failed sync counted as the thread counts it, and a
+shutdown from the store's worker thread that answers and flushes everything."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import functools
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from cluster.broker.loop_group_commit import (
+    LoopGroupCommitService,
+    RangeSyncer,
+    native_sync_available,
+)
+from storage.config import FlushDiskType
+from storage.errors import PutMessageStatus
+from storage.flush import GroupCommitService
+from storage.running_flags import FLUSH_COMMIT_LOG_ERROR
+from tests.conftest import make_message
+
+pytestmark = pytest.mark.skipif(not native_sync_available(),
+                                reason="the native syncer needs the compiled core on Linux")
+
+
+def _open(store_factory, loop, syncer_factory=None, **overrides):
+    """A SYNC_FLUSH store whose group commit the running loop drives."""
+    store = store_factory(flush_disk_type=FlushDiskType.SYNC_FLUSH, start=False, **overrides)
+    store.start(group_commit=functools.partial(LoopGroupCommitService, loop=loop,
+                                               syncer_factory=syncer_factory))
+    assert isinstance(store.flush_service, LoopGroupCommitService)
+    return store
+
+
+async def _settled(requests, timeout=5.0):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not all(r.done() for r in requests) and loop.time() < deadline:
+        await asyncio.sleep(0.002)
+    return all(r.done() for r in requests)
+
+
+def test_every_put_learns_its_own_bytes_are_flushed_by_rounds_the_loop_drives(store_factory):
+    async def run():
+        store = _open(store_factory, asyncio.get_running_loop())
+        puts = []
+        for burst in range(12):  # 4 KiB files: rounds cross file boundaries
+            for _ in range(5):
+                result, request = store.put_message_nowait(make_message(body=b"x" * 300))
+                assert result.status is PutMessageStatus.PUT_OK
+                puts.append((result.append.next_offset, request))
+            await asyncio.sleep(0 if burst % 2 else 0.003)
+        assert await _settled([r for _, r in puts])
+        for end, request in puts:
+            assert request.flush_ok
+            assert request.flushed_to >= end
+        queue = store.commit_log.mapped_file_queue
+        assert queue.flushed_where == store.commit_log.get_max_offset()
+        assert len(queue.mapped_files) > 2
+        assert all(f.flushed_position == f.read_position for f in queue.mapped_files)
+        service = store.flush_service
+        assert 1 <= service.rounds <= len(puts)
+        assert store.checkpoint.physic_msg_timestamp > 0
+        # No Python thread does the flushing.
+        assert "GroupCommitService" not in {t.name for t in threading.enumerate()}
+        await asyncio.to_thread(store.shutdown)
+
+    asyncio.run(run())
+
+
+def test_the_puts_of_one_loop_iteration_share_one_request_and_one_round(store_factory):
+    async def run():
+        store = _open(store_factory, asyncio.get_running_loop(), mapped_file_size_commit_log=1 << 20)
+        service = store.flush_service
+        requests = [store.put_message_nowait(make_message(body=b"y" * 200))[1] for _ in range(10)]
+        assert all(r is requests[0] for r in requests)
+        assert requests[0].next_offset == store.commit_log.get_max_offset()
+        assert await _settled(requests)
+        assert service.rounds == 1
+        # The next put joins no request a round has taken.
+        later = store.put_message_nowait(make_message(body=b"z"))[1]
+        assert later is not requests[0]
+        assert await _settled([later])
+        assert service.rounds == 2
+        await asyncio.to_thread(store.shutdown)
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("kind", ["thread", "loop"])
+def test_both_services_give_the_same_outcomes(store_factory, kind):
+    async def run():
+        loop = asyncio.get_running_loop()
+        if kind == "loop":
+            store = _open(store_factory, loop)
+        else:
+            store = store_factory(flush_disk_type=FlushDiskType.SYNC_FLUSH)
+            assert isinstance(store.flush_service, GroupCommitService)
+        outcomes = []
+        for i in range(30):
+            result, request = store.put_message_nowait(make_message(body=b"q" * (50 + i * 20)))
+            outcomes.append((result.append.next_offset, request))
+            if i % 7 == 0:
+                await asyncio.sleep(0.001)
+        assert await _settled([r for _, r in outcomes])
+        assert [(r.flush_ok, r.flushed_to >= end) for end, r in outcomes] == [(True, True)] * 30
+        assert store.commit_log.mapped_file_queue.flushed_where \
+            == store.commit_log.get_max_offset()
+        await asyncio.to_thread(store.shutdown)
+
+    asyncio.run(run())
+
+
+class _FailingFirst:
+    """The real syncer, whose first round reports EIO (the disk refused the write-back)."""
+
+    def __init__(self) -> None:
+        self.real = RangeSyncer()
+        self.failures = 1
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    def result(self):
+        rc = self.real.result()
+        if rc is not None and self.failures:
+            self.failures -= 1
+            return errno.EIO
+        return rc
+
+
+def test_a_failed_sync_raises_the_flag_counts_nothing_and_the_next_round_recovers(store_factory):
+    async def run():
+        store = _open(store_factory, asyncio.get_running_loop(), _FailingFirst,
+                      mapped_file_size_commit_log=1 << 20)
+        queue = store.commit_log.mapped_file_queue
+        before = queue.flushed_where
+        result, request = store.put_message_nowait(make_message(body=b"f" * 100))
+        assert await _settled([request])
+        assert request.flush_ok is False  # FLUSH_DISK_TIMEOUT at once, not after 5 s
+        assert request.flushed_to == before
+        assert queue.flushed_where == before  # nothing counted flushed that was not
+        assert store.running_flags.is_set(FLUSH_COMMIT_LOG_ERROR)
+        assert "Input/output error" in store.running_flags.reason(FLUSH_COMMIT_LOG_ERROR)
+        assert queue.mapped_files[0]._flush_failed  # rewritten before the next sync
+        # The flag refuses puts until a flush succeeds; the idle round retries on its own.
+        deadline = asyncio.get_running_loop().time() + 5
+        while queue.flushed_where < result.append.next_offset \
+                and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.005)
+        assert queue.flushed_where == result.append.next_offset
+        assert not store.running_flags.is_set(FLUSH_COMMIT_LOG_ERROR)
+        assert not queue.mapped_files[0]._flush_failed
+        await asyncio.to_thread(store.shutdown)
+
+    asyncio.run(run())
+
+
+def test_a_blocking_put_from_another_thread_is_flushed_by_the_loop(store_factory):
+    async def run():
+        store = _open(store_factory, asyncio.get_running_loop())
+        result = await asyncio.to_thread(store.put_message, make_message(body=b"t" * 100))
+        assert result.status is PutMessageStatus.PUT_OK
+        assert store.commit_log.mapped_file_queue.flushed_where >= result.append.next_offset
+        await asyncio.to_thread(store.shutdown)
+
+    asyncio.run(run())
+
+
+def test_bytes_put_without_waiting_are_flushed_by_the_idle_round(store_factory):
+    async def run():
+        store = _open(store_factory, asyncio.get_running_loop(), mapped_file_size_commit_log=1 << 20)
+        result, request = store.put_message_nowait(
+            make_message(body=b"w" * 100, properties={"WAIT": "false"}))
+        assert request is None
+        queue = store.commit_log.mapped_file_queue
+        deadline = asyncio.get_running_loop().time() + 2
+        while queue.flushed_where < result.append.next_offset \
+                and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.005)
+        assert queue.flushed_where == result.append.next_offset
+        await asyncio.to_thread(store.shutdown)
+
+    asyncio.run(run())
+
+
+def test_a_shutdown_from_the_worker_thread_answers_every_request_and_flushes_all(store_factory):
+    async def run():
+        store = _open(store_factory, asyncio.get_running_loop())
+        requests = [store.put_message_nowait(make_message(body=b"s" * 500))[1] for _ in range(20)]
+        end = store.commit_log.get_max_offset()
+        await asyncio.to_thread(store.shutdown)  # (the broker's way), before any round ends
+        assert all(r.done() and r.flush_ok for r in requests)
+        assert store.commit_log.mapped_file_queue.flushed_where == end
+        assert not store.flush_service._syncer.running
+        late = store.flush_service.request_flush(end + 100, 3000)
+        assert late.done()
+        assert not late.flush_ok
+
+    asyncio.run(run())
+
+
+def test_the_thread_service_runs_where_the_compiled_core_is_not_used():
+    code = ("from cluster.broker.loop_group_commit import native_sync_available; "
+            "print(native_sync_available())")
+    env = dict(os.environ, ROCKETDESK_PURE="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert out.stdout.strip() == "False"
+
+
+class _ManualSyncer:
+    """A syncer whose rounds end when the test says (and sync nothing): what the loop hands
+    it, and when, is then exact."""
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._read, False)
+        self.calls: list[list[tuple[int, int]]] = []
+        self.busy = False
+        self.running = True
+        self._outcome: int | None = None
+
+    def fileno(self) -> int:
+        return self._read
+
+    def sync(self, spans) -> None:
+        assert not self.busy
+        assert self._outcome is None
+        self.calls.append([(start, end) for _, start, end in spans])
+        self.busy = True
+
+    def end(self, rc: int = 0) -> None:
+        self.busy, self._outcome = False, rc
+        os.write(self._write, b"!")
+
+    def result(self) -> int | None:
+        try:
+            os.read(self._read, 64)
+        except BlockingIOError:
+            pass
+        rc, self._outcome = self._outcome, None
+        return rc
+
+    def wait(self, timeout: float) -> bool:
+        return not self.busy
+
+    def stop(self) -> None:
+        self.running = False
+        os.close(self._read)
+        os.close(self._write)
+
+
+def _manual(store_factory, loop, **overrides):
+    syncer = _ManualSyncer()
+    store = store_factory(flush_disk_type=FlushDiskType.SYNC_FLUSH, start=False, **overrides)
+    store.start(group_commit=functools.partial(
+        LoopGroupCommitService, loop=loop, syncer_factory=lambda: syncer, idle_round_s=3600))
+    return store, syncer
+
+
+async def _until(condition, timeout=2.0):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition() and loop.time() < deadline:
+        await asyncio.sleep(0.001)
+    return condition()
+
+
+def test_requests_filed_during_a_round_go_to_the_next_which_starts_as_it_ends(store_factory):
+    async def run():
+        loop = asyncio.get_running_loop()
+        store, syncer = _manual(store_factory, loop, mapped_file_size_commit_log=1 << 20)
+        first = store.put_message_nowait(make_message(body=b"a" * 100))[1]
+        first_end = store.commit_log.get_max_offset()
+        assert await _until(lambda: syncer.calls)  # after the loop iteration, not in the put
+        assert syncer.calls == [[(0, first_end)]]
+        second = store.put_message_nowait(make_message(body=b"b" * 100))[1]
+        assert second is not first  # the round in flight took the first request
+        await asyncio.sleep(0.01)
+        assert len(syncer.calls) == 1  # one round at a time
+        seen = []
+        first.add_done_callback(
+            lambda ok: loop.call_soon(lambda: seen.append(len(syncer.calls))))
+        syncer.end(0)
+        assert await _until(lambda: seen)
+        assert first.flush_ok
+        assert not second.done()
+        assert seen == [2]  # the next round started in the callback that ended the first
+        assert syncer.calls[1] == [(first_end, store.commit_log.get_max_offset())]
+        syncer.end(0)
+        assert await _until(second.done)
+        assert second.flush_ok
+        await asyncio.to_thread(store.shutdown)
+
+    asyncio.run(run())
+
+
+def test_a_round_syncs_every_full_file_from_the_flushed_offset_and_stops_at_the_writer(
+        store_factory):
+    async def run():
+        store, syncer = _manual(store_factory, asyncio.get_running_loop())  # 4 KiB files
+        requests = [store.put_message_nowait(make_message(body=b"c" * 700))[1] for _ in range(14)]
+        files = store.commit_log.mapped_file_queue.mapped_files
+        assert len(files) >= 3
+        assert await _until(lambda: syncer.calls)
+        expected = [(0, f.read_position) for f in files][:4]  # (at most four files a round)
+        assert syncer.calls[0] == expected
+        while not all(r.done() for r in requests):
+            syncer.end(0)
+            await _until(lambda: syncer.busy or all(r.done() for r in requests))
+        assert all(r.flush_ok for r in requests)
+        assert store.commit_log.mapped_file_queue.flushed_where \
+            == store.commit_log.get_max_offset()
+        await asyncio.to_thread(store.shutdown)
+
+    asyncio.run(run())
+
+
+def test_a_shutdown_on_the_loop_thread_flushes_what_no_round_took(store_factory):
+    async def run():
+        store, syncer = _manual(store_factory, asyncio.get_running_loop(),
+                                mapped_file_size_commit_log=1 << 20)
+        request = store.put_message_nowait(make_message(body=b"d" * 100))[1]
+        store.shutdown()  # before the round's call_soon: nothing was handed to the syncer
+        assert syncer.calls == []
+        assert request.done()
+        assert request.flush_ok
+        assert request.flushed_to == store.commit_log.mapped_file_queue.flushed_where > 0
+
+    asyncio.run(run())
