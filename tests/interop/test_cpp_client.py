@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -230,3 +231,18 @@ def test_cpp_orderly_consumer_keeps_per_queue_order_across_a_restart(cpp_clients
         if after:
             assert after[0] <= (before[-1] + 1 if before else 0), (key, before, after)
         assert sorted(set(before) | set(after)) == list(range(per_key)), (key, before, after)
+
+
+def test_the_native_load_driver_sends_through_the_cpp_client(cluster, cpp_clients):
+    # scripts/bench_cpp_client.py --native: the C++ client from native threads (built here).
+    namesrv, _ = cluster
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "bench_cpp_client.py")
+    result = subprocess.run([sys.executable, script, "-n", namesrv, "-t", "NativeBench", "-w", "2",
+                             "--duration", "1", "--warmup", "0.3", "--native"],
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    found = re.search(r"native threads\), 2 threads, 1024-byte bodies: ([\d,]+) messages in .*"
+                      r"\((\d+) failed sends\)", result.stdout)
+    assert found, result.stdout
+    assert int(found[1].replace(",", "")) > 0
+    assert found[2] == "0"
