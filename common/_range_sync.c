@@ -12,7 +12,7 @@
  *
  * One round at a time: sync() hands over up to MAX_SPANS ranges and returns; the thread syncs
  * them in order and stops at the first failure; result() (after the eventfd is readable) takes
- * the outcome, 0 or the errno. A range is turned into addresses when it is handed over and the
+ * the outcome, 0 or the errno, and `synced` says how many ranges before a failure made it. A range is turned into addresses when it is handed over and the
  * buffer released at once (the way common/_populator.c does), so a mapping can be closed at any
  * time; the caller holds the mapped file for the round (MappedFile.hold), and should it be
  * unmapped anyway msync answers ENOMEM, which is a failed flush, never a byte changed.
@@ -36,6 +36,7 @@
 
 typedef struct {
     uintptr_t from, to;
+    int index;              /* its place among the ranges given (empty ones are not synced) */
 } sync_span;
 #endif
 
@@ -52,6 +53,8 @@ typedef struct {
     int stopping;
     int state;              /* IDLE -> ASKED (sync) -> SYNCING (thread) -> DONE -> IDLE (result) */
     int result;             /* errno of the round's first failure, or 0 */
+    int given;              /* ranges given to the round, empty ones included */
+    int synced;             /* of those, how many in order were made durable */
     int span_count;
     sync_span spans[MAX_SPANS];
     unsigned long long rounds;
@@ -77,12 +80,16 @@ worker(void *arg)
         pthread_mutex_unlock(&self->mutex);
         struct timespec began, ended;
         clock_gettime(CLOCK_MONOTONIC, &began);
-        int rc = 0;
-        for (int i = 0; i < count && rc == 0; i++)
+        int rc = 0, failed_at = -1;
+        for (int i = 0; i < count && rc == 0; i++) {
             rc = msync((void *)spans[i].from, (size_t)(spans[i].to - spans[i].from), MS_SYNC) == 0
                      ? 0 : errno;
+            if (rc != 0)
+                failed_at = spans[i].index;
+        }
         clock_gettime(CLOCK_MONOTONIC, &ended);
         pthread_mutex_lock(&self->mutex);
+        self->synced = failed_at < 0 ? self->given : failed_at;
         self->sync_ns += (unsigned long long)((ended.tv_sec - began.tv_sec) * 1000000000LL
                                               + (ended.tv_nsec - began.tv_nsec));
         self->result = rc;
@@ -105,9 +112,9 @@ stop_worker(RangeSyncer *self)
     /* Under the interpreter lock: a second stop finds running == 0 and joins nothing. */
     if (!self->running)
         return;
-    self->running = 0;
     pthread_t thread = self->thread;
     pthread_mutex_lock(&self->mutex);
+    self->running = 0; /* (read by wait() under the mutex, without the interpreter lock) */
     self->stopping = 1;
     pthread_cond_broadcast(&self->cond);
     pthread_mutex_unlock(&self->mutex);
@@ -143,7 +150,9 @@ syncer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         Py_DECREF(self);
         return NULL;
     }
+    pthread_mutex_lock(&self->mutex);
     self->running = 1;
+    pthread_mutex_unlock(&self->mutex);
     return (PyObject *)self;
 #else
     (void)type;
@@ -195,6 +204,7 @@ syncer_sync(RangeSyncer *self, PyObject *spans)
         if (empty == 0) {
             found[count].from = from;
             found[count].to = to;
+            found[count].index = (int)i;
             count++;
         }
     }
@@ -209,6 +219,8 @@ syncer_sync(RangeSyncer *self, PyObject *spans)
     }
     memcpy(self->spans, found, sizeof(sync_span) * (size_t)count);
     self->span_count = count;
+    self->given = (int)n;
+    self->synced = 0;
     self->result = 0;
     self->state = ASKED;
     pthread_cond_broadcast(&self->cond);
@@ -240,8 +252,9 @@ syncer_sync_method(RangeSyncer *self, PyObject *spans)
 PyDoc_STRVAR(result_doc,
 "result() -> int | None\n\n"
 "The round's outcome once it ended (0, or the errno of the first range that failed), taking it:\n"
-"the syncer is then free for the next round and the eventfd is read empty. None while a round\n"
-"is in progress or none was started.");
+"the syncer is then free for the next round and the eventfd is read empty; ``synced`` then says\n"
+"how many of its ranges, in order, were made durable. None while a round is in progress or\n"
+"none was started.");
 
 static PyObject *
 syncer_result(RangeSyncer *self, PyObject *unused)
@@ -366,6 +379,21 @@ syncer_get_sync_seconds(RangeSyncer *self, void *closure)
 }
 
 static PyObject *
+syncer_get_synced(RangeSyncer *self, void *closure)
+{
+    (void)closure;
+#ifdef __linux__
+    pthread_mutex_lock(&self->mutex);
+    int synced = self->synced;
+    pthread_mutex_unlock(&self->mutex);
+    return PyLong_FromLong(synced);
+#else
+    (void)self;
+    return PyLong_FromLong(0);
+#endif
+}
+
+static PyObject *
 syncer_get_busy(RangeSyncer *self, void *closure)
 {
     (void)closure;
@@ -385,7 +413,10 @@ syncer_get_running(RangeSyncer *self, void *closure)
 {
     (void)closure;
 #ifdef __linux__
-    return PyBool_FromLong(self->running);
+    pthread_mutex_lock(&self->mutex);
+    int running = self->running;
+    pthread_mutex_unlock(&self->mutex);
+    return PyBool_FromLong(running);
 #else
     (void)self;
     Py_RETURN_FALSE;
@@ -408,6 +439,9 @@ static PyGetSetDef syncer_getset[] = {
     {"rounds", (getter)syncer_get_rounds, NULL, "rounds ended so far", NULL},
     {"sync_seconds", (getter)syncer_get_sync_seconds, NULL,
      "time spent in msync so far, all rounds", NULL},
+    {"synced", (getter)syncer_get_synced, NULL,
+     "ranges of the last ended round made durable, in order (all of them when it succeeded)",
+     NULL},
     {"busy", (getter)syncer_get_busy, NULL, "a round is in progress", NULL},
     {"running", (getter)syncer_get_running, NULL, "the thread runs (not stopped)", NULL},
     {NULL, NULL, NULL, NULL, NULL},

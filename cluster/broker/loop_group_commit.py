@@ -60,6 +60,10 @@ def native_sync_available() -> bool:
 _Span = tuple[MappedFile, int, int]  # a file held for the round, from, to (file positions)
 _Answer = tuple[GroupCommitRequest, bool]
 
+# Syncers whose round outlived a shutdown's wait (a disk that hangs): kept, never stopped or
+# freed, because their thread may still be in msync on the store's mappings.
+_ABANDONED: list[Any] = []
+
 
 class LoopGroupCommitService:
     """The group commit of a store whose puts run on ``loop`` (see the module's docstring)."""
@@ -79,13 +83,14 @@ class LoopGroupCommitService:
         if factory is None:
             raise RuntimeError("no native syncer here (see native_sync_available)")
         self._syncer = factory()
-        # The loop's state, and shutdown's (from another thread): the lock is uncontended on
-        # the loop, and completions run after it is let go (a callback may put again).
+        # The loop's state, and other threads' (their requests, shutdown): uncontended on the
+        # loop; completions run after it is let go (a callback may put again).
         self._lock = threading.Lock()
         self._waiting: list[GroupCommitRequest] = []
         self._round: list[GroupCommitRequest] = []  # the requests the round in flight answers
         self._spans: list[_Span] | None = None  # what it syncs; None: no round in flight
         self._round_timestamp = 0
+        self._again = False  # bytes nobody waits for came during the round: go on after it
         self._scheduled = False
         self._started = False
         self._stopped = False
@@ -97,54 +102,53 @@ class LoopGroupCommitService:
     def request_flush(self, next_offset: int, timeout_ms: int) -> GroupCommitRequest:
         """A wait for everything before ``next_offset`` to be flushed: joined to the newest
         request not yet in a round when that one is recent (GroupCommitService.request_flush's
-        rule), else a new one. From another thread the request is handed to the loop."""
-        if threading.get_ident() != self._loop_thread:
-            request = GroupCommitRequest(next_offset, timeout_ms)
-            self._from_thread(self._file, request)
-            return request
+        rule), else a new one."""
+        on_loop = threading.get_ident() == self._loop_thread
         with self._lock:
             if not self._stopped:
                 waiting = self._waiting
-                if waiting:
+                if on_loop and waiting:
                     last = waiting[-1]
                     if not last._done and join_window(last, timeout_ms):
                         last.next_offset = max(last.next_offset, next_offset)
                         return last
                 request = GroupCommitRequest(next_offset, timeout_ms)
                 waiting.append(request)
-                self._schedule()
-                return request
+                if on_loop:
+                    self._schedule()
+        if not self._stopped:
+            if not on_loop:  # (in the list already: a closed loop leaves it to shutdown)
+                self._wake_from_thread()
+            return request
         request = GroupCommitRequest(next_offset, timeout_ms)
         request.complete(False)  # (after shutdown's last flush: not counted flushed)
         return request
 
     def put_request(self, request: GroupCommitRequest) -> None:
         """File a request made elsewhere (any thread)."""
-        if threading.get_ident() != self._loop_thread:
-            self._from_thread(self._file, request)
+        with self._lock:
+            stopped = self._stopped
+            if not stopped:
+                self._waiting.append(request)
+        if stopped:
+            request.complete(False)
         else:
-            self._file(request)
+            self.wakeup()
 
     def wakeup(self) -> None:
         """Start a round soon even with nobody waiting (bytes put with WAIT=false)."""
         if threading.get_ident() != self._loop_thread:
-            self._from_thread(self._schedule)
-        else:
-            self._schedule()
+            self._wake_from_thread()
+            return
+        if self._spans is not None:
+            self._again = True  # (after the round in flight, which did not cover them)
+        self._schedule()
 
-    def _file(self, request: GroupCommitRequest) -> None:
-        with self._lock:
-            if not self._stopped:
-                self._waiting.append(request)
-                self._schedule()
-                return
-        request.complete(False)
-
-    def _from_thread(self, callback: Callable, *args) -> None:
+    def _wake_from_thread(self) -> None:
         try:
-            self._loop.call_soon_threadsafe(callback, *args)
-        except RuntimeError:  # the loop is closed: only shutdown's final flush is left
-            log.warning("a group-commit request came after the event loop closed")
+            self._loop.call_soon_threadsafe(self.wakeup)
+        except RuntimeError:  # the loop is closed: shutdown's final flush answers what waits
+            pass
 
     def _schedule(self) -> None:
         # After the loop iteration's puts (call_soon), so one round takes the whole burst.
@@ -164,7 +168,10 @@ class LoopGroupCommitService:
 
     def shutdown(self, timeout: float = 30.0) -> None:
         """Stop the rounds, let the one in flight end, flush the rest here and answer every
-        request (from any thread; the store's shutdown runs in a worker thread)."""
+        request (from any thread; the store's shutdown runs in a worker thread). Once."""
+        with self._lock:
+            if self._stopped:
+                return
         if threading.get_ident() == self._loop_thread:
             self._detach()
         elif self._started:
@@ -183,7 +190,16 @@ class LoopGroupCommitService:
         with self._lock:
             self._stopped = True
         if not self._syncer.wait(timeout):
-            log.error("the CommitLog flush in progress did not end within %.0f s", timeout)
+            # The disk hangs: the thread is still in msync on these mappings. Keep it, and
+            # the files it holds, as they are; a final flush would hang the same way.
+            log.error("the CommitLog flush in progress did not end within %.1f s; its "
+                      "requests are answered FLUSH_DISK_TIMEOUT", timeout)
+            _ABANDONED.append(self._syncer)
+            with self._lock:
+                left, self._waiting = self._round + self._waiting, []
+                self._round = []
+            _complete([(request, False) for request in left])
+            return
         _complete(self._settle(self._syncer.result()))
         self._syncer.stop()
         queue = self.queue
@@ -203,7 +219,7 @@ class LoopGroupCommitService:
         flushed = queue.flushed_where
         for request in left:
             request.flushed_to = flushed
-            request.complete(flushed >= request.next_offset)
+        _complete([(request, flushed >= request.next_offset) for request in left])
 
     def _detach(self) -> None:
         if self._timer is not None:
@@ -219,7 +235,8 @@ class LoopGroupCommitService:
     def _idle_round(self) -> None:
         self._timer = self._loop.call_later(self._idle_round_s, self._idle_round)
         queue = self.queue
-        if self._spans is None and queue.flushed_where < queue.get_max_offset():
+        if self._spans is None and (self._waiting
+                                    or queue.flushed_where < queue.get_max_offset()):
             self._start_round()
 
     def _start_round(self) -> None:
@@ -228,95 +245,110 @@ class LoopGroupCommitService:
         with self._lock:
             if self._spans is not None or self._stopped:
                 return
-            spans, timestamp = self._spans_to_sync()
+            self._again = False
             requests, self._waiting = self._waiting, []
-            if not spans:  # nothing unflushed: what is covered is answered now
-                answered = self._judge(requests, ok=True)
-            else:
-                try:
+            spans: list[_Span] = []
+            try:
+                spans, timestamp, reach = self._spans_to_sync()
+                if not spans:  # nothing to sync: what is covered is answered now
+                    self._count_flushed(reach, timestamp)
+                    answered = self._judge(requests, ok=True)
+                else:
                     self._syncer.sync([(mapped.mm, start, end) for mapped, start, end in spans])
-                except Exception:
-                    for mapped, _, _ in spans:
-                        mapped.release()
-                    self._waiting[:0] = requests
-                    log.exception("starting a CommitLog flush failed")
-                    return
-                self._spans = spans
-                self._round = requests
-                self._round_timestamp = timestamp
+                    self._spans = spans
+                    self._round = requests
+                    self._round_timestamp = timestamp
+            except Exception:  # nothing started: let go of the files, the requests wait on
+                for mapped, _, _ in spans:
+                    mapped.release()
+                self._waiting[:0] = requests
+                log.exception("starting a CommitLog flush failed")
         _complete(answered)
 
-    def _spans_to_sync(self) -> tuple[list[_Span], int]:
+    def _spans_to_sync(self) -> tuple[list[_Span], int, int]:
         """From the flushed offset to the end of what is written: the file holding it, and the
-        next ones while the one before is full. Each file is held for the round."""
+        next ones while the one before is full, each held for the round; the newest store
+        time among them (read before their ends, as the thread service does, so it never
+        names a message the round does not cover); and the log offset they reach. A file
+        being destroyed is counted flushed unsynced, as MappedFile.flush counts it. On an
+        error the files held so far are let go."""
         queue = self.queue
         first = queue.find_mapped_file_by_offset(queue.flushed_where, queue.flushed_where == 0)
         spans: list[_Span] = []
         timestamp = 0
+        reach = queue.flushed_where
         if first is None:
-            return spans, timestamp
+            return spans, timestamp, reach
         files = queue.mapped_files
         at = files.index(first) if first in files else len(files)
-        for mapped in files[at:at + _FILES_A_ROUND]:
-            start, end = mapped.flushed_position, mapped.read_position
-            timestamp = mapped.store_timestamp
-            if end > start:
-                if not mapped.hold():  # shutting down: as MappedFile.flush counts it
-                    mapped.flushed_position = end
-                else:
-                    if mapped._flush_failed:
-                        try:
+        try:
+            for mapped in files[at:at + _FILES_A_ROUND]:
+                timestamp = max(timestamp, mapped.store_timestamp)
+                start, end = mapped.flushed_position, mapped.read_position
+                if end > start:
+                    if not mapped.hold():  # being destroyed
+                        mapped.flushed_position = end
+                    else:
+                        spans.append((mapped, start, end))
+                        if mapped._flush_failed:  # its failed pages may count as clean now
                             mapped._redirty(start, end)
-                        except OSError:
-                            pass  # the sync fails again and says why
-                    spans.append((mapped, start, end))
-            if end < mapped.file_size:
-                break
-        return spans, timestamp
+                reach = max(reach, mapped.file_from_offset + end)
+                if end < mapped.file_size:
+                    break
+        except BaseException:
+            for mapped, _, _ in spans:
+                mapped.release()
+            raise
+        return spans, timestamp, reach
 
     def _on_synced(self) -> None:
         rc = self._syncer.result()
         if rc is None:
             return
-
         answered = self._settle(rc)
-        _complete(answered)
-        if self._waiting and not self._stopped:
+        # The next round first: its msync runs while this one's answers are written.
+        if (self._waiting or self._again) and not self._stopped:
             self._start_round()
+        _complete(answered)
 
     def _settle(self, rc: int | None) -> list[_Answer]:
-        """Count what the round in flight flushed (``rc``: its outcome) and judge its requests;
-        returns those to complete, outside the lock."""
+        """Count what the round in flight flushed (``rc``: its outcome; ranges before a failed
+        one count) and judge its requests; returns those to complete, outside the lock."""
         with self._lock:
             spans, self._spans = self._spans, None
             requests, self._round = self._round, []
             if spans is None:
                 return []
-            ok = rc == 0
-            if rc is None:  # (shutdown, the round still running: nothing is counted flushed)
-                ok = False
-            for mapped, _, end in spans:
-                if ok:
+            synced = len(spans) if rc == 0 else self._syncer.synced if rc is not None else 0
+            reach = -1
+            for index, (mapped, _, end) in enumerate(spans):
+                if index < synced:
                     mapped.flushed_position = end
                     mapped._flush_failed = False
+                    reach = mapped.file_from_offset + end
                 else:
                     mapped._flush_failed = True
                 mapped.release()
-            queue = self.queue
-            if ok:
-                last, _, end = spans[-1]
-                queue.flushed_where = last.file_from_offset + end
-                queue.flush_count += 1
-                self.rounds += 1
-                if self._round_timestamp > 0:
-                    queue.store_timestamp = self._round_timestamp
-                    self.checkpoint.physic_msg_timestamp = self._round_timestamp
+            if reach >= 0:
+                self._count_flushed(reach, self._round_timestamp if rc == 0 else 0)
+            if rc == 0:
                 self.flags.clear(FLUSH_COMMIT_LOG_ERROR)
             elif rc is not None:
-                error = OSError(rc, os.strerror(rc) if rc else "failed")
+                error = OSError(rc, os.strerror(rc))
                 self.flags.set(FLUSH_COMMIT_LOG_ERROR,
                                f"flushing the CommitLog failed: {describe_os_error(error)}")
-            return self._judge(requests, ok)
+            return self._judge(requests, ok=rc == 0)
+
+    def _count_flushed(self, reach: int, timestamp: int) -> None:
+        queue = self.queue
+        if reach <= queue.flushed_where:
+            return
+        queue.flushed_where = reach
+        queue.flush_count += 1
+        self.rounds += 1
+        if timestamp > 0:
+            queue.store_timestamp = timestamp
+            self.checkpoint.physic_msg_timestamp = timestamp
 
     def _judge(self, requests: list[GroupCommitRequest], ok: bool) -> list[_Answer]:
         """GroupCommitService's rule: flushed → yes; the disk refused or too late → no (at

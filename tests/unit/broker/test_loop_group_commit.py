@@ -130,8 +130,10 @@ class _FailingFirst:
 
     def result(self):
         rc = self.real.result()
+        self.synced = self.real.synced
         if rc is not None and self.failures:
             self.failures -= 1
+            self.synced = 0  # (its one range)
             return errno.EIO
         return rc
 
@@ -142,6 +144,10 @@ def test_a_failed_sync_raises_the_flag_counts_nothing_and_the_next_round_recover
                       mapped_file_size_commit_log=1 << 20)
         queue = store.commit_log.mapped_file_queue
         before = queue.flushed_where
+        rewritten = []
+        segment = queue.get_last_mapped_file_or_create(0)
+        redirty = segment._redirty
+        segment._redirty = lambda start, end: (rewritten.append((start, end)), redirty(start, end))
         result, request = store.put_message_nowait(make_message(body=b"f" * 100))
         assert await _settled([request])
         assert request.flush_ok is False  # FLUSH_DISK_TIMEOUT at once, not after 5 s
@@ -158,6 +164,8 @@ def test_a_failed_sync_raises_the_flag_counts_nothing_and_the_next_round_recover
         assert queue.flushed_where == result.append.next_offset
         assert not store.running_flags.is_set(FLUSH_COMMIT_LOG_ERROR)
         assert not queue.mapped_files[0]._flush_failed
+        # The retry wrote the failed pages again first (Linux may count them clean now).
+        assert rewritten[:1] == [(0, result.append.next_offset)]
         await asyncio.to_thread(store.shutdown)
 
     asyncio.run(run())
@@ -226,6 +234,8 @@ class _ManualSyncer:
         self.calls: list[list[tuple[int, int]]] = []
         self.busy = False
         self.running = True
+        self.synced = 0
+        self._ended = threading.Event()
         self._outcome: int | None = None
 
     def fileno(self) -> int:
@@ -236,9 +246,12 @@ class _ManualSyncer:
         assert self._outcome is None
         self.calls.append([(start, end) for _, start, end in spans])
         self.busy = True
+        self._ended.clear()
 
-    def end(self, rc: int = 0) -> None:
+    def end(self, rc: int = 0, synced: int | None = None) -> None:
+        self.synced = len(self.calls[-1]) if synced is None else synced
         self.busy, self._outcome = False, rc
+        self._ended.set()
         os.write(self._write, b"!")
 
     def result(self) -> int | None:
@@ -250,7 +263,7 @@ class _ManualSyncer:
         return rc
 
     def wait(self, timeout: float) -> bool:
-        return not self.busy
+        return not self.busy or self._ended.wait(timeout)
 
     def stop(self) -> None:
         self.running = False
@@ -334,5 +347,177 @@ def test_a_shutdown_on_the_loop_thread_flushes_what_no_round_took(store_factory)
         assert request.done()
         assert request.flush_ok
         assert request.flushed_to == store.commit_log.mapped_file_queue.flushed_where > 0
+
+    asyncio.run(run())
+
+
+def test_every_file_a_round_held_is_let_go(store_factory):
+    async def run():
+        store = _open(store_factory, asyncio.get_running_loop())  # 4 KiB files
+        requests = [store.put_message_nowait(make_message(body=b"h" * 900))[1] for _ in range(20)]
+        assert await _settled(requests)
+        files = store.commit_log.mapped_file_queue.mapped_files
+        assert len(files) >= 4
+        assert [f._refs for f in files] == [1] * len(files)  # the queue's own reference only
+        await asyncio.to_thread(store.shutdown)
+
+    asyncio.run(run())
+
+
+def test_a_request_a_round_could_not_cover_in_time_is_answered_at_once(store_factory):
+    async def run():
+        store, syncer = _manual(store_factory, asyncio.get_running_loop())  # 4 KiB files
+        for _ in range(30):  # (a burst of one iteration: one request)
+            request = store.put_message_nowait(make_message(body=b"e" * 700))[1]
+        assert len(store.commit_log.mapped_file_queue.mapped_files) > 4
+        assert await _until(lambda: syncer.calls)
+        assert len(syncer.calls[0]) == 4  # four files a round: the request's end is past them
+        request.deadline = 0  # (its syncFlushTimeout has passed)
+        syncer.end(0)
+        assert await _until(request.done)
+        assert request.flush_ok is False  # FLUSH_DISK_TIMEOUT now, not in another round
+        await asyncio.to_thread(store.shutdown)
+
+    asyncio.run(run())
+
+
+def test_the_ranges_synced_before_a_failed_one_count_as_flushed(store_factory):
+    async def run():
+        store, syncer = _manual(store_factory, asyncio.get_running_loop())  # 4 KiB files
+        queue = store.commit_log.mapped_file_queue
+        early = store.put_message_nowait(make_message(body=b"p" * 3000))[1]
+        early_end = queue.get_max_offset()
+        late = store.put_message_nowait(make_message(body=b"p" * 3000))[1]  # the second file
+        assert early is late  # (one request for the burst: its end is the second file's)
+        assert await _until(lambda: syncer.calls)
+        first, second = queue.mapped_files[:2]
+        assert syncer.calls[0] == [(0, first.read_position), (0, second.read_position)]
+        syncer.end(errno.EIO, synced=1)
+        assert await _until(early.done)
+        assert queue.flushed_where == first.file_from_offset + first.read_position >= early_end
+        assert early.flushed_to == queue.flushed_where  # what a put of the first file judges by
+        assert early.flush_ok is False
+        assert not first._flush_failed
+        assert second._flush_failed
+        assert store.running_flags.is_set(FLUSH_COMMIT_LOG_ERROR)
+        await asyncio.to_thread(store.shutdown)
+
+    asyncio.run(run())
+
+
+def test_bytes_put_without_waiting_during_a_round_start_the_next_as_it_ends(store_factory):
+    async def run():
+        store, syncer = _manual(store_factory, asyncio.get_running_loop(),
+                                mapped_file_size_commit_log=1 << 20)
+        first = store.put_message_nowait(make_message(body=b"a" * 100))[1]
+        assert await _until(lambda: syncer.calls)
+        result, none = store.put_message_nowait(
+            make_message(body=b"n" * 100, properties={"WAIT": "false"}))
+        assert none is None
+        syncer.end(0)
+        assert await _until(first.done)
+        assert len(syncer.calls) == 2  # at once, not at the idle round (an hour here)
+        assert syncer.calls[1][-1][1] == result.append.next_offset
+        syncer.end(0)
+        await asyncio.to_thread(store.shutdown)
+
+    asyncio.run(run())
+
+
+def test_a_file_being_destroyed_is_counted_flushed_as_the_thread_counts_it(store_factory):
+    async def run():
+        store, syncer = _manual(store_factory, asyncio.get_running_loop())  # 4 KiB files
+        queue = store.commit_log.mapped_file_queue
+        requests = [store.put_message_nowait(make_message(body=b"g" * 1500))[1] for _ in range(4)]
+        first, second = queue.mapped_files[:2]
+        first._available = False  # (destroy() has begun: hold() refuses)
+        assert await _until(lambda: syncer.calls)
+        assert syncer.calls[0] == [(0, second.read_position)]  # the first is not synced...
+        syncer.end(0)
+        assert await _settled(requests)
+        assert queue.flushed_where == second.file_from_offset + second.read_position
+        assert first.flushed_position == first.read_position  # ...and counted, unsynced
+        first._available = True
+        await asyncio.to_thread(store.shutdown)
+
+    asyncio.run(run())
+
+
+def test_a_shutdown_waits_for_the_round_in_flight(store_factory):
+    async def run():
+        loop = asyncio.get_running_loop()
+        store, syncer = _manual(store_factory, loop, mapped_file_size_commit_log=1 << 20)
+        request = store.put_message_nowait(make_message(body=b"r" * 100))[1]
+        assert await _until(lambda: syncer.calls)
+        stopping = asyncio.ensure_future(asyncio.to_thread(store.shutdown))
+        await asyncio.sleep(0.05)
+        assert not stopping.done()  # waiting for the msync in progress
+        syncer.end(0)
+        await stopping
+        assert request.flush_ok
+        assert not syncer.running
+
+    asyncio.run(run())
+
+
+def test_a_round_that_outlives_the_shutdown_wait_is_abandoned_and_its_requests_answered(
+        store_factory):
+    from cluster.broker import loop_group_commit
+
+    async def run():
+        store, syncer = _manual(store_factory, asyncio.get_running_loop(),
+                                mapped_file_size_commit_log=1 << 20)
+        request = store.put_message_nowait(make_message(body=b"h" * 100))[1]
+        assert await _until(lambda: syncer.calls)
+        held = store.commit_log.mapped_file_queue.mapped_files[0]
+        await asyncio.to_thread(store.flush_service.shutdown, 0.05)  # (the disk hangs)
+        assert request.done()
+        assert request.flush_ok is False
+        assert syncer in loop_group_commit._ABANDONED
+        assert syncer.running  # never joined: its thread would still be in msync
+        assert held._refs == 2  # and the file it syncs stays held
+        loop_group_commit._ABANDONED.remove(syncer)
+        held.release()
+        syncer.end(0)
+        syncer.stop()
+
+    asyncio.run(run())
+
+
+def test_a_put_from_another_thread_after_the_loop_closed_is_answered_by_shutdown(store_factory):
+    stores = []
+
+    async def run():
+        stores.append(_open(store_factory, asyncio.get_running_loop(),
+                            mapped_file_size_commit_log=1 << 20))
+
+    asyncio.run(run())
+    store = stores[0]
+    box = []
+    worker = threading.Thread(target=lambda: box.append(store.put_message_nowait(
+        make_message(body=b"l" * 100))))
+    worker.start()
+    worker.join(5)
+    result, request = box[0]
+    assert not request.done()  # filed, with no loop to run a round
+    store.shutdown()
+    assert request.done()
+    assert request.flush_ok
+    assert request.flushed_to >= result.append.next_offset
+
+
+def test_a_lone_file_being_destroyed_is_counted_flushed_with_no_round(store_factory):
+    async def run():
+        store, syncer = _manual(store_factory, asyncio.get_running_loop(),
+                                mapped_file_size_commit_log=1 << 20)
+        queue = store.commit_log.mapped_file_queue
+        result, request = store.put_message_nowait(make_message(body=b"k" * 100))
+        queue.mapped_files[0]._available = False  # (destroy() has begun: hold() refuses)
+        assert await _until(request.done)
+        assert syncer.calls == []  # nothing to sync: the file is going
+        assert request.flush_ok
+        assert queue.flushed_where == result.append.next_offset
+        queue.mapped_files[0]._available = True
+        await asyncio.to_thread(store.shutdown)
 
     asyncio.run(run())
