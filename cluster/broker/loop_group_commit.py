@@ -105,7 +105,8 @@ class LoopGroupCommitService:
         rule), else a new one."""
         on_loop = threading.get_ident() == self._loop_thread
         with self._lock:
-            if not self._stopped:
+            stopped = self._stopped  # (read once: a shutdown between two reads strands it)
+            if not stopped:
                 waiting = self._waiting
                 if on_loop and waiting:
                     last = waiting[-1]
@@ -116,7 +117,7 @@ class LoopGroupCommitService:
                 waiting.append(request)
                 if on_loop:
                     self._schedule()
-        if not self._stopped:
+        if not stopped:
             if not on_loop:  # (in the list already: a closed loop leaves it to shutdown)
                 self._wake_from_thread()
             return request
@@ -258,6 +259,12 @@ class LoopGroupCommitService:
                     self._spans = spans
                     self._round = requests
                     self._round_timestamp = timestamp
+            except OSError as exc:  # rewriting a failed flush's pages: a failed round
+                for mapped, _, _ in spans:
+                    mapped.release()
+                self.flags.set(FLUSH_COMMIT_LOG_ERROR,
+                               f"flushing the CommitLog failed: {describe_os_error(exc)}")
+                answered = self._judge(requests, ok=False)
             except Exception:  # nothing started: let go of the files, the requests wait on
                 for mapped, _, _ in spans:
                     mapped.release()

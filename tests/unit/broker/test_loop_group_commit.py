@@ -521,3 +521,28 @@ def test_a_lone_file_being_destroyed_is_counted_flushed_with_no_round(store_fact
         await asyncio.to_thread(store.shutdown)
 
     asyncio.run(run())
+
+
+def test_a_failed_rewrite_of_failed_pages_is_a_failed_round_answered_at_once(store_factory):
+    async def run():
+        store, syncer = _manual(store_factory, asyncio.get_running_loop(),
+                                mapped_file_size_commit_log=1 << 20)
+        queue = store.commit_log.mapped_file_queue
+        segment = queue.get_last_mapped_file_or_create(0)
+        segment._flush_failed = True  # (an earlier flush failed)
+
+        def refuse(start, end):
+            raise OSError(errno.EIO, "Input/output error")
+
+        segment._redirty = refuse
+        request = store.put_message_nowait(make_message(body=b"i" * 100))[1]
+        assert await _until(request.done)
+        assert request.flush_ok is False  # FLUSH_DISK_TIMEOUT now, not never
+        assert syncer.calls == []
+        assert store.running_flags.is_set(FLUSH_COMMIT_LOG_ERROR)
+        assert segment._refs == 1  # let go
+        segment._flush_failed = False
+        del segment._redirty
+        await asyncio.to_thread(store.shutdown)
+
+    asyncio.run(run())
