@@ -21,6 +21,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
+#include <math.h>
 #include <stdint.h>
 
 #include "_populator.h"
@@ -51,6 +52,7 @@ typedef struct {
     int event_fd;           /* readable when a round ends; -1 once closed */
     int running;            /* the thread was started and not yet joined */
     int stopping;
+    int abandoned;          /* left to a hung msync: never joined, never freed */
     int state;              /* IDLE -> ASKED (sync) -> SYNCING (thread) -> DONE -> IDLE (result) */
     int result;             /* errno of the round's first failure, or 0 */
     int given;              /* ranges given to the round, empty ones included */
@@ -109,8 +111,9 @@ worker(void *arg)
 static void
 stop_worker(RangeSyncer *self)
 {
-    /* Under the interpreter lock: a second stop finds running == 0 and joins nothing. */
-    if (!self->running)
+    /* Under the interpreter lock: a second stop finds running == 0 and joins nothing; an
+     * abandoned thread is never joined (it may never come back from msync). */
+    if (!self->running || self->abandoned)
         return;
     pthread_t thread = self->thread;
     pthread_mutex_lock(&self->mutex);
@@ -136,7 +139,13 @@ syncer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         return NULL;
     self->event_fd = -1;
     pthread_mutex_init(&self->mutex, NULL);
-    pthread_cond_init(&self->cond, NULL);
+    /* wait()'s deadline on the monotonic clock: a wall-clock step must not stretch or cut a
+     * shutdown's wait for the round in flight. */
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&self->cond, &attr);
+    pthread_condattr_destroy(&attr);
     self->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (self->event_fd < 0) {
         PyErr_SetFromErrno(PyExc_OSError);
@@ -292,9 +301,13 @@ syncer_wait(RangeSyncer *self, PyObject *arg)
     double timeout = PyFloat_AsDouble(arg);
     if (timeout == -1.0 && PyErr_Occurred())
         return NULL;
+    if (isnan(timeout))
+        timeout = 0;
+    else if (timeout > 1e9) /* (inf included: ~31 years, and no overflow of the deadline) */
+        timeout = 1e9;
 #ifdef __linux__
     struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
     if (timeout > 0) {
         double whole = (double)(long long)timeout;
         deadline.tv_sec += (time_t)whole;
@@ -346,6 +359,34 @@ syncer_stop(RangeSyncer *self, PyObject *unused)
     stop_worker(self);
 #endif
     Py_RETURN_NONE;
+}
+
+static PyObject *
+syncer_abandon(RangeSyncer *self, PyObject *unused)
+{
+    (void)unused;
+#ifdef __linux__
+    /* The thread may stay in msync for as long as the disk hangs, and it uses this object: so
+     * the object is never freed (one reference kept for good), and nothing, not even the
+     * interpreter's exit, waits for the thread. */
+    if (!self->abandoned) {
+        self->abandoned = 1;
+        Py_INCREF(self);
+    }
+#endif
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+syncer_get_abandoned(RangeSyncer *self, void *closure)
+{
+    (void)closure;
+#ifdef __linux__
+    return PyBool_FromLong(self->abandoned);
+#else
+    (void)self;
+    Py_RETURN_FALSE;
+#endif
 }
 
 static PyObject *
@@ -432,6 +473,9 @@ static PyMethodDef syncer_methods[] = {
     {"stop", (PyCFunction)syncer_stop, METH_NOARGS,
      "stop()\n\nStop the thread (after the msync in progress) and wait for it; again is "
      "harmless. A round it did not end stays in progress for good."},
+    {"abandon", (PyCFunction)syncer_abandon, METH_NOARGS,
+     "abandon()\n\nLeave the thread to a round that does not end (a hung disk): the syncer is "
+     "then never stopped, joined or freed, so no exit waits for it."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -444,6 +488,7 @@ static PyGetSetDef syncer_getset[] = {
      NULL},
     {"busy", (getter)syncer_get_busy, NULL, "a round is in progress", NULL},
     {"running", (getter)syncer_get_running, NULL, "the thread runs (not stopped)", NULL},
+    {"abandoned", (getter)syncer_get_abandoned, NULL, "abandon() was called", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

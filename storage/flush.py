@@ -123,6 +123,10 @@ class GroupCommit(Protocol):
     """SYNC_FLUSH's service as the store uses it: ``GroupCommitService`` here, or one a caller
     makes (a broker's loop-driven one, cluster/broker/loop_group_commit.py)."""
 
+    # The round in progress outlived shutdown's wait (a disk that hangs): nobody may flush
+    # the CommitLog again on the way out.
+    abandoned: bool
+
     def start(self) -> None: ...
 
     def request_flush(self, next_offset: int, timeout_ms: int) -> GroupCommitRequest: ...

@@ -262,7 +262,15 @@ class DefaultMessageStore(MessageLookup):
                 log.error("shutdown: %s failed: %s; keeping the abort file so the next start "
                           "recovers from the checkpoint", what, describe_os_error(exc))
 
-        step("flushing the CommitLog", self.commit_log.shutdown)
+        if getattr(self.flush_service, "abandoned", False):
+            # Its flush hangs in the disk: another one on the same pages would hang this
+            # shutdown too. Unmap only; the abort file stays and the next start recovers.
+            failed.append("flushing the CommitLog")
+            log.error("shutdown: the CommitLog's last flush did not end; not flushing it "
+                      "again, keeping the abort file so the next start recovers")
+            step("closing the CommitLog", self.commit_log.mapped_file_queue.shutdown)
+        else:
+            step("flushing the CommitLog", self.commit_log.shutdown)
         step("flushing the ConsumeQueues", lambda: self._flush_consume_queues(0))
         if self.checkpoint is not None:
             ts = self.commit_log.mapped_file_queue.store_timestamp

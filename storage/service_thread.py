@@ -24,6 +24,9 @@ class ServiceThread:
         self._event = threading.Event()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
+        # Its thread outlived shutdown's wait (stuck in a system call, e.g. msync on a hung
+        # disk): whoever shuts down next must not repeat that call.
+        self.abandoned = False
 
     def start(self) -> None:
         if self._thread is not None:
@@ -94,4 +97,8 @@ class ServiceThread:
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
+            if thread.is_alive():
+                self.abandoned = True
+                log.error("%s service did not stop within %.1f s; left running", self.name,
+                          timeout)
         self._thread = None

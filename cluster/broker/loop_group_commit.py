@@ -60,11 +60,6 @@ def native_sync_available() -> bool:
 _Span = tuple[MappedFile, int, int]  # a file held for the round, from, to (file positions)
 _Answer = tuple[GroupCommitRequest, bool]
 
-# Syncers whose round outlived a shutdown's wait (a disk that hangs): kept, never stopped or
-# freed, because their thread may still be in msync on the store's mappings.
-_ABANDONED: list[Any] = []
-
-
 class LoopGroupCommitService:
     """The group commit of a store whose puts run on ``loop`` (see the module's docstring)."""
 
@@ -93,7 +88,11 @@ class LoopGroupCommitService:
         self._again = False  # bytes nobody waits for came during the round: go on after it
         self._scheduled = False
         self._started = False
+        self._shutting = False  # a shutdown has begun (a second one returns at once)
         self._stopped = False
+        # The round in flight outlived shutdown's wait (a disk that hangs): the store must not
+        # flush or sync those files again on its way out (that would hang the same way).
+        self.abandoned = False
         self._timer: asyncio.TimerHandle | None = None
         self._idle_round_s = idle_round_s
         self.rounds = 0  # rounds that flushed something (tests, stats)
@@ -169,10 +168,14 @@ class LoopGroupCommitService:
 
     def shutdown(self, timeout: float = 30.0) -> None:
         """Stop the rounds, let the one in flight end, flush the rest here and answer every
-        request (from any thread; the store's shutdown runs in a worker thread). Once."""
+        request (from any thread; the store's shutdown runs in a worker thread). Once: a
+        second call returns at once. A round still in flight after ``timeout`` (a disk that
+        hangs) is abandoned: its requests are answered FLUSH_DISK_TIMEOUT, the syncer is left
+        to its msync, and ``abandoned`` tells the store not to flush those pages again."""
         with self._lock:
-            if self._stopped:
+            if self._shutting:
                 return
+            self._shutting = True
         if threading.get_ident() == self._loop_thread:
             self._detach()
         elif self._started:
@@ -195,13 +198,16 @@ class LoopGroupCommitService:
             # the files it holds, as they are; a final flush would hang the same way.
             log.error("the CommitLog flush in progress did not end within %.1f s; its "
                       "requests are answered FLUSH_DISK_TIMEOUT", timeout)
-            _ABANDONED.append(self._syncer)
+            self._syncer.abandon()
+            self.abandoned = True
             with self._lock:
                 left, self._waiting = self._round + self._waiting, []
                 self._round = []
             _complete([(request, False) for request in left])
             return
-        _complete(self._settle(self._syncer.result()))
+        # (The loop may not have let go of the eventfd yet, if it was busy: whichever of the two
+        # takes the round's outcome settles it, under the lock.)
+        _complete(self._settle())
         self._syncer.stop()
         queue = self.queue
         for _ in range(RETRY_TIMES_OVER):
@@ -260,14 +266,12 @@ class LoopGroupCommitService:
                     self._round = requests
                     self._round_timestamp = timestamp
             except OSError as exc:  # rewriting a failed flush's pages: a failed round
-                for mapped, _, _ in spans:
-                    mapped.release()
+                _let_go(spans)
                 self.flags.set(FLUSH_COMMIT_LOG_ERROR,
                                f"flushing the CommitLog failed: {describe_os_error(exc)}")
                 answered = self._judge(requests, ok=False)
             except Exception:  # nothing started: let go of the files, the requests wait on
-                for mapped, _, _ in spans:
-                    mapped.release()
+                _let_go(spans)
                 self._waiting[:0] = requests
                 log.exception("starting a CommitLog flush failed")
         _complete(answered)
@@ -303,30 +307,31 @@ class LoopGroupCommitService:
                 if end < mapped.file_size:
                     break
         except BaseException:
-            for mapped, _, _ in spans:
-                mapped.release()
+            _let_go(spans)
             raise
         return spans, timestamp, reach
 
     def _on_synced(self) -> None:
-        rc = self._syncer.result()
-        if rc is None:
-            return
-        answered = self._settle(rc)
+        answered = self._settle()
         # The next round first: its msync runs while this one's answers are written.
         if (self._waiting or self._again) and not self._stopped:
             self._start_round()
         _complete(answered)
 
-    def _settle(self, rc: int | None) -> list[_Answer]:
-        """Count what the round in flight flushed (``rc``: its outcome; ranges before a failed
-        one count) and judge its requests; returns those to complete, outside the lock."""
+    def _settle(self) -> list[_Answer]:
+        """Take the ended round's outcome from the syncer, count what it flushed (ranges before
+        a failed one count) and judge its requests; returns those to complete, outside the
+        lock. Nothing when no round ended. Taking the outcome and settling are one step under
+        the lock: the loop and a shutdown on another thread may both try."""
         with self._lock:
+            if self._spans is None:
+                return []
+            rc = self._syncer.result()
+            if rc is None:  # still in progress, or the other side settled it
+                return []
             spans, self._spans = self._spans, None
             requests, self._round = self._round, []
-            if spans is None:
-                return []
-            synced = len(spans) if rc == 0 else self._syncer.synced if rc is not None else 0
+            synced = len(spans) if rc == 0 else self._syncer.synced
             reach = -1
             for index, (mapped, _, end) in enumerate(spans):
                 if index < synced:
@@ -335,12 +340,12 @@ class LoopGroupCommitService:
                     reach = mapped.file_from_offset + end
                 else:
                     mapped._flush_failed = True
-                mapped.release()
+            _let_go(spans)
             if reach >= 0:
                 self._count_flushed(reach, self._round_timestamp if rc == 0 else 0)
             if rc == 0:
                 self.flags.clear(FLUSH_COMMIT_LOG_ERROR)
-            elif rc is not None:
+            else:
                 error = OSError(rc, os.strerror(rc))
                 self.flags.set(FLUSH_COMMIT_LOG_ERROR,
                                f"flushing the CommitLog failed: {describe_os_error(error)}")
@@ -375,6 +380,15 @@ class LoopGroupCommitService:
         if later:
             self._waiting[:0] = later
         return answered
+
+
+def _let_go(spans: list[_Span]) -> None:
+    """Release every file a round held; one that fails to unmap must not keep the others."""
+    for mapped, _, _ in spans:
+        try:
+            mapped.release()
+        except Exception:
+            log.exception("releasing %s after a flush failed", mapped.path)
 
 
 def _complete(answered: list[_Answer]) -> None:

@@ -251,8 +251,9 @@ class _ManualSyncer:
     def end(self, rc: int = 0, synced: int | None = None) -> None:
         self.synced = len(self.calls[-1]) if synced is None else synced
         self.busy, self._outcome = False, rc
-        self._ended.set()
+        # (The eventfd first: a shutdown waiting on _ended may stop the syncer, closing it.)
         os.write(self._write, b"!")
+        self._ended.set()
 
     def result(self) -> int | None:
         try:
@@ -266,9 +267,16 @@ class _ManualSyncer:
         return not self.busy or self._ended.wait(timeout)
 
     def stop(self) -> None:
+        if self.abandoned:
+            return
         self.running = False
         os.close(self._read)
         os.close(self._write)
+
+    abandoned = False
+
+    def abandon(self) -> None:
+        self.abandoned = True
 
 
 def _manual(store_factory, loop, **overrides):
@@ -462,24 +470,106 @@ def test_a_shutdown_waits_for_the_round_in_flight(store_factory):
 
 def test_a_round_that_outlives_the_shutdown_wait_is_abandoned_and_its_requests_answered(
         store_factory):
-    from cluster.broker import loop_group_commit
-
     async def run():
         store, syncer = _manual(store_factory, asyncio.get_running_loop(),
                                 mapped_file_size_commit_log=1 << 20)
         request = store.put_message_nowait(make_message(body=b"h" * 100))[1]
         assert await _until(lambda: syncer.calls)
-        held = store.commit_log.mapped_file_queue.mapped_files[0]
+        queue = store.commit_log.mapped_file_queue
+        held = queue.mapped_files[0]
         await asyncio.to_thread(store.flush_service.shutdown, 0.05)  # (the disk hangs)
         assert request.done()
         assert request.flush_ok is False
-        assert syncer in loop_group_commit._ABANDONED
+        assert syncer.abandoned
+        assert store.flush_service.abandoned
         assert syncer.running  # never joined: its thread would still be in msync
         assert held._refs == 2  # and the file it syncs stays held
-        loop_group_commit._ABANDONED.remove(syncer)
-        held.release()
+        # The store's own shutdown must not flush those pages again (it would hang the same
+        # way): it unmaps, and keeps the abort file for the next start's recovery.
+        flushed = queue.flushed_where
+        await asyncio.to_thread(store.shutdown)
+        assert queue.flushed_where == flushed < request.next_offset
+        assert held.flushed_position == 0
+        assert held.is_cleanup_over
+        assert os.path.exists(store.config.abort_path)
+
+    asyncio.run(run())
+
+
+class _SlowTakeSyncer(_ManualSyncer):
+    """Whoever takes an ended round's outcome dwells a while before going on (a busy loop)."""
+
+    def __init__(self, dwell: float) -> None:
+        super().__init__()
+        self.dwell = dwell
+        self.taken = threading.Event()
+
+    def result(self) -> int | None:
+        rc = super().result()
+        if rc is not None:
+            self.taken.set()
+            threading.Event().wait(self.dwell)
+        return rc
+
+
+def test_a_round_the_loop_is_settling_is_not_counted_failed_by_a_shutdown(store_factory):
+    # The loop takes a successful round's outcome and is slow to go on; a shutdown on the
+    # store's worker thread gives up waiting for the loop (1 s) meanwhile. The round must be
+    # counted as it ended, by whichever of the two took it, not as failed by the other.
+    syncer = _SlowTakeSyncer(dwell=1.5)
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        store = store_factory(flush_disk_type=FlushDiskType.SYNC_FLUSH, start=False,
+                              mapped_file_size_commit_log=1 << 20)
+        store.start(group_commit=functools.partial(
+            LoopGroupCommitService, loop=loop, syncer_factory=lambda: syncer,
+            idle_round_s=3600))
+        result, request = store.put_message_nowait(make_message(body=b"s" * 100))
+        assert await _until(lambda: syncer.calls)
+        service = store.flush_service
+        stopper = threading.Thread(
+            target=lambda: (syncer.taken.wait(5), service.shutdown(5)))
+        stopper.start()
         syncer.end(0)
-        syncer.stop()
+        await _until(request.done, timeout=5)
+        await asyncio.to_thread(stopper.join, 10)
+        assert request.flush_ok
+        assert store.commit_log.mapped_file_queue.flushed_where >= result.append.next_offset
+        assert not store.running_flags.is_set(FLUSH_COMMIT_LOG_ERROR)
+
+    asyncio.run(run())
+
+
+def test_a_second_shutdown_returns_while_the_first_waits(store_factory):
+    import time
+
+    async def run():
+        store, syncer = _manual(store_factory, asyncio.get_running_loop(),
+                                mapped_file_size_commit_log=1 << 20)
+        request = store.put_message_nowait(make_message(body=b"t" * 100))[1]
+        assert await _until(lambda: syncer.calls)
+        service = store.flush_service
+        took: dict[str, float] = {}
+
+        def stop(name: str) -> None:
+            began = time.monotonic()
+            service.shutdown(1.0)
+            took[name] = time.monotonic() - began
+
+        first = threading.Thread(target=stop, args=("first",))
+        first.start()
+        # The loop is busy (this coroutine blocks it): the first waits for the loop to let go
+        # of the eventfd, not yet stopped; a second shutdown meanwhile must not run it again.
+        time.sleep(0.1)
+        second = threading.Thread(target=stop, args=("second",))
+        second.start()
+        second.join(0.5)
+        assert took.get("second", 99) < 0.3
+        syncer.end(0)
+        await asyncio.to_thread(first.join, 5)
+        assert request.done()
+        assert request.flush_ok
 
     asyncio.run(run())
 

@@ -113,3 +113,29 @@ def test_a_stopped_syncer_takes_no_round_and_stops_once(mapped):
     with pytest.raises(RuntimeError, match="stopped"):
         syncer.sync([(mm, 0, 10)])
     assert syncer.wait(0.01)  # nothing in progress
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), -1.0, 0.0, 1e300])
+def test_any_timeout_is_taken_without_overflow(syncer, timeout):
+    # (inf once overflowed the deadline's seconds; nan waited nothing by accident)
+    assert syncer.wait(timeout)  # nothing in progress: at once, whatever the timeout
+
+
+def test_a_round_is_waited_for_on_a_huge_timeout(mapped, syncer):
+    _, mm = mapped
+    syncer.sync([(mm, 0, 4096)])
+    assert syncer.wait(float("inf"))  # the round ends; a clamped deadline still waits for it
+    assert syncer.result() == 0
+
+
+def test_an_abandoned_syncer_is_kept_for_good_and_never_joined():
+    import sys
+
+    syncer = RangeSyncer()
+    refs = sys.getrefcount(syncer)
+    syncer.abandon()
+    syncer.abandon()  # (once)
+    assert syncer.abandoned
+    assert sys.getrefcount(syncer) == refs + 1  # its thread may use it forever: never freed
+    syncer.stop()  # no join: the thread could be in an msync that never returns
+    assert syncer.running
