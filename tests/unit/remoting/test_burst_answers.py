@@ -175,3 +175,40 @@ def _decoded(writes: list[bytes]) -> list:
     while (command := decoder.next_command()) is not None:
         commands.append(command)
     return commands
+
+
+def test_a_lone_request_leaves_at_once_and_concurrent_ones_share_a_write():
+    # A lone sender's request is written in invoke itself: waiting for the end of the loop's
+    # iteration would cost it one more iteration a send. Requests made together still leave
+    # in one write.
+    async def scenario():
+        connection = RemotingConnection(lambda connection, command: None)
+        transport = RecordingTransport()
+        connection.connection_made(transport)
+        lone = asyncio.ensure_future(connection.invoke(request(10, opaque=0), 5.0))
+        await asyncio.sleep(0)  # (the task runs up to its wait: no iteration after it)
+        written_in_call = len(transport.writes)
+        together = [asyncio.ensure_future(connection.invoke(request(11), 5.0))
+                    for _ in range(CORK_FRAMES - 1)]
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        writes = list(transport.writes)
+        for command in _sent(writes):  # answer everything
+            response = command.make_response(0)
+            connection.data_received(encode(response))
+        await asyncio.gather(lone, *together)
+        return written_in_call, writes
+
+    written_in_call, writes = asyncio.run(scenario())
+    assert written_in_call == 1
+    assert len(writes) == 2  # the lone one, then the others in one write
+    assert len(_sent(writes[1:])) == CORK_FRAMES - 1
+
+
+def _sent(writes: list[bytes]):
+    decoder = FrameDecoder()
+    decoder.feed(b"".join(writes))
+    commands = []
+    while (command := decoder.next_command()) is not None:
+        commands.append(command)
+    return commands
