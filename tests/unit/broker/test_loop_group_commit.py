@@ -279,8 +279,8 @@ class _ManualSyncer:
         self.abandoned = True
 
 
-def _manual(store_factory, loop, **overrides):
-    syncer = _ManualSyncer()
+def _manual(store_factory, loop, syncer=None, **overrides):
+    syncer = syncer or _ManualSyncer()
     store = store_factory(flush_disk_type=FlushDiskType.SYNC_FLUSH, start=False, **overrides)
     store.start(group_commit=functools.partial(
         LoopGroupCommitService, loop=loop, syncer_factory=lambda: syncer, idle_round_s=3600))
@@ -519,12 +519,8 @@ def test_a_round_the_loop_is_settling_is_not_counted_failed_by_a_shutdown(store_
     syncer = _SlowTakeSyncer(dwell=1.5)
 
     async def run():
-        loop = asyncio.get_running_loop()
-        store = store_factory(flush_disk_type=FlushDiskType.SYNC_FLUSH, start=False,
-                              mapped_file_size_commit_log=1 << 20)
-        store.start(group_commit=functools.partial(
-            LoopGroupCommitService, loop=loop, syncer_factory=lambda: syncer,
-            idle_round_s=3600))
+        store, _ = _manual(store_factory, asyncio.get_running_loop(), syncer,
+                           mapped_file_size_commit_log=1 << 20)
         result, request = store.put_message_nowait(make_message(body=b"s" * 100))
         assert await _until(lambda: syncer.calls)
         service = store.flush_service

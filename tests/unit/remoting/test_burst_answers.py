@@ -193,7 +193,7 @@ def test_a_lone_request_leaves_at_once_and_concurrent_ones_share_a_write():
         await asyncio.sleep(0)
         await asyncio.sleep(0)
         writes = list(transport.writes)
-        for command in _sent(writes):  # answer everything
+        for command in _decoded(writes):  # answer everything
             response = command.make_response(0)
             connection.data_received(encode(response))
         await asyncio.gather(lone, *together)
@@ -202,13 +202,4 @@ def test_a_lone_request_leaves_at_once_and_concurrent_ones_share_a_write():
     written_in_call, writes = asyncio.run(scenario())
     assert written_in_call == 1
     assert len(writes) == 2  # the lone one, then the others in one write
-    assert len(_sent(writes[1:])) == CORK_FRAMES - 1
-
-
-def _sent(writes: list[bytes]):
-    decoder = FrameDecoder()
-    decoder.feed(b"".join(writes))
-    commands = []
-    while (command := decoder.next_command()) is not None:
-        commands.append(command)
-    return commands
+    assert len(_decoded(writes[1:])) == CORK_FRAMES - 1
