@@ -75,5 +75,10 @@ class StoreCheckpoint:
         try:
             self.flush()
         finally:
-            self._mm.close()
-            os.close(self._fd)
+            self.close()
+
+    def close(self) -> None:
+        """Unmap and close without writing (a shutdown whose disk hangs: the file keeps the
+        last checkpoint that reached it)."""
+        self._mm.close()
+        os.close(self._fd)

@@ -340,13 +340,17 @@ class FlushConsumeQueueService(ServiceThread):
         self.store = store
         self.flags: RunningFlags = store.running_flags
         self._last_thorough = time.monotonic()
+        # Off when the CommitLog's last flush hung in the disk: this one would hang as well.
+        self.final_flush = True
 
     def run_once(self) -> None:
-        self._stopped.wait(self.store.config.flush_interval_consume_queue / 1000)
+        if self._stopped.wait(self.store.config.flush_interval_consume_queue / 1000):
+            return  # stopping: on_shutdown's flush is the last one (or none, see final_flush)
         self.flush_once(thorough=False)
 
     def on_shutdown(self) -> None:
-        self.flush_once(thorough=True)
+        if self.final_flush:
+            self.flush_once(thorough=True)
 
     def flush_once(self, thorough: bool) -> None:
         store = self.store

@@ -470,6 +470,11 @@ class IndexService:
             finally:
                 index_file.close()
 
+    def close(self) -> None:
+        """Unmap every file without flushing it (a shutdown whose disk hangs)."""
+        for index_file in self.index_files:
+            index_file.close()
+
     def destroy(self) -> None:
         for index_file in self.index_files:
             OWED.leave(index_file.mapped_file, index_file.destroy(0))

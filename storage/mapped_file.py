@@ -133,6 +133,9 @@ class MappedFile:
         self._refs = 1
         self._available = True
         self._cleanup_over = False
+        # Unmapped by a store's shutdown (close), not being destroyed: a late flush (a flush
+        # thread that outlived the shutdown) must not count its bytes flushed unsynced.
+        self._closed = False
         self.left_behind = False  # unmapped, but another process kept it from being deleted
         self._first_shutdown_ts = 0.0
         self._ref_lock = threading.Lock()
@@ -372,7 +375,7 @@ class MappedFile:
                 self.flushed_position = read_pos
             finally:
                 self.release()
-        else:
+        elif not self._closed:  # being destroyed: nobody will read these bytes again
             self.flushed_position = read_pos
         return self.flushed_position
 
@@ -470,6 +473,7 @@ class MappedFile:
     def close(self) -> None:
         """Unmap without deleting (store shutdown)."""
         with self._ref_lock:
+            self._closed = True
             self._available = False
             self._refs = 0
             self._cleanup_locked()

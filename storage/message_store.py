@@ -125,6 +125,7 @@ class DefaultMessageStore(MessageLookup):
         self.recovered_problem: str | None = None
         self._started = False
         self._shutdown = False
+        self._shutdown_lock = threading.Lock()  # (two threads may stop a store at once)
         # Data further than this behind the write position is probably no longer in memory.
         self.memory_limit = _total_physical_memory() * config.access_message_in_memory_max_ratio // 100
 
@@ -233,9 +234,10 @@ class DefaultMessageStore(MessageLookup):
 
     def shutdown(self) -> None:
         """Stop services, flush everything, write the checkpoint and remove the abort file."""
-        if self._shutdown:
-            return
-        self._shutdown = True
+        with self._shutdown_lock:
+            if self._shutdown:
+                return
+            self._shutdown = True
         for service in (self.clean_service, self.stats):
             service.shutdown()
         if self._started:
@@ -247,9 +249,14 @@ class DefaultMessageStore(MessageLookup):
                 self.commit_log.page_warmer = self.index_service.page_warmer = None
             if self.flush_service is not None:
                 self.flush_service.shutdown()
+            if getattr(self.flush_service, "abandoned", False):
+                self._cq_flusher.final_flush = False  # (see _close_without_syncing)
             self._cq_flusher.shutdown()
         elif self.checkpoint is not None:
             self.reput.do_reput()
+        if getattr(self.flush_service, "abandoned", False):
+            self._close_without_syncing()
+            return
         # A disk that refuses the last flushes must not stop the files from being unmapped and
         # the lock released; the abort file then stays, and the next start recovers.
         failed = []
@@ -262,15 +269,7 @@ class DefaultMessageStore(MessageLookup):
                 log.error("shutdown: %s failed: %s; keeping the abort file so the next start "
                           "recovers from the checkpoint", what, describe_os_error(exc))
 
-        if getattr(self.flush_service, "abandoned", False):
-            # Its flush hangs in the disk: another one on the same pages would hang this
-            # shutdown too. Unmap only; the abort file stays and the next start recovers.
-            failed.append("flushing the CommitLog")
-            log.error("shutdown: the CommitLog's last flush did not end; not flushing it "
-                      "again, keeping the abort file so the next start recovers")
-            step("closing the CommitLog", self.commit_log.mapped_file_queue.shutdown)
-        else:
-            step("flushing the CommitLog", self.commit_log.shutdown)
+        step("flushing the CommitLog", self.commit_log.shutdown)
         step("flushing the ConsumeQueues", lambda: self._flush_consume_queues(0))
         if self.checkpoint is not None:
             ts = self.commit_log.mapped_file_queue.store_timestamp
@@ -295,6 +294,30 @@ class DefaultMessageStore(MessageLookup):
                 os.remove(self.config.abort_path)
             except FileNotFoundError:
                 pass
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def _close_without_syncing(self) -> None:
+        """The CommitLog's last flush never ended: the disk hangs. Any other sync on it (the
+        ConsumeQueues, the index, the checkpoint: the same store root, most often the same
+        device) would hang this shutdown the same way, so every file is unmapped unsynced and
+        the lock let go. The abort file stays: the next start recovers from the checkpoint as
+        it last reached the disk."""
+        log.error("shutdown: the CommitLog's last flush did not end (the disk hangs); closing "
+                  "the store without syncing anything, keeping the abort file so the next "
+                  "start recovers")
+        closers: list[Callable[[], None]] = [self.commit_log.mapped_file_queue.shutdown]
+        closers += [queue.mapped_file_queue.shutdown
+                    for queues in self.consume_queue_table.values() for queue in queues.values()]
+        closers.append(self.index_service.close)
+        if self.checkpoint is not None:
+            closers.append(self.checkpoint.close)
+        for close in closers:
+            try:
+                close()
+            except OSError as exc:
+                log.error("shutdown: closing a store file failed: %s", describe_os_error(exc))
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None

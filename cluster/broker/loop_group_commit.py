@@ -88,7 +88,8 @@ class LoopGroupCommitService:
         self._again = False  # bytes nobody waits for came during the round: go on after it
         self._scheduled = False
         self._started = False
-        self._shutting = False  # a shutdown has begun (a second one returns at once)
+        self._shutting = False  # a shutdown has begun (a second one waits for it to end)
+        self._shut_down = threading.Event()
         self._stopped = False
         # The round in flight outlived shutdown's wait (a disk that hangs): the store must not
         # flush or sync those files again on its way out (that would hang the same way).
@@ -169,13 +170,21 @@ class LoopGroupCommitService:
     def shutdown(self, timeout: float = 30.0) -> None:
         """Stop the rounds, let the one in flight end, flush the rest here and answer every
         request (from any thread; the store's shutdown runs in a worker thread). Once: a
-        second call returns at once. A round still in flight after ``timeout`` (a disk that
-        hangs) is abandoned: its requests are answered FLUSH_DISK_TIMEOUT, the syncer is left
-        to its msync, and ``abandoned`` tells the store not to flush those pages again."""
+        second call waits for the first to end (up to ``timeout`` and a second). A round
+        still in flight after ``timeout`` (a disk that hangs) is abandoned: its requests are
+        answered FLUSH_DISK_TIMEOUT, the syncer is left to its msync, and ``abandoned`` tells
+        the store not to sync anything again."""
         with self._lock:
-            if self._shutting:
-                return
-            self._shutting = True
+            shutting, self._shutting = self._shutting, True
+        if shutting:
+            self._shut_down.wait(timeout + 1.0)
+            return
+        try:
+            self._shut_down_once(timeout)
+        finally:
+            self._shut_down.set()
+
+    def _shut_down_once(self, timeout: float) -> None:
         if threading.get_ident() == self._loop_thread:
             self._detach()
         elif self._started:

@@ -484,13 +484,24 @@ def test_a_round_that_outlives_the_shutdown_wait_is_abandoned_and_its_requests_a
         assert store.flush_service.abandoned
         assert syncer.running  # never joined: its thread would still be in msync
         assert held._refs == 2  # and the file it syncs stays held
-        # The store's own shutdown must not flush those pages again (it would hang the same
-        # way): it unmaps, and keeps the abort file for the next start's recovery.
+        # The store's own shutdown must sync nothing on that disk again (it would hang the
+        # same way): it unmaps every file, lets go of the lock and keeps the abort file for
+        # the next start's recovery.
+        synced = []
+        store.checkpoint.flush = lambda: synced.append("checkpoint")
+        store.index_service.flush = lambda: synced.append("index") or 0
+        for queues in store.consume_queue_table.values():
+            for consume_queue in queues.values():
+                consume_queue.mapped_file_queue.flush = (
+                    lambda least=0: synced.append("consume queue") or True)
+        assert store.consume_queue_table  # (the put was dispatched: there is one to skip)
         flushed = queue.flushed_where
         await asyncio.to_thread(store.shutdown)
+        assert synced == []
         assert queue.flushed_where == flushed < request.next_offset
         assert held.flushed_position == 0
         assert held.is_cleanup_over
+        assert store._lock_fd is None
         assert os.path.exists(store.config.abort_path)
 
     asyncio.run(run())
@@ -537,7 +548,7 @@ def test_a_round_the_loop_is_settling_is_not_counted_failed_by_a_shutdown(store_
     asyncio.run(run())
 
 
-def test_a_second_shutdown_returns_while_the_first_waits(store_factory):
+def test_a_second_shutdown_waits_for_the_first_and_runs_nothing_again(store_factory):
     import time
 
     async def run():
@@ -546,24 +557,27 @@ def test_a_second_shutdown_returns_while_the_first_waits(store_factory):
         request = store.put_message_nowait(make_message(body=b"t" * 100))[1]
         assert await _until(lambda: syncer.calls)
         service = store.flush_service
-        took: dict[str, float] = {}
+        stops = []
+        stop_syncer = syncer.stop
+        syncer.stop = lambda: (stops.append(1), stop_syncer())
+        ended: dict[str, float] = {}
 
         def stop(name: str) -> None:
-            began = time.monotonic()
-            service.shutdown(1.0)
-            took[name] = time.monotonic() - began
+            service.shutdown(5.0)
+            ended[name] = time.monotonic()
 
         first = threading.Thread(target=stop, args=("first",))
         first.start()
-        # The loop is busy (this coroutine blocks it): the first waits for the loop to let go
-        # of the eventfd, not yet stopped; a second shutdown meanwhile must not run it again.
-        time.sleep(0.1)
+        await asyncio.sleep(0.1)  # (the first waits for the round in flight)
         second = threading.Thread(target=stop, args=("second",))
         second.start()
-        second.join(0.5)
-        assert took.get("second", 99) < 0.3
+        await asyncio.sleep(0.2)
+        assert ended == {}  # the second does not return before the first has answered all
         syncer.end(0)
         await asyncio.to_thread(first.join, 5)
+        await asyncio.to_thread(second.join, 5)
+        assert ended["second"] >= ended["first"]
+        assert stops == [1]  # the shutdown ran once
         assert request.done()
         assert request.flush_ok
 

@@ -203,6 +203,21 @@ def test_flush_advances_the_flushed_position_to_the_read_position(tmp_path):
     mapped.close()
 
 
+def test_a_file_being_destroyed_counts_flushed_but_a_closed_one_does_not(tmp_path):
+    # A file on its way out is read by nobody again; a file a store's shutdown closed may be
+    # flushed late by a flush thread that outlived that shutdown (a hung disk): its bytes
+    # were never synced and must not be counted flushed.
+    going = _file(tmp_path, 0)
+    going.append(b"g" * 100)
+    assert going.destroy(0)
+    assert going.flush(0) == 100
+    closed = _file(tmp_path, SIZE)
+    closed.append(b"c" * 100)
+    closed.close()
+    assert closed.flush(0) == 0
+    assert closed.flushed_position == 0
+
+
 def test_a_full_file_is_flushed_whatever_the_page_threshold(tmp_path):
     mapped = _file(tmp_path)
     mapped.append(b"x" * (SIZE - 10))
