@@ -33,7 +33,6 @@ from storage.errors import (
     PutMessageStatus,
     ServiceNotAvailableError,
     StoreLockedError,
-    describe_os_error,
 )
 from storage.flush import (
     CommitRealTimeService,
@@ -64,6 +63,7 @@ from storage.results import (
 from storage.running_flags import WRITE_COMMIT_LOG_ERROR, LogThrottle, RunningFlags
 from storage.runtime_info import store_runtime_info
 from storage.stats import StoreStatsService
+from storage.store_shutdown import shut_down_store
 
 log = logging.getLogger(__name__)
 
@@ -233,91 +233,15 @@ class DefaultMessageStore(MessageLookup):
         self._started = True
 
     def shutdown(self) -> None:
-        """Stop services, flush everything, write the checkpoint and remove the abort file."""
+        """Stop services, flush everything, write the checkpoint and remove the abort file
+        (storage/store_shutdown.py). Once: a second call returns at once."""
         with self._shutdown_lock:
             if self._shutdown:
                 return
             self._shutdown = True
-        for service in (self.clean_service, self.stats):
-            service.shutdown()
-        if self._started:
-            if self.commit_service is not None:
-                self.commit_service.shutdown()
-            self.reput.shutdown()
-            if self.commit_log.page_warmer is not None:
-                self.commit_log.page_warmer.shutdown()
-                self.commit_log.page_warmer = self.index_service.page_warmer = None
-            if self.flush_service is not None:
-                self.flush_service.shutdown()
-            if getattr(self.flush_service, "abandoned", False):
-                self._cq_flusher.final_flush = False  # (see _close_without_syncing)
-            self._cq_flusher.shutdown()
-        elif self.checkpoint is not None:
-            self.reput.do_reput()
-        if getattr(self.flush_service, "abandoned", False):
-            self._close_without_syncing()
-            return
-        # A disk that refuses the last flushes must not stop the files from being unmapped and
-        # the lock released; the abort file then stays, and the next start recovers.
-        failed = []
+        shut_down_store(self)
 
-        def step(what: str, action) -> None:
-            try:
-                action()
-            except OSError as exc:
-                failed.append(what)
-                log.error("shutdown: %s failed: %s; keeping the abort file so the next start "
-                          "recovers from the checkpoint", what, describe_os_error(exc))
-
-        step("flushing the CommitLog", self.commit_log.shutdown)
-        step("flushing the ConsumeQueues", lambda: self._flush_consume_queues(0))
-        if self.checkpoint is not None:
-            ts = self.commit_log.mapped_file_queue.store_timestamp
-            if ts:
-                self.checkpoint.physic_msg_timestamp = ts
-            checkpoint = self.checkpoint
-
-            def flush_index() -> None:
-                index_ts = self.index_service.flush()
-                if index_ts:  # only what reached the disk
-                    checkpoint.index_msg_timestamp = index_ts
-
-            step("flushing the index", flush_index)
-            step("writing the checkpoint", checkpoint.shutdown)
-        for queues in self.consume_queue_table.values():
-            for queue in queues.values():
-                step("closing a ConsumeQueue", queue.shutdown)
-        step("closing the index", self.index_service.shutdown)
-        if not failed and self._started and self.reput.behind() == 0 \
-                and self.reput.stuck_reason is None:
-            try:
-                os.remove(self.config.abort_path)
-            except FileNotFoundError:
-                pass
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
-
-    def _close_without_syncing(self) -> None:
-        """The CommitLog's last flush never ended: the disk hangs. Any other sync on it (the
-        ConsumeQueues, the index, the checkpoint: the same store root, most often the same
-        device) would hang this shutdown the same way, so every file is unmapped unsynced and
-        the lock let go. The abort file stays: the next start recovers from the checkpoint as
-        it last reached the disk."""
-        log.error("shutdown: the CommitLog's last flush did not end (the disk hangs); closing "
-                  "the store without syncing anything, keeping the abort file so the next "
-                  "start recovers")
-        closers: list[Callable[[], None]] = [self.commit_log.mapped_file_queue.shutdown]
-        closers += [queue.mapped_file_queue.shutdown
-                    for queues in self.consume_queue_table.values() for queue in queues.values()]
-        closers.append(self.index_service.close)
-        if self.checkpoint is not None:
-            closers.append(self.checkpoint.close)
-        for close in closers:
-            try:
-                close()
-            except OSError as exc:
-                log.error("shutdown: closing a store file failed: %s", describe_os_error(exc))
+    def _release_lock(self) -> None:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
