@@ -37,6 +37,7 @@
 #include "_properties.h"
 #include "_dispatch_run.h"
 #include "_pull_gather.h"
+#include "_property_split.h"
 #include "_record.h"
 #include "_file_write.h"
 #include "_append.h"
@@ -968,7 +969,8 @@ PyInit__storecore(void)
     if (module != NULL
         && (populator_add_type(module) < 0 || range_syncer_add_type(module) < 0
             || dispatch_run_add_functions(module) < 0
-            || pull_gather_add_functions(module) < 0 || append_add_functions(module) < 0))
+            || pull_gather_add_functions(module) < 0 || append_add_functions(module) < 0
+            || property_split_add_functions(module) < 0))
         Py_CLEAR(module);
     return module;
 }

@@ -1,12 +1,13 @@
 """Many records to one Arrow batch at once: columns cut with numpy and pyarrow compute.
 
 Decoding record by record costs ~12 µs of Python per message (docs/benchmarks.md). Here Python
-only lists where each record starts; fixed-width fields are gathered for all records in one
-numpy step, bodies, topics and property strings are joined into Arrow value buffers, and the
-properties are split into the map column, and searched for TAGS, KEYS and UNIQ_KEY, by Arrow's
-string kernels. Records in a form this does not handle (IPv6 hosts, compressed bodies, an older
-magic code) send their batch to the record-by-record :class:`~export.decode.RowBuilder`, which
-handles everything.
+only lists where each record starts; the records' fixed parts are copied out in one step and
+their fields read as columns, bodies, topics and property strings are joined into Arrow value
+buffers, and the properties are split into the map column, and searched for TAGS, KEYS and
+UNIQ_KEY, in one pass (common/_property_split.c; without the compiled core, by numpy gathers
+and Arrow's string kernels). Records in a form this does not handle (IPv6 hosts, compressed
+bodies, an older magic code) send their batch to the record-by-record
+:class:`~export.decode.RowBuilder`, which handles everything.
 
 Layout (the IPv4 record, MESSAGE_MAGIC_CODE v1): TOTALSIZE@0, MAGIC@4, BODYCRC@8, QUEUEID@12,
 FLAG@16, QUEUEOFFSET@20, PHYSICALOFFSET@28, SYSFLAG@36, BORNTIMESTAMP@40, BORNHOST@48 (ip, port),
@@ -30,6 +31,7 @@ from storage.record import MESSAGE_MAGIC_CODE
 _UNHANDLED_FLAGS = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG | COMPRESSED_FLAG
 _BODY = 88
 _HEX = np.frombuffer(b"".join(f"{i:02X}".encode() for i in range(256)), np.uint8).reshape(256, 2)
+_PICKED = ("UNIQ_KEY", "KEYS", "TAGS")  # the properties with columns of their own
 _MSG_ID_BYTES = np.concatenate([np.arange(64, 72), np.arange(28, 36)])  # store host, then offset
 
 
@@ -68,8 +70,11 @@ class ColumnarDecoder:
         n = len(starts)
         view = memoryview(data)  # slices of a view copy nothing until joined
 
+        head = _heads(buf, view, starts)
+
         def fixed(offset: int, width: int, dtype: str) -> np.ndarray:
-            return _gather(buf, starts, offset, width).view(dtype).ravel().astype("=" + dtype[1:])
+            field = np.ascontiguousarray(head[:, offset:offset + width])
+            return field.view(dtype).ravel().astype("=" + dtype[1:])
 
         body_len = fixed(84, 4, ">i4").astype(np.int64)
         body_start = starts + _BODY
@@ -86,9 +91,8 @@ class ColumnarDecoder:
         props = pa.Array.from_buffers(pa.string(), n, [None, *_join(view, props_start, props_len)])
         props.validate(full=True)  # property strings are UTF-8; refuse to hand on anything else
 
-        properties = _property_map(props)
-        entry_rows = np.repeat(np.arange(n), np.diff(properties.offsets.to_numpy()))
-        msg_id_raw = np.ascontiguousarray(buf[starts[:, None] + _MSG_ID_BYTES])
+        properties, (uniq_key, keys, tags) = _properties(props, _PICKED)
+        msg_id_raw = np.ascontiguousarray(head[:, _MSG_ID_BYTES])
         msg_id_text = _HEX[msg_id_raw].reshape(n * 32)
         msg_id = pa.Array.from_buffers(
             pa.string(), n, [None, pa.py_buffer(np.arange(0, 32 * n + 1, 32, dtype=np.int32)),
@@ -101,16 +105,16 @@ class ColumnarDecoder:
             "queueOffset": pa.array(fixed(20, 8, ">i8"), pa.int64()),
             "commitLogOffset": pa.array(fixed(28, 8, ">i8"), pa.int64()),
             "msgId": msg_id,
-            "uniqKey": _property(properties, entry_rows, "UNIQ_KEY"),
-            "keys": _property(properties, entry_rows, "KEYS"),
-            "tags": _property(properties, entry_rows, "TAGS"),
+            "uniqKey": uniq_key,
+            "keys": keys,
+            "tags": tags,
             "body": body,
             "bodyText": _text(view, body_start, body_len, body_offsets, body_data, n),
             "properties": properties,
             "bornTimestamp": pa.array(fixed(40, 8, ">i8") * 1000, ts),
             "storeTimestamp": pa.array(fixed(56, 8, ">i8") * 1000, ts),
-            "bornHost": self._host_column(_gather(buf, starts, 48, 8)),
-            "storeHost": self._host_column(_gather(buf, starts, 64, 8)),
+            "bornHost": self._host_column(head[:, 48:56]),
+            "storeHost": self._host_column(head[:, 64:72]),
             "reconsumeTimes": pa.array(fixed(72, 4, ">i4"), pa.int32()),
             "sysFlag": pa.array(fixed(36, 4, ">i4"), pa.int32()),
         }
@@ -145,6 +149,16 @@ class ColumnarDecoder:
 def _gather(buf: np.ndarray, starts: np.ndarray, offset: int, width: int) -> np.ndarray:
     """``width`` bytes at ``start + offset`` of every record, one row each."""
     return np.ascontiguousarray(buf[starts[:, None] + np.arange(offset, offset + width)])
+
+
+def _heads(buf: np.ndarray, view, starts: np.ndarray) -> np.ndarray:
+    """The fixed part of every record (its first 88 bytes, up to the body), one row each: a
+    copy of n ranges in one compiled pass when the core is built."""
+    if _join_ranges is None:
+        return _gather(buf, starts, 0, _BODY)
+    _, data = _join_ranges(view, np.ascontiguousarray(starts, np.int64),
+                           np.full(len(starts), _BODY, np.int64))
+    return np.frombuffer(data, np.uint8).reshape(len(starts), _BODY)
 
 
 def _join(view, starts: np.ndarray, lengths: np.ndarray) -> tuple[pa.Buffer, pa.Buffer]:
@@ -235,6 +249,32 @@ def _invalid_start(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
     return invalid
 
 
+def _properties(props: pa.Array, names: tuple[str, ...]) -> tuple[pa.Array, list[pa.Array]]:
+    """The map column of a string column of property strings, and each named property's
+    value a row (null where absent): in one compiled pass when the core is built."""
+    if _split_properties is None or props.offset or props.null_count:
+        return _properties_pure(props, names)
+    n = len(props)
+    _, offsets, data = props.buffers()
+    map_offsets, key_offsets, key_data, value_offsets, value_data, picks = _split_properties(
+        offsets, data, tuple(name.encode() for name in names))
+    entries = len(key_offsets) // 4 - 1
+    keys = pa.Array.from_buffers(pa.string(), entries,
+                                 [None, pa.py_buffer(key_offsets), pa.py_buffer(key_data)])
+    values = pa.Array.from_buffers(pa.string(), entries,
+                                   [None, pa.py_buffer(value_offsets), pa.py_buffer(value_data)])
+    mapped = pa.MapArray.from_arrays(
+        pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(map_offsets)]), keys, values)
+    where = np.frombuffer(picks, np.int32).reshape(len(names), n)
+    return mapped, [values.take(pa.array(row, mask=row < 0)) for row in where]
+
+
+def _properties_pure(props: pa.Array, names: tuple[str, ...]) -> tuple[pa.Array, list[pa.Array]]:
+    properties = _property_map(props)
+    entry_rows = np.repeat(np.arange(len(props)), np.diff(properties.offsets.to_numpy()))
+    return properties, [_property(properties, entry_rows, name) for name in names]
+
+
 def _property_map(props: pa.Array) -> pa.Array:
     """RocketMQ's ``k\\x01v\\x02k\\x01v\\x02`` strings as a map<string, string> column."""
     entries = pc.split_pattern(props, "\x02")
@@ -252,5 +292,7 @@ def _property_map(props: pa.Array) -> pa.Array:
     return pa.MapArray.from_arrays(pa.array(list_offsets.astype(np.int32)), keys, values)
 
 
-# The compiled join (common/_pull_gather.c) when the core is built; _join_pure is its twin.
+# The compiled join (common/_pull_gather.c) and property split (common/_property_split.c) when
+# the core is built; _join_pure and _properties_pure are their twins.
 _join_ranges = None if speedups.store_core is None else speedups.store_core.join_ranges
+_split_properties = None if speedups.store_core is None else speedups.store_core.split_properties

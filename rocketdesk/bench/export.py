@@ -7,7 +7,9 @@ two exports on it): the whole command's seconds and its start-up (launch to the 
 Then a scratch cluster (two brokers x 4 queues) is loaded with N messages of S bytes, then one local
 Spark session (``local[2]``) exports them to Parquet twice, over the pull protocol and from the
 store files, each after a small warm-up read (the first data-source query spins up Spark's Python
-planning workers). Brokers are configured to hand out up to 1,024 messages / 4 MiB per pull
+planning workers), then Spark's own floor on the rows each export wrote (rocketdesk/bench/
+spark_floor.py: the same rows from a source that decodes nothing), and each export's share of
+it. Brokers are configured to hand out up to 1,024 messages / 4 MiB per pull
 (RocketMQ's defaults are 32 / 256 KiB, meant for consumers, not bulk readers).
 """
 
@@ -104,6 +106,39 @@ def _end_to_end(namesrv: str, count: int, size: int, scratch: Path) -> None:
                        capture_output=True, env=env, check=False)
 
 
+def _write_parquet(df, out: Path) -> tuple[int, float]:
+    """Write ``df`` to Parquet at ``out``: (rows written, rows a second)."""
+    began = time.perf_counter()
+    df.write.parquet(str(out))
+    took = time.perf_counter() - began
+    rows = df.sparkSession.read.parquet(str(out)).count()
+    return rows, rows / took
+
+
+def _floor(spark, scratch: Path, mode: str, exported: Path, rounds: int) -> float:
+    """Spark's floor on the rows one export wrote, in this session, as often as the export ran:
+    the rows a second of its last round."""
+    from rocketdesk.bench.spark_floor import ReplaySource, stage_rows
+
+    staged = scratch / f"floor-rows-{mode.replace(' ', '-')}"
+    rows = stage_rows(exported, staged)
+    spark.dataSource.register(ReplaySource)
+    df = spark.read.format("rocketdesk_replay").option("path", str(staged)).load()
+    df.count()  # the replay source's planning workers start, as the export's warm-up query
+    floor = 0.0
+    for round_ in range(1, rounds + 1):
+        written, floor = _write_parquet(df, scratch / f"out-floor-{mode.replace(' ', '-')}-{round_}")
+        if written != rows:
+            raise SystemExit(f"the floor wrote {written:,} rows of {rows:,} staged")
+        print(f"Spark's floor on the same {written:,} rows, round {round_}: {floor:,.0f} rows/s "
+              "to Parquet (a source that decodes nothing)")
+    began = time.perf_counter()
+    df.write.format("noop").mode("overwrite").save()
+    print(f"the floor's read only (Spark's noop sink): {rows / (time.perf_counter() - began):,.0f} "
+          "rows/s")
+    return floor
+
+
 def run_export_bench(args: argparse.Namespace) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -137,21 +172,22 @@ def run_export_bench(args: argparse.Namespace) -> int:
                                                endingOffsets="earliest").load().count()
         warmup = time.perf_counter() - warm
         print(f"start-up: Spark session {session:.1f} s, first data-source query {warmup:.1f} s")
+        shares: dict[str, float] = {}
         for mode, options in modes.items():
             df = spark.read.format("rocketmq").options(topic="BenchExport", partitionSize="50000",
                                                        **options).load()
             for round_ in range(1, args.rounds + 1):
                 out = scratch / f"out-{mode.replace(' ', '-')}-{round_}"
-                began = time.perf_counter()
-                df.write.parquet(str(out))
-                took = time.perf_counter() - began
-                rows = spark.read.parquet(str(out)).count()
-                print(f"export over {mode}, round {round_}: {rows:,} messages to Parquet in "
-                      f"{took:.2f} s = {rows / took:,.0f} msg/s ({args.master})")
+                rows, rate = _write_parquet(df, out)
+                print(f"export over {mode}, round {round_}: {rows:,} messages to Parquet at "
+                      f"{rate:,.0f} msg/s ({args.master})")
             began = time.perf_counter()
             df.write.format("noop").mode("overwrite").save()
             took = time.perf_counter() - began
             print(f"read only over {mode} (Spark's noop sink): {rows / took:,.0f} msg/s")
+            shares[mode] = rate / _floor(spark, scratch, mode, out, args.rounds)
+        for mode, share in shares.items():
+            print(f"export over {mode}: {share:.0%} of Spark's floor on its rows (last rounds)")
         spark.stop()
     finally:
         asyncio.run(supervisor.stop())

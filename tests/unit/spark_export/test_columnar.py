@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import zlib
 
 import numpy as np
+import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from export.columnar import ColumnarDecoder, _invalid_start
+from export import columnar
+from export.columnar import ColumnarDecoder, _invalid_start, _properties, _properties_pure
 from export.decode import BatchBuilder, RowBuilder
 from export.options import SourceOptions
 from storage.message import COMPRESSED_FLAG, properties_to_string
@@ -64,18 +68,70 @@ def _rows_by_record(data, starts):
     return builder.take_batch().to_pylist()
 
 
+@contextlib.contextmanager
+def _pure_cutter():
+    """The columnar decoder without its compiled joins and property split."""
+    saved = columnar._join_ranges, columnar._split_properties
+    columnar._join_ranges = columnar._split_properties = None
+    try:
+        yield
+    finally:
+        columnar._join_ranges, columnar._split_properties = saved
+
+
 @settings(max_examples=150, deadline=None)
 @given(messages)
 def test_the_columnar_decoder_cuts_the_same_rows_as_the_record_decoder(items):
     data, starts = _buffer(items)
-    decoder = ColumnarDecoder("broker-a", "T")
-    positions = np.asarray(starts, np.int64)
-    assert decoder.handles(np.frombuffer(data, np.uint8), positions)
-    got = decoder.decode(data, positions).to_pylist()
     want = _rows_by_record(data, starts)
-    for row in got + want:
+    for row in want:
         row["properties"] = sorted(row["properties"])
-    assert got == want
+    for mode in (contextlib.nullcontext, _pure_cutter):  # compiled (when built), then pure
+        with mode():
+            decoder = ColumnarDecoder("broker-a", "T")
+            positions = np.asarray(starts, np.int64)
+            assert decoder.handles(np.frombuffer(data, np.uint8), positions)
+            got = decoder.decode(data, positions).to_pylist()
+        for row in got:
+            row["properties"] = sorted(row["properties"])
+        assert got == want
+
+
+# Property strings as they come, and as they should not: separators anywhere, empty keys and
+# values, names twice, a value holding \x01, no trailing separator.
+raw_properties = st.lists(st.lists(st.sampled_from(["\x01", "\x02", "K", "KEYS\x01", "TAGS",
+                                                    "UNIQ_KEY", "v", "é", "𝄞"]), max_size=12)
+                          .map("".join), max_size=30)
+
+
+@pytest.mark.skipif(columnar._split_properties is None, reason="the compiled core is not built")
+@settings(max_examples=300, deadline=None)
+@given(raw_properties, st.integers(0, 3))
+def test_the_compiled_property_split_cuts_the_same_columns_as_arrows_kernels(texts, sliced):
+    props = pa.array(texts, pa.string())
+    names = ("UNIQ_KEY", "KEYS", "TAGS", "")
+    mapped, picked = _properties(props, names)
+    want_map, want_picked = _properties_pure(props, names)
+    assert mapped.to_pylist() == want_map.to_pylist()
+    assert mapped.offsets.to_pylist() == want_map.offsets.to_pylist()
+    assert [c.to_pylist() for c in picked] == [c.to_pylist() for c in want_picked]
+    tail = props.slice(min(sliced, len(props)))  # an offset column: the pure path takes it
+    assert _properties(tail, names)[0].to_pylist() == _properties_pure(tail, names)[0].to_pylist()
+
+
+@pytest.mark.skipif(columnar._split_properties is None, reason="the compiled core is not built")
+@pytest.mark.parametrize(("offsets", "data", "names", "error"), [
+    (np.array([0, 5, 3], np.int32), b"abcdef", (), ValueError),   # backwards
+    (np.array([0, 7], np.int32), b"abcdef", (), ValueError),      # past the data
+    (np.array([-1, 2], np.int32), b"abcdef", (), ValueError),     # before it
+    (b"", b"", (), ValueError),                                   # not even one offset
+    (np.array([0, 2], np.int32), b"ab", ("KEYS",), TypeError),    # a name not bytes
+    (np.array([0, 2], np.int32), b"ab", (b"k",) * 9, ValueError),  # too many names
+])
+def test_the_compiled_property_split_refuses_what_does_not_describe_its_data(
+        offsets, data, names, error):
+    with pytest.raises(error):
+        columnar._split_properties(offsets, data, names)
 
 
 @settings(max_examples=200, deadline=None)
