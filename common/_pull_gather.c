@@ -212,9 +212,64 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(starts_doc,
+"record_starts(body, end) -> (starts, size)\n\n"
+"Where each record of a pull response's body starts (native int64s, as bytes), walking the\n"
+"records' TOTALSIZE fields from 0 up to the first record at or past queue offset `end`, or\n"
+"of size <= 0, or too short a tail to hold a TOTALSIZE and QUEUEOFFSET; and where that walk\n"
+"stopped. What export.pull_reader._record_starts_pure returns.");
+
+#define STARTS_HEAD 28 /* TOTALSIZE@0 .. QUEUEOFFSET@20, 8 bytes */
+
+/* The walk record_starts describes: the number of records, their starts into `out` (when not
+ * NULL), where it stopped into *stop. */
+static Py_ssize_t
+walk_records(const unsigned char *b, Py_ssize_t len, long long end, int64_t *out, Py_ssize_t *stop)
+{
+    Py_ssize_t n = 0, pos = 0;
+    while (pos <= len - STARTS_HEAD) {
+        int32_t size = (int32_t)get_u32(b + pos);
+        if ((int64_t)get_u64(b + pos + 20) >= end || size <= 0)
+            break;
+        if (out != NULL)
+            out[n] = pos;
+        n++;
+        pos += size;
+    }
+    *stop = pos;
+    return n;
+}
+
+static PyObject *
+record_starts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "record_starts() takes 2 arguments");
+        return NULL;
+    }
+    long long end = PyLong_AsLongLong(args[1]);
+    if (end == -1 && PyErr_Occurred())
+        return NULL;
+    Py_buffer body;
+    if (PyObject_GetBuffer(args[0], &body, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *b = (const unsigned char *)body.buf;
+    Py_ssize_t stop;
+    Py_ssize_t n = walk_records(b, body.len, end, NULL, &stop); /* counted, allocated once */
+    PyObject *starts = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t));
+    if (starts != NULL)
+        walk_records(b, body.len, end, (int64_t *)PyBytes_AS_STRING(starts), &stop);
+    PyBuffer_Release(&body);
+    if (starts == NULL)
+        return NULL;
+    return Py_BuildValue("(Nn)", starts, stop);
+}
+
 static PyMethodDef pull_gather_methods[] = {
     {"gather_records", (PyCFunction)(void (*)(void))gather_records, METH_FASTCALL, gather_doc},
     {"join_ranges", (PyCFunction)(void (*)(void))join_ranges, METH_FASTCALL, join_doc},
+    {"record_starts", (PyCFunction)(void (*)(void))record_starts, METH_FASTCALL, starts_doc},
     {NULL, NULL, 0, NULL},
 };
 

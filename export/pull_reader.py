@@ -14,6 +14,7 @@ from cluster.client.pull import TOOLS_GROUP, pull_request
 from cluster.remoting.blocking import BlockingRemotingClient
 from cluster.remoting.codes import ResponseCode
 from cluster.remoting.errors import RemotingError
+from common import speedups
 from export.decode import BATCH_ROWS, BatchBuilder
 from export.errors import DataLossError, ExportError
 from export.options import SourceOptions
@@ -77,9 +78,19 @@ def _pull_range(remoting, rng: QueueRange, options: SourceOptions, builder) -> I
 _SIZE_AND_QUEUE_OFFSET = struct.Struct(">i16xq")  # TOTALSIZE .. QUEUEOFFSET
 
 
-def _record_starts(body: bytes, end: int) -> tuple[list[int], int]:
-    """Where each record of a pull response starts, up to the first at or past queue offset
-    ``end``; and how many bytes those records take."""
+def _record_starts(body: bytes, end: int):
+    """Where each record of a pull response starts (a list or an int64 array), up to the first
+    at or past queue offset ``end``; and how many bytes those records take. Compiled when the
+    core is built (common/_pull_gather.c), a Python step a record otherwise."""
+    if _compiled_starts is None:
+        return _record_starts_pure(body, end)
+    import numpy as np
+
+    starts, size = _compiled_starts(body, end)
+    return np.frombuffer(starts, np.int64), size
+
+
+def _record_starts_pure(body: bytes, end: int) -> tuple[list[int], int]:
     starts = []
     pos, limit = 0, len(body) - _SIZE_AND_QUEUE_OFFSET.size
     unpack = _SIZE_AND_QUEUE_OFFSET.unpack_from
@@ -133,3 +144,6 @@ def _check_units(view, positions, lengths, base: int) -> None:
         first = int(np.argmax(bad))
         raise DataLossError(f"the CommitLog holds no {int(lengths[first])}-byte record at offset "
                             f"{int(positions[first]) + base}")
+
+
+_compiled_starts = None if speedups.store_core is None else speedups.store_core.record_starts

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from export.columnar import _join_pure
+from export.pull_reader import _record_starts_pure
 from storage import get_message as get_message_module
 from storage.get_message import FILLER_SIZE, gather_records_pure
 from storage.message import MessageExtBrokerInner
@@ -147,3 +148,20 @@ def test_the_joins_of_value_ranges_agree(data, ranges):
     if isinstance(outcomes[0], tuple):
         offsets = np.frombuffer(outcomes[0][0], np.int32)
         assert offsets.tolist() == [0, *np.cumsum(lengths).tolist()]
+
+
+# --- the export's walk of a pull response's records -----------------------------------------
+@compiled
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(-40, 120), st.integers(-5, 60), st.integers(28, 90)),
+                max_size=10),
+       st.binary(max_size=40), st.integers(-3, 70))
+def test_the_walks_of_a_pull_responses_records_agree(records, tail, end):
+    """Records whose TOTALSIZE says what they take, or too little, too much, zero or less; queue
+    offsets below, at and past the end; a torn tail: both walks stop at the same place."""
+    body = b"".join(struct.pack(">i16xq", size, queue_offset) + bytes(length - 28)
+                    for size, queue_offset, length in records) + tail
+    starts, stop = core.record_starts(body, end)
+    want_starts, want_stop = _record_starts_pure(body, end)
+    assert np.frombuffer(starts, np.int64).tolist() == want_starts
+    assert stop == want_stop
