@@ -27,6 +27,15 @@ PyDoc_STRVAR(split_doc,
 "native int32: the entry index of that key in each row, or -1. ValueError for offsets that\n"
 "do not describe data, OverflowError past 2 GiB of keys or values.");
 
+/* The i-th int32 of an offsets buffer, which need not be aligned (a view into other bytes). */
+static inline int32_t
+offset_at(const char *offsets, Py_ssize_t i)
+{
+    int32_t value;
+    memcpy(&value, offsets + i * (Py_ssize_t)sizeof(int32_t), sizeof value);
+    return value;
+}
+
 /* One entry of data[begin:end) (a piece between separators): its \x01, or NULL if it has none. */
 static inline const char *
 entry_split(const char *begin, const char *end)
@@ -67,19 +76,19 @@ split_properties(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     PyObject *map_offsets = NULL, *key_offsets = NULL, *key_data = NULL, *value_offsets = NULL;
     PyObject *value_data = NULL, *picks = NULL, *result = NULL;
-    const int32_t *row_at = (const int32_t *)offsets_view.buf;
+    const char *row_at = (const char *)offsets_view.buf;
     const char *data = (const char *)data_view.buf;
     Py_ssize_t n = offsets_view.len / (Py_ssize_t)sizeof(int32_t) - 1;
     if (n < 0 || offsets_view.len % (Py_ssize_t)sizeof(int32_t) != 0) {
         PyErr_SetString(PyExc_ValueError, "split_properties(): offsets are n + 1 int32");
         goto done;
     }
-    if (row_at[0] < 0 || row_at[n] > data_view.len) {
+    if (offset_at(row_at, 0) < 0 || offset_at(row_at, n) > data_view.len) {
         PyErr_SetString(PyExc_ValueError, "split_properties(): offsets outside the data");
         goto done;
     }
     for (Py_ssize_t i = 0; i < n; i++) { /* every row within the data before a byte is read */
-        if (row_at[i + 1] < row_at[i]) {
+        if (offset_at(row_at, i + 1) < offset_at(row_at, i)) {
             PyErr_SetString(PyExc_ValueError, "split_properties(): offsets go backwards");
             goto done;
         }
@@ -87,7 +96,7 @@ split_properties(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     /* First pass: count the entries and the keys' and values' bytes. */
     int64_t entries = 0, key_bytes = 0, value_bytes = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        const char *p = data + row_at[i], *end = data + row_at[i + 1];
+        const char *p = data + offset_at(row_at, i), *end = data + offset_at(row_at, i + 1);
         while (p < end) {
             const char *stop = memchr(p, '\x02', (size_t)(end - p));
             const char *piece_end = stop == NULL ? end : stop;
@@ -124,7 +133,7 @@ split_properties(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     int32_t entry = 0, kat = 0, vat = 0;
     mo[0] = ko[0] = vo[0] = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        const char *p = data + row_at[i], *end = data + row_at[i + 1];
+        const char *p = data + offset_at(row_at, i), *end = data + offset_at(row_at, i + 1);
         while (p < end) {
             const char *stop = memchr(p, '\x02', (size_t)(end - p));
             const char *piece_end = stop == NULL ? end : stop;

@@ -252,10 +252,12 @@ def _invalid_start(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
 def _properties(props: pa.Array, names: tuple[str, ...]) -> tuple[pa.Array, list[pa.Array]]:
     """The map column of a string column of property strings, and each named property's
     value a row (null where absent): in one compiled pass when the core is built."""
-    if _split_properties is None or props.offset or props.null_count:
-        return _properties_pure(props, names)
     n = len(props)
+    if _split_properties is None or not n or props.null_count:
+        return _properties_pure(props, names)
     _, offsets, data = props.buffers()
+    # Exactly this array's n + 1 offsets: a sliced array shares a longer buffer.
+    offsets = offsets.slice(4 * props.offset, 4 * (n + 1))
     map_offsets, key_offsets, key_data, value_offsets, value_data, picks = _split_properties(
         offsets, data, tuple(name.encode() for name in names))
     entries = len(key_offsets) // 4 - 1

@@ -106,12 +106,16 @@ def _end_to_end(namesrv: str, count: int, size: int, scratch: Path) -> None:
                        capture_output=True, env=env, check=False)
 
 
-def _write_parquet(df, out: Path) -> tuple[int, float]:
-    """Write ``df`` to Parquet at ``out``: (rows written, rows a second)."""
+def _write_parquet(df, out: Path, keep: bool = False) -> tuple[int, float]:
+    """Write ``df`` to Parquet at ``out``: (rows written, rows a second). The output is
+    deleted once counted unless ``keep``: rounds must not pile up gigabytes that later rounds
+    run beside."""
     began = time.perf_counter()
     df.write.parquet(str(out))
     took = time.perf_counter() - began
     rows = df.sparkSession.read.parquet(str(out)).count()
+    if not keep:
+        shutil.rmtree(out, ignore_errors=True)
     return rows, rows / took
 
 
@@ -122,6 +126,7 @@ def _floor(spark, scratch: Path, mode: str, exported: Path, rounds: int) -> floa
 
     staged = scratch / f"floor-rows-{mode.replace(' ', '-')}"
     rows = stage_rows(exported, staged)
+    shutil.rmtree(exported, ignore_errors=True)
     spark.dataSource.register(ReplaySource)
     df = spark.read.format("rocketdesk_replay").option("path", str(staged)).load()
     df.count()  # the replay source's planning workers start, as the export's warm-up query
@@ -137,10 +142,13 @@ def _floor(spark, scratch: Path, mode: str, exported: Path, rounds: int) -> floa
     df.write.format("noop").mode("overwrite").save()
     print(f"the floor's read only (Spark's noop sink): {rows / (time.perf_counter() - began):,.0f} "
           "rows/s")
+    shutil.rmtree(staged, ignore_errors=True)
     return best
 
 
 def run_export_bench(args: argparse.Namespace) -> int:
+    if args.rounds < 1:
+        raise SystemExit("rocketdesk bench export: --rounds must be at least 1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     scratch = Path(tempfile.mkdtemp(prefix="rocketdesk-bench-export-"))
@@ -180,7 +188,7 @@ def run_export_bench(args: argparse.Namespace) -> int:
             best = 0.0
             for round_ in range(1, args.rounds + 1):
                 out = scratch / f"out-{mode.replace(' ', '-')}-{round_}"
-                rows, rate = _write_parquet(df, out)
+                rows, rate = _write_parquet(df, out, keep=round_ == args.rounds)
                 best = max(best, rate)
                 print(f"export over {mode}, round {round_}: {rows:,} messages to Parquet at "
                       f"{rate:,.0f} msg/s ({args.master})")

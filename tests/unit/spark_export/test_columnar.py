@@ -115,8 +115,14 @@ def test_the_compiled_property_split_cuts_the_same_columns_as_arrows_kernels(tex
     assert mapped.to_pylist() == want_map.to_pylist()
     assert mapped.offsets.to_pylist() == want_map.offsets.to_pylist()
     assert [c.to_pylist() for c in picked] == [c.to_pylist() for c in want_picked]
-    tail = props.slice(min(sliced, len(props)))  # an offset column: the pure path takes it
-    assert _properties(tail, names)[0].to_pylist() == _properties_pure(tail, names)[0].to_pylist()
+    # Slices share their parent's buffers: from the front, from the back, from both.
+    for part in (props.slice(min(sliced, len(props))), props.slice(0, max(len(props) - sliced, 0)),
+                 props.slice(min(sliced, len(props)), 2)):
+        mapped, picked = _properties(part, names)
+        want_map, want_picked = _properties_pure(part, names)
+        mapped.validate(full=True)
+        assert mapped.to_pylist() == want_map.to_pylist()
+        assert [c.to_pylist() for c in picked] == [c.to_pylist() for c in want_picked]
 
 
 @pytest.mark.skipif(columnar._split_properties is None, reason="the compiled core is not built")
@@ -127,6 +133,7 @@ def test_the_compiled_property_split_cuts_the_same_columns_as_arrows_kernels(tex
     (b"", b"", (), ValueError),                                   # not even one offset
     (np.array([0, 2], np.int32), b"ab", ("KEYS",), TypeError),    # a name not bytes
     (np.array([0, 2], np.int32), b"ab", (b"k",) * 9, ValueError),  # too many names
+    (np.array([0, 2, 1], np.int32)[1:], b"ab", (), ValueError),   # (a view) past the data
 ])
 def test_the_compiled_property_split_refuses_what_does_not_describe_its_data(
         offsets, data, names, error):
@@ -175,3 +182,19 @@ def test_pull_responses_are_joined_into_one_batch_with_their_filters():
     batches = builder.take_batches()
     assert len(batches) == 1
     assert [r["body"] for r in batches[0].to_pylist()] == [b"a", b"c"]
+
+
+@pytest.mark.skipif(columnar._split_properties is None, reason="the compiled core is not built")
+def test_the_compiled_property_split_reads_offsets_at_any_alignment():
+    offsets = np.array([0, 6, 12], np.int32).tobytes()
+    shifted = memoryview(bytearray(b"\0" + offsets))[1:]  # not 4-byte aligned
+    got = columnar._split_properties(shifted, b"KEYS\x01aTAGS\x01b", (b"KEYS", b"TAGS"))
+    assert np.frombuffer(got[0], np.int32).tolist() == [0, 1, 2]
+    assert np.frombuffer(got[5], np.int32).tolist() == [0, -1, -1, 1]
+
+
+def test_an_empty_column_of_properties_is_an_empty_map():
+    empty = pa.Array.from_buffers(pa.string(), 0, [None, pa.py_buffer(b""), pa.py_buffer(b"")])
+    mapped, picked = _properties(empty, ("KEYS",))
+    assert len(mapped) == 0
+    assert [len(c) for c in picked] == [0]
