@@ -6,8 +6,9 @@
  * The pure twin, and the rules, are export.columnar's _property_map and _property: an entry is
  * a piece between \x02 separators holding a \x01; its key is what precedes the first \x01, its
  * value the rest; a piece without \x01 (the empty one after the last separator) is no entry;
- * when a name occurs twice in a row, its last entry counts. tests/unit/spark_export/
- * test_columnar.py holds the two to the same columns.
+ * when a key occurs twice in a row, only its last entry is kept (as RocketMQ's clients read
+ * properties into a map). tests/unit/spark_export/test_columnar.py holds the two to the same
+ * columns.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -36,11 +37,112 @@ offset_at(const char *offsets, Py_ssize_t i)
     return value;
 }
 
-/* One entry of data[begin:end) (a piece between separators): its \x01, or NULL if it has none. */
-static inline const char *
-entry_split(const char *begin, const char *end)
+/* The next entry of a row from *at (before end): its key and value, *at moved past it; 0 when
+ * the row has no more. Pieces without \x01 are skipped: they are no entry. */
+static inline int
+next_entry(const char **at, const char *end, const char **key, Py_ssize_t *key_len,
+           const char **value, Py_ssize_t *value_len)
 {
-    return memchr(begin, '\x01', (size_t)(end - begin));
+    const char *p = *at;
+    while (p < end) {
+        const char *stop = memchr(p, '\x02', (size_t)(end - p));
+        const char *piece_end = stop == NULL ? end : stop;
+        const char *split = memchr(p, '\x01', (size_t)(piece_end - p));
+        const char *next = stop == NULL ? end : stop + 1;
+        if (split != NULL) {
+            *key = p;
+            *key_len = split - p;
+            *value = split + 1;
+            *value_len = piece_end - split - 1;
+            *at = next;
+            return 1;
+        }
+        p = next;
+    }
+    *at = end;
+    return 0;
+}
+
+typedef struct {
+    const char *key, *value;
+    Py_ssize_t key_len, value_len, index; /* index: its place in the row */
+} Entry;
+
+/* A row's entries, grown as rows need (one allocation for a whole batch, nearly always). */
+typedef struct {
+    Entry *entries;
+    Py_ssize_t capacity;
+} RowBuffer;
+
+static int
+same_key(const Entry *a, const Entry *b)
+{
+    return a->key_len == b->key_len && memcmp(a->key, b->key, (size_t)a->key_len) == 0;
+}
+
+static int
+by_key_then_index(const void *left, const void *right)
+{
+    const Entry *a = left, *b = right;
+    Py_ssize_t common = a->key_len < b->key_len ? a->key_len : b->key_len;
+    int order = memcmp(a->key, b->key, (size_t)common);
+    if (order == 0)
+        order = (a->key_len > b->key_len) - (a->key_len < b->key_len);
+    if (order == 0)
+        order = (a->index > b->index) - (a->index < b->index);
+    return order;
+}
+
+static int
+by_index(const void *left, const void *right)
+{
+    const Entry *a = left, *b = right;
+    return (a->index > b->index) - (a->index < b->index);
+}
+
+#define FEW_ENTRIES 32 /* up to this many, pairs are compared; past it, the row is sorted */
+
+/* The entries of the row data[p:end) that count, in their order: a key named again later in
+ * the row does not (RocketMQ's clients read properties into a map: the last value wins).
+ * Their number, or -1 with MemoryError set. Rows hold a handful of entries, compared pair by
+ * pair; a long row (a hostile one) is sorted instead, so no row costs quadratic time. */
+static Py_ssize_t
+row_entries(const char *p, const char *end, RowBuffer *row)
+{
+    Py_ssize_t n = 0;
+    Entry e;
+    while (next_entry(&p, end, &e.key, &e.key_len, &e.value, &e.value_len)) {
+        if (n == row->capacity) {
+            Py_ssize_t capacity = row->capacity * 2;
+            Entry *grown = PyMem_Realloc(row->entries, (size_t)capacity * sizeof(Entry));
+            if (grown == NULL) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            row->entries = grown;
+            row->capacity = capacity;
+        }
+        e.index = n;
+        row->entries[n++] = e;
+    }
+    Entry *entries = row->entries;
+    Py_ssize_t kept = 0;
+    if (n <= FEW_ENTRIES) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_ssize_t j = i + 1;
+            while (j < n && !same_key(&entries[i], &entries[j]))
+                j++;
+            if (j == n)
+                entries[kept++] = entries[i];
+        }
+        return kept;
+    }
+    qsort(entries, (size_t)n, sizeof(Entry), by_key_then_index);
+    for (Py_ssize_t i = 0; i < n; i++) /* the last of each run of one key */
+        if (i + 1 == n || !same_key(&entries[i], &entries[i + 1]))
+            entries[kept++] = entries[i];
+    qsort(entries, (size_t)kept, sizeof(Entry), by_index);
+    return kept;
 }
 
 static PyObject *
@@ -76,6 +178,11 @@ split_properties(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     PyObject *map_offsets = NULL, *key_offsets = NULL, *key_data = NULL, *value_offsets = NULL;
     PyObject *value_data = NULL, *picks = NULL, *result = NULL;
+    RowBuffer row = {PyMem_Malloc(FEW_ENTRIES * sizeof(Entry)), FEW_ENTRIES};
+    if (row.entries == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
     const char *row_at = (const char *)offsets_view.buf;
     const char *data = (const char *)data_view.buf;
     Py_ssize_t n = offsets_view.len / (Py_ssize_t)sizeof(int32_t) - 1;
@@ -96,18 +203,14 @@ split_properties(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     /* First pass: count the entries and the keys' and values' bytes. */
     int64_t entries = 0, key_bytes = 0, value_bytes = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        const char *p = data + offset_at(row_at, i), *end = data + offset_at(row_at, i + 1);
-        while (p < end) {
-            const char *stop = memchr(p, '\x02', (size_t)(end - p));
-            const char *piece_end = stop == NULL ? end : stop;
-            const char *split = entry_split(p, piece_end);
-            if (split != NULL) {
-                entries++;
-                key_bytes += split - p;
-                value_bytes += piece_end - split - 1;
-            }
-            p = stop == NULL ? end : stop + 1;
+        Py_ssize_t m = row_entries(data + offset_at(row_at, i), data + offset_at(row_at, i + 1), &row);
+        if (m < 0)
+            goto done;
+        for (Py_ssize_t j = 0; j < m; j++) {
+            key_bytes += row.entries[j].key_len;
+            value_bytes += row.entries[j].value_len;
         }
+        entries += m;
     }
     if (entries >= INT32_MAX || key_bytes >= INT32_MAX || value_bytes >= INT32_MAX) {
         PyErr_SetString(PyExc_OverflowError, "a batch of more than 2 GiB of properties");
@@ -133,25 +236,21 @@ split_properties(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     int32_t entry = 0, kat = 0, vat = 0;
     mo[0] = ko[0] = vo[0] = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        const char *p = data + offset_at(row_at, i), *end = data + offset_at(row_at, i + 1);
-        while (p < end) {
-            const char *stop = memchr(p, '\x02', (size_t)(end - p));
-            const char *piece_end = stop == NULL ? end : stop;
-            const char *split = entry_split(p, piece_end);
-            if (split != NULL) {
-                Py_ssize_t klen = split - p, vlen = piece_end - split - 1;
-                memcpy(kd + kat, p, (size_t)klen);
-                memcpy(vd + vat, split + 1, (size_t)vlen);
-                for (Py_ssize_t k = 0; k < name_count; k++)
-                    if (name_lengths[k] == klen && memcmp(names[k], p, (size_t)klen) == 0)
-                        pick[k * n + i] = entry;
-                kat += (int32_t)klen;
-                vat += (int32_t)vlen;
-                entry++;
-                ko[entry] = kat;
-                vo[entry] = vat;
-            }
-            p = stop == NULL ? end : stop + 1;
+        Py_ssize_t m = row_entries(data + offset_at(row_at, i), data + offset_at(row_at, i + 1), &row);
+        if (m < 0)
+            goto done;
+        for (Py_ssize_t j = 0; j < m; j++) {
+            const Entry *e = &row.entries[j];
+            memcpy(kd + kat, e->key, (size_t)e->key_len);
+            memcpy(vd + vat, e->value, (size_t)e->value_len);
+            for (Py_ssize_t k = 0; k < name_count; k++)
+                if (name_lengths[k] == e->key_len && memcmp(names[k], e->key, (size_t)e->key_len) == 0)
+                    pick[k * n + i] = entry;
+            kat += (int32_t)e->key_len;
+            vat += (int32_t)e->value_len;
+            entry++;
+            ko[entry] = kat;
+            vo[entry] = vat;
         }
         mo[i + 1] = entry;
     }
@@ -163,6 +262,7 @@ done:
     Py_XDECREF(value_offsets);
     Py_XDECREF(value_data);
     Py_XDECREF(picks);
+    PyMem_Free(row.entries);
     PyBuffer_Release(&data_view);
     PyBuffer_Release(&offsets_view);
     return result;

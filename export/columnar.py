@@ -291,7 +291,25 @@ def _property_map(props: pa.Array) -> pa.Array:
     count = len(flat) // 2
     keys = flat.take(pa.array(np.arange(0, 2 * count, 2)))
     values = flat.take(pa.array(np.arange(1, 2 * count, 2)))
+    last = _last_of_each_key(keys, list_offsets)
+    if last is not None:
+        keys, values = keys.filter(pa.array(last)), values.filter(pa.array(last))
+        list_offsets = np.concatenate([[0], np.cumsum(last)])[list_offsets]
     return pa.MapArray.from_arrays(pa.array(list_offsets.astype(np.int32)), keys, values)
+
+
+def _last_of_each_key(keys: pa.Array, list_offsets: np.ndarray) -> np.ndarray | None:
+    """Which entries to keep when a row names a key twice (the last: RocketMQ's clients read
+    properties into a map), or None when no row does."""
+    codes = pc.dictionary_encode(keys).indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    rows = np.repeat(np.arange(len(list_offsets) - 1), np.diff(list_offsets))
+    ids = rows * (int(codes.max(initial=0)) + 1) + codes
+    if len(np.unique(ids)) == len(ids):
+        return None
+    _, first_from_end = np.unique(ids[::-1], return_index=True)
+    keep = np.zeros(len(ids), bool)
+    keep[len(ids) - 1 - first_from_end] = True
+    return keep
 
 
 # The compiled join (common/_pull_gather.c) and property split (common/_property_split.c) when
