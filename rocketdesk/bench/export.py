@@ -4,13 +4,14 @@ First, end to end as a user runs it: ``rocketdesk export`` of a small topic (20,
 in a Spark of its own (cold), then on the warm export service (its own start timed apart, then
 two exports on it): the whole command's seconds and its start-up (launch to the export's plan).
 
-Then a scratch cluster (two brokers x 4 queues) is loaded with N messages of S bytes, then one local
-Spark session (``local[2]``) exports them to Parquet twice, over the pull protocol and from the
-store files, each after a small warm-up read (the first data-source query spins up Spark's Python
-planning workers), then Spark's own floor on the rows each export wrote (rocketdesk/bench/
-spark_floor.py: the same rows from a source that decodes nothing), and each export's share of
-it. Brokers are configured to hand out up to 1,024 messages / 4 MiB per pull
-(RocketMQ's defaults are 32 / 256 KiB, meant for consumers, not bulk readers).
+Then a scratch cluster (two brokers x 4 queues) is loaded with N messages of S bytes, then one
+local Spark session (``local[2]``) exports them to Parquet ``--rounds`` times (three by default),
+over the pull protocol and from the store files, each after a small warm-up read (the first
+data-source query spins up Spark's Python planning workers), then Spark's own floor on the rows
+each export wrote (rocketdesk/bench/spark_floor.py: the same rows from a source that decodes
+nothing), and each export's share of it. Brokers are configured to hand out up to 1,024
+messages / 4 MiB per pull (RocketMQ's defaults are 32 / 256 KiB, meant for consumers, not bulk
+readers).
 """
 
 from __future__ import annotations
@@ -106,6 +107,10 @@ def _end_to_end(namesrv: str, count: int, size: int, scratch: Path) -> None:
                        capture_output=True, env=env, check=False)
 
 
+def _slug(mode: str) -> str:
+    return mode.replace(" ", "-")
+
+
 def _write_parquet(df, out: Path, keep: bool = False) -> tuple[int, float]:
     """Write ``df`` to Parquet at ``out``: (rows written, rows a second). The output is
     deleted once counted unless ``keep``: rounds must not pile up gigabytes that later rounds
@@ -124,7 +129,7 @@ def _floor(spark, scratch: Path, mode: str, exported: Path, rounds: int) -> floa
     the rows a second of its best round."""
     from rocketdesk.bench.spark_floor import ReplaySource, stage_rows
 
-    staged = scratch / f"floor-rows-{mode.replace(' ', '-')}"
+    staged = scratch / f"floor-rows-{_slug(mode)}"
     rows = stage_rows(exported, staged)
     shutil.rmtree(exported, ignore_errors=True)
     spark.dataSource.register(ReplaySource)
@@ -132,7 +137,7 @@ def _floor(spark, scratch: Path, mode: str, exported: Path, rounds: int) -> floa
     df.count()  # the replay source's planning workers start, as the export's warm-up query
     best = 0.0
     for round_ in range(1, rounds + 1):
-        written, floor = _write_parquet(df, scratch / f"out-floor-{mode.replace(' ', '-')}-{round_}")
+        written, floor = _write_parquet(df, scratch / f"out-floor-{_slug(mode)}-{round_}")
         best = max(best, floor)
         if written != rows:
             raise SystemExit(f"the floor wrote {written:,} rows of {rows:,} staged")
@@ -187,7 +192,7 @@ def run_export_bench(args: argparse.Namespace) -> int:
                                                        **options).load()
             best = 0.0
             for round_ in range(1, args.rounds + 1):
-                out = scratch / f"out-{mode.replace(' ', '-')}-{round_}"
+                out = scratch / f"out-{_slug(mode)}-{round_}"
                 rows, rate = _write_parquet(df, out, keep=round_ == args.rounds)
                 best = max(best, rate)
                 print(f"export over {mode}, round {round_}: {rows:,} messages to Parquet at "
