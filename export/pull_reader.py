@@ -15,6 +15,7 @@ from cluster.remoting.blocking import BlockingRemotingClient
 from cluster.remoting.codes import ResponseCode
 from cluster.remoting.errors import RemotingError
 from common import speedups
+from common.platform import allocator
 from export.decode import BATCH_ROWS, BatchBuilder
 from export.errors import DataLossError, ExportError
 from export.options import SourceOptions
@@ -25,6 +26,7 @@ def read_ranges(ranges: list[QueueRange], options: SourceOptions) -> Iterator:
     """Arrow batches of the messages of ``ranges`` (one Spark partition) the filters keep: one
     connection and one batch builder for the ranges of each broker and topic, so many small
     queues make full batches, not a batch each."""
+    allocator.keep_big_buffers()  # in Spark's Python worker: responses and batches of MiBs
     groups: dict[tuple, list[QueueRange]] = {}
     for rng in ranges:
         groups.setdefault((rng.broker_name, rng.topic, rng.address), []).append(rng)
@@ -109,6 +111,7 @@ def read_store_range(rng: QueueRange, options: SourceOptions) -> Iterator:
 
     from export.store_reader import CommitLogReader, StoreQueue
 
+    allocator.keep_big_buffers()
     builder = BatchBuilder(rng.broker_name, options, rng.topic)
     log = CommitLogReader(options.path)
     offsets, sizes = StoreQueue(options.path, rng.topic, rng.queue_id).unit_arrays(rng.start, rng.end)

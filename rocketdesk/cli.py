@@ -12,6 +12,7 @@ import logging
 import sys
 
 from common.errors import RocketDeskError
+from common.platform import allocator
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
@@ -234,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     from rocketdesk.cli_export_jobs import route
 
     utf8_output()
+    allocator.keep_big_buffers()  # benches, exports and the console handle MiB-sized answers
     parser = build_parser()
     args = parser.parse_args(route(sys.argv[1:] if argv is None else list(argv)))
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,

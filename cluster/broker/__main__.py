@@ -12,7 +12,7 @@ from cluster.broker.controller import BrokerController
 from cluster.properties import load_properties
 from cluster.remoting import event_loop
 from cluster.settings import SettingError
-from common.platform import limits, processes
+from common.platform import allocator, limits, processes
 from storage.errors import StoreError
 
 log = logging.getLogger("cluster.broker")
@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", "--namesrv-addr", help="name servers, ';'-separated (overrides the file)")
     args = parser.parse_args(argv)
     limits.raise_open_files_limit()  # a descriptor a mapped store file (macOS starts at 256)
+    allocator.keep_big_buffers()  # pull answers of up to 4 MiB, built and freed a pull
     try:
         props = load_properties(args.config) if args.config else {}
         if args.namesrv_addr:

@@ -15,7 +15,7 @@ from cluster.properties import load_properties
 from cluster.remoting import event_loop
 from cluster.remoting.server import RemotingServer, ServerConfigError
 from cluster.settings import SettingError, apply_properties
-from common.platform import processes
+from common.platform import allocator, processes
 
 log = logging.getLogger("cluster.namesrv")
 
@@ -92,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for key in unknown:
         log.warning("unknown setting %s ignored", key)
+    allocator.keep_big_buffers()
     try:
         event_loop.run(run(config))
     except OSError as exc:

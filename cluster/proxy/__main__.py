@@ -18,7 +18,7 @@ import grpc
 from cluster.client.instance import MQClientInstance
 from cluster.properties import load_properties
 from cluster.proxy.service import MessagingService, add_to_server
-from common.platform import processes
+from common.platform import allocator, processes
 
 log = logging.getLogger("cluster.proxy")
 
@@ -92,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as exc:
         print(f"rocketdesk-proxy: {exc}", file=sys.stderr)
         return 2
+    allocator.keep_big_buffers()  # messages relayed in batches of up to 4 MiB
     try:
         # grpc.aio runs on the standard loop (it has its own poller under asyncio).
         asyncio.run(run(config))

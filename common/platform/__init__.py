@@ -7,6 +7,8 @@ way of one concern, chosen when called (so a test can take away what a platform 
 * file_lock.py: a store's lock file (fcntl on POSIX, msvcrt on Windows);
 * files.py: deleting and replacing files another process has open (Windows refuses both);
 * limits.py: the open-files limit (RLIMIT_NOFILE where there is one);
+* allocator.py: glibc's malloc keeping big freed buffers for reuse (mallopt; nothing
+  elsewhere, where the allocators cache them themselves);
 * sockets.py: listening on a port again soon (SO_REUSEADDR on POSIX; nothing on Windows,
   where that option lets others share the port);
 * processes.py: kill, pause, resume and detach processes (psutil; signals only on POSIX), and
