@@ -5,8 +5,13 @@ fed to one of its RemotingConnections through a transport that only counts the b
 ``--burst`` frames per read as a pipelining client sends them. What is left is the broker's own
 work a message: frame split, header decode and checks, the put, dispatch and the encoded answer.
 With ``--batch N`` the frames are SEND_BATCH_MESSAGE requests of N messages each (one a read).
+With ``--pull N`` the messages are sent first, unmeasured, and what is measured is reading them
+back with PULL_MESSAGE requests of N messages each, one a read, as a consumer pulls (the
+subscription in the request, its offset committed, long polling allowed): the CPU a pulled
+message.
 
-    python scripts/bench_broker_path.py [--messages 50000] [--burst 32] [--batch 0] [--profile]
+    python scripts/bench_broker_path.py [--messages 50000] [--burst 32] [--batch 0] [--pull 0]
+        [--profile]
 """
 
 from __future__ import annotations
@@ -19,12 +24,14 @@ import pstats
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cluster.broker.config import load_broker_config
 from cluster.broker.controller import BrokerController
+from cluster.client.pull import pull_request
 
 try:
     from cluster.remoting import event_loop
@@ -94,10 +101,28 @@ def send_frames(count: int, size: int, batch: int = 0) -> list[bytes]:
     return frames
 
 
+def pull_frames(broker: BrokerController, count: int) -> list[bytes]:
+    """PULL_MESSAGE frames reading every queue of BenchmarkTest from its start, ``count``
+    messages each, as a push consumer asks (subscription, commit offset, suspend flags)."""
+    frames = []
+    for queue_id in range(4):
+        end = broker.store.get_max_offset_in_queue("BenchmarkTest", queue_id)
+        for offset in range(0, end, count):
+            command = pull_request("benchmark_consumer", "BenchmarkTest", queue_id, offset, count,
+                                   suspend_ms=15000, commit_offset=offset)
+            frames.append(encode(replace(command, opaque=len(frames) + 1)))
+    return frames
+
+
 async def measure(args: argparse.Namespace, folder: str) -> None:
     config, store_config, _ = load_broker_config({
         "brokerName": "bench", "listenPort": "0", "storePathRootDir": folder,
         "autoCreateTopicEnable": "true", "brokerIP1": "127.0.0.1",
+        # Pulls as big as asked, as `rocketdesk bench export` configures its brokers.
+        **({key: str(max(args.pull, 32)) for key in (
+            "maxTransferCountOnMessageInMemory", "maxTransferCountOnMessageInDisk")}),
+        **({key: str(max(args.pull * (args.size + 256), 262144)) for key in (
+            "maxTransferBytesOnMessageInMemory", "maxTransferBytesOnMessageInDisk")}),
     })
     broker = BrokerController(config, store_config)
     await broker.start()
@@ -118,6 +143,13 @@ async def measure(args: argparse.Namespace, folder: str) -> None:
         frames = send_frames(args.messages // per_frame, args.size, args.batch)
         burst = max(1, args.burst // per_frame)
         reads = [b"".join(frames[i:i + burst]) for i in range(0, len(frames), burst)]
+        if args.pull:
+            for data in reads:
+                connection.data_received(data)
+                await asyncio.sleep(0)
+            broker.store.wait_dispatched()
+            reads = pull_frames(broker, args.pull)
+            answers = transport.writes + len(reads)
         profiler = cProfile.Profile() if args.profile else None
         before = transport.written
         start = time.process_time()
@@ -128,6 +160,8 @@ async def measure(args: argparse.Namespace, folder: str) -> None:
             connection.data_received(data)
             await asyncio.sleep(0)  # the iteration's end: answers written, dispatch run
         await asyncio.sleep(0)
+        while args.pull and transport.writes < answers:
+            await asyncio.sleep(0)
         if profiler:
             profiler.disable()
         cpu = time.process_time() - start
@@ -135,6 +169,8 @@ async def measure(args: argparse.Namespace, folder: str) -> None:
         broker.store.wait_dispatched()
         loop = event_loop.loop_name() if event_loop else "asyncio"
         shape = f"in batches of {args.batch}" if args.batch else f"in bursts of {args.burst}"
+        if args.pull:
+            shape = f"pulled {args.pull} a request"
         print(f"{args.messages} messages {shape}, {args.size}-byte bodies, "
               f"loop {loop}, {core}: {cpu / args.messages * 1e6:.1f} µs CPU a message "
               f"({args.messages / cpu:,.0f} messages/s of one core); {transport.written - before:,} "
@@ -153,6 +189,8 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--batch", type=int, default=0,
                         help="messages a SEND_BATCH_MESSAGE request (0: single sends)")
+    parser.add_argument("--pull", type=int, default=0,
+                        help="measure pulls of N messages instead of the sends")
     parser.add_argument("--profile", action="store_true", help="print a cProfile of the run")
     parser.add_argument("--top", type=int, default=30)
     args = parser.parse_args()

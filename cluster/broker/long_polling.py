@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 
 
 class PullRequestHoldService:
@@ -23,11 +24,18 @@ class PullRequestHoldService:
         self._scheduled = False
         self._loop_thread = threading.get_ident()  # built on the loop it serves
 
-    async def wait_for_arrival(self, topic: str, queue_id: int, offset: int, timeout: float) -> bool:
-        """Wait until the queue's max offset passes ``offset``; False on timeout."""
+    async def wait_for_arrival(self, topic: str, queue_id: int, offset: int, timeout: float,
+                               max_offset: Callable[[], int] | None = None) -> bool:
+        """Wait until the queue's max offset passes ``offset``; False on timeout.
+
+        ``max_offset`` (the queue's now) is asked once the wait is registered: a caller that
+        found the queue empty a moment before (a pull answered outside this coroutine) learns
+        of what landed in between, which no arrival will report again."""
         future = self.loop.create_future()
         key = (topic, queue_id)
         self._waiting.setdefault(key, []).append((offset, future))
+        if max_offset is not None and max_offset() > offset:
+            future.set_result(True)
         try:
             async with asyncio.timeout(timeout):
                 return await future

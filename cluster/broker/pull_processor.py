@@ -9,6 +9,8 @@ maxOffset and suggestWhichBrokerId, which clients unbox unconditionally.
 
 from __future__ import annotations
 
+import functools
+
 from cluster.broker.headers import PullMessageRequestHeader, checked
 from cluster.filter.message_filter import SqlMessageFilter
 from cluster.filter.sql92 import FilterSyntaxError
@@ -58,8 +60,10 @@ class PullMessageProcessor:
         server.register(RequestCode.PULL_MESSAGE, self.process)
 
     @checked(PullMessageRequestHeader)
-    async def process(self, connection, command: RemotingCommand,
-                      header: PullMessageRequestHeader) -> RemotingCommand:
+    def process(self, connection, command: RemotingCommand, header: PullMessageRequestHeader):
+        """The answer, or when the pull is to be held (long polling) a coroutine that answers
+        once a message arrives or the hold ends. Most pulls find messages: answered in this
+        call, with no task (a task and its wakeup were ~a fifth of a 32-message pull's CPU)."""
         group, topic, queue_id = header.consumer_group, header.topic, header.queue_id
         offset, max_nums, sys_flag = header.queue_offset, header.max_msg_nums, header.sys_flag
         commit_offset, suspend_ms = header.commit_offset, header.suspend_timeout_millis
@@ -102,9 +106,26 @@ class PullMessageProcessor:
                 seconds = min(max(suspend_ms, 0) / 1000, MAX_HOLD_SECONDS)
             else:
                 seconds = broker.config.short_polling_time_mills / 1000
-            if await broker.pull_hold.wait_for_arrival(topic, queue_id, offset, seconds):
-                result = broker.store.get_message(group, topic, queue_id, offset, max_nums,
-                                                  message_filter)
+            return self._held(command, group, topic, queue_id, offset, max_nums, message_filter,
+                              group_config, result, seconds)
+        return self._answer(command, group, topic, offset, group_config, result)
+
+    async def _held(self, command: RemotingCommand, group: str, topic: str, queue_id: int,
+                    offset: int, max_nums: int, message_filter, group_config, result,
+                    seconds: float) -> RemotingCommand:
+        broker = self.broker
+        # This runs a loop iteration after ``process`` found nothing: what landed meanwhile
+        # was reported to nobody, so the wait asks the queue's max offset once registered.
+        store = broker.store
+        if await broker.pull_hold.wait_for_arrival(
+                topic, queue_id, offset, seconds,
+                functools.partial(store.get_max_offset_in_queue, topic, queue_id)):
+            result = broker.store.get_message(group, topic, queue_id, offset, max_nums,
+                                              message_filter)
+        return self._answer(command, group, topic, offset, group_config, result)
+
+    def _answer(self, command: RemotingCommand, group: str, topic: str, offset: int,
+                group_config, result) -> RemotingCommand:
         code, next_offset = self._code(result, offset)
         fields = {
             "suggestWhichBrokerId": self._suggest_broker(result, group_config),
@@ -114,7 +135,7 @@ class PullMessageProcessor:
         }
         body = result.body if code == ResponseCode.SUCCESS else b""
         if code == ResponseCode.SUCCESS:
-            broker.stats.record_get(group, topic, result.message_count, len(body))
+            self.broker.stats.record_get(group, topic, result.message_count, len(body))
         return command.make_response(code, None if code == ResponseCode.SUCCESS else result.status.value,
                                      ext_fields=fields, body=body)
 

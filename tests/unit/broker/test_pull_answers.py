@@ -1,0 +1,120 @@
+"""PULL_MESSAGE answered in the call that reads it, and held pulls that learn of every arrival.
+
+A real broker (store, dispatch; no sockets) takes frames on connections with recording
+transports, as the server's protocol would hand them over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+from cluster.broker.config import load_broker_config
+from cluster.broker.controller import BrokerController
+from cluster.client.pull import pull_request
+from cluster.remoting.codec import encode, request
+from cluster.remoting.codes import RequestCode, ResponseCode
+from storage.message import properties_to_string
+from tests.unit.broker.test_send_lane import _answers
+from tests.unit.remoting.transports import RecordingTransport
+
+
+def _send(topic: str, body: bytes, opaque: int) -> bytes:
+    fields = {"a": "pg", "b": topic, "c": "TBW102", "d": 4, "e": 0, "f": 0,
+              "g": 1_700_000_000_000, "h": 0,
+              "i": properties_to_string({"UNIQ_KEY": f"{opaque:032X}", "WAIT": "true"}),
+              "j": 0, "k": False, "m": False}
+    return encode(request(RequestCode.SEND_MESSAGE_V2, fields, body, opaque=opaque))
+
+
+def _pull(topic: str, offset: int, opaque: int, suspend_ms: int = 0) -> bytes:
+    command = pull_request("cg", topic, 0, offset, 32, suspend_ms=suspend_ms)
+    return encode(replace(command, opaque=opaque))
+
+
+async def _broker(folder) -> BrokerController:
+    config, store_config, _ = load_broker_config({
+        "brokerName": "pulls", "listenPort": "0", "storePathRootDir": str(folder),
+        "autoCreateTopicEnable": "true", "brokerIP1": "127.0.0.1",
+    })
+    broker = BrokerController(config, store_config)
+    await broker.start()
+    broker.topics.create_in_send_message_method("News", "TBW102", 1, 0)
+    return broker
+
+
+def _connection(broker: BrokerController) -> tuple:
+    connection = broker.server._new_connection()
+    transport = RecordingTransport()
+    connection.connection_made(transport)
+    return connection, transport
+
+
+async def _until(predicate, seconds: float) -> bool:
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            return False
+        await asyncio.sleep(0.005)
+    return True
+
+
+def test_a_pull_that_finds_messages_is_answered_with_no_task(tmp_path):
+    async def scenario():
+        broker = await _broker(tmp_path)
+        try:
+            producer, _sent = _connection(broker)
+            producer.data_received(_send("News", b"first", 1))
+            assert await _until(lambda: broker.store.get_max_offset_in_queue("News", 0) == 1, 5)
+            consumer, answers = _connection(broker)
+            consumer.data_received(_pull("News", 0, 7, suspend_ms=15_000))
+            # Answered within the read that brought it: nothing in flight, nothing to wait on.
+            assert consumer.inflight == 0
+            await asyncio.sleep(0)
+            [(code, opaque, _remark, fields)] = _answers(b"".join(answers.writes))
+            assert (code, opaque, fields["nextBeginOffset"]) == (ResponseCode.SUCCESS, 7, "1")
+        finally:
+            await broker.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_message_landing_before_a_held_pull_starts_waiting_still_answers_it(
+        tmp_path):
+    # A send is stored in one loop iteration and dispatched to its queue in the next. A pull
+    # read between the two finds the queue empty and is held, but its wait begins a loop
+    # iteration later, after the dispatch has reported the arrival to no one: the held pull
+    # must still learn of it at once, not at the end of its 15 s hold.
+    async def scenario():
+        broker = await _broker(tmp_path)
+        try:
+            consumer, answers = _connection(broker)
+            producer, _sent = _connection(broker)
+            producer.data_received(_send("News", b"news", 1))
+            consumer.data_received(_pull("News", 0, 7, suspend_ms=15_000))
+            assert consumer.inflight == 1  # held: the message is not in its queue yet
+            assert await _until(lambda: answers.writes, 3), "the held pull was not woken"
+            [(code, opaque, _remark, fields)] = _answers(b"".join(answers.writes))
+            assert (code, opaque, fields["nextBeginOffset"]) == (ResponseCode.SUCCESS, 7, "1")
+        finally:
+            await broker.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_held_pull_with_nothing_arriving_answers_pull_not_found_when_its_hold_ends(
+        tmp_path):
+    async def scenario():
+        broker = await _broker(tmp_path)
+        try:
+            consumer, answers = _connection(broker)
+            consumer.data_received(_pull("News", 0, 3, suspend_ms=300))
+            await asyncio.sleep(0.1)
+            assert not answers.writes
+            assert await _until(lambda: answers.writes, 3)
+            [(code, opaque, _remark, fields)] = _answers(b"".join(answers.writes))
+            assert (code, opaque, fields["nextBeginOffset"]) == (ResponseCode.PULL_NOT_FOUND, 3, "0")
+        finally:
+            await broker.stop()
+
+    asyncio.run(scenario())
