@@ -65,3 +65,12 @@ def test_the_pull_request_says_its_flags_once():
     assert int(held.field("sysFlag")) == (PullSysFlag.SUBSCRIPTION | PullSysFlag.SUSPEND
                                          | PullSysFlag.COMMIT_OFFSET)
     assert held.field("commitOffset") == "3"
+
+
+def test_a_big_body_arrives_whole_and_the_next_answer_after_it(server):
+    body = bytes(range(256)) * (12 << 10)  # 3 MiB: many reads of the socket
+    with BlockingRemotingClient(server.address, timeout=5) as client:
+        answer = client.invoke(request(1000, {"x": 1}, body))
+        assert answer.body == body[::-1]
+        assert client.invoke(request(1000, {"x": 2}, b"next")).body == b"txen"
+

@@ -256,3 +256,31 @@ def test_connecting_to_nothing_is_a_connect_error():
             await client.invoke(f"127.0.0.1:{port}", request(1000))
 
     run(main())
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_big_and_small_answers_pipelined_on_one_connection_arrive_whole_and_in_order(loop):
+    # Answers of a few MiB (a pull's records) with small ones in between, over a real socket
+    # on each loop a node may run: every answer must still be the frame it was.
+    factory = None
+    if loop == "uvloop":
+        factory = pytest.importorskip("uvloop").new_event_loop
+
+    async def main():
+        server = await _server()
+        client = RemotingClient()
+        try:
+            bodies = [bytes([i]) * (3 << 20) if i % 3 == 0 else bytes([i]) * 100
+                      for i in range(12)]
+            answers = await asyncio.gather(*(
+                client.invoke(server.address, request(1000, {"x": i}, body))
+                for i, body in enumerate(bodies)))
+            for i, (answer, body) in enumerate(zip(answers, bodies, strict=True)):
+                assert answer.field("echo") == str(i)
+                assert answer.body == body[::-1]
+        finally:
+            await client.close()
+            await server.stop()
+
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(asyncio.wait_for(main(), 30))

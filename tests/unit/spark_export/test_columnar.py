@@ -184,6 +184,18 @@ def test_pull_responses_are_joined_into_one_batch_with_their_filters():
     assert [r["body"] for r in batches[0].to_pylist()] == [b"a", b"c"]
 
 
+def test_runs_of_mapped_files_are_cut_where_they_are_never_joined():
+    # A store file's view is a whole CommitLog file: joining two would copy gigabytes.
+    first, first_starts = _buffer([(b"a", {}, None, "k1", "T"), (b"b", {}, None, "k2", "T")])
+    second, second_starts = _buffer([(b"c", {}, None, "k3", "T")])
+    options = SourceOptions.parse({"path": "/store", "topic": "T"})
+    builder = BatchBuilder("broker-a", options, "T")
+    builder.add(memoryview(first), first_starts, len(first))
+    builder.add(memoryview(second), second_starts, len(second))
+    batches = builder.take_batches()
+    assert [[r["body"] for r in b.to_pylist()] for b in batches] == [[b"a", b"b"], [b"c"]]
+
+
 @pytest.mark.skipif(columnar._split_properties is None, reason="the compiled core is not built")
 def test_the_compiled_property_split_reads_offsets_at_any_alignment():
     offsets = np.array([0, 6, 12], np.int32).tobytes()
