@@ -9,9 +9,10 @@ local Spark session (``local[2]``) exports them to Parquet ``--rounds`` times (t
 over the pull protocol and from the store files, each after a small warm-up read (the first
 data-source query spins up Spark's Python planning workers), then Spark's own floor on the rows
 each export wrote (rocketdesk/bench/spark_floor.py: the same rows from a source that decodes
-nothing), and each export's share of it. Brokers are configured to hand out up to 1,024
-messages / 4 MiB per pull (RocketMQ's defaults are 32 / 256 KiB, meant for consumers, not bulk
-readers).
+nothing), and each export's share of it. Each round also says how much CPU the brokers spent
+serving it (next to nothing over store files): they share the machine's cores with Spark.
+Brokers are configured to hand out up to 1,024 messages / 4 MiB per pull (RocketMQ's defaults
+are 32 / 256 KiB, meant for consumers, not bulk readers).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import psutil
 
 from cluster.client.admin import AdminClient
 from cluster.client.message import Message
@@ -151,6 +154,12 @@ def _floor(spark, scratch: Path, mode: str, exported: Path, rounds: int) -> floa
     return best
 
 
+def _cpu_seconds(processes) -> float:
+    """User and system CPU the processes have used: what serving the export cost the brokers
+    (which share the machine's cores with Spark here)."""
+    return sum(sum(process.cpu_times()[:2]) for process in processes)
+
+
 def run_export_bench(args: argparse.Namespace) -> int:
     if args.rounds < 1:
         raise SystemExit("rocketdesk bench export: --rounds must be at least 1")
@@ -180,6 +189,7 @@ def run_export_bench(args: argparse.Namespace) -> int:
         spark.dataSource.register(RocketMQDataSource)
         session = time.perf_counter() - began
         stores = ",".join(n.store_dir for n in supervisor.state.nodes if n.kind == "broker")
+        brokers = [psutil.Process(n.pid) for n in supervisor.state.nodes if n.kind == "broker"]
         modes = {"pull": {"nameServer": namesrv}, "store files": {"path": stores.split(",")[0]}}
         warm = time.perf_counter()
         spark.read.format("rocketmq").options(nameServer=namesrv, topic="BenchExport",
@@ -193,10 +203,13 @@ def run_export_bench(args: argparse.Namespace) -> int:
             best = 0.0
             for round_ in range(1, args.rounds + 1):
                 out = scratch / f"out-{_slug(mode)}-{round_}"
+                served = _cpu_seconds(brokers)
                 rows, rate = _write_parquet(df, out, keep=round_ == args.rounds)
+                served = _cpu_seconds(brokers) - served
                 best = max(best, rate)
                 print(f"export over {mode}, round {round_}: {rows:,} messages to Parquet at "
-                      f"{rate:,.0f} msg/s ({args.master})")
+                      f"{rate:,.0f} msg/s ({args.master}); the brokers' CPU "
+                      f"{served / max(rows, 1) * 1e6:.2f} µs a message")
             began = time.perf_counter()
             df.write.format("noop").mode("overwrite").save()
             took = time.perf_counter() - began
