@@ -160,7 +160,10 @@ async def measure(args: argparse.Namespace, folder: str) -> None:
             connection.data_received(data)
             await asyncio.sleep(0)  # the iteration's end: answers written, dispatch run
         await asyncio.sleep(0)
+        deadline = time.monotonic() + 60
         while args.pull and transport.writes < answers:
+            if time.monotonic() > deadline:  # (a pull held, or answers merged into one write)
+                raise SystemExit(f"{answers - transport.writes} pulls unanswered after 60 s")
             await asyncio.sleep(0)
         if profiler:
             profiler.disable()

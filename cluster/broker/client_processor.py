@@ -37,7 +37,10 @@ class ClientManageProcessor:
         server.register(RequestCode.GET_CONSUMER_LIST_BY_GROUP, self.get_consumer_list_by_group)
         server.on_disconnect.append(self.connection_closed)
 
-    async def heart_beat(self, connection, command: RemotingCommand) -> RemotingCommand:
+    # These answer at once (plain methods, no task): in a read that brings a heartbeat and
+    # then a pull, the pull (answered at once too) must see the subscription the heartbeat
+    # registered, as it would on a broker that handles a connection's requests in order.
+    def heart_beat(self, connection, command: RemotingCommand) -> RemotingCommand:
         try:
             heartbeat = parse_heartbeat(command.body, connection.remote_address)
         except HeaderError as exc:
@@ -64,8 +67,8 @@ class ClientManageProcessor:
         return command.make_response(ResponseCode.SUCCESS)
 
     @checked(UnregisterClientRequestHeader)
-    async def unregister_client(self, connection, command: RemotingCommand,
-                                header: UnregisterClientRequestHeader) -> RemotingCommand:
+    def unregister_client(self, connection, command: RemotingCommand,
+                          header: UnregisterClientRequestHeader) -> RemotingCommand:
         producer_group = header.producer_group
         consumer_group = header.consumer_group
         if producer_group:
@@ -76,8 +79,8 @@ class ClientManageProcessor:
         return command.make_response(ResponseCode.SUCCESS)
 
     @checked(GroupRequestHeader)
-    async def get_consumer_list_by_group(self, connection, command: RemotingCommand,
-                                         header: GroupRequestHeader) -> RemotingCommand:
+    def get_consumer_list_by_group(self, connection, command: RemotingCommand,
+                                   header: GroupRequestHeader) -> RemotingCommand:
         group = header.consumer_group
         info = self.broker.consumers.find(group)
         if info is None or not info.client_ids():

@@ -34,9 +34,9 @@ class PullRequestHoldService:
         future = self.loop.create_future()
         key = (topic, queue_id)
         self._waiting.setdefault(key, []).append((offset, future))
-        if max_offset is not None and max_offset() > offset:
-            future.set_result(True)
         try:
+            if max_offset is not None and max_offset() > offset:
+                return True
             async with asyncio.timeout(timeout):
                 return await future
         except TimeoutError:

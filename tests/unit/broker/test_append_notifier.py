@@ -88,3 +88,29 @@ def test_a_backlog_in_the_log_is_left_to_the_dispatch_thread(store_factory):
     assert woken  # the thread was told
     assert store.reput.do_reput() == 21  # and it dispatches the backlog and the new record
     assert _queue_max(store) == 21
+
+
+def test_a_wait_whose_queue_check_fails_leaves_no_waiter_behind():
+    async def scenario() -> int:
+        hold = PullRequestHoldService(asyncio.get_running_loop())
+
+        def broken() -> int:
+            raise OSError("the queue's file is gone")
+
+        try:
+            await hold.wait_for_arrival("T", 0, 5, timeout=5, max_offset=broken)
+        except OSError:
+            pass
+        return hold.held_count()
+
+    assert asyncio.run(scenario()) == 0
+
+
+def test_a_wait_for_what_already_landed_ends_at_once():
+    async def scenario() -> tuple[bool, int]:
+        hold = PullRequestHoldService(asyncio.get_running_loop())
+        landed = await asyncio.wait_for(
+            hold.wait_for_arrival("T", 0, 5, timeout=5, max_offset=lambda: 6), 1)
+        return landed, hold.held_count()
+
+    assert asyncio.run(scenario()) == (True, 0)

@@ -7,6 +7,9 @@ transports, as the server's protocol would hand them over.
 from __future__ import annotations
 
 import asyncio
+import json
+import threading
+import time
 from dataclasses import replace
 
 from cluster.broker.config import load_broker_config
@@ -70,7 +73,7 @@ def test_a_pull_that_finds_messages_is_answered_with_no_task(tmp_path):
             consumer.data_received(_pull("News", 0, 7, suspend_ms=15_000))
             # Answered within the read that brought it: nothing in flight, nothing to wait on.
             assert consumer.inflight == 0
-            await asyncio.sleep(0)
+            assert answers.writes
             [(code, opaque, _remark, fields)] = _answers(b"".join(answers.writes))
             assert (code, opaque, fields["nextBeginOffset"]) == (ResponseCode.SUCCESS, 7, "1")
         finally:
@@ -114,6 +117,75 @@ def test_a_held_pull_with_nothing_arriving_answers_pull_not_found_when_its_hold_
             assert await _until(lambda: answers.writes, 3)
             [(code, opaque, _remark, fields)] = _answers(b"".join(answers.writes))
             assert (code, opaque, fields["nextBeginOffset"]) == (ResponseCode.PULL_NOT_FOUND, 3, "0")
+        finally:
+            await broker.stop()
+
+    asyncio.run(scenario())
+
+
+def test_an_arrival_from_the_dispatch_thread_absorbed_by_a_queued_report_still_wakes_the_pull(
+        tmp_path):
+    # The other way an arrival can slip by: dispatch on its own thread, whose reports reach the
+    # loop once per burst. A report is already queued (an earlier arrival elsewhere) when the
+    # pull is held, so the new arrival joins that report, which runs before the held pull's
+    # wait has begun and finds no one waiting.
+    async def scenario():
+        broker = await _broker(tmp_path)
+        try:
+            store = broker.store
+            store.commit_log.on_append = lambda *_args: store.reput.wakeup()  # the thread's way
+            hold = broker.pull_hold
+            reporter = threading.Thread(target=hold.notify_from_thread, args=("Other", 0, 5))
+            reporter.start()
+            reporter.join()
+            consumer, answers = _connection(broker)
+            producer, _sent = _connection(broker)
+            consumer.data_received(_pull("News", 0, 7, suspend_ms=15_000))
+            assert consumer.inflight == 1  # held
+            producer.data_received(_send("News", b"news", 1))
+            deadline = time.monotonic() + 3
+            while store.get_max_offset_in_queue("News", 0) < 1 and time.monotonic() < deadline:
+                time.sleep(0.005)  # (the loop blocked: the thread dispatches and reports)
+            assert store.get_max_offset_in_queue("News", 0) == 1
+            assert await _until(lambda: answers.writes, 3), "the held pull was not woken"
+            [(code, opaque, _remark, fields)] = _answers(b"".join(answers.writes))
+            assert (code, opaque, fields["nextBeginOffset"]) == (ResponseCode.SUCCESS, 7, "1")
+        finally:
+            await broker.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_pull_read_after_a_heartbeat_sees_the_subscription_it_registered(tmp_path):
+    # One read: HEART_BEAT registering a SQL92 subscription, then a pull that carries none
+    # (RocketMQ's Java consumer leaves the subscription to the heartbeat). Both are answered
+    # at once, in order: the pull filters by the heartbeat's expression.
+    async def scenario():
+        broker = await _broker(tmp_path)
+        broker.config.enable_property_filter = True
+        try:
+            producer, _sent = _connection(broker)
+            producer.data_received(_send("News", b"first", 1))
+            assert await _until(lambda: broker.store.get_max_offset_in_queue("News", 0) == 1, 5)
+            heartbeat = json.dumps({"clientID": "c1", "producerDataSet": [], "consumerDataSet": [{
+                "groupName": "cg", "consumeType": "CONSUME_PASSIVELY",
+                "messageModel": "CLUSTERING", "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
+                "unitMode": False, "subscriptionDataSet": [{
+                    "topic": "News", "subString": "region = 'nowhere'", "expressionType": "SQL92",
+                    "tagsSet": [], "codeSet": [], "subVersion": 1, "classFilterMode": False}]}]})
+            pull = request(RequestCode.PULL_MESSAGE, {
+                "consumerGroup": "cg", "topic": "News", "queueId": 0, "queueOffset": 0,
+                "maxMsgNums": 32, "sysFlag": 0, "commitOffset": 0, "suspendTimeoutMillis": 0,
+                "subVersion": 1}, opaque=8)
+            consumer, answers = _connection(broker)
+            consumer.data_received(encode(request(RequestCode.HEART_BEAT, body=heartbeat.encode(),
+                                                  opaque=7)) + encode(pull))
+            # (the broker also tells the group its members changed: a request of its own)
+            assert await _until(lambda: {7, 8} <= {a[1] for a in _answers(b"".join(answers.writes))}, 3)
+            by_opaque = {a[1]: a for a in _answers(b"".join(answers.writes))}
+            assert by_opaque[7][0] == ResponseCode.SUCCESS
+            # The one message has no property region: filtered out, not handed over.
+            assert by_opaque[8][:3] == (ResponseCode.PULL_RETRY_IMMEDIATELY, 8, "NO_MATCHED_MESSAGE")
         finally:
             await broker.stop()
 
