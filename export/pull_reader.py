@@ -26,7 +26,16 @@ def read_ranges(ranges: list[QueueRange], options: SourceOptions) -> Iterator:
     """Arrow batches of the messages of ``ranges`` (one Spark partition) the filters keep: one
     connection and one batch builder for the ranges of each broker and topic, so many small
     queues make full batches, not a batch each."""
-    allocator.keep_big_buffers()  # in Spark's Python worker: responses and batches of MiBs
+    # In Spark's Python worker: responses and batches of MiBs, their memory reused while the
+    # partition is read and handed back once it is done (the worker may serve others next).
+    allocator.keep_big_buffers()
+    try:
+        yield from _read_ranges(ranges, options)
+    finally:
+        allocator.release_free_memory()
+
+
+def _read_ranges(ranges: list[QueueRange], options: SourceOptions) -> Iterator:
     groups: dict[tuple, list[QueueRange]] = {}
     for rng in ranges:
         groups.setdefault((rng.broker_name, rng.topic, rng.address), []).append(rng)
@@ -131,6 +140,7 @@ def read_store_range(rng: QueueRange, options: SourceOptions) -> Iterator:
             i = j
     finally:
         log.close()
+        allocator.release_free_memory()
 
 
 def _check_units(view, positions, lengths, base: int) -> None:

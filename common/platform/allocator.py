@@ -12,20 +12,29 @@ from the start with the two settings below; the reader 1.1-1.4 µs, then ~1.0.
 
 So RocketDesk's own processes (nodes, the command line, the export's readers in Spark's
 workers) keep blocks up to glibc's ceiling on the heap and up to 64 MiB of free heap before
-returning it. macOS's and Windows's allocators cache big blocks themselves; musl has no such
-knobs. There, and wherever mallopt is missing, this does nothing.
+returning it. The export's readers give the free heap back when a partition is done
+(``release_free_memory``): Spark reuses its Python workers for other work. macOS's and
+Windows's allocators cache big blocks themselves; musl has no such knobs. There, wherever
+mallopt is missing, where the operator tuned glibc's malloc (its environment variables), and
+with ROCKETDESK_MALLOC_TUNING=0, this does nothing.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import sys
 
 M_TRIM_THRESHOLD = -1  # glibc's malloc.h
 M_MMAP_THRESHOLD = -3
-HEAP_BLOCKS_UP_TO = 32 << 20  # glibc's ceiling for M_MMAP_THRESHOLD on 64-bit platforms
+# glibc's ceiling for M_MMAP_THRESHOLD: HEAP_MAX_SIZE / 2, 32 MiB on 64-bit platforms and
+# 512 KiB on 32-bit ones (a bigger value is refused).
+HEAP_BLOCKS_UP_TO = 32 << 20 if ctypes.sizeof(ctypes.c_void_p) == 8 else 512 << 10
 KEEP_FREE_UP_TO = 64 << 20
+# The operator's own tuning of glibc's malloc, which this must not override.
+OPERATOR_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_",
+                     "MALLOC_ARENA_MAX")
 
 
 @functools.cache
@@ -33,19 +42,51 @@ def keep_big_buffers() -> bool:
     """Have glibc's malloc reuse freed big buffers (see the module's docstring); True when it
     does from now on, False where there is nothing to set. Once a process: later calls return
     the first's answer."""
+    if not _ours_to_tune(os.environ):
+        return False
     return _mallopt({M_MMAP_THRESHOLD: HEAP_BLOCKS_UP_TO, M_TRIM_THRESHOLD: KEEP_FREE_UP_TO})
 
 
-def _mallopt(settings: dict[int, int]) -> bool:
-    if not sys.platform.startswith("linux"):
+def release_free_memory() -> None:
+    """Hand the free heap back to the kernel now (glibc's malloc_trim), when this process
+    keeps big buffers: the end of a piece of work after which the process may idle, or serve
+    others, for long."""
+    if not keep_big_buffers():
+        return
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)
+
+
+def _ours_to_tune(environ) -> bool:
+    if environ.get("ROCKETDESK_MALLOC_TUNING", "").strip() == "0":
         return False
+    if any(name in environ for name in OPERATOR_SETTINGS):
+        return False
+    return "glibc.malloc." not in environ.get("GLIBC_TUNABLES", "")
+
+
+def _glibc():
+    """The C library when it is glibc (not musl, whose mallopt ignores these options)."""
+    if not sys.platform.startswith("linux"):
+        return None
     try:
         libc = ctypes.CDLL(None)
-        libc.gnu_get_libc_version  # noqa: B018 (glibc's, not musl's: its mallopt ignores these)
-        mallopt = libc.mallopt
+        libc.gnu_get_libc_version  # noqa: B018 (glibc's alone)
+        libc.mallopt  # noqa: B018
     except (OSError, AttributeError):
+        return None
+    return libc
+
+
+def _mallopt(settings: dict[int, int]) -> bool:
+    libc = _glibc()
+    if libc is None:
         return False
+    mallopt = libc.mallopt
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
-    # mallopt answers 1 when it took the value, 0 when it refused it.
-    return all(mallopt(option, value) == 1 for option, value in settings.items())
+    # mallopt answers 1 when it took the value, 0 when it refused it; each is asked, whatever
+    # the others answer.
+    answers = [mallopt(option, value) for option, value in settings.items()]
+    return all(answer == 1 for answer in answers)
