@@ -63,7 +63,8 @@ class PullMessageProcessor:
     def process(self, connection, command: RemotingCommand, header: PullMessageRequestHeader):
         """The answer, or when the pull is to be held (long polling) a coroutine that answers
         once a message arrives or the hold ends. Most pulls find messages: answered in this
-        call, with no task (a task and its wakeup were ~a fifth of a 32-message pull's CPU)."""
+        call, with no task (a task and its extra loop iteration were ~a fifth of the broker's
+        CPU for a 32-message pull over a socket)."""
         group, topic, queue_id = header.consumer_group, header.topic, header.queue_id
         offset, max_nums, sys_flag = header.queue_offset, header.max_msg_nums, header.sys_flag
         commit_offset, suspend_ms = header.commit_offset, header.suspend_timeout_millis
@@ -120,8 +121,7 @@ class PullMessageProcessor:
         if await broker.pull_hold.wait_for_arrival(
                 topic, queue_id, offset, seconds,
                 functools.partial(store.get_max_offset_in_queue, topic, queue_id)):
-            result = broker.store.get_message(group, topic, queue_id, offset, max_nums,
-                                              message_filter)
+            result = store.get_message(group, topic, queue_id, offset, max_nums, message_filter)
         return self._answer(command, group, topic, offset, group_config, result)
 
     def _answer(self, command: RemotingCommand, group: str, topic: str, offset: int,
