@@ -53,6 +53,27 @@ def _connection(broker: BrokerController) -> tuple:
     return connection, transport
 
 
+def _on_a_broker(tmp_path, scenario, **config) -> None:
+    """Run ``scenario(broker)`` on a started broker (``config``: its attributes to set), then
+    stop the broker whatever happened."""
+    async def run():
+        broker = await _broker(tmp_path)
+        for name, value in config.items():
+            setattr(broker.config, name, value)
+        try:
+            await scenario(broker)
+        finally:
+            await broker.stop()
+
+    asyncio.run(run())
+
+
+def _only_answer(transport) -> tuple[int, int, str]:
+    """(code, opaque, nextBeginOffset) of the one answer written to ``transport``."""
+    [(code, opaque, _remark, fields)] = _answers(b"".join(transport.writes))
+    return code, opaque, fields["nextBeginOffset"]
+
+
 async def _until(predicate, seconds: float) -> bool:
     deadline = asyncio.get_running_loop().time() + seconds
     while not predicate():
@@ -63,23 +84,18 @@ async def _until(predicate, seconds: float) -> bool:
 
 
 def test_a_pull_that_finds_messages_is_answered_with_no_task(tmp_path):
-    async def scenario():
-        broker = await _broker(tmp_path)
-        try:
-            producer, _sent = _connection(broker)
-            producer.data_received(_send("News", b"first", 1))
-            assert await _until(lambda: broker.store.get_max_offset_in_queue("News", 0) == 1, 5)
-            consumer, answers = _connection(broker)
-            consumer.data_received(_pull("News", 0, 7, suspend_ms=15_000))
-            # Answered within the read that brought it: nothing in flight, nothing to wait on.
-            assert consumer.inflight == 0
-            assert answers.writes
-            [(code, opaque, _remark, fields)] = _answers(b"".join(answers.writes))
-            assert (code, opaque, fields["nextBeginOffset"]) == (ResponseCode.SUCCESS, 7, "1")
-        finally:
-            await broker.stop()
+    async def scenario(broker):
+        producer, _sent = _connection(broker)
+        producer.data_received(_send("News", b"first", 1))
+        assert await _until(lambda: broker.store.get_max_offset_in_queue("News", 0) == 1, 5)
+        consumer, answers = _connection(broker)
+        consumer.data_received(_pull("News", 0, 7, suspend_ms=15_000))
+        # Answered within the read that brought it: nothing in flight, nothing to wait on.
+        assert consumer.inflight == 0
+        assert answers.writes
+        assert _only_answer(answers) == (ResponseCode.SUCCESS, 7, "1")
 
-    asyncio.run(scenario())
+    _on_a_broker(tmp_path, scenario)
 
 
 def test_a_message_landing_before_a_held_pull_starts_waiting_still_answers_it(
@@ -88,39 +104,29 @@ def test_a_message_landing_before_a_held_pull_starts_waiting_still_answers_it(
     # read between the two finds the queue empty and is held, but its wait begins a loop
     # iteration later, after the dispatch has reported the arrival to no one: the held pull
     # must still learn of it at once, not at the end of its 15 s hold.
-    async def scenario():
-        broker = await _broker(tmp_path)
-        try:
-            consumer, answers = _connection(broker)
-            producer, _sent = _connection(broker)
-            producer.data_received(_send("News", b"news", 1))
-            consumer.data_received(_pull("News", 0, 7, suspend_ms=15_000))
-            assert consumer.inflight == 1  # held: the message is not in its queue yet
-            assert await _until(lambda: answers.writes, 3), "the held pull was not woken"
-            [(code, opaque, _remark, fields)] = _answers(b"".join(answers.writes))
-            assert (code, opaque, fields["nextBeginOffset"]) == (ResponseCode.SUCCESS, 7, "1")
-        finally:
-            await broker.stop()
+    async def scenario(broker):
+        consumer, answers = _connection(broker)
+        producer, _sent = _connection(broker)
+        producer.data_received(_send("News", b"news", 1))
+        consumer.data_received(_pull("News", 0, 7, suspend_ms=15_000))
+        assert consumer.inflight == 1  # held: the message is not in its queue yet
+        assert await _until(lambda: answers.writes, 3), "the held pull was not woken"
+        assert _only_answer(answers) == (ResponseCode.SUCCESS, 7, "1")
 
-    asyncio.run(scenario())
+    _on_a_broker(tmp_path, scenario)
 
 
 def test_a_held_pull_with_nothing_arriving_answers_pull_not_found_when_its_hold_ends(
         tmp_path):
-    async def scenario():
-        broker = await _broker(tmp_path)
-        try:
-            consumer, answers = _connection(broker)
-            consumer.data_received(_pull("News", 0, 3, suspend_ms=300))
-            await asyncio.sleep(0.1)
-            assert not answers.writes
-            assert await _until(lambda: answers.writes, 3)
-            [(code, opaque, _remark, fields)] = _answers(b"".join(answers.writes))
-            assert (code, opaque, fields["nextBeginOffset"]) == (ResponseCode.PULL_NOT_FOUND, 3, "0")
-        finally:
-            await broker.stop()
+    async def scenario(broker):
+        consumer, answers = _connection(broker)
+        consumer.data_received(_pull("News", 0, 3, suspend_ms=300))
+        await asyncio.sleep(0.1)
+        assert not answers.writes
+        assert await _until(lambda: answers.writes, 3)
+        assert _only_answer(answers) == (ResponseCode.PULL_NOT_FOUND, 3, "0")
 
-    asyncio.run(scenario())
+    _on_a_broker(tmp_path, scenario)
 
 
 def test_an_arrival_from_the_dispatch_thread_absorbed_by_a_queued_report_still_wakes_the_pull(
@@ -129,64 +135,54 @@ def test_an_arrival_from_the_dispatch_thread_absorbed_by_a_queued_report_still_w
     # loop once per burst. A report is already queued (an earlier arrival elsewhere) when the
     # pull is held, so the new arrival joins that report, which runs before the held pull's
     # wait has begun and finds no one waiting.
-    async def scenario():
-        broker = await _broker(tmp_path)
-        try:
-            store = broker.store
-            store.commit_log.on_append = lambda *_args: store.reput.wakeup()  # the thread's way
-            hold = broker.pull_hold
-            reporter = threading.Thread(target=hold.notify_from_thread, args=("Other", 0, 5))
-            reporter.start()
-            reporter.join()
-            consumer, answers = _connection(broker)
-            producer, _sent = _connection(broker)
-            consumer.data_received(_pull("News", 0, 7, suspend_ms=15_000))
-            assert consumer.inflight == 1  # held
-            producer.data_received(_send("News", b"news", 1))
-            deadline = time.monotonic() + 3
-            while store.get_max_offset_in_queue("News", 0) < 1 and time.monotonic() < deadline:
-                time.sleep(0.005)  # (the loop blocked: the thread dispatches and reports)
-            assert store.get_max_offset_in_queue("News", 0) == 1
-            assert await _until(lambda: answers.writes, 3), "the held pull was not woken"
-            [(code, opaque, _remark, fields)] = _answers(b"".join(answers.writes))
-            assert (code, opaque, fields["nextBeginOffset"]) == (ResponseCode.SUCCESS, 7, "1")
-        finally:
-            await broker.stop()
+    async def scenario(broker):
+        store = broker.store
+        store.commit_log.on_append = lambda *_args: store.reput.wakeup()  # the thread's way
+        hold = broker.pull_hold
+        reporter = threading.Thread(target=hold.notify_from_thread, args=("Other", 0, 5))
+        reporter.start()
+        reporter.join()
+        consumer, answers = _connection(broker)
+        producer, _sent = _connection(broker)
+        consumer.data_received(_pull("News", 0, 7, suspend_ms=15_000))
+        assert consumer.inflight == 1  # held
+        producer.data_received(_send("News", b"news", 1))
+        deadline = time.monotonic() + 3
+        while store.get_max_offset_in_queue("News", 0) < 1 and time.monotonic() < deadline:
+            time.sleep(0.005)  # (the loop blocked: the thread dispatches and reports)
+        assert store.get_max_offset_in_queue("News", 0) == 1
+        assert await _until(lambda: answers.writes, 3), "the held pull was not woken"
+        assert _only_answer(answers) == (ResponseCode.SUCCESS, 7, "1")
 
-    asyncio.run(scenario())
+    _on_a_broker(tmp_path, scenario)
 
 
 def test_a_pull_read_after_a_heartbeat_sees_the_subscription_it_registered(tmp_path):
     # One read: HEART_BEAT registering a SQL92 subscription, then a pull that carries none
     # (RocketMQ's Java consumer leaves the subscription to the heartbeat). Both are answered
     # at once, in order: the pull filters by the heartbeat's expression.
-    async def scenario():
-        broker = await _broker(tmp_path)
-        broker.config.enable_property_filter = True
-        try:
-            producer, _sent = _connection(broker)
-            producer.data_received(_send("News", b"first", 1))
-            assert await _until(lambda: broker.store.get_max_offset_in_queue("News", 0) == 1, 5)
-            heartbeat = json.dumps({"clientID": "c1", "producerDataSet": [], "consumerDataSet": [{
-                "groupName": "cg", "consumeType": "CONSUME_PASSIVELY",
-                "messageModel": "CLUSTERING", "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
-                "unitMode": False, "subscriptionDataSet": [{
-                    "topic": "News", "subString": "region = 'nowhere'", "expressionType": "SQL92",
-                    "tagsSet": [], "codeSet": [], "subVersion": 1, "classFilterMode": False}]}]})
-            pull = request(RequestCode.PULL_MESSAGE, {
-                "consumerGroup": "cg", "topic": "News", "queueId": 0, "queueOffset": 0,
-                "maxMsgNums": 32, "sysFlag": 0, "commitOffset": 0, "suspendTimeoutMillis": 0,
-                "subVersion": 1}, opaque=8)
-            consumer, answers = _connection(broker)
-            consumer.data_received(encode(request(RequestCode.HEART_BEAT, body=heartbeat.encode(),
-                                                  opaque=7)) + encode(pull))
-            # (the broker also tells the group its members changed: a request of its own)
-            assert await _until(lambda: {7, 8} <= {a[1] for a in _answers(b"".join(answers.writes))}, 3)
-            by_opaque = {a[1]: a for a in _answers(b"".join(answers.writes))}
-            assert by_opaque[7][0] == ResponseCode.SUCCESS
-            # The one message has no property region: filtered out, not handed over.
-            assert by_opaque[8][:3] == (ResponseCode.PULL_RETRY_IMMEDIATELY, 8, "NO_MATCHED_MESSAGE")
-        finally:
-            await broker.stop()
+    async def scenario(broker):
+        producer, _sent = _connection(broker)
+        producer.data_received(_send("News", b"first", 1))
+        assert await _until(lambda: broker.store.get_max_offset_in_queue("News", 0) == 1, 5)
+        heartbeat = json.dumps({"clientID": "c1", "producerDataSet": [], "consumerDataSet": [{
+            "groupName": "cg", "consumeType": "CONSUME_PASSIVELY",
+            "messageModel": "CLUSTERING", "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
+            "unitMode": False, "subscriptionDataSet": [{
+                "topic": "News", "subString": "region = 'nowhere'", "expressionType": "SQL92",
+                "tagsSet": [], "codeSet": [], "subVersion": 1, "classFilterMode": False}]}]})
+        pull = request(RequestCode.PULL_MESSAGE, {
+            "consumerGroup": "cg", "topic": "News", "queueId": 0, "queueOffset": 0,
+            "maxMsgNums": 32, "sysFlag": 0, "commitOffset": 0, "suspendTimeoutMillis": 0,
+            "subVersion": 1}, opaque=8)
+        consumer, answers = _connection(broker)
+        consumer.data_received(encode(request(RequestCode.HEART_BEAT, body=heartbeat.encode(),
+                                              opaque=7)) + encode(pull))
+        # (the broker also tells the group its members changed: a request of its own)
+        assert await _until(lambda: {7, 8} <= {a[1] for a in _answers(b"".join(answers.writes))}, 3)
+        by_opaque = {a[1]: a for a in _answers(b"".join(answers.writes))}
+        assert by_opaque[7][0] == ResponseCode.SUCCESS
+        # The one message has no property region: filtered out, not handed over.
+        assert by_opaque[8][:3] == (ResponseCode.PULL_RETRY_IMMEDIATELY, 8, "NO_MATCHED_MESSAGE")
 
-    asyncio.run(scenario())
+    _on_a_broker(tmp_path, scenario, enable_property_filter=True)
