@@ -7,9 +7,14 @@ figure is the C++ client's and the broker's, not Python's. ``--native`` builds
 scripts/bench_cpp_native.c with the machine's C compiler and runs the same load from native
 threads, with no Python at all (each ctypes call still takes the interpreter lock on the way
 in and out; with 32 threads the binding gave 22.1-23.1k msg/s where native threads gave
-22.3-26.1k, docs/benchmarks.md session 19). Example, against a running cluster:
+22.3-26.1k, docs/benchmarks.md session 19). ``--null-broker`` sends the load instead to
+scripts/null_broker.c, a broker that stores nothing and answers at once from C, registered with
+the name server for a topic of its own: the rate the client alone allows on this machine, the
+ceiling no broker could lift. With ``--native`` the CPU each process spent a send is printed
+too (the client's, and the null broker's). Example, against a running cluster:
 
     python scripts/bench_cpp_client.py -n 127.0.0.1:9876 -w 32 --duration 10 [--native]
+        [--null-broker]
 """
 
 from __future__ import annotations
@@ -18,11 +23,15 @@ import argparse
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
+
+import psutil
 
 CLIENT = os.path.join(os.path.expanduser("~"), ".cache", "rocketdesk", "interop", "cpp")
 
@@ -50,9 +59,21 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--native", action="store_true",
                         help="send from native threads (a small C driver built here), not Python")
+    parser.add_argument("--null-broker", action="store_true",
+                        help="send to a broker that stores nothing (scripts/null_broker.c)")
     args = parser.parse_args()
-    if args.native:
-        return _native(args)
+    null = None
+    if args.null_broker:
+        if not args.native:
+            sys.exit("--null-broker needs --native (the binding's own cost would hide the ceiling)")
+        null = _NullBroker(args.namesrv)
+        args.topic = null.topic
+    try:
+        if args.native:
+            return _native(args, null)
+    finally:
+        if null is not None:
+            null.stop()
     _ensure_client()
     from rocketmq.client import Message, Producer
 
@@ -99,7 +120,87 @@ def main() -> int:
     os._exit(0)  # the 2.1.0 core can crash in shutdown; the figure is printed
 
 
-def _native(args: argparse.Namespace) -> int:
+class _NullBroker:
+    """scripts/null_broker.c on a free loopback port, registered with the name server (now and
+    every 20 s, as a broker does) as the only broker of a topic of its own."""
+
+    topic = "NullBrokerBenchTopic"
+
+    def __init__(self, namesrv: str) -> None:
+        compiler = shutil.which("cc") or shutil.which("gcc")
+        if compiler is None:
+            sys.exit("--null-broker needs a C compiler (cc)")
+        source = Path(__file__).resolve().parent / "null_broker.c"
+        binary = Path(tempfile.gettempdir()) / "rocketdesk-null-broker"
+        if not binary.exists() or binary.stat().st_mtime < source.stat().st_mtime:
+            subprocess.run([compiler, "-O2", "-o", str(binary), str(source)], check=True)
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.process = subprocess.Popen([str(binary), str(self.port)], stdout=subprocess.PIPE,
+                                        text=True)
+        if not (self.process.stdout.readline() or "").startswith("listening="):
+            self.process.kill()
+            sys.exit("the null broker did not start")
+        self._namesrv = namesrv
+        self._stopping = threading.Event()
+        self._registered = threading.Event()
+        self._thread = threading.Thread(target=self._register_every_20s, daemon=True)
+        self._thread.start()
+        if not self._registered.wait(15):
+            self.stop()
+            sys.exit(f"the name server at {namesrv} did not take the null broker's registration")
+
+    def _register_every_20s(self) -> None:
+        import asyncio
+        import json
+        import zlib
+
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from cluster.remoting.client import RemotingClient
+        from cluster.remoting.codec import request
+        from cluster.remoting.codes import RequestCode, ResponseCode
+
+        table = {self.topic: {"order": False, "perm": 6, "readQueueNums": 8,
+                              "topicFilterType": "SINGLE_TAG", "topicName": self.topic,
+                              "topicSysFlag": 0, "writeQueueNums": 8}}
+
+        async def run() -> None:
+            client = RemotingClient()
+            try:
+                while not self._stopping.is_set():
+                    body = json.dumps({"filterServerList": [], "topicConfigSerializeWrapper": {
+                        "dataVersion": {"counter": 1, "timestamp": int(time.time() * 1000)},
+                        "topicConfigTable": table}}, separators=(",", ":")).encode()
+                    fields = {"brokerName": "null-broker", "brokerAddr": f"127.0.0.1:{self.port}",
+                              "clusterName": "NullBrokerCluster",
+                              "haServerAddr": f"127.0.0.1:{self.port}",  # (no slave asks)
+                              "brokerId": 0, "compressed": False, "enableActingMaster": False,
+                              "bodyCrc32": zlib.crc32(body) & 0x7FFFFFFF}
+                    answer = await client.invoke(self._namesrv, request(
+                        RequestCode.REGISTER_BROKER, fields, body), 5)
+                    if answer.code == ResponseCode.SUCCESS:
+                        self._registered.set()
+                    else:
+                        print(f"registration refused: {answer.remark}", file=sys.stderr)
+                    await asyncio.get_running_loop().run_in_executor(None, self._stopping.wait, 20)
+            finally:
+                await client.close()
+
+        asyncio.run(run())
+
+    def cpu_seconds(self) -> float:
+        times = psutil.Process(self.process.pid).cpu_times()
+        return times.user + times.system
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.process.kill()
+        self.process.wait(10)
+        self._thread.join(10)
+
+
+def _native(args: argparse.Namespace, null: _NullBroker | None = None) -> int:
     library = os.path.join(CLIENT, "rocketmq")
     if not os.path.isfile(os.path.join(library, "librocketmq.so")):
         sys.exit(f"the C++ client is not installed at {CLIENT}: run `pytest tests/interop -k cpp` "
@@ -114,17 +215,43 @@ def _native(args: argparse.Namespace) -> int:
                         "-lrocketmq", f"-Wl,-rpath,{library}"], check=True)
     logs = tempfile.mkdtemp(prefix="rmq-cpp-logs-")
     env = dict(os.environ, HOME=logs, ROCKETMQ_CLIENT_LOG_DIR=logs)
-    run = subprocess.run([driver, args.namesrv, args.topic, str(args.threads), str(args.size),
-                          str(args.warmup), str(args.duration)], check=False, env=env,
-                         capture_output=True,
-                         text=True, timeout=args.warmup + args.duration + 60)
-    found = re.search(r"sent=(\d+) failed=(\d+) seconds=([\d.]+)", run.stdout)
+    run = subprocess.Popen([driver, args.namesrv, args.topic, str(args.threads), str(args.size),
+                            str(args.warmup), str(args.duration)], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # CPU over the driver's counting window, less a margin at each end: a steady state's.
+    margin = min(1.0, args.duration / 4)
+    counted = args.duration - 2 * margin
+    client = psutil.Process(run.pid)
+    before = after = (0.0, 0.0)
+    if run.stdout.readline().strip() == "counting":
+        try:
+            time.sleep(margin)
+            before = (sum(client.cpu_times()[:2]), null.cpu_seconds() if null else 0.0)
+            time.sleep(counted)
+            after = (sum(client.cpu_times()[:2]), null.cpu_seconds() if null else 0.0)
+        except psutil.NoSuchProcess:
+            before = after = (0.0, 0.0)
+    try:
+        stdout, stderr = run.communicate(timeout=args.warmup + args.duration + 60)
+    except subprocess.TimeoutExpired:
+        run.kill()
+        stdout, stderr = run.communicate()
+    found = re.search(r"sent=(\d+) failed=(\d+) seconds=([\d.]+)", stdout)
     if run.returncode != 0 or found is None:
-        sys.exit(f"the native driver failed ({run.returncode}): {run.stderr.strip()}")
+        sys.exit(f"the native driver failed ({run.returncode}): {stderr.strip()}")
     total, failed, elapsed = int(found[1]), int(found[2]), float(found[3])
-    print(f"C++ client (native threads), {args.threads} threads, {args.size}-byte bodies: "
-          f"{total:,} messages in {elapsed:.1f} s = {total / elapsed:,.0f} msg/s "
+    to = "the null broker" if null else "the cluster"
+    print(f"C++ client (native threads) to {to}, {args.threads} threads, {args.size}-byte "
+          f"bodies: {total:,} messages in {elapsed:.1f} s = {total / elapsed:,.0f} msg/s "
           f"({failed} failed sends)", flush=True)
+    if total and after[0] > before[0]:
+        rate = total / elapsed
+        line = (f"CPU a send: client {1e6 * (after[0] - before[0]) / counted / rate:.1f} µs "
+                f"({100 * (after[0] - before[0]) / counted:.0f} % of a core)")
+        if null:
+            line += (f", null broker {1e6 * (after[1] - before[1]) / counted / rate:.1f} µs "
+                     f"({100 * (after[1] - before[1]) / counted:.0f} % of a core)")
+        print(line, flush=True)
     return 0
 
 

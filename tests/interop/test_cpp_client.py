@@ -241,8 +241,28 @@ def test_the_native_load_driver_sends_through_the_cpp_client(cluster, cpp_client
                              "--duration", "1", "--warmup", "0.3", "--native"],
                             capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr[-2000:]
-    found = re.search(r"native threads\), 2 threads, 1024-byte bodies: ([\d,]+) messages in .*"
-                      r"\((\d+) failed sends\)", result.stdout)
+    found = re.search(r"native threads\) to the cluster, 2 threads, 1024-byte bodies: ([\d,]+) "
+                      r"messages in .*\((\d+) failed sends\)", result.stdout)
     assert found, result.stdout
     assert int(found[1].replace(",", "")) > 0
     assert found[2] == "0"
+
+
+def test_the_null_broker_answers_the_cpp_clients_sends(cluster, cpp_clients):
+    # scripts/bench_cpp_client.py --null-broker: the C++ client's ceiling on this machine,
+    # measured against scripts/null_broker.c registered with the real name server. Every
+    # send must come back SEND_OK (a wrong answer format fails them), and the CPU it prints
+    # is over the steady window.
+    namesrv, _ = cluster
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "bench_cpp_client.py")
+    result = subprocess.run([sys.executable, script, "-n", namesrv, "-w", "4", "--duration", "3",
+                             "--warmup", "0.3", "--native", "--null-broker"],
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    found = re.search(r"native threads\) to the null broker, 4 threads, 1024-byte bodies: "
+                      r"([\d,]+) messages in .*\((\d+) failed sends\)", result.stdout)
+    assert found, result.stdout
+    assert int(found[1].replace(",", "")) > 0
+    assert found[2] == "0"
+    assert re.search(r"CPU a send: client [\d.]+ µs .*, null broker [\d.]+ µs", result.stdout), \
+        result.stdout
