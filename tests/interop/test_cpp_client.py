@@ -233,19 +233,26 @@ def test_cpp_orderly_consumer_keeps_per_queue_order_across_a_restart(cpp_clients
         assert sorted(set(before) | set(after)) == list(range(per_key)), (key, before, after)
 
 
-def test_the_native_load_driver_sends_through_the_cpp_client(cluster, cpp_clients):
-    # scripts/bench_cpp_client.py --native: the C++ client from native threads (built here).
-    namesrv, _ = cluster
+def _bench_cpp(namesrv: str, target: str, threads: int, *extra: str) -> str:
+    """scripts/bench_cpp_client.py --native's output, having checked that it sent something
+    to ``target`` ("the cluster" or "the null broker") and that no send failed."""
     script = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "bench_cpp_client.py")
-    result = subprocess.run([sys.executable, script, "-n", namesrv, "-t", "NativeBench", "-w", "2",
-                             "--duration", "1", "--warmup", "0.3", "--native"],
+    result = subprocess.run([sys.executable, script, "-n", namesrv, "-w", str(threads),
+                             "--warmup", "0.3", "--native", *extra],
                             capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr[-2000:]
-    found = re.search(r"native threads\) to the cluster, 2 threads, 1024-byte bodies: ([\d,]+) "
-                      r"messages in .*\((\d+) failed sends\)", result.stdout)
+    found = re.search(rf"native threads\) to {target}, {threads} threads, 1024-byte bodies: "
+                      r"([\d,]+) messages in .*\((\d+) failed sends\)", result.stdout)
     assert found, result.stdout
     assert int(found[1].replace(",", "")) > 0
     assert found[2] == "0"
+    return result.stdout
+
+
+def test_the_native_load_driver_sends_through_the_cpp_client(cluster, cpp_clients):
+    # scripts/bench_cpp_client.py --native: the C++ client from native threads (built here).
+    namesrv, _ = cluster
+    _bench_cpp(namesrv, "the cluster", 2, "-t", "NativeBench", "--duration", "1")
 
 
 def test_the_null_broker_answers_the_cpp_clients_sends(cluster, cpp_clients):
@@ -254,15 +261,5 @@ def test_the_null_broker_answers_the_cpp_clients_sends(cluster, cpp_clients):
     # send must come back SEND_OK (a wrong answer format fails them), and the CPU it prints
     # is over the steady window.
     namesrv, _ = cluster
-    script = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "bench_cpp_client.py")
-    result = subprocess.run([sys.executable, script, "-n", namesrv, "-w", "4", "--duration", "3",
-                             "--warmup", "0.3", "--native", "--null-broker"],
-                            capture_output=True, text=True, timeout=120, check=False)
-    assert result.returncode == 0, result.stderr[-2000:]
-    found = re.search(r"native threads\) to the null broker, 4 threads, 1024-byte bodies: "
-                      r"([\d,]+) messages in .*\((\d+) failed sends\)", result.stdout)
-    assert found, result.stdout
-    assert int(found[1].replace(",", "")) > 0
-    assert found[2] == "0"
-    assert re.search(r"CPU a send: client [\d.]+ µs .*, null broker [\d.]+ µs", result.stdout), \
-        result.stdout
+    said = _bench_cpp(namesrv, "the null broker", 4, "--duration", "3", "--null-broker")
+    assert re.search(r"CPU a send: client [\d.]+ µs .*, null broker [\d.]+ µs", said), said
