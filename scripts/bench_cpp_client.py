@@ -23,7 +23,6 @@ import argparse
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -66,6 +65,7 @@ def main() -> int:
     if args.null_broker:
         if not args.native:
             sys.exit("--null-broker needs --native (the binding's own cost would hide the ceiling)")
+        _client_library()
         null = _NullBroker(args.namesrv)
         args.topic = null.topic
     try:
@@ -130,18 +130,15 @@ class _NullBroker:
         compiler = shutil.which("cc") or shutil.which("gcc")
         if compiler is None:
             sys.exit("--null-broker needs a C compiler (cc)")
-        source = Path(__file__).resolve().parent / "null_broker.c"
-        binary = Path(tempfile.gettempdir()) / "rocketdesk-null-broker"
-        if not binary.exists() or binary.stat().st_mtime < source.stat().st_mtime:
-            subprocess.run([compiler, "-O2", "-o", str(binary), str(source)], check=True)
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        self.process = subprocess.Popen([str(binary), str(self.port)], stdout=subprocess.PIPE,
-                                        text=True)
-        if not (self.process.stdout.readline() or "").startswith("listening="):
+        binary = _built("null_broker.c", "null_broker", [compiler, "-O2"])
+        # Port 0: it binds a free port itself and says which (no window for another to take it).
+        self.process = subprocess.Popen([binary, "0"], stdout=subprocess.PIPE, text=True)
+        said = _Lines(self.process.stdout).wait_for("listening=", 10)
+        if not said:
             self.process.kill()
+            self.process.wait(10)
             sys.exit("the null broker did not start")
+        self.port = int(said.split("=", 1)[1])
         self._namesrv = namesrv
         self._stopping = threading.Event()
         self._registered = threading.Event()
@@ -169,23 +166,29 @@ class _NullBroker:
             client = RemotingClient()
             try:
                 while not self._stopping.is_set():
-                    body = json.dumps({"filterServerList": [], "topicConfigSerializeWrapper": {
-                        "dataVersion": {"counter": 1, "timestamp": int(time.time() * 1000)},
-                        "topicConfigTable": table}}, separators=(",", ":")).encode()
-                    fields = {"brokerName": "null-broker", "brokerAddr": f"127.0.0.1:{self.port}",
-                              "clusterName": "NullBrokerCluster",
-                              "haServerAddr": f"127.0.0.1:{self.port}",  # (no slave asks)
-                              "brokerId": 0, "compressed": False, "enableActingMaster": False,
-                              "bodyCrc32": zlib.crc32(body) & 0x7FFFFFFF}
-                    answer = await client.invoke(self._namesrv, request(
-                        RequestCode.REGISTER_BROKER, fields, body), 5)
-                    if answer.code == ResponseCode.SUCCESS:
-                        self._registered.set()
-                    else:
-                        print(f"registration refused: {answer.remark}", file=sys.stderr)
+                    try:
+                        await register(client)
+                    except Exception as exc:  # (the name server may be restarting: next round)
+                        print(f"registering the null broker failed: {exc!r}", file=sys.stderr)
                     await asyncio.get_running_loop().run_in_executor(None, self._stopping.wait, 20)
             finally:
                 await client.close()
+
+        async def register(client) -> None:
+            body = json.dumps({"filterServerList": [], "topicConfigSerializeWrapper": {
+                "dataVersion": {"counter": 1, "timestamp": int(time.time() * 1000)},
+                "topicConfigTable": table}}, separators=(",", ":")).encode()
+            fields = {"brokerName": "null-broker", "brokerAddr": f"127.0.0.1:{self.port}",
+                      "clusterName": "NullBrokerCluster",
+                      "haServerAddr": f"127.0.0.1:{self.port}",  # (no slave asks)
+                      "brokerId": 0, "compressed": False, "enableActingMaster": False,
+                      "bodyCrc32": zlib.crc32(body) & 0x7FFFFFFF}
+            answer = await client.invoke(self._namesrv, request(
+                RequestCode.REGISTER_BROKER, fields, body), 5)
+            if answer.code == ResponseCode.SUCCESS:
+                self._registered.set()
+            else:
+                print(f"registration refused: {answer.remark}", file=sys.stderr)
 
         asyncio.run(run())
 
@@ -200,42 +203,39 @@ class _NullBroker:
         self._thread.join(10)
 
 
-def _native(args: argparse.Namespace, null: _NullBroker | None = None) -> int:
+def _client_library() -> str:
     library = os.path.join(CLIENT, "rocketmq")
     if not os.path.isfile(os.path.join(library, "librocketmq.so")):
         sys.exit(f"the C++ client is not installed at {CLIENT}: run `pytest tests/interop -k cpp` "
                  "once to install it")
+    return library
+
+
+def _native(args: argparse.Namespace, null: _NullBroker | None = None) -> int:
+    library = _client_library()
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         sys.exit("--native needs a C compiler (cc)")
-    source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_cpp_native.c")
-    driver = os.path.join(CLIENT, "bench_cpp_native")
-    if not os.path.exists(driver) or os.path.getmtime(driver) < os.path.getmtime(source):
-        subprocess.run([compiler, "-O2", "-pthread", "-o", driver, source, f"-L{library}",
-                        "-lrocketmq", f"-Wl,-rpath,{library}"], check=True)
+    driver = _built("bench_cpp_native.c", "bench_cpp_native",
+                    [compiler, "-O2", "-pthread"],
+                    [f"-L{library}", "-lrocketmq", f"-Wl,-rpath,{library}"])
     logs = tempfile.mkdtemp(prefix="rmq-cpp-logs-")
     env = dict(os.environ, HOME=logs, ROCKETMQ_CLIENT_LOG_DIR=logs)
-    run = subprocess.Popen([driver, args.namesrv, args.topic, str(args.threads), str(args.size),
-                            str(args.warmup), str(args.duration)], env=env,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    # CPU over the driver's counting window, less a margin at each end: a steady state's.
-    margin = min(1.0, args.duration / 4)
-    counted = args.duration - 2 * margin
-    client = psutil.Process(run.pid)
-    before = after = (0.0, 0.0)
-    if run.stdout.readline().strip() == "counting":
+    with tempfile.TemporaryFile("w+") as errors:  # (a pipe left unread could stall the client)
+        run = subprocess.Popen([driver, args.namesrv, args.topic, str(args.threads),
+                                str(args.size), str(args.warmup), str(args.duration)], env=env,
+                               stdout=subprocess.PIPE, stderr=errors, text=True)
         try:
-            time.sleep(margin)
-            before = (sum(client.cpu_times()[:2]), null.cpu_seconds() if null else 0.0)
-            time.sleep(counted)
-            after = (sum(client.cpu_times()[:2]), null.cpu_seconds() if null else 0.0)
-        except psutil.NoSuchProcess:
-            before = after = (0.0, 0.0)
-    try:
-        stdout, stderr = run.communicate(timeout=args.warmup + args.duration + 60)
-    except subprocess.TimeoutExpired:
-        run.kill()
-        stdout, stderr = run.communicate()
+            lines = _Lines(run.stdout)
+            cpu = _cpu_while_counting(args, lines, psutil.Process(run.pid), null)
+            run.wait(timeout=args.warmup + args.duration + 60)
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.wait(10)
+        stdout = lines.text()
+        errors.seek(0)
+        stderr = errors.read()
     found = re.search(r"sent=(\d+) failed=(\d+) seconds=([\d.]+)", stdout)
     if run.returncode != 0 or found is None:
         sys.exit(f"the native driver failed ({run.returncode}): {stderr.strip()}")
@@ -244,15 +244,91 @@ def _native(args: argparse.Namespace, null: _NullBroker | None = None) -> int:
     print(f"C++ client (native threads) to {to}, {args.threads} threads, {args.size}-byte "
           f"bodies: {total:,} messages in {elapsed:.1f} s = {total / elapsed:,.0f} msg/s "
           f"({failed} failed sends)", flush=True)
-    if total and after[0] > before[0]:
+    if total and cpu is not None:
         rate = total / elapsed
-        line = (f"CPU a send: client {1e6 * (after[0] - before[0]) / counted / rate:.1f} µs "
-                f"({100 * (after[0] - before[0]) / counted:.0f} % of a core)")
+        client, broker = cpu
+        line = f"CPU a send: client {1e6 * client / rate:.1f} µs ({100 * client:.0f} % of a core)"
         if null:
-            line += (f", null broker {1e6 * (after[1] - before[1]) / counted / rate:.1f} µs "
-                     f"({100 * (after[1] - before[1]) / counted:.0f} % of a core)")
+            line += f", null broker {1e6 * broker / rate:.1f} µs ({100 * broker:.0f} % of a core)"
         print(line, flush=True)
     return 0
+
+
+def _cpu_while_counting(args: argparse.Namespace, lines: _Lines, client: psutil.Process,
+                        null: _NullBroker | None) -> tuple[float, float] | None:
+    """Cores the client and the null broker used over the driver's counting window, less a
+    margin at each end (a steady state's), or None when that window was missed."""
+    if not lines.wait_for("counting", args.warmup + 60):
+        return None
+    margin = min(1.0, args.duration / 4)
+
+    def sample() -> tuple[float, float, float]:
+        return (time.monotonic(), sum(client.cpu_times()[:2]),
+                null.cpu_seconds() if null else 0.0)
+
+    try:
+        time.sleep(margin)
+        before = sample()
+        time.sleep(max(args.duration - 2 * margin, 0.1))
+        after = sample()
+    except psutil.NoSuchProcess:  # (it ended early: its own output says why)
+        return None
+    seconds = after[0] - before[0]
+    return (after[1] - before[1]) / seconds, (after[2] - before[2]) / seconds
+
+
+class _Lines:
+    """A child's output read on a thread as it comes, so a line can be awaited with a deadline
+    and the rest is not lost."""
+
+    def __init__(self, stream) -> None:
+        self._lines: list[str] = []
+        self._arrived = threading.Condition()
+        self._done = False
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream) -> None:
+        for line in stream:
+            with self._arrived:
+                self._lines.append(line)
+                self._arrived.notify_all()
+        with self._arrived:
+            self._done = True
+            self._arrived.notify_all()
+
+    def wait_for(self, prefix: str, seconds: float) -> str:
+        """The first line starting with ``prefix`` within ``seconds``, else ""."""
+        deadline = time.monotonic() + seconds
+        with self._arrived:
+            while True:
+                for line in self._lines:
+                    if line.startswith(prefix):
+                        return line.strip()
+                left = deadline - time.monotonic()
+                if self._done or left <= 0:
+                    return ""
+                self._arrived.wait(left)
+
+    def text(self) -> str:
+        self._thread.join(10)
+        with self._arrived:
+            return "".join(self._lines)
+
+
+def _built(source_name: str, binary_name: str, compile_with: list[str],
+           link_with: tuple[str, ...] | list[str] = ()) -> str:
+    """scripts/<source_name> built into the C++ client's folder (the user's cache), again when
+    the source is newer; written under a temporary name and moved in, so a concurrent run never
+    starts a half-written program."""
+    source = os.path.join(os.path.dirname(os.path.abspath(__file__)), source_name)
+    binary = os.path.join(CLIENT, binary_name)
+    if not os.path.exists(binary) or os.path.getmtime(binary) < os.path.getmtime(source):
+        os.makedirs(CLIENT, exist_ok=True)
+        partial = f"{binary}.{os.getpid()}.tmp"
+        subprocess.run([*compile_with, "-o", partial, source, *link_with], check=True)
+        os.replace(partial, binary)
+    return binary
 
 
 if __name__ == "__main__":

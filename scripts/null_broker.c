@@ -5,8 +5,8 @@
  * the C++ client's load to it, to measure what the client alone allows on this machine: the
  * ceiling no broker, however fast, could lift.
  *
- * usage: null_broker PORT        (listens on 127.0.0.1 only)
- * prints: listening=<port> once ready
+ * usage: null_broker PORT        (listens on 127.0.0.1 only; 0: a free port; Linux: epoll)
+ * prints: listening=<port> once ready. It exits when its parent does.
  *
  * Frames are RocketMQ's remoting frames: a 4-byte length, a 4-byte mark (serialize type in the
  * high byte, header length in the rest), the header (JSON or ROCKETMQ binary), the body. The
@@ -19,11 +19,12 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -36,7 +37,7 @@ typedef struct {
     unsigned char *in;
     size_t used, size;
     char *out;
-    size_t out_used, out_size;
+    size_t out_used, out_size, out_sent;
 } conn_t;
 
 static unsigned long long queue_offset;
@@ -68,12 +69,17 @@ json_number(const char *header, size_t length, const char *key)
             long long value = 0;
             int negative = 0;
             size_t j = i + key_length;
+            while (j < length && (header[j] == ' ' || header[j] == '\t'))
+                j++;
             if (j < length && header[j] == '-') {
                 negative = 1;
                 j++;
             }
-            while (j < length && header[j] >= '0' && header[j] <= '9')
+            for (int digits = 0; j < length && header[j] >= '0' && header[j] <= '9'; digits++) {
+                if (digits == 18)
+                    return -1; /* (no field of a request header is that long) */
                 value = value * 10 + (header[j++] - '0');
+            }
             return negative ? -value : value;
         }
     }
@@ -145,23 +151,31 @@ handle_frames(conn_t *c)
     return 0;
 }
 
+/* Write what is waiting; 1 when some is left (the peer's window is full), -1 on an error. */
 static int
 flush_out(conn_t *c)
 {
-    size_t sent = 0;
-    while (sent < c->out_used) {
-        ssize_t n = write(c->fd, c->out + sent, c->out_used - sent);
-        if (n > 0) {
-            sent += (size_t)n;
-        } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-            struct pollfd p = {c->fd, POLLOUT, 0};
-            poll(&p, 1, 1000);
-        } else {
+    while (c->out_sent < c->out_used) {
+        ssize_t n = write(c->fd, c->out + c->out_sent, c->out_used - c->out_sent);
+        if (n > 0)
+            c->out_sent += (size_t)n;
+        else if (n < 0 && errno == EINTR)
+            continue;
+        else if (n < 0 && errno == EAGAIN)
+            return 1;
+        else
             return -1;
-        }
     }
-    c->out_used = 0;
+    c->out_used = c->out_sent = 0;
     return 0;
+}
+
+/* Watch for reading while answers can leave, for writing while they wait. */
+static int
+watch(int epoll_fd, conn_t *c, int waiting)
+{
+    struct epoll_event event = {.events = waiting ? EPOLLOUT : EPOLLIN, .data.ptr = c};
+    return epoll_ctl(epoll_fd, EPOLL_CTL_MOD, c->fd, &event);
 }
 
 static void
@@ -181,21 +195,31 @@ main(int argc, char **argv)
         fprintf(stderr, "usage: null_broker PORT\n");
         return 2;
     }
+    prctl(PR_SET_PDEATHSIG, SIGTERM); /* never outlive the benchmark that started it */
+    if (getppid() == 1)
+        return 1;
+    signal(SIGPIPE, SIG_IGN); /* a peer gone before its answers: an error on that socket */
     int listener = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    if (listener < 0) {
+        perror("socket");
+        return 1;
+    }
     int one = 1;
     setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     struct sockaddr_in address = {0};
     address.sin_family = AF_INET;
     address.sin_port = htons((unsigned short)atoi(argv[1]));
     address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (bind(listener, (struct sockaddr *)&address, sizeof address) < 0 || listen(listener, 128) < 0) {
+    socklen_t bound = sizeof address;
+    if (bind(listener, (struct sockaddr *)&address, sizeof address) < 0 || listen(listener, 128) < 0
+        || getsockname(listener, (struct sockaddr *)&address, &bound) < 0) {
         perror("bind/listen");
         return 1;
     }
     int epoll_fd = epoll_create1(0);
     struct epoll_event event = {.events = EPOLLIN, .data.ptr = NULL};
     epoll_ctl(epoll_fd, EPOLL_CTL_ADD, listener, &event);
-    printf("listening=%s\n", argv[1]);
+    printf("listening=%u\n", (unsigned)ntohs(address.sin_port));
     fflush(stdout);
     struct epoll_event ready[64];
     for (;;) {
@@ -208,9 +232,19 @@ main(int argc, char **argv)
                     continue;
                 setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
                 conn_t *made = calloc(1, sizeof *made);
+                struct epoll_event watch_in = {.events = EPOLLIN, .data.ptr = made};
+                if (made == NULL || epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &watch_in) < 0) {
+                    close(fd);
+                    free(made);
+                    continue;
+                }
                 made->fd = fd;
-                struct epoll_event watch = {.events = EPOLLIN, .data.ptr = made};
-                epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &watch);
+                continue;
+            }
+            if (c->out_used) { /* writable again: the answers that waited, then read again */
+                int left = flush_out(c);
+                if (left < 0 || (left == 0 && watch(epoll_fd, c, 0) < 0))
+                    drop(epoll_fd, c);
                 continue;
             }
             reserve((char **)&c->in, &c->size, c->used + READ_SIZE);
@@ -222,7 +256,14 @@ main(int argc, char **argv)
             if (got < 0)
                 continue;
             c->used += (size_t)got;
-            if (handle_frames(c) < 0 || flush_out(c) < 0)
+            if (handle_frames(c) < 0) {
+                drop(epoll_fd, c);
+                continue;
+            }
+            /* Answers the peer does not take yet wait, and this peer is not read meanwhile
+             * (the others are served as before). */
+            int left = flush_out(c);
+            if (left < 0 || (left > 0 && watch(epoll_fd, c, 1) < 0))
                 drop(epoll_fd, c);
         }
     }
