@@ -169,6 +169,9 @@ class AdminBrokerProcessor:
             config = checked_subscription_group(JsonBody.parse(command.body, "subscription group"))
         except HeaderError as exc:
             return command.make_response(exc.response_code, str(exc))
+        clash = self.broker.subscription_groups.folder_problem(config.group_name)
+        if clash:
+            return command.make_response(ResponseCode.SYSTEM_ERROR, clash)
         self.broker.subscription_groups.update(config)
         return command.make_response(ResponseCode.SUCCESS)
 

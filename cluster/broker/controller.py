@@ -101,6 +101,7 @@ class BrokerController:
             functools.partial(LoopGroupCommitService, loop=loop) if native_sync_available()
             else None))
         self.topics.names_ignore_case = file_names.ignores_case(self.store_config.store_path_root_dir)
+        self.subscription_groups.names_ignore_case = self.topics.names_ignore_case
         self.topics.load()
         self.topics.persist()
         self.subscription_groups.load()

@@ -113,7 +113,8 @@ class PopMessageProcessor:
         if not topic_config.readable:
             return command.make_response(ResponseCode.NO_PERMISSION,
                                          f"the topic[{topic}] peeking message is forbidden")
-        return group_refusal(command, group, broker.subscription_groups.find(group))
+        groups = broker.subscription_groups
+        return group_refusal(command, group, groups.find(group), groups)
 
     def _queues(self, header: PopMessageRequestHeader) -> list[tuple[str, int, bool]]:
         """(topic, queueId, retry) in the order this POP looks at them."""

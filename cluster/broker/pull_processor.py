@@ -21,11 +21,14 @@ from storage.results import GetMessageStatus, TagsFilter
 MAX_HOLD_SECONDS = 25.0  # answer well before the client's 30 s socket timeout
 
 
-def group_refusal(command: RemotingCommand, group: str, group_config) -> RemotingCommand | None:
-    """The answer refusing a read for a group that does not exist or may not consume."""
+def group_refusal(command: RemotingCommand, group: str, group_config,
+                  groups=None) -> RemotingCommand | None:
+    """The answer refusing a read for a group that does not exist or may not consume
+    (``groups``, the broker's SubscriptionGroupManager, words why a group was not created)."""
     if group_config is None:
+        why = groups.folder_problem(group) if groups is not None else None
         return command.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                                     f"subscription group [{group}] does not exist")
+                                     why or f"subscription group [{group}] does not exist")
     if not group_config.consume_enable:
         return command.make_response(ResponseCode.NO_PERMISSION,
                                      f"subscription group no permission, {group}")
@@ -87,7 +90,7 @@ class PullMessageProcessor:
                 f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:"
                 f"[{topic_config.read_queue_nums}]")
         group_config = broker.subscription_groups.find(group)
-        refusal = group_refusal(command, group, group_config)
+        refusal = group_refusal(command, group, group_config, broker.subscription_groups)
         if refusal is not None:
             return refusal
         expression = self._subscription(header, sys_flag, group, topic)

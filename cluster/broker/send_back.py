@@ -42,8 +42,10 @@ class SendMessageBackProcessor:
                                          "a slave does not take messages back; use the master")
         group_config = broker.subscription_groups.find(group)
         if group_config is None:
-            return command.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                                         f"subscription group not exist, {group}")
+            return command.make_response(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                broker.subscription_groups.folder_problem(group)
+                or f"subscription group not exist, {group}")
         if max_times < 0:
             max_times = group_config.retry_max_times if group_config.retry_max_times >= 0 \
                 else DEFAULT_MAX_RECONSUME_TIMES

@@ -131,13 +131,14 @@ class SendMessageProcessor:
         topic_config = broker.topics.select(topic)
         if topic_config is None:
             topic_sys_flag = 1 if header.unit_mode else 0
+            # (a name the store cannot hold; a retry topic's is its group's)
+            problem = broker.topics.folder_problem(topic)
+            if problem:
+                return command.make_response(ResponseCode.TOPIC_NOT_EXIST, problem)
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 topic_config = broker.topics.create_in_send_message_back_method(
                     topic, 1, PERM_READ | PERM_WRITE, topic_sys_flag)
             else:
-                problem = broker.topics.folder_problem(topic)  # (a name the store cannot hold)
-                if problem:
-                    return command.make_response(ResponseCode.TOPIC_NOT_EXIST, problem)
                 topic_config = broker.topics.create_in_send_message_method(
                     topic, header.default_topic, header.default_topic_queue_nums, topic_sys_flag)
             if topic_config is None:

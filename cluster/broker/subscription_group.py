@@ -1,4 +1,11 @@
-"""SubscriptionGroupManager: consumer group settings (config/subscriptionGroup.json)."""
+"""SubscriptionGroupManager: consumer group settings (config/subscriptionGroup.json).
+
+A group's name becomes folder names: its retry and dead-letter topics (``%RETRY%<group>``,
+``%DLQ%<group>``) are ConsumeQueue folders like any topic's. So a group this store could not
+give them (a character Windows refuses; a name differing from another group's only in case,
+where the file system ignores case and both would share one folder) is never created here: it
+is refused with the reason where it would be made, rather than wedging dispatch on a folder
+that cannot exist, or mixing two groups' retried messages in one queue."""
 
 from __future__ import annotations
 
@@ -10,7 +17,12 @@ from cluster.broker.json_config import JsonConfigFile
 from cluster.broker.topic_config import DataVersion
 from cluster.remoting.body import JsonBody
 from cluster.remoting.header import HeaderError
-from cluster.topic_validator import MAX_TOPIC_QUEUE_NUMS, validate_group_name
+from cluster.topic_validator import (
+    MAX_TOPIC_QUEUE_NUMS,
+    RETRY_GROUP_TOPIC_PREFIX,
+    validate_group_name,
+)
+from common.platform import file_names
 
 
 @dataclass(slots=True)
@@ -74,6 +86,8 @@ class SubscriptionGroupManager:
         self.table: dict[str, SubscriptionGroupConfig] = {}
         self.data_version = DataVersion()
         self._lock = threading.Lock()
+        # Whether the store's file system takes "a" and "A" for one name (the broker asks it).
+        self.names_ignore_case = False
         for group in ("TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_GROUP",
                       "CID_ONS-HTTP-PROXY", "CID_ONSAPI_PULL", "CID_ONSAPI_PERMISSION",
                       "CID_ONSAPI_OWNER", "CID_RMQ_SYS_TRANS"):
@@ -117,10 +131,29 @@ class SubscriptionGroupManager:
         self.persist()
         return True
 
+    def folder_problem(self, group: str) -> str | None:
+        """Why a new group ``group`` could not have its retry and dead-letter topics in this
+        store beside the groups there are, or None (see the module's docstring)."""
+        problem = file_names.name_problem(RETRY_GROUP_TOPIC_PREFIX + group)
+        if problem:
+            return f"the group {group} cannot be stored on this platform: its retry topic {problem}"
+        if not self.names_ignore_case:
+            return None
+        with self._lock:
+            if group in self.table:
+                return None
+            folded = group.casefold()
+            other = next((name for name in self.table if name.casefold() == folded), None)
+        if other is None:
+            return None
+        return (f"the group {group} differs from the group {other} only in case, and this "
+                "store's file system would give their retry topics one folder")
+
     def find(self, group: str) -> SubscriptionGroupConfig | None:
-        """The group's config, created with defaults when auto-creation is on."""
+        """The group's config, created with defaults when auto-creation is on (and the store
+        can hold its topics: :meth:`folder_problem`)."""
         config = self.table.get(group)
-        if config is None and self.auto_create and group:
+        if config is None and self.auto_create and group and self.folder_problem(group) is None:
             with self._lock:
                 config = self.table.setdefault(group, SubscriptionGroupConfig(group))
                 self.data_version.next_version()

@@ -5,6 +5,7 @@ Before the platform layer a SYNC_FLUSH broker acknowledged none of 500 sends thi
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -74,7 +75,8 @@ def test_a_sync_flush_broker_acknowledges_every_send_and_recovers_from_sigkill(t
         store.shutdown()
 
 
-def test_topics_differing_only_in_case_are_refused_where_the_file_system_ignores_case(tmp_path):
+def test_topics_and_groups_differing_only_in_case_are_refused_where_the_file_system_ignores_case(
+        tmp_path):
     from cluster.remoting.client import RemotingClient
     from cluster.remoting.codec import request
     from cluster.remoting.codes import RequestCode, ResponseCode
@@ -91,6 +93,10 @@ def test_topics_differing_only_in_case_are_refused_where_the_file_system_ignores
                         RequestCode.UPDATE_AND_CREATE_TOPIC, {
                             "topic": "ORDERS", "defaultTopic": "TBW102", "readQueueNums": 4,
                             "writeQueueNums": 4, "perm": 6, "topicFilterType": "SINGLE_TAG"}))
+                    # A group's retry topics are folders too: its case twin is refused.
+                    groups = [await client.invoke(broker.address, request(
+                        RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {},
+                        json.dumps({"groupName": name}).encode())) for name in ("Readers", "READERS")]
                 finally:
                     await client.close()
                 async with Producer("pg-case", ns.address) as producer:
@@ -100,9 +106,12 @@ def test_topics_differing_only_in_case_are_refused_where_the_file_system_ignores
                     except Exception as exc:  # (the client's error for the broker's refusal)
                         sent = str(exc)
                     ok = await producer.send(Message("Orders", b"the topic itself"))
-                return created, sent, ok
+                return created, sent, ok, groups
 
-            created, sent, ok = run(drill())
+            created, sent, ok, groups = run(drill())
+            assert groups[0].code == ResponseCode.SUCCESS
+            assert groups[1].code == ResponseCode.SYSTEM_ERROR
+            assert "differs from the group Readers only in case" in (groups[1].remark or "")
             assert created.code == ResponseCode.SYSTEM_ERROR
             assert "differs from the topic Orders only in case" in (created.remark or "")
             assert sent is not None

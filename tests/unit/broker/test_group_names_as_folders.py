@@ -1,0 +1,99 @@
+"""Consumer group names that become folder names: a group's retry and dead-letter topics
+(``%RETRY%<group>``, ``%DLQ%<group>``) are ConsumeQueue folders. A group the store could not
+give them (Windows' forbidden characters; a name differing from another group's only in case
+where the file system ignores case) is refused with the reason, and nothing is created."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import replace
+
+import pytest
+
+from cluster.broker.subscription_group import SubscriptionGroupManager
+from cluster.client.pull import pull_request
+from cluster.remoting.codec import encode, request
+from cluster.remoting.codes import RequestCode, ResponseCode
+from tests.unit.broker.test_pull_answers import _connection, _on_a_broker, _send, _until
+from tests.unit.broker.test_send_lane import _answers
+
+
+@pytest.fixture
+def groups(tmp_path) -> SubscriptionGroupManager:
+    return SubscriptionGroupManager(str(tmp_path / "subscriptionGroup.json"), auto_create=True)
+
+
+def test_a_windows_store_creates_no_group_whose_retry_topic_it_cannot_hold(groups, monkeypatch):
+    monkeypatch.setattr(sys, "platform", "win32")
+    assert groups.find("a|b") is None
+    assert "a|b" not in groups.table
+    assert "cannot be stored on this platform: its retry topic" in groups.folder_problem("a|b")
+    assert groups.find("Orders") is not None
+    assert groups.folder_problem("Orders") is None
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="the names Windows forbids")
+def test_other_platforms_take_rocketmqs_whole_alphabet_for_groups(groups):
+    assert groups.find("a|b") is not None
+
+
+def test_a_group_differing_only_in_case_is_refused_where_the_file_system_ignores_it(groups):
+    assert groups.find("GroupA") is not None
+    assert groups.find("groupa") is not None  # a file system that tells them apart
+    groups.delete("groupa")
+    groups.names_ignore_case = True
+    assert groups.find("groupa") is None
+    assert "groupa" not in groups.table
+    assert "differs from the group GroupA only in case" in groups.folder_problem("groupa")
+    assert groups.find("GroupA") is not None  # itself
+    assert groups.find("GroupB") is not None
+
+
+def _pull_by(group: str, opaque: int) -> bytes:
+    return encode(replace(pull_request(group, "News", 0, 0, 32), opaque=opaque))
+
+
+def test_a_broker_refuses_a_case_twin_group_with_the_reason(tmp_path):
+    async def scenario(broker):
+        broker.subscription_groups.names_ignore_case = True
+        broker.topics.names_ignore_case = True
+        consumer, answers = _connection(broker)
+        consumer.data_received(_pull_by("Readers", 1))
+        consumer.data_received(_pull_by("readers", 2))
+        twin = json.dumps({"groupName": "READERS"}).encode()
+        consumer.data_received(encode(request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {},
+                                              twin, opaque=3)))
+        # A consumer's own send of a message back, to its twin's retry topic.
+        consumer.data_received(_send("%RETRY%Readers", b"again", 4))
+        consumer.data_received(_send("%RETRY%readers", b"again", 5))
+        assert await _until(lambda: len(_answers(b"".join(answers.writes))) == 5, 5)
+        said = {opaque: (code, remark) for code, opaque, remark, _ in
+                _answers(b"".join(answers.writes))}
+        assert said[1][0] != ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
+        assert said[2] == (ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                           "the group readers differs from the group Readers only in case, and "
+                           "this store's file system would give their retry topics one folder")
+        assert said[3][0] == ResponseCode.SYSTEM_ERROR
+        assert "only in case" in said[3][1]
+        assert said[4][0] == ResponseCode.SUCCESS
+        assert said[5][0] == ResponseCode.TOPIC_NOT_EXIST
+        assert "only in case" in said[5][1]
+        assert set(broker.subscription_groups.table) & {"readers", "READERS"} == set()
+        assert "%RETRY%readers" not in broker.topics.table
+
+    _on_a_broker(tmp_path, scenario)
+
+
+def test_a_windows_broker_refuses_a_send_to_a_retry_topic_it_cannot_hold(tmp_path, monkeypatch):
+    async def scenario(broker):
+        monkeypatch.setattr(sys, "platform", "win32")
+        producer, answers = _connection(broker)
+        producer.data_received(_send("%RETRY%a|b", b"again", 1))
+        assert await _until(lambda: answers.writes, 5)
+        [(code, _, remark, _)] = _answers(b"".join(answers.writes))
+        assert code == ResponseCode.TOPIC_NOT_EXIST
+        assert "cannot be stored on this platform" in remark
+        assert "%RETRY%a|b" not in broker.topics.table
+
+    _on_a_broker(tmp_path, scenario)
