@@ -102,6 +102,7 @@ class BrokerController:
             else None))
         self.topics.names_ignore_case = file_names.ignores_case(self.store_config.store_path_root_dir)
         self.subscription_groups.names_ignore_case = self.topics.names_ignore_case
+        self.subscription_groups.topic_folder_problem = self.topics.folder_problem
         self.topics.load()
         self.topics.persist()
         self.subscription_groups.load()

@@ -114,7 +114,12 @@ class PopMessageProcessor:
             return command.make_response(ResponseCode.NO_PERMISSION,
                                          f"the topic[{topic}] peeking message is forbidden")
         groups = broker.subscription_groups
-        return group_refusal(command, group, groups.find(group), groups)
+        refusal = group_refusal(command, group, groups.find(group), groups)
+        if refusal is None:  # where unacked messages come back must be a folder this store holds
+            problem = broker.topics.folder_problem(pop_retry_topic(group, topic))
+            if problem:
+                return command.make_response(ResponseCode.SYSTEM_ERROR, problem)
+        return refusal
 
     def _queues(self, header: PopMessageRequestHeader) -> list[tuple[str, int, bool]]:
         """(topic, queueId, retry) in the order this POP looks at them."""

@@ -240,7 +240,11 @@ class PopReviveService:
             return self.dead_letter(ck.group, record, origin or ck.topic, attempts)
         topic = pop_retry_topic(ck.group, origin or ck.topic)
         queues = max(1, group_config.retry_queue_nums if group_config else 1)
-        broker.topics.create_in_send_message_back_method(topic, queues, PERM_READ | PERM_WRITE)
+        if broker.topics.create_in_send_message_back_method(
+                topic, queues, PERM_READ | PERM_WRITE) is None:
+            # A name the store cannot hold (POP refuses them; a case twin made since): kept,
+            # and tried again like a refused put.
+            return False
         if self._copy(record, origin or ck.topic, topic, random.randrange(queues), attempts):
             self.revived += 1
             return True
@@ -249,7 +253,9 @@ class PopReviveService:
     def dead_letter(self, group: str, record: MessageRecord, origin: str, attempts: int) -> bool:
         """Into ``%DLQ%<group>``: the group has had the message as often as it may."""
         topic = DLQ_GROUP_TOPIC_PREFIX + group
-        self.broker.topics.create_in_send_message_back_method(topic, 1, PERM_READ | PERM_WRITE)
+        if self.broker.topics.create_in_send_message_back_method(
+                topic, 1, PERM_READ | PERM_WRITE) is None:
+            return False  # (as a retry topic the store cannot hold, above)
         if self._copy(record, origin, topic, 0, attempts):
             self.dead_lettered += 1
             return True

@@ -60,16 +60,20 @@ class SendMessageBackProcessor:
         reconsume_times = record.reconsume_times
         if reconsume_times >= max_times or delay_level < 0:
             topic = DLQ_GROUP_TOPIC_PREFIX + group
-            broker.topics.create_in_send_message_back_method(topic, 1, PERM_READ | PERM_WRITE)
+            queues = 1
             queue_id = 0
             props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
         else:
             topic = RETRY_GROUP_TOPIC_PREFIX + group
             queues = max(1, group_config.retry_queue_nums)
-            broker.topics.create_in_send_message_back_method(topic, queues, PERM_READ | PERM_WRITE)
             queue_id = random.randrange(queues)
             level = delay_level if delay_level > 0 else 3 + reconsume_times
             props[PROPERTY_DELAY_TIME_LEVEL] = str(min(level, len(broker.store.delay_levels_ms)))
+        if broker.topics.create_in_send_message_back_method(
+                topic, queues, PERM_READ | PERM_WRITE) is None:  # (a name the store cannot hold)
+            return command.make_response(ResponseCode.SYSTEM_ERROR,
+                                         f"topic[{topic}] not exist: "
+                                         f"{broker.topics.folder_problem(topic)}")
         msg = MessageExtBrokerInner(
             topic=topic, body=record.body, queue_id=queue_id, flag=record.flag, properties=props,
             properties_string=properties_to_string(props), sys_flag=record.sys_flag,

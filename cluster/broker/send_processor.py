@@ -133,6 +133,9 @@ class SendMessageProcessor:
             topic_sys_flag = 1 if header.unit_mode else 0
             # (a name the store cannot hold; a retry topic's is its group's)
             problem = broker.topics.folder_problem(topic)
+            if not problem and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                problem = broker.subscription_groups.folder_problem(
+                    topic[len(RETRY_GROUP_TOPIC_PREFIX):])
             if problem:
                 return command.make_response(ResponseCode.TOPIC_NOT_EXIST, problem)
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
@@ -192,7 +195,10 @@ class SendMessageProcessor:
                 max_times = group_config.retry_max_times if group_config else 16
             if reconsume_times > max_times:
                 topic = DLQ_GROUP_TOPIC_PREFIX + group
-                broker.topics.create_in_send_message_back_method(topic, 1, PERM_READ | PERM_WRITE)
+                if broker.topics.create_in_send_message_back_method(
+                        topic, 1, PERM_READ | PERM_WRITE) is None:
+                    return command.make_response(ResponseCode.TOPIC_NOT_EXIST,
+                                                 broker.topics.folder_problem(topic))
                 queue_id = 0
                 props[PROPERTY_DELAY_TIME_LEVEL] = "-1"
         self._complete_properties(props)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cluster.broker.json_config import JsonConfigFile
@@ -18,6 +19,7 @@ from cluster.broker.topic_config import DataVersion
 from cluster.remoting.body import JsonBody
 from cluster.remoting.header import HeaderError
 from cluster.topic_validator import (
+    DLQ_GROUP_TOPIC_PREFIX,
     MAX_TOPIC_QUEUE_NUMS,
     RETRY_GROUP_TOPIC_PREFIX,
     validate_group_name,
@@ -86,8 +88,10 @@ class SubscriptionGroupManager:
         self.table: dict[str, SubscriptionGroupConfig] = {}
         self.data_version = DataVersion()
         self._lock = threading.Lock()
-        # Whether the store's file system takes "a" and "A" for one name (the broker asks it).
+        # Whether the store's file system takes "a" and "A" for one name (the broker asks it),
+        # and the broker's check of a new topic's folder (TopicConfigManager.folder_problem).
         self.names_ignore_case = False
+        self.topic_folder_problem: Callable[[str], str | None] | None = None
         for group in ("TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_GROUP",
                       "CID_ONS-HTTP-PROXY", "CID_ONSAPI_PULL", "CID_ONSAPI_PERMISSION",
                       "CID_ONSAPI_OWNER", "CID_RMQ_SYS_TRANS"):
@@ -137,17 +141,21 @@ class SubscriptionGroupManager:
         problem = file_names.name_problem(RETRY_GROUP_TOPIC_PREFIX + group)
         if problem:
             return f"the group {group} cannot be stored on this platform: its retry topic {problem}"
-        if not self.names_ignore_case:
-            return None
-        with self._lock:
-            if group in self.table:
-                return None
-            folded = group.casefold()
-            other = next((name for name in self.table if name.casefold() == folded), None)
-        if other is None:
-            return None
-        return (f"the group {group} differs from the group {other} only in case, and this "
-                "store's file system would give their retry topics one folder")
+        if self.names_ignore_case:
+            with self._lock:
+                known = group in self.table
+                folded = group.casefold()
+                other = None if known else next(
+                    (name for name in self.table if name.casefold() == folded), None)
+            if other is not None:
+                return (f"the group {group} differs from the group {other} only in case, and "
+                        "this store's file system would give their retry topics one folder")
+        if self.topic_folder_problem is not None:  # (a topic already in the folder it needs)
+            for topic in (RETRY_GROUP_TOPIC_PREFIX + group, DLQ_GROUP_TOPIC_PREFIX + group):
+                problem = self.topic_folder_problem(topic)
+                if problem:
+                    return f"the group {group} cannot have its topic {topic}: {problem}"
+        return None
 
     def find(self, group: str) -> SubscriptionGroupConfig | None:
         """The group's config, created with defaults when auto-creation is on (and the store

@@ -234,12 +234,18 @@ class TopicConfigManager:
 
     def create_in_send_message_back_method(
         self, topic: str, queue_nums: int, perm: int, topic_sys_flag: int = 0
-    ) -> TopicConfig:
-        """Create a retry or dead-letter topic if it does not exist yet."""
+    ) -> TopicConfig | None:
+        """Create a retry, dead-letter or system topic if it does not exist yet; None, having
+        created nothing, for a name this store cannot hold (:meth:`folder_problem`)."""
         with self._lock:
             existing = self.table.get(topic)
             if existing is not None:
                 return existing
+            problem = self.folder_problem(topic)
+            if problem:
+                # debug: any client can name any group, and a line per request fills the log
+                log.debug("not creating %s: %s", topic, problem)
+                return None
             config = TopicConfig(topic, queue_nums, queue_nums, perm, topic_sys_flag=topic_sys_flag)
             self.table[topic] = config
             self._changed()

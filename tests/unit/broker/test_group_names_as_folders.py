@@ -11,7 +11,9 @@ from dataclasses import replace
 
 import pytest
 
+from cluster.broker.config import BrokerConfig
 from cluster.broker.subscription_group import SubscriptionGroupManager
+from cluster.broker.topic_config import TopicConfigManager
 from cluster.client.pull import pull_request
 from cluster.remoting.codec import encode, request
 from cluster.remoting.codes import RequestCode, ResponseCode
@@ -50,6 +52,21 @@ def test_a_group_differing_only_in_case_is_refused_where_the_file_system_ignores
     assert groups.find("GroupB") is not None
 
 
+def test_a_retry_topic_whose_folder_another_topic_holds_is_not_created(tmp_path):
+    topics = TopicConfigManager(str(tmp_path / "topics.json"), BrokerConfig(broker_name="b"))
+    topics.names_ignore_case = True
+    assert topics.create_in_send_message_back_method("%RETRY%Readers", 1, 6) is not None
+    assert topics.create_in_send_message_back_method("%RETRY%readers", 1, 6) is None
+    assert "%RETRY%readers" not in topics.table
+    assert topics.create_in_send_message_back_method("%RETRY%Readers", 1, 6) is not None  # itself
+    # A group is refused when a topic it needs is another's folder, whoever came first.
+    groups = SubscriptionGroupManager(str(tmp_path / "groups.json"), auto_create=True)
+    groups.names_ignore_case = True
+    groups.topic_folder_problem = topics.folder_problem
+    assert groups.find("readers") is None
+    assert "cannot have its topic %RETRY%readers" in groups.folder_problem("readers")
+
+
 def _pull_by(group: str, opaque: int) -> bytes:
     return encode(replace(pull_request(group, "News", 0, 0, 32), opaque=opaque))
 
@@ -85,12 +102,36 @@ def test_a_broker_refuses_a_case_twin_group_with_the_reason(tmp_path):
     _on_a_broker(tmp_path, scenario)
 
 
+def test_a_send_to_a_case_twin_groups_retry_topic_is_refused_before_either_has_one(tmp_path):
+    # The Java consumer sends a message back to %RETRY%<group> itself when the broker refuses
+    # CONSUMER_SEND_MSG_BACK: that send must not take the folder of a group made earlier.
+    async def scenario(broker):
+        broker.subscription_groups.names_ignore_case = True
+        broker.topics.names_ignore_case = True
+        admin, answers = _connection(broker)
+        made = json.dumps({"groupName": "Readers"}).encode()
+        admin.data_received(encode(request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {},
+                                           made, opaque=1)))
+        assert await _until(lambda: answers.writes, 5)  # (the admin command answers in a task)
+        admin.data_received(_send("%RETRY%readers", b"again", 2))
+        assert await _until(lambda: len(_answers(b"".join(answers.writes))) == 2, 5)
+        said = {opaque: (code, remark) for code, opaque, remark, _ in
+                _answers(b"".join(answers.writes))}
+        assert said[1][0] == ResponseCode.SUCCESS, said[1]
+        assert said[2][0] == ResponseCode.TOPIC_NOT_EXIST
+        assert "differs from the group Readers only in case" in said[2][1]
+        assert "%RETRY%readers" not in broker.topics.table
+
+    _on_a_broker(tmp_path, scenario)
+
+
 def test_a_windows_broker_refuses_a_send_to_a_retry_topic_it_cannot_hold(tmp_path, monkeypatch):
     async def scenario(broker):
-        monkeypatch.setattr(sys, "platform", "win32")
         producer, answers = _connection(broker)
-        producer.data_received(_send("%RETRY%a|b", b"again", 1))
-        assert await _until(lambda: answers.writes, 5)
+        with monkeypatch.context() as windows:  # (the broker stops as on Linux)
+            windows.setattr(sys, "platform", "win32")
+            producer.data_received(_send("%RETRY%a|b", b"again", 1))
+            assert await _until(lambda: answers.writes, 5)
         [(code, _, remark, _)] = _answers(b"".join(answers.writes))
         assert code == ResponseCode.TOPIC_NOT_EXIST
         assert "cannot be stored on this platform" in remark
