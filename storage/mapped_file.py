@@ -483,3 +483,17 @@ class MappedFile:
         # writes through its mapping (how the CommitLog is written there), and a file whose
         # time lags would expire before its retention is over.
         return max(os.path.getmtime(self.path), self.store_timestamp / 1000)
+
+    def stamp_store_time(self) -> None:
+        """Move the file's own time up to the last store time appended to it, where it lags
+        (see :meth:`last_modified`): after a restart the file's time is all expiry has, so a
+        file is stamped when the writer leaves it (a roll, a shutdown). Best effort: a file
+        that cannot be stamped keeps its own time, as before."""
+        stored = self.store_timestamp / 1000
+        if stored <= 0:
+            return
+        try:
+            if os.path.getmtime(self.path) < stored:
+                os.utime(self.path, (time.time(), stored))
+        except OSError as exc:
+            log.debug("%s keeps its own time: %s", self.path, exc)

@@ -107,6 +107,7 @@ class MappedFileQueue:
             mapped_file.advise_random()
             if last is not None:
                 last.advise_normal()
+                last.stamp_store_time()  # (the writer leaves it: its time for expiry)
             self.mapped_files = [*self.mapped_files, mapped_file]
             return mapped_file
 
@@ -269,8 +270,9 @@ class MappedFileQueue:
                 OWED.leave(mapped_file, True)  # (deleted, or emptied and owed)
 
     def shutdown(self) -> None:
-        """Unmap every file (data stays on disk)."""
+        """Unmap every file (data stays on disk), each with its last store time for expiry."""
         for mapped_file in self.mapped_files:
+            mapped_file.stamp_store_time()
             mapped_file.close()
 
     def destroy(self) -> None:

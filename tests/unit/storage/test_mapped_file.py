@@ -511,3 +511,39 @@ def test_a_file_is_as_recent_as_its_last_store_time_whatever_its_file_time(tmp_p
     mapped.store_timestamp = 2_000_000_000_000
     assert mapped.last_modified() == 2_000_000_000
     mapped.close()
+
+
+def test_a_file_the_writer_leaves_takes_its_last_store_time_for_after_a_restart(tmp_path):
+    # After a restart a file's own time is all expiry has. Where writes do not move it
+    # (Windows, through the mapping), a roll and a shutdown stamp the last store time on it.
+    from storage.config import MessageStoreConfig
+    from storage.message import MessageExtBrokerInner
+    from storage.message_store import DefaultMessageStore
+
+    config = MessageStoreConfig(store_path_root_dir=str(tmp_path), mapped_file_size_commit_log=4096)
+    store = DefaultMessageStore(config)
+    store.load()
+    store.start()
+    files = store.commit_log.mapped_file_queue
+    try:
+        store.put_message(MessageExtBrokerInner(topic="T", body=b"x" * 500, queue_id=0))
+        while len(files.mapped_files) < 2:
+            first = files.mapped_files[0]
+            os.utime(first.path, (1_000_000, 1_000_000))  # a time the writes did not move
+            store.put_message(MessageExtBrokerInner(topic="T", body=b"x" * 500, queue_id=0))
+        first, second = files.mapped_files
+        # The roll's stamp (on Linux the end-of-file blank's write moved it a moment later).
+        assert 0 <= os.path.getmtime(first.path) - first.store_timestamp / 1000 < 5
+        os.utime(second.path, (1_000_000, 1_000_000))
+        last_stored = second.store_timestamp / 1000
+        assert last_stored > 1_000_000
+    finally:
+        store.shutdown()
+    assert os.path.getmtime(second.path) == pytest.approx(last_stored, abs=0.01)  # shutdown's
+    again = DefaultMessageStore(config)
+    again.load()
+    try:
+        reloaded = again.commit_log.mapped_file_queue.mapped_files
+        assert [f.last_modified() > 1_000_000 for f in reloaded] == [True, True]
+    finally:
+        again.shutdown()
