@@ -42,7 +42,7 @@ import time
 from common import speedups
 from common.platform import file_io
 from common.platform.durability import sync_mapped
-from common.platform.files import BINARY, remove_file
+from common.platform.files import BINARY, remove_file, set_modified_time
 from storage.errors import OffsetOutOfRangeError, StoreError
 from storage.file_space import claim, create_sized_file
 from storage.transient_pool import TransientStorePool
@@ -490,10 +490,11 @@ class MappedFile:
         file is stamped when the writer leaves it (a roll, a shutdown). Best effort: a file
         that cannot be stamped keeps its own time, as before."""
         stored = self.store_timestamp / 1000
-        if stored <= 0:
+        if stored <= 0 or self._closed:
             return
         try:
-            if os.path.getmtime(self.path) < stored:
-                os.utime(self.path, (time.time(), stored))
+            if os.fstat(self._fd).st_mtime < stored:
+                set_modified_time(self._fd, stored)  # (through the open file: see files.py)
         except OSError as exc:
-            log.debug("%s keeps its own time: %s", self.path, exc)
+            log.warning("%s keeps its own time, which may lag its last message's (expiry after "
+                        "a restart goes by it): %s", self.path, exc)

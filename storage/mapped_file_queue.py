@@ -269,10 +269,12 @@ class MappedFileQueue:
             for mapped_file in gone:
                 OWED.leave(mapped_file, True)  # (deleted, or emptied and owed)
 
-    def shutdown(self) -> None:
-        """Unmap every file (data stays on disk), each with its last store time for expiry."""
+    def shutdown(self, stamp: bool = True) -> None:
+        """Unmap every file (data stays on disk), each with its last store time for expiry
+        unless ``stamp`` is False (a disk that hangs: see storage/store_shutdown.py)."""
         for mapped_file in self.mapped_files:
-            mapped_file.stamp_store_time()
+            if stamp:
+                mapped_file.stamp_store_time()
             mapped_file.close()
 
     def destroy(self) -> None:

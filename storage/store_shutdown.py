@@ -9,6 +9,7 @@ other sync at all, since each would hang the same way: the files are unmapped un
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable
@@ -90,7 +91,8 @@ def _close_without_syncing(store: DefaultMessageStore) -> None:
     log.error("shutdown: the CommitLog's last flush did not end (the disk hangs); closing the "
               "store without syncing anything, keeping the abort file so the next start "
               "recovers")
-    closers: list[Callable[[], None]] = [store.commit_log.mapped_file_queue.shutdown]
+    closers: list[Callable[[], None]] = [  # (no file time set either: metadata waits on it too)
+        functools.partial(store.commit_log.mapped_file_queue.shutdown, stamp=False)]
     closers += [queue.mapped_file_queue.shutdown
                 for queues in store.consume_queue_table.values() for queue in queues.values()]
     closers.append(store.index_service.close)

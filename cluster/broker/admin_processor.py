@@ -26,7 +26,11 @@ from cluster.broker.topic_config import TopicConfig
 from cluster.remoting.body import JsonBody
 from cluster.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode
 from cluster.remoting.header import HeaderError
-from cluster.topic_validator import is_system_topic
+from cluster.topic_validator import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    RETRY_GROUP_TOPIC_PREFIX,
+    is_system_topic,
+)
 
 
 def message_queue_key(topic: str, broker_name: str, queue_id: int) -> str:
@@ -76,6 +80,10 @@ class AdminBrokerProcessor:
         if not self.broker.is_master:
             return command.make_response(ResponseCode.SYSTEM_ERROR, SLAVE_READ_ONLY)
         clash = self.broker.topics.folder_problem(topic)
+        for prefix in (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX):
+            if not clash and topic.startswith(prefix) and topic not in self.broker.topics.table:
+                # (a group's topic made by hand must not take another group's folder)
+                clash = self.broker.subscription_groups.folder_problem(topic[len(prefix):])
         if clash:
             return command.make_response(ResponseCode.SYSTEM_ERROR, clash)
         config = TopicConfig(topic, header.read_queue_nums, header.write_queue_nums, header.perm,

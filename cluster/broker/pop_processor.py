@@ -43,7 +43,11 @@ from cluster.remoting.body import JsonBody
 from cluster.remoting.codec import RemotingCommand
 from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.header import HeaderError
-from cluster.topic_validator import validate_group_name, validate_topic_name
+from cluster.topic_validator import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    validate_group_name,
+    validate_topic_name,
+)
 from storage.errors import PutMessageError
 from storage.record import MessageRecord, decode_record
 from storage.results import GetMessageStatus
@@ -115,10 +119,11 @@ class PopMessageProcessor:
                                          f"the topic[{topic}] peeking message is forbidden")
         groups = broker.subscription_groups
         refusal = group_refusal(command, group, groups.find(group), groups)
-        if refusal is None:  # where unacked messages come back must be a folder this store holds
-            problem = broker.topics.folder_problem(pop_retry_topic(group, topic))
-            if problem:
-                return command.make_response(ResponseCode.SYSTEM_ERROR, problem)
+        if refusal is None:  # where unacked messages come back must be folders this store holds
+            for needed in (pop_retry_topic(group, topic), DLQ_GROUP_TOPIC_PREFIX + group):
+                problem = broker.topics.folder_problem(needed)
+                if problem:
+                    return command.make_response(ResponseCode.SYSTEM_ERROR, problem)
         return refusal
 
     def _queues(self, header: PopMessageRequestHeader) -> list[tuple[str, int, bool]]:

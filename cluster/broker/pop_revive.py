@@ -74,6 +74,7 @@ class PopReviveService:
         self.revived = 0  # messages put back since start
         self._settled = True  # a checkpoint left the table: the revive offset may move
         self.dead_lettered = 0
+        self._unstorable: set[str] = set()  # topics whose folder this store refused (said once)
 
     # -- life ---------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -244,7 +245,7 @@ class PopReviveService:
                 topic, queues, PERM_READ | PERM_WRITE) is None:
             # A name the store cannot hold (POP refuses them; a case twin made since): kept,
             # and tried again like a refused put.
-            return False
+            return self._unstorable_topic(topic)
         if self._copy(record, origin or ck.topic, topic, random.randrange(queues), attempts):
             self.revived += 1
             return True
@@ -255,10 +256,18 @@ class PopReviveService:
         topic = DLQ_GROUP_TOPIC_PREFIX + group
         if self.broker.topics.create_in_send_message_back_method(
                 topic, 1, PERM_READ | PERM_WRITE) is None:
-            return False  # (as a retry topic the store cannot hold, above)
+            return self._unstorable_topic(topic)  # (as a retry topic, above)
         if self._copy(record, origin, topic, 0, attempts):
             self.dead_lettered += 1
             return True
+        return False
+
+    def _unstorable_topic(self, topic: str) -> bool:
+        """False (try again later), having said once why messages wait for ``topic``."""
+        if topic not in self._unstorable:
+            self._unstorable.add(topic)
+            why = self.broker.topics.folder_problem(topic) or f"{topic} was not created"
+            log.warning("POP: unacked messages wait to come back: %s", why)
         return False
 
     def _copy(self, record: MessageRecord, origin: str, topic: str, queue_id: int,

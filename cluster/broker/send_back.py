@@ -73,7 +73,7 @@ class SendMessageBackProcessor:
                 topic, queues, PERM_READ | PERM_WRITE) is None:  # (a name the store cannot hold)
             return command.make_response(ResponseCode.SYSTEM_ERROR,
                                          f"topic[{topic}] not exist: "
-                                         f"{broker.topics.folder_problem(topic)}")
+                                         f"{broker.topics.folder_problem(topic) or 'refused'}")
         msg = MessageExtBrokerInner(
             topic=topic, body=record.body, queue_id=queue_id, flag=record.flag, properties=props,
             properties_string=properties_to_string(props), sys_flag=record.sys_flag,

@@ -197,8 +197,9 @@ class SendMessageProcessor:
                 topic = DLQ_GROUP_TOPIC_PREFIX + group
                 if broker.topics.create_in_send_message_back_method(
                         topic, 1, PERM_READ | PERM_WRITE) is None:
-                    return command.make_response(ResponseCode.TOPIC_NOT_EXIST,
-                                                 broker.topics.folder_problem(topic))
+                    return command.make_response(
+                        ResponseCode.TOPIC_NOT_EXIST,
+                        broker.topics.folder_problem(topic) or f"topic[{topic}] not exist")
                 queue_id = 0
                 props[PROPERTY_DELAY_TIME_LEVEL] = "-1"
         self._complete_properties(props)

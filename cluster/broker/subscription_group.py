@@ -137,16 +137,18 @@ class SubscriptionGroupManager:
 
     def folder_problem(self, group: str) -> str | None:
         """Why a new group ``group`` could not have its retry and dead-letter topics in this
-        store beside the groups there are, or None (see the module's docstring)."""
+        store beside the groups there are, or None (see the module's docstring). A group the
+        table holds already is taken as it is."""
+        with self._lock:
+            if group in self.table:
+                return None
         problem = file_names.name_problem(RETRY_GROUP_TOPIC_PREFIX + group)
         if problem:
             return f"the group {group} cannot be stored on this platform: its retry topic {problem}"
         if self.names_ignore_case:
             with self._lock:
-                known = group in self.table
                 folded = group.casefold()
-                other = None if known else next(
-                    (name for name in self.table if name.casefold() == folded), None)
+                other = next((name for name in self.table if name.casefold() == folded), None)
             if other is not None:
                 return (f"the group {group} differs from the group {other} only in case, and "
                         "this store's file system would give their retry topics one folder")

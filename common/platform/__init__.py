@@ -5,7 +5,8 @@ way of one concern, chosen when called (so a test can take away what a platform 
 * file_space.py: claiming a file's blocks ahead of writing (posix_fallocate where there is one);
 * file_io.py: reading and writing at a position (pread/pwrite, or a locked seek on Windows);
 * file_lock.py: a store's lock file (fcntl on POSIX, msvcrt on Windows);
-* files.py: deleting and replacing files another process has open (Windows refuses both);
+* files.py: deleting and replacing files another process has open (Windows refuses both),
+  setting an open file's time;
 * limits.py: the open-files limit (RLIMIT_NOFILE where there is one);
 * allocator.py: glibc's malloc keeping big freed buffers for reuse (mallopt; nothing
   elsewhere, where the allocators cache them themselves);

@@ -1,13 +1,17 @@
-"""Deleting and replacing files another process may have open.
+"""Deleting and replacing files another process may have open; setting an open file's time.
 
 POSIX lets a file be deleted or renamed over while others have it open (they keep reading the
 old one). Windows refuses both while any handle is open (another process reading the store,
 the console reading a job record): there a delete waits for a later round, and a replace is
-tried again a few times."""
+tried again a few times. A file's time is set through the descriptor already open:
+Windows' ``os.utime`` opens the file again by name, sharing nothing, which a file this process
+has open or mapped refuses."""
 
 from __future__ import annotations
 
+import functools
 import os
+import sys
 import time
 
 # os.open flags for a file read and written as bytes: Windows' C runtime opens a descriptor in
@@ -66,3 +70,35 @@ def read_text(path, attempts: int = 20, pause: float = 0.05) -> str:
             time.sleep(pause)
     with open(path, encoding="utf-8") as handle:  # the last try: whatever it meets, raises
         return handle.read()
+
+
+def set_modified_time(fd: int, seconds: float) -> None:
+    """Set the modification time of the open file ``fd`` to ``seconds`` since the epoch, to the
+    millisecond (a store time's precision), its access time kept (``fd`` must be open for
+    writing on Windows)."""
+    ms = round(seconds * 1000)
+    if sys.platform == "win32":
+        import ctypes
+        import msvcrt
+        from ctypes import wintypes
+
+        ticks = ms * 10_000 + _FILETIME_UNIX_EPOCH
+        written = wintypes.FILETIME(ticks & 0xFFFFFFFF, ticks >> 32)
+        # Creation and access times None: left as they are.
+        if not _kernel32().SetFileTime(wintypes.HANDLE(msvcrt.get_osfhandle(fd)), None, None,
+                                       ctypes.byref(written)):
+            raise ctypes.WinError(ctypes.get_last_error())
+        return
+    os.utime(fd, ns=(os.fstat(fd).st_atime_ns, ms * 1_000_000))
+
+
+# 100-nanosecond intervals between Windows' epoch (1601-01-01) and the Unix one.
+_FILETIME_UNIX_EPOCH = 116_444_736_000_000_000
+
+
+@functools.cache
+def _kernel32():
+    """Windows' kernel32, through ctypes (tests put a fake in its place)."""
+    import ctypes
+
+    return ctypes.WinDLL("kernel32", use_last_error=True)

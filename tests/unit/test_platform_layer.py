@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from common.platform import durability, file_lock, file_space, limits, processes, sockets
+from common.platform import durability, file_lock, file_space, files, limits, processes, sockets
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("common", "storage", "cluster", "export", "gui", "rocketdesk")
@@ -476,3 +476,46 @@ def test_positioned_reads_and_writes_without_pread_and_pwrite(monkeypatch, tmp_p
     finally:
         os.close(fd)
     assert (tmp_path / "f").read_bytes() == b"012ab56789"
+
+
+def test_an_open_file_s_time_is_set_through_its_descriptor(tmp_path):
+    path = tmp_path / "f"
+    path.write_bytes(b"x")
+    os.utime(path, (1_000, 2_000))
+    fd = os.open(path, os.O_RDWR)
+    try:
+        files.set_modified_time(fd, 1_700_000_000.25)
+    finally:
+        os.close(fd)
+    assert os.stat(path).st_mtime_ns == 1_700_000_000_250_000_000
+    assert os.stat(path).st_atime == 1_000  # kept
+
+
+def test_windows_sets_an_open_file_s_time_on_its_handle(monkeypatch):
+    # Windows' os.utime opens the file again by name, sharing nothing: a file this process has
+    # mapped refuses it. SetFileTime on the handle already open does not.
+    import ctypes
+    import types
+
+    calls = []
+
+    class Kernel32:
+        ok = 1
+
+        def SetFileTime(self, handle, created, accessed, written):  # (Windows' name)
+            calls.append((handle.value, created, accessed, written._obj.dwHighDateTime << 32
+                          | written._obj.dwLowDateTime))
+            return self.ok
+
+    kernel32 = Kernel32()
+    monkeypatch.setattr(sys, "platform", "win32")
+    monkeypatch.setitem(sys.modules, "msvcrt", types.SimpleNamespace(get_osfhandle=lambda fd: fd + 1000))
+    monkeypatch.setattr(files, "_kernel32", lambda: kernel32)
+    files.set_modified_time(7, 1_700_000_000.5)
+    # 100-ns ticks since 1601: 11,644,473,600 s before 1970.
+    assert calls == [(1007, None, None, (1_700_000_000_5 + 11_644_473_600_0) * 1_000_000)]
+    kernel32.ok = 0
+    monkeypatch.setattr(ctypes, "get_last_error", lambda: 32, raising=False)
+    monkeypatch.setattr(ctypes, "WinError", lambda code: OSError(code, "in use"), raising=False)
+    with pytest.raises(OSError, match="in use"):
+        files.set_modified_time(7, 1.0)

@@ -50,6 +50,10 @@ def test_a_group_differing_only_in_case_is_refused_where_the_file_system_ignores
     assert "differs from the group GroupA only in case" in groups.folder_problem("groupa")
     assert groups.find("GroupA") is not None  # itself
     assert groups.find("GroupB") is not None
+    groups.names_ignore_case = False
+    assert groups.find("groupb") is not None  # (made where case counts) …
+    groups.names_ignore_case = True
+    assert groups.folder_problem("groupb") is None  # … and taken as it is where it does not
 
 
 def test_a_retry_topic_whose_folder_another_topic_holds_is_not_created(tmp_path):
@@ -81,10 +85,14 @@ def test_a_broker_refuses_a_case_twin_group_with_the_reason(tmp_path):
         twin = json.dumps({"groupName": "READERS"}).encode()
         consumer.data_received(encode(request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {},
                                               twin, opaque=3)))
+        # A dead-letter topic made by hand in the folder a group's would need.
+        consumer.data_received(encode(request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
+            "topic": "%DLQ%readers", "defaultTopic": "TBW102", "readQueueNums": 1,
+            "writeQueueNums": 1, "perm": 6, "topicFilterType": "SINGLE_TAG"}, opaque=6)))
         # A consumer's own send of a message back, to its twin's retry topic.
         consumer.data_received(_send("%RETRY%Readers", b"again", 4))
         consumer.data_received(_send("%RETRY%readers", b"again", 5))
-        assert await _until(lambda: len(_answers(b"".join(answers.writes))) == 5, 5)
+        assert await _until(lambda: len(_answers(b"".join(answers.writes))) == 6, 5)
         said = {opaque: (code, remark) for code, opaque, remark, _ in
                 _answers(b"".join(answers.writes))}
         assert said[1][0] != ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
@@ -96,6 +104,9 @@ def test_a_broker_refuses_a_case_twin_group_with_the_reason(tmp_path):
         assert said[4][0] == ResponseCode.SUCCESS
         assert said[5][0] == ResponseCode.TOPIC_NOT_EXIST
         assert "only in case" in said[5][1]
+        assert said[6][0] == ResponseCode.SYSTEM_ERROR
+        assert "differs from the group Readers only in case" in said[6][1]
+        assert "%DLQ%readers" not in broker.topics.table
         assert set(broker.subscription_groups.table) & {"readers", "READERS"} == set()
         assert "%RETRY%readers" not in broker.topics.table
 

@@ -99,6 +99,8 @@ def test_a_round_that_outlives_the_shutdown_wait_is_abandoned_and_its_requests_a
             for consume_queue in queues.values():
                 consume_queue.mapped_file_queue.flush = (
                     lambda least=0: synced.append("consume queue") or True)
+        for mapped_file in queue.mapped_files:  # nor its files' times (metadata waits too)
+            mapped_file.stamp_store_time = lambda: synced.append("file time")
         assert store.consume_queue_table  # (the put was dispatched: there is one to skip)
         flushed = queue.flushed_where
         await asyncio.to_thread(store.shutdown)
