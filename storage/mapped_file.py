@@ -490,11 +490,16 @@ class MappedFile:
         file is stamped when the writer leaves it (a roll, a shutdown). Best effort: a file
         that cannot be stamped keeps its own time, as before."""
         stored = self.store_timestamp / 1000
-        if stored <= 0 or self._closed:
+        if stored <= 0:
             return
         try:
-            if os.fstat(self._fd).st_mtime < stored:
-                set_modified_time(self._fd, stored)  # (through the open file: see files.py)
+            # Under the lock that closes the descriptor (a close, a deletion's last release):
+            # a descriptor closed meanwhile could be another file's by now.
+            with self._ref_lock:
+                if self._cleanup_over:
+                    return
+                if os.fstat(self._fd).st_mtime < stored:
+                    set_modified_time(self._fd, stored)  # (through the open file: files.py)
         except OSError as exc:
             log.warning("%s keeps its own time, which may lag its last message's (expiry after "
                         "a restart goes by it): %s", self.path, exc)

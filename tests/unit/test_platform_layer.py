@@ -487,8 +487,10 @@ def test_an_open_file_s_time_is_set_through_its_descriptor(tmp_path):
         files.set_modified_time(fd, 1_700_000_000.25)
     finally:
         os.close(fd)
-    assert os.stat(path).st_mtime_ns == 1_700_000_000_250_000_000
-    assert os.stat(path).st_atime == 1_000  # kept
+    # To the millisecond where the file system keeps it (some keep whole seconds, or two).
+    assert os.stat(path).st_mtime == pytest.approx(1_700_000_000.25, abs=2)
+    if sys.platform != "win32":  # (Windows may move it on open)
+        assert os.stat(path).st_atime == pytest.approx(1_000, abs=2)  # kept
 
 
 def test_windows_sets_an_open_file_s_time_on_its_handle(monkeypatch):

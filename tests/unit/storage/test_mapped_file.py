@@ -547,3 +547,24 @@ def test_a_file_the_writer_leaves_takes_its_last_store_time_for_after_a_restart(
         assert [f.last_modified() > 1_000_000 for f in reloaded] == [True, True]
     finally:
         again.shutdown()
+
+
+def test_a_file_whose_descriptor_is_gone_is_not_stamped(tmp_path, monkeypatch):
+    # A deletion's last release closes the descriptor without a close(): its number may be
+    # another file's by then, which must not get this file's time.
+    from storage import mapped_file as module
+
+    mapped = _file(tmp_path)
+    mapped.store_timestamp = 2_000_000_000_000
+    stamped = []
+    monkeypatch.setattr(module, "set_modified_time", lambda fd, seconds: stamped.append(fd))
+    assert mapped.hold()
+    assert not mapped.destroy(0)  # held: the deletion waits for the reader
+    mapped.release()  # the last release cleans up (the descriptor closed)
+    assert mapped.is_cleanup_over
+    other = os.open(tmp_path / "other", os.O_RDWR | os.O_CREAT)  # (takes the freed number)
+    try:
+        mapped.stamp_store_time()
+    finally:
+        os.close(other)
+    assert stamped == []
