@@ -91,3 +91,47 @@ def test_checkpoints_falling_due_together_go_back_over_several_rounds(store_fact
     store.wait_dispatched(timeout=10)
     retry = store.get_message("g", "%RETRY%CID-r_PopT", 0, 0, 10)
     assert len(retry.messages) == 5
+
+
+def test_a_pop_whose_retry_or_dead_letter_folder_is_another_topics_is_refused(store_factory,
+                                                                             tmp_path):
+    # Where the file system ignores case, a topic differing only in case holds the folder the
+    # group's unacked messages would come back to: nothing is handed out, with the reason.
+    store = store_factory()
+    store.put_message_nowait(make_message("PopT", b"m"))
+    store.wait_dispatched(timeout=10)
+    broker = _broker(store, tmp_path)
+    broker.topics.names_ignore_case = True
+    processor = PopMessageProcessor(broker)
+    for twin in ("%dlq%cid-r", "%retry%cid-r_popt"):
+        broker.topics.update(TopicConfig(twin, 1, 1))
+        refused = asyncio.run(processor.pop(None, _pop()))
+        assert refused.code == ResponseCode.SYSTEM_ERROR
+        assert f"differs from the topic {twin} only in case" in refused.remark
+        assert broker.pop_revive.in_flight() == 0
+        broker.topics.delete(twin)
+    assert asyncio.run(processor.pop(None, _pop())).code == ResponseCode.SUCCESS
+
+
+def test_unacked_messages_wait_while_their_retry_folder_is_taken_and_it_is_said_once(
+        store_factory, tmp_path, caplog):
+    store = store_factory()
+    store.put_message_nowait(make_message("PopT", b"m"))
+    store.wait_dispatched(timeout=10)
+    broker = _broker(store, tmp_path)
+    processor = PopMessageProcessor(broker)
+    assert asyncio.run(processor.pop(None, _pop())).code == ResponseCode.SUCCESS
+    broker.topics.names_ignore_case = True  # a twin made since the POP took its folder
+    broker.topics.update(TopicConfig("%retry%cid-r_popt", 1, 1))
+    revive = broker.pop_revive
+    later = max(ck.deadline for ck in revive.table.values()) + 1
+    with caplog.at_level("WARNING", logger="cluster.broker.pop_revive"):
+        for attempt in range(3):  # (a refused one is tried again a second later)
+            revive.revive_due(later + 1500 * attempt, budget=10)
+    assert revive.in_flight() == 1  # kept, not lost
+    said = [r.getMessage() for r in caplog.records if "wait to come back" in r.getMessage()]
+    assert len(said) == 1
+    assert "differs from the topic %retry%cid-r_popt only in case" in said[0]
+    broker.topics.delete("%retry%cid-r_popt")
+    revive.revive_due(later + 6000, budget=10)
+    assert revive.in_flight() == 0  # once the folder is free, it comes back
