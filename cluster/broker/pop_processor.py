@@ -65,6 +65,10 @@ class PopMessageProcessor:
     def __init__(self, broker) -> None:
         self.broker = broker
         self._rotation = itertools.count()
+        # (group, topic) pairs whose retry and dead-letter folders were free at a POP: asked
+        # once, not on every POP (where names ignore case, each asking scans every topic). A
+        # twin made later leaves unacked messages waiting, which the revive says.
+        self._folders_free: set[tuple[str, str]] = set()
 
     def register_with(self, server) -> None:
         server.register(RequestCode.POP_MESSAGE, self.pop)
@@ -119,11 +123,13 @@ class PopMessageProcessor:
                                          f"the topic[{topic}] peeking message is forbidden")
         groups = broker.subscription_groups
         refusal = group_refusal(command, group, groups.find(group), groups)
-        if refusal is None:  # where unacked messages come back must be folders this store holds
+        if refusal is None and (group, topic) not in self._folders_free:
+            # Where unacked messages come back must be folders this store holds.
             for needed in (pop_retry_topic(group, topic), DLQ_GROUP_TOPIC_PREFIX + group):
                 problem = broker.topics.folder_problem(needed)
                 if problem:
                     return command.make_response(ResponseCode.SYSTEM_ERROR, problem)
+            self._folders_free.add((group, topic))
         return refusal
 
     def _queues(self, header: PopMessageRequestHeader) -> list[tuple[str, int, bool]]:

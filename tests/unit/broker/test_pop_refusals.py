@@ -111,6 +111,10 @@ def test_a_pop_whose_retry_or_dead_letter_folder_is_another_topics_is_refused(st
         assert broker.pop_revive.in_flight() == 0
         broker.topics.delete(twin)
     assert asyncio.run(processor.pop(None, _pop())).code == ResponseCode.SUCCESS
+    asked = []
+    broker.topics.folder_problem = asked.append
+    assert asyncio.run(processor.pop(None, _pop())).code == ResponseCode.PULL_NOT_FOUND  # (all out)
+    assert asked == []  # free once: not asked again on every POP
 
 
 def test_unacked_messages_wait_while_their_retry_folder_is_taken_and_it_is_said_once(
