@@ -350,6 +350,134 @@ PyDoc_STRVAR(append_plain_doc,
 
 #define APPEND_ARGS 11
 
+/* What reading a put's arguments (args[0] is the CommitLog) came to. */
+enum { READ_OK = 1, READ_PURE = 0, READ_NONE = 2, READ_FAILED = -1 };
+
+/* A put's arguments into `put` (its store host and sizes, for `store_host`, its CRC), checked as
+ * the compiled put needs them: READ_OK; READ_PURE for what only the pure method copes with (or
+ * words); READ_NONE for a put only the general path takes (properties that are not UTF-8 or too
+ * long), READ_FAILED with an exception set. */
+static int
+read_put(PyObject *const *args, PyObject *store_host, int store_v6, Put *put)
+{
+    memset(put, 0, sizeof *put);
+    put->topic = args[1];
+    put->topic_bytes = args[2];
+    put->body = args[5];
+    put->properties = args[6];
+    put->born_host = args[9];
+    put->store_host = store_host;
+    int overflow = 0;
+    if (!int32_arg(args[3], &put->queue_id) || !int32_arg(args[4], &put->flag)
+        || !int32_arg(args[7], &put->sys_flag) || !int32_arg(args[10], &put->reconsume)
+        || !PyLong_CheckExact(args[8]) || !PyUnicode_CheckExact(put->topic)
+        || !PyBytes_CheckExact(put->topic_bytes) || PyBytes_GET_SIZE(put->topic_bytes) > 127
+        || !PyUnicode_CheckExact(put->properties) || !PyBytes_CheckExact(put->body)
+        || !PyBytes_CheckExact(put->born_host)
+        || (PyBytes_GET_SIZE(put->born_host) != 8 && PyBytes_GET_SIZE(put->born_host) != 20)
+        || !PyBytes_CheckExact(store_host)
+        || (PyBytes_GET_SIZE(store_host) != 8 && PyBytes_GET_SIZE(store_host) != 20))
+        return READ_PURE;
+    put->born_ts = PyLong_AsLongLongAndOverflow(args[8], &overflow);
+    if (put->born_ts == -1 && PyErr_Occurred())
+        return READ_FAILED;
+    if (overflow)
+        return READ_PURE;
+    put->props = PyUnicode_AsUTF8AndSize(put->properties, &put->props_len);
+    if (put->props == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+            return READ_FAILED;
+        PyErr_Clear();
+        return READ_NONE; /* not UTF-8 (a lone surrogate): the general put words it */
+    }
+    Py_ssize_t body_len = PyBytes_GET_SIZE(put->body);
+    if (put->props_len > 32767 || body_len > 0x7FFFFFFF)
+        return READ_NONE;
+    put->total = 72 + PyBytes_GET_SIZE(put->born_host) + PyBytes_GET_SIZE(store_host) + body_len
+        + 1 + PyBytes_GET_SIZE(put->topic_bytes) + 2 + put->props_len;
+    if (PyBytes_GET_SIZE(put->born_host) == 20)
+        put->sys_flag |= BORNHOST_V6_FLAG;
+    if (store_v6)
+        put->sys_flag |= STOREHOST_V6_FLAG;
+    put->crc = crc32_of((const unsigned char *)PyBytes_AS_STRING(put->body), body_len)
+        & 0x7FFFFFFFu;
+    return READ_OK;
+}
+
+/* The CommitLog's store host (a new reference) and whether it is IPv6; NULL on failure. */
+static PyObject *
+store_host_of(PyObject *self, int *v6)
+{
+    PyObject *host = PyObject_GetAttr(self, s_store_host_bytes);
+    if (host == NULL)
+        return NULL;
+    PyObject *flag = PyObject_GetAttr(self, s_store_host_v6);
+    if (flag == NULL) {
+        Py_DECREF(host);
+        return NULL;
+    }
+    *v6 = PyObject_IsTrue(flag);
+    Py_DECREF(flag);
+    if (*v6 < 0) {
+        Py_DECREF(host);
+        return NULL;
+    }
+    return host;
+}
+
+/* lock.acquire() or lock.release(); -1 with an exception set on failure. */
+static int
+call_lock(PyObject *lock, PyObject *name)
+{
+    PyObject *done = PyObject_CallMethodNoArgs(lock, name);
+    if (done == NULL)
+        return -1;
+    Py_DECREF(done);
+    return 0;
+}
+
+/* lock.release() whatever happened, keeping an error already set first. */
+static int
+release_keeping_error(PyObject *lock)
+{
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    if (call_lock(lock, s_release) < 0) {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(traceback);
+        return -1;
+    }
+    PyErr_Restore(type, value, traceback);
+    return 0;
+}
+
+/* A written put's result: (wrote offset, total, queue offset, msgId, ms in the lock). */
+static PyObject *
+put_result(PyObject *prefix, const Put *put, double finished)
+{
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llX", (unsigned long long)put->offset);
+    PyObject *msg_id = PyUnicode_FromFormat("%U%s", prefix, hex);
+    if (msg_id == NULL)
+        return NULL;
+    return Py_BuildValue("(LLLNd)", put->offset, put->total, put->queue_offset, msg_id,
+                         (finished - put->begin) * 1000);
+}
+
+/* The CommitLog's msgId prefix (a new reference), checked to be text; NULL on failure. */
+static PyObject *
+msg_id_prefix(PyObject *self)
+{
+    PyObject *prefix = PyObject_GetAttr(self, s_msg_id_prefix);
+    if (prefix != NULL && !PyUnicode_Check(prefix)) {
+        Py_DECREF(prefix);
+        PyErr_SetString(PyExc_TypeError, "the CommitLog's msgId prefix is not text");
+        return NULL;
+    }
+    return prefix;
+}
+
 static PyObject *
 append_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -360,82 +488,27 @@ append_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *self = args[0];
-    Put put = {0};
-    put.topic = args[1];
-    put.topic_bytes = args[2];
-    put.body = args[5];
-    put.properties = args[6];
-    put.born_host = args[9];
-    int overflow = 0;
-    if (!int32_arg(args[3], &put.queue_id) || !int32_arg(args[4], &put.flag)
-        || !int32_arg(args[7], &put.sys_flag) || !int32_arg(args[10], &put.reconsume)
-        || !PyLong_CheckExact(args[8]) || !PyUnicode_CheckExact(put.topic)
-        || !PyBytes_CheckExact(put.topic_bytes) || PyBytes_GET_SIZE(put.topic_bytes) > 127
-        || !PyUnicode_CheckExact(put.properties) || !PyBytes_CheckExact(put.body)
-        || !PyBytes_CheckExact(put.born_host)
-        || (PyBytes_GET_SIZE(put.born_host) != 8 && PyBytes_GET_SIZE(put.born_host) != 20))
-        return call_pure(args, nargs); /* what the pure method copes with, or words */
-    put.born_ts = PyLong_AsLongLongAndOverflow(args[8], &overflow);
-    if (put.born_ts == -1 && PyErr_Occurred())
+    int store_v6 = 0;
+    PyObject *store_host = store_host_of(self, &store_v6);
+    if (store_host == NULL)
         return NULL;
-    if (overflow)
-        return call_pure(args, nargs);
-    put.props = PyUnicode_AsUTF8AndSize(put.properties, &put.props_len);
-    if (put.props == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
-            return NULL;
-        PyErr_Clear();
-        Py_RETURN_NONE; /* not UTF-8 (a lone surrogate): the general put words it */
-    }
-    Py_ssize_t body_len = PyBytes_GET_SIZE(put.body);
-    if (put.props_len > 32767 || body_len > 0x7FFFFFFF)
-        Py_RETURN_NONE;
-    put.store_host = PyObject_GetAttr(self, s_store_host_bytes);
-    if (put.store_host == NULL)
-        return NULL;
-    PyObject *result = NULL, *lock = NULL, *v6 = NULL;
-    if (!PyBytes_CheckExact(put.store_host)
-        || (PyBytes_GET_SIZE(put.store_host) != 8 && PyBytes_GET_SIZE(put.store_host) != 20)) {
-        result = call_pure(args, nargs);
+    PyObject *result = NULL, *lock = NULL;
+    Put put;
+    switch (read_put(args, store_host, store_v6, &put)) {
+    case READ_FAILED:
+        goto out;
+    case READ_PURE:
+        result = call_pure(args, nargs); /* what the pure method copes with, or words */
+        goto out;
+    case READ_NONE:
+        result = Py_NewRef(Py_None);
         goto out;
     }
-    put.total = 72 + PyBytes_GET_SIZE(put.born_host) + PyBytes_GET_SIZE(put.store_host) + body_len
-        + 1 + PyBytes_GET_SIZE(put.topic_bytes) + 2 + put.props_len;
-    if (PyBytes_GET_SIZE(put.born_host) == 20)
-        put.sys_flag |= BORNHOST_V6_FLAG;
-    v6 = PyObject_GetAttr(self, s_store_host_v6);
-    if (v6 == NULL)
-        goto out;
-    int store_v6 = PyObject_IsTrue(v6);
-    if (store_v6 < 0)
-        goto out;
-    if (store_v6)
-        put.sys_flag |= STOREHOST_V6_FLAG;
-    put.crc = crc32_of((const unsigned char *)PyBytes_AS_STRING(put.body), body_len) & 0x7FFFFFFFu;
-
     lock = PyObject_GetAttr(self, s_put_lock);
-    if (lock == NULL)
+    if (lock == NULL || call_lock(lock, s_acquire) < 0)
         goto out;
-    PyObject *acquired = PyObject_CallMethodNoArgs(lock, s_acquire);
-    if (acquired == NULL)
-        goto out;
-    Py_DECREF(acquired);
     int outcome = put_locked(self, &put);
-    {
-        /* Released whatever happened, keeping the put's own error first. */
-        PyObject *type, *value, *traceback;
-        PyErr_Fetch(&type, &value, &traceback);
-        PyObject *released = PyObject_CallMethodNoArgs(lock, s_release);
-        if (released == NULL) {
-            Py_XDECREF(type);
-            Py_XDECREF(value);
-            Py_XDECREF(traceback);
-            goto out;
-        }
-        Py_DECREF(released);
-        PyErr_Restore(type, value, traceback);
-    }
-    if (outcome == FAILED)
+    if (release_keeping_error(lock) < 0 || outcome == FAILED)
         goto out;
     if (outcome == DECLINED) {
         result = Py_NewRef(Py_None);
@@ -452,31 +525,138 @@ append_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (notified == NULL)
         goto out;
     Py_DECREF(notified);
-    PyObject *prefix = PyObject_GetAttr(self, s_msg_id_prefix);
+    PyObject *prefix = msg_id_prefix(self);
     if (prefix == NULL)
         goto out;
-    if (!PyUnicode_Check(prefix)) {
-        Py_DECREF(prefix);
-        PyErr_SetString(PyExc_TypeError, "the CommitLog's msgId prefix is not text");
+    result = put_result(prefix, &put, finished);
+    Py_DECREF(prefix);
+out:
+    Py_XDECREF(lock);
+    Py_DECREF(store_host);
+    return result;
+}
+
+PyDoc_STRVAR(append_plain_run_doc,
+"append_plain_run(commit_log, puts) -> (results, error)\n\n"
+"CommitLog.append_plain_run in one call (its pure twin: CommitLog._append_plain_run_pure):\n"
+"append_plain for each tuple of arguments in ``puts`` in turn, under one hold of the put lock,\n"
+"until one is not written. ``results`` are the written ones' results, in order; ``error`` is\n"
+"the exception the next put failed with (nothing of it written), or None when it was declined\n"
+"or needs the pure method (the caller puts it by itself) or all were written.");
+
+static PyObject *
+append_plain_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 2 || !PyList_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "append_plain_run() takes a CommitLog and a list");
+        return NULL;
+    }
+    PyObject *self = args[0], *puts = args[1];
+    Py_ssize_t count = PyList_GET_SIZE(puts);
+    int store_v6 = 0;
+    PyObject *store_host = store_host_of(self, &store_v6);
+    if (store_host == NULL)
+        return NULL;
+    PyObject *result = NULL, *lock = NULL, *results = NULL, *error = NULL, *prefix = NULL;
+    Put *done = PyMem_Calloc(count ? (size_t)count : 1, sizeof *done);
+    if (done == NULL) {
+        PyErr_NoMemory();
         goto out;
     }
-    char hex[17];
-    snprintf(hex, sizeof hex, "%016llX", (unsigned long long)put.offset);
-    PyObject *msg_id = PyUnicode_FromFormat("%U%s", prefix, hex);
-    Py_DECREF(prefix);
-    if (msg_id == NULL)
+    /* The puts held here while the lock is: a list the caller changes meanwhile cannot free
+     * what the records are being written from. */
+    PyObject *held = PyList_GetSlice(puts, 0, count);
+    if (held == NULL)
         goto out;
-    result = Py_BuildValue("(LLLNd)", put.offset, put.total, put.queue_offset, msg_id,
-                           (finished - put.begin) * 1000);
+    Py_ssize_t ready = 0;
+    for (; ready < count; ready++) {
+        PyObject *item = PyList_GET_ITEM(held, ready);
+        if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != APPEND_ARGS - 1)
+            break; /* (the caller puts it by itself: the pure method words it) */
+        PyObject *argv[APPEND_ARGS];
+        argv[0] = self;
+        for (int i = 1; i < APPEND_ARGS; i++)
+            argv[i] = PyTuple_GET_ITEM(item, i - 1);
+        int read = read_put(argv, store_host, store_v6, &done[ready]);
+        if (read == READ_FAILED) {
+            Py_DECREF(held);
+            goto out;
+        }
+        if (read != READ_OK)
+            break;
+    }
+    Py_ssize_t wrote = 0;
+    if (ready > 0) {
+        lock = PyObject_GetAttr(self, s_put_lock);
+        if (lock == NULL || call_lock(lock, s_acquire) < 0) {
+            Py_DECREF(held);
+            goto out;
+        }
+        for (; wrote < ready; wrote++) {
+            int outcome = put_locked(self, &done[wrote]);
+            if (outcome == WROTE)
+                continue;
+            if (outcome == FAILED) {
+                PyObject *type, *traceback;
+                PyErr_Fetch(&type, &error, &traceback);
+                PyErr_NormalizeException(&type, &error, &traceback);
+                if (traceback != NULL)
+                    PyException_SetTraceback(error, traceback);
+                if (!PyErr_GivenExceptionMatches(error, PyExc_Exception)) {
+                    PyErr_Restore(type, error, traceback); /* raised as it is */
+                    error = NULL;
+                    release_keeping_error(lock);
+                    Py_DECREF(held);
+                    goto out;
+                }
+                Py_XDECREF(type);
+                Py_XDECREF(traceback);
+            }
+            break;
+        }
+        if (release_keeping_error(lock) < 0) {
+            Py_DECREF(held);
+            goto out;
+        }
+    }
+    Py_DECREF(held); /* (the written puts' objects: their results copy what they need) */
+    results = PyList_New(wrote);
+    if (results == NULL)
+        goto out;
+    if (wrote > 0) {
+        double finished = clock_now(s_monotonic);
+        if (finished == -1.0 && PyErr_Occurred())
+            goto out;
+        PyObject *notified = PyObject_CallMethodNoArgs(self, s_notify_append);
+        if (notified == NULL)
+            goto out;
+        Py_DECREF(notified);
+        prefix = msg_id_prefix(self);
+        if (prefix == NULL)
+            goto out;
+        for (Py_ssize_t i = 0; i < wrote; i++) {
+            PyObject *one = put_result(prefix, &done[i], finished);
+            if (one == NULL)
+                goto out;
+            PyList_SET_ITEM(results, i, one);
+        }
+    }
+    result = PyTuple_Pack(2, results, error != NULL ? error : Py_None);
 out:
-    Py_XDECREF(v6);
+    PyMem_Free(done);
+    Py_XDECREF(prefix);
+    Py_XDECREF(error);
+    Py_XDECREF(results);
     Py_XDECREF(lock);
-    Py_DECREF(put.store_host);
+    Py_DECREF(store_host);
     return result;
 }
 
 static PyMethodDef append_methods[] = {
     {"append_plain", (PyCFunction)(void (*)(void))append_plain, METH_FASTCALL, append_plain_doc},
+    {"append_plain_run", (PyCFunction)(void (*)(void))append_plain_run, METH_FASTCALL,
+     append_plain_run_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -80,6 +80,7 @@ log = logging.getLogger(__name__)
 
 # CommitLog.append_plain compiled (common/_append.c), where the core is built and has it.
 _append_plain_compiled = getattr(speedups.store_core, "append_plain", None)
+_append_plain_run_compiled = getattr(speedups.store_core, "append_plain_run", None)
 
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
@@ -119,6 +120,9 @@ class CommitLog:
         self.page_warmer: PageWarmer | None = None  # set by the store where it can run
         if _append_plain_compiled is not None:  # (the instance's own: no Python frame a put)
             self.append_plain = MethodType(_append_plain_compiled, self)  # type: ignore[method-assign]
+        if _append_plain_run_compiled is not None:
+            self.append_plain_run = MethodType(  # type: ignore[method-assign]
+                _append_plain_run_compiled, self)
 
     def _staging(self, total: int) -> bytearray:
         """The encode buffer for a put of ``total`` bytes (under the put lock)."""
@@ -342,6 +346,34 @@ class CommitLog:
         self._notify_append()
         return (base + start, total, queue_offset, f"{self._msg_id_prefix}{base + start:016X}",
                 elapsed * 1000)
+
+    def append_plain_run(
+        self, puts: list[tuple],
+    ) -> tuple[list[tuple[int, int, int, str, float]], Exception | None]:
+        """:meth:`append_plain` for each tuple of its arguments (without the CommitLog) in
+        ``puts``, in turn, until one is not written: (the written ones' results, in order; the
+        exception the next one failed with, having written nothing of it, or None). A put that
+        is declined stops the run with no error: the caller puts it, and the rest, by itself,
+        the way it puts a single message. The compiled core (common/_append.c) holds the put
+        lock once for the whole run; a burst of sends read together costs one call."""
+        return self._append_plain_run_pure(puts)
+
+    def _append_plain_run_pure(
+        self, puts: list[tuple],
+    ) -> tuple[list[tuple[int, int, int, str, float]], Exception | None]:
+        """:meth:`append_plain_run`'s reference, in Python (the compiled one's pure twin)."""
+        results: list[tuple[int, int, int, str, float]] = []
+        for put in list(puts):
+            if type(put) is not tuple or len(put) != 10:
+                break
+            try:
+                done = self._append_plain_pure(*put)
+            except Exception as exc:
+                return results, exc
+            if done is None:
+                break
+            results.append(done)
+        return results, None
 
     def put_messages(self, batch: MessageExtBatch) -> AppendMessageResult:
         """Append a batch: one record per inner message, consecutive queue offsets, one file.

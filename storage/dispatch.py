@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import islice
+from typing import NamedTuple
 
 from storage.dispatch_runs import plain_run as run_length
 from storage.errors import CorruptRecordError, OffsetOutOfRangeError, TornTailError, describe_os_error
@@ -134,7 +135,17 @@ def _pop_if_first(appended, item) -> None:
 
 
 Dispatcher = Callable[[DispatchRequest], None]
-ArrivalListener = Callable[[DispatchRequest], None]
+class Arrival(NamedTuple):
+    """What an arrival listener hears of the newest record of a queue: enough to wake the
+    pulls held on it (a whole DispatchRequest, built for each, cost more than the wakeup)."""
+
+    topic: str
+    queue_id: int
+    consume_queue_offset: int
+    commit_log_offset: int
+
+
+ArrivalListener = Callable[[Arrival], None]
 
 
 class DispatchFailed(Exception):
@@ -262,15 +273,15 @@ class ReputMessageService(ServiceThread):
         if not arrived:
             return
         self._arrived = {}
-        levels = self.delay_levels_ms
         for newest in arrived.values():
-            # An appended entry that ``dispatch_plain`` took has no request yet.
-            request = newest if type(newest) is not tuple else build_dispatch_request(
-                newest[4], newest[5], newest[0], newest[1], newest[2], newest[3], newest[6],
-                newest[7], newest[8], levels)
+            # An appended entry that ``dispatch_plain`` took, or a DispatchRequest.
+            arrival = Arrival(newest[4], newest[5], newest[3], newest[0]) \
+                if type(newest) is tuple else Arrival(newest.topic, newest.queue_id,
+                                                      newest.consume_queue_offset,
+                                                      newest.commit_log_offset)
             for listener in self.arrival_listeners:
                 try:
-                    listener(request)
+                    listener(arrival)
                 except Exception:
                     if self._listener_failures.should_log("listener")[0]:
                         log.exception("an arrival listener failed; the message is dispatched "

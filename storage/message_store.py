@@ -306,6 +306,53 @@ class DefaultMessageStore(MessageLookup):
             flush.wakeup_if_due(end)
         return queue_offset, end, msg_id, None
 
+    def put_plain_run(
+        self, puts: list[tuple],
+    ) -> tuple[list[tuple[int, int, int, str, float]], Exception | None]:
+        """:meth:`put_plain` for a run of messages read together (each tuple is
+        ``CommitLog.append_plain``'s arguments), for a store whose senders wait for no flush
+        (not SYNC_FLUSH): the written ones' CommitLog results, in order, and the refusal of the
+        next one (nothing of it written) or None. It stops with no refusal at a put that only
+        :meth:`put_plain` or the general put takes (a body over ``maxMessageSize``, a new file),
+        and takes none under SYNC_FLUSH: the caller puts the rest one by one. Refuses the whole
+        run, having written nothing, as :meth:`put_plain` refuses one."""
+        check_store_status(self)
+        if self.config.flush_disk_type is _SYNC_FLUSH:
+            return [], None
+        limit = self.config.max_message_size
+        for taken, put in enumerate(puts):
+            if len(put[4]) > limit:
+                puts = puts[:taken]
+                break
+        try:
+            results, error = self.commit_log.append_plain_run(puts)
+        except Exception as exc:
+            self._put_failed(exc)
+            raise
+        if error is not None:
+            self._put_failed(error)
+        if not results:
+            return results, error
+        self.running_flags.clear(WRITE_COMMIT_LOG_ERROR)
+        try:  # one count a topic: nearly always one topic a run
+            first_topic = puts[0][0]
+            if all(put[0] == first_topic for put in puts[:len(results)]):
+                self.stats.record_put(first_topic, len(results),
+                                      sum(result[1] for result in results),
+                                      max(result[4] for result in results), len(results))
+            else:
+                for put, result in zip(puts, results, strict=False):
+                    self.stats.record_put(put[0], 1, result[1], result[4])
+        except Exception:  # stored: nothing here may turn it into an error for the sender
+            if self._after_put_failures.should_log("stats")[0]:
+                log.exception("recording put statistics failed")
+        last = results[-1]
+        if self.commit_service is not None:
+            self.commit_service.wakeup()
+        elif isinstance(self.flush_service, FlushRealTimeService):
+            self.flush_service.wakeup_if_due(last[0] + last[1])
+        return results, error
+
     def _put(self, put, arg):
         """``put(arg)``, a CommitLog append, with the running flag and failure count kept."""
         try:
@@ -399,7 +446,8 @@ class DefaultMessageStore(MessageLookup):
             return queue
 
     def add_arrival_listener(self, listener) -> None:
-        """Call ``listener(DispatchRequest)`` on the dispatch thread for every new record."""
+        """Call ``listener(Arrival)`` with the newest record of each queue, after each round of
+        dispatch (on the dispatch thread or the event loop)."""
         self.reput.arrival_listeners.append(listener)
 
     def wait_dispatched(self, timeout: float = 10.0) -> bool:

@@ -56,13 +56,16 @@ class StoreStatsService(ServiceThread):
         self._samples: deque[_Sample] = deque(maxlen=SAMPLE_SECONDS + 1)
         self.sample()
 
-    def record_put(self, topic: str, count: int, size: int, elapsed_ms: float) -> None:
-        """Count a successful put of ``count`` messages taking ``elapsed_ms`` end to end."""
+    def record_put(self, topic: str, count: int, size: int, elapsed_ms: float,
+                   puts: int = 1) -> None:
+        """Count ``puts`` successful puts of ``count`` messages in all, each taking up to
+        ``elapsed_ms`` end to end (a batch is one put; a run of sends written together, one
+        put each)."""
         bucket = bisect_left(PUT_LATENCY_BOUNDS_MS, elapsed_ms)  # first bound >= elapsed
         with self._lock:
             self.put_message_times_total += count
             self.put_message_size_total += size
-            self.put_latency_buckets[bucket] += 1
+            self.put_latency_buckets[bucket] += puts
             self.put_message_entire_time_max = max(self.put_message_entire_time_max, elapsed_ms)
             self.topic_put_times[topic] = self.topic_put_times.get(topic, 0) + count
             self.topic_put_size[topic] = self.topic_put_size.get(topic, 0) + size

@@ -112,7 +112,7 @@ class BrokerController:
         self.pull_hold = PullRequestHoldService(loop)
         hold = self.pull_hold
         self.store.add_arrival_listener(
-            lambda r: hold.notify_from_thread(r.topic, r.queue_id, r.consume_queue_offset + 1))
+            lambda arrival: hold.notify_from_thread(arrival[0], arrival[1], arrival[2] + 1))
         self.append_notifier = AppendNotifier(loop, self.store)
         self.store.commit_log.on_append = self.append_notifier.on_append
         await self._start_replication()

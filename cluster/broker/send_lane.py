@@ -26,6 +26,7 @@ from cluster.broker.headers import CLIENT_SYS_FLAGS, SendMessageRequestHeader
 from cluster.broker.topic_config import PERM_WRITE
 from cluster.remoting.codec import command_of
 from cluster.remoting.codes import RequestCode
+from cluster.remoting.connection import CORK_FRAMES
 from cluster.remoting.header import HeaderError, decoder_plan, fast_decoder
 from cluster.topic_validator import NOT_ALLOWED_SEND_TOPICS, RETRY_GROUP_TOPIC_PREFIX
 from common import speedups
@@ -38,6 +39,7 @@ from storage.message import (
     properties_normalized,
     wait_store_msg_ok,
 )
+from storage.put_checks import topic_bytes
 
 _V2 = int(RequestCode.SEND_MESSAGE_V2)
 _HOST_FLAGS = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
@@ -91,6 +93,11 @@ class SendLane:
 
     __slots__ = ("_answers", "_born_hosts", "_broker", "_fields", "_processor")
 
+    # At most this many frames a run (RemotingConnection collects them): their answers leave
+    # together, as often as answers a frame at a time did (connection.CORK_FRAMES), so the
+    # first sender of a burst does not wait longer for its answer.
+    run_frames = CORK_FRAMES
+
     def __init__(self, processor) -> None:
         self._processor = processor
         self._broker = processor.broker
@@ -139,3 +146,77 @@ class SendLane:
         return self._answers.frame(frame[2], config.region_id,
                                    "true" if config.trace_on else "false", msg_id, queue_id,
                                    queue_offset)
+
+    def run(self, connection, frames: list[tuple]) -> list:
+        """The answers to the first frames of ``frames`` (consecutive requests of one read),
+        as many as the lane takes together, in one put of the store for all (``put_plain_run``):
+        a list as long as the frames answered, each the frame ``__call__`` would give or a
+        refusal. The frames after them (the first that is not the common case, a put the store
+        leaves to its single put, a broker that waits for the disk or a slave) are left, having
+        changed nothing, to be handled one by one."""
+        broker = self._broker
+        store = broker.store
+        store_config = store.config
+        config = broker.config
+        if (store_config.flush_disk_type is _SYNC_FLUSH or store_config.broker_role is _SYNC_MASTER
+                or not config.broker_permission & PERM_WRITE):
+            return []
+        host = self._born_hosts.get(connection.peer)
+        if host is None:
+            return []
+        table = broker.topics.table
+        fields_of = self._fields
+        suffix = f"CLUSTER\x01{config.broker_cluster_name}\x02"
+        limits: dict[str, tuple[int, bytes]] = {}  # a topic's queue count and name, or -1
+        puts = []
+        for frame in frames:
+            fields = fields_of(frame)
+            if fields is None:
+                break
+            topic, queue_id, flag, sys_flag, born_ts, text, reconsume_times = fields
+            limit = limits.get(topic)
+            if limit is None:
+                limit = limits[topic] = self._queue_limit(table, topic)
+            if queue_id >= limit[0]:
+                break
+            puts.append((topic, limit[1], queue_id, flag, frame[9], f"{text}{suffix}", sys_flag,
+                         born_ts, host, reconsume_times))
+        if len(puts) < 2:  # (one: the single put is as cheap)
+            return []
+        try:
+            results, error = store.put_plain_run(puts)
+        except PutMessageError:
+            return []  # nothing written: each frame is refused in its own words
+        answers = []
+        frame_of = self._answers.frame
+        region = config.region_id
+        trace_on = "true" if config.trace_on else "false"
+        size = 0
+        for frame, put, result in zip(frames, puts, results, strict=False):
+            answers.append(frame_of(frame[2], region, trace_on, result[3], put[2], result[2]))
+            size += len(put[4])
+        if results:
+            stats = broker.stats
+            if all(put[0] == puts[0][0] for put in puts[:len(results)]):
+                stats.record_send(puts[0][0], len(results), size)
+            else:
+                for put in puts[:len(results)]:
+                    stats.record_send(put[0], 1, len(put[4]))
+        if error is not None:  # (not a PutMessageError: a bug, answered SYSTEM_ERROR)
+            answers.append(self._processor.refused(command_of(frames[len(results)]), error)
+                           if isinstance(error, PutMessageError) else error)
+        return answers
+
+    @staticmethod
+    def _queue_limit(table, topic: str) -> tuple[int, bytes]:
+        """How many queues a send to ``topic`` may name on the lane (0: none, for the general
+        way: a topic to create, one not writable, one nobody may send to) and its stored name."""
+        topic_config = table.get(topic)
+        if (topic in NOT_ALLOWED_SEND_TOPICS or topic_config is None
+                or not topic_config.perm & PERM_WRITE):
+            return 0, b""
+        try:
+            name = topic_bytes(topic)
+        except PutMessageError:
+            return 0, b""
+        return max(topic_config.write_queue_nums, topic_config.read_queue_nums), name

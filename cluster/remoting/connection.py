@@ -48,7 +48,10 @@ HandlerResult = Response | Awaitable[Response] | DeferredAnswer
 RequestHandler = Callable[["RemotingConnection", RemotingCommand], HandlerResult]
 # Answers the common requests of one code straight from the frame tuple the decoder split
 # (codec.FrameDecoder.next_frame), with no command object: an answer at once, or
-# NotImplemented, having changed nothing, for the request to take the handler's way.
+# NotImplemented, having changed nothing, for the request to take the handler's way. A lane
+# may also answer consecutive requests of one read together: ``run(connection, frames)`` gives
+# the answers to the first of them (bytes, a result as a handler's, or an exception for
+# SYSTEM_ERROR), up to ``run_frames`` a run; the rest go one by one.
 Lane = Callable[["RemotingConnection", tuple], "RemotingCommand | bytes"]
 
 
@@ -174,6 +177,10 @@ class RemotingConnection(asyncio.Protocol):
         decoder = self._decoder
         completed = False
         self._draining = True
+        # Consecutive requests for a lane that answers runs (``run``), up to its ``run_frames``.
+        run: list[tuple] | None = None
+        run_sizes: list[int] = []
+        run_lane = None
         try:
             lanes = self._lanes
             while not self._too_many_inflight():
@@ -184,12 +191,34 @@ class RemotingConnection(asyncio.Protocol):
                 if frame is None:
                     break
                 completed = True
+                size = before - decoder.pending
                 lane = None if lanes is None else lanes.get(frame[1])
-                if (lane is not None and not frame[3] & RESPONSE_FLAG
-                        and self._on_lane(lane, frame, before - decoder.pending)):
-                    continue
-                self._on_command(command_of(frame), before - decoder.pending)
+                if lane is not None and not frame[3] & RESPONSE_FLAG:
+                    if run is not None:
+                        if lane is run_lane:
+                            run.append(frame)
+                            run_sizes.append(size)
+                            if len(run) >= run_lane.run_frames:
+                                self._on_lane_run(run_lane, run, run_sizes)
+                                run = None
+                            continue
+                        self._on_lane_run(run_lane, run, run_sizes)
+                        run = None
+                    if getattr(lane, "run", None) is not None:
+                        run, run_sizes, run_lane = [frame], [size], lane
+                        continue
+                    if self._on_lane(lane, frame, size):
+                        continue
+                elif run is not None:
+                    self._on_lane_run(run_lane, run, run_sizes)
+                    run = None
+                self._on_command(command_of(frame), size)
+            if run is not None:
+                self._on_lane_run(run_lane, run, run_sizes)
+                run = None
         except RemoteProtocolError as exc:
+            if run is not None:  # (the requests before the malformed frame are answered)
+                self._on_lane_run(run_lane, run, run_sizes)
             log.warning("closing %s: %s", self.remote_address, exc)
             self.close(CloseReason.OUT_OF_SYNC)
             return
@@ -252,6 +281,37 @@ class RemotingConnection(asyncio.Protocol):
         else:  # a refusal, or an answer that waits (SYNC_FLUSH, SYNC_MASTER)
             self._take_result(command_of(frame), answer, size)
         return True
+
+    def _on_lane_run(self, lane, frames: list[tuple], sizes: list[int]) -> None:
+        """Let ``lane`` answer a run of requests together (``lane.run``); those it leaves go
+        one by one, in order, as any other."""
+        if len(frames) == 1:
+            answers = []  # (a run of one: the lane's call for one is cheaper)
+        else:
+            try:
+                answers = lane.run(self, frames)
+            except Exception:  # a bug: each request gets SYSTEM_ERROR, as a handler's failure
+                log.exception("answering a run of %d requests from %s failed", len(frames),
+                              self.remote_address)
+                answers = [RuntimeError("the run failed")] * len(frames)
+        taken = len(answers)
+        for index in range(taken):
+            answer = answers[index]
+            if type(answer) is bytes:
+                try:
+                    self.send_frame(answer)
+                except RemotingConnectError:
+                    log.debug("%s left before its answer to request %d", self.remote_address,
+                              frames[index][1])
+                continue
+            command = command_of(frames[index])
+            if isinstance(answer, BaseException):
+                answer = self._failed(command, answer)
+            self._take_result(command, answer, sizes[index])
+        for index in range(taken, len(frames)):
+            frame = frames[index]
+            if not self._on_lane(lane, frame, sizes[index]):
+                self._on_command(command_of(frame), sizes[index])
 
     def _on_command(self, command: RemotingCommand, size: int = 0) -> None:
         if command.is_response:

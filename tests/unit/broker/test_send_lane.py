@@ -61,7 +61,7 @@ _TWISTS = {
     "name twice": {"text": "UNIQ_KEY\x01x\x02UNIQ_KEY\x01y\x02"},
     "no end": {"text": "UNIQ_KEY\x01x"}, "empty pair": {"text": "UNIQ_KEY\x01x\x02\x02"},
 }
-_sends = st.lists(st.fixed_dictionaries({
+_send = st.fixed_dictionaries({
     "code": st.sampled_from([RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_MESSAGE_V2,
                              RequestCode.SEND_MESSAGE]),
     "topic": st.sampled_from(["TopicTest", "orders"]),
@@ -72,7 +72,12 @@ _sends = st.lists(st.fixed_dictionaries({
     "body": st.binary(min_size=0, max_size=300),
     "wait": st.sampled_from(["true", "true", "false", None]),
     "twist": st.sampled_from([None] * 12 + sorted(_TWISTS)),
-}), min_size=1, max_size=20)
+})
+_sends = st.lists(_send, min_size=1, max_size=20)
+# Mostly common sends, so that runs of them form between the twists.
+_run_sends = st.lists(_send.map(
+    lambda send: send if send["twist"] is None or send["uniq"] < "8" else {**send, "twist": None}),
+    min_size=2, max_size=40)
 
 
 def _frame(send: dict, opaque: int) -> bytes:
@@ -105,11 +110,14 @@ def _answers(data: bytes) -> list:
 
 
 async def _run(folder: Path, frames: list[bytes], lane: bool, prepare=None,
-               durability: tuple[str, str] = ("ASYNC_FLUSH", "ASYNC_MASTER")):
+               durability: tuple[str, str] = ("ASYNC_FLUSH", "ASYNC_MASTER"),
+               bursts: list[int] | None = None, file_size: int = 8192):
+    """What a broker answered and stored for ``frames``, read one a read, or ``bursts[i]``
+    frames in read i (as a pipelining client's arrive: the lane takes runs of them)."""
     config, store_config, _ = load_broker_config({
         "brokerName": "lane", "listenPort": "0", "storePathRootDir": str(folder),
         "autoCreateTopicEnable": "true", "brokerIP1": "127.0.0.1",
-        "mappedFileSizeCommitLog": "8192", "mappedFileSizeConsumeQueue": "200",
+        "mappedFileSizeCommitLog": str(file_size), "mappedFileSizeConsumeQueue": "200",
         "flushDiskType": durability[0], "brokerRole": durability[1],
         "syncFlushTimeout": "2000", "maxMessageSize": "250",  # (some bodies are over it)
     })
@@ -132,9 +140,17 @@ async def _run(folder: Path, frames: list[bytes], lane: bool, prepare=None,
         connection = broker.server._new_connection()
         transport = RecordingTransport()
         connection.connection_made(transport)
-        for index, frame in enumerate(frames):
+        reads = [[frame] for frame in frames]
+        if bursts is not None:
+            reads, start = [], 0
+            for size in itertools.cycle(bursts):
+                if start >= len(frames):
+                    break
+                reads.append(frames[start:start + size])
+                start += size
+        for index, read in enumerate(reads):
             random.seed(index)  # (a queue the broker picks: the same pick on both sides)
-            connection.data_received(frame)
+            connection.data_received(b"".join(read))
             await asyncio.sleep(0)
             deadline = asyncio.get_running_loop().time() + 5
             while ((connection.inflight or connection.write_buffer_size)
@@ -156,10 +172,13 @@ async def _run(folder: Path, frames: list[bytes], lane: bool, prepare=None,
         await broker.stop()
 
 
-def _both(frames: list[bytes], prepare=None, durability=("ASYNC_FLUSH", "ASYNC_MASTER")):
+def _both(frames: list[bytes], prepare=None, durability=("ASYNC_FLUSH", "ASYNC_MASTER"),
+          bursts: list[int] | None = None, file_size: int = 8192):
     with tempfile.TemporaryDirectory() as folder:
-        lane = asyncio.run(_run(Path(folder, "lane"), frames, True, prepare, durability))
-        general = asyncio.run(_run(Path(folder, "general"), frames, False, prepare, durability))
+        lane = asyncio.run(_run(Path(folder, "lane"), frames, True, prepare, durability, bursts,
+                                file_size))
+        general = asyncio.run(_run(Path(folder, "general"), frames, False, prepare, durability,
+                                   bursts, file_size))
     return lane, general
 
 
@@ -177,6 +196,82 @@ def test_the_lane_answers_and_stores_what_the_processor_does(sends, durability, 
     assert answers == general_answers
     assert log == general_log
     assert queues == general_queues  # (and the broker's and the store's counts)
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(sends=_run_sends, bursts=st.lists(st.integers(1, 9), min_size=1, max_size=4),
+       file_size=st.sampled_from([8192, 1 << 16]),
+       durability=st.sampled_from([
+           ("ASYNC_FLUSH", "ASYNC_MASTER"), ("ASYNC_FLUSH", "ASYNC_MASTER"),
+           ("SYNC_FLUSH", "ASYNC_MASTER"), ("ASYNC_FLUSH", "SYNC_MASTER")]))
+def test_runs_of_sends_read_together_answer_and_store_what_the_processor_does(
+        sends, bursts, file_size, durability, monkeypatch):
+    # Several requests a read: the lane answers runs of them with one put of the store
+    # (SendLane.run, put_plain_run); whatever breaks a run (any twist, a file's end, a body over
+    # maxMessageSize, a refusal) goes one by one, in order. Everything must end as the
+    # processor alone leaves it: the answers, the files, the counts.
+    monkeypatch.setattr(commitlog, "time", FIXED_NOW)
+    frames = [_frame(send, opaque) for opaque, send in enumerate(sends, 1)]
+    (answers, log, queues), (general_answers, general_log, general_queues) = _both(
+        frames, durability=durability, bursts=bursts, file_size=file_size)
+    # (under SYNC_FLUSH an answer waits for the disk: the order between reads may differ)
+    assert sorted(answers, key=_opaque) == sorted(general_answers, key=_opaque)
+    assert log == general_log
+    assert queues == general_queues
+
+
+@pytest.mark.parametrize("twist", [*sorted(_TWISTS), "over maxMessageSize", "other topic"])
+def test_a_run_ends_at_the_first_send_it_cannot_take_and_the_rest_go_one_by_one(
+        twist, monkeypatch):
+    # One read of five sends, the third of them not the lane's common case (or one the store
+    # leaves to its single put): the two before it are put as a run, it and those after it
+    # one by one, in order, every one answered and stored as the processor alone would.
+    monkeypatch.setattr(commitlog, "time", FIXED_NOW)
+    plain = {"code": RequestCode.SEND_MESSAGE_V2, "topic": "TopicTest", "queue_id": 1,
+             "tags": "TagA", "keys": "k1", "uniq": "0" * 32, "body": b"x" * 100,
+             "wait": "true", "twist": None}
+    odd = {**plain, "twist": twist if twist in _TWISTS else None}
+    if twist == "over maxMessageSize":
+        odd["body"] = b"y" * 251
+    elif twist == "other topic":
+        odd["topic"] = "orders"
+    sends = [{**plain, "topic": "orders"}, plain, plain, odd, plain, plain]
+    frames = [_frame({**send, "uniq": f"{opaque:032X}"}, opaque)
+              for opaque, send in enumerate(sends, 1)]
+    # (the first read makes both topics and the file; the second is the run)
+    (answers, log, queues), (general_answers, general_log, general_queues) = _both(
+        [frames[0], frames[1], *frames[2:]], bursts=[2, 4], file_size=1 << 16)
+    assert answers == general_answers
+    assert [opaque for _, opaque, *_ in answers] == [
+        opaque for opaque in range(1, 7) if opaque != 4 or twist != "oneway"]  # (no answer)
+    assert log == general_log
+    assert queues == general_queues
+
+
+def _opaque(answer: tuple) -> int:
+    return answer[1]
+
+
+def test_a_run_is_one_put_of_the_store(tmp_path, monkeypatch):
+    # Forty common sends, eight a read: after the first read (the topic and the file made),
+    # the lane puts runs of ``run_frames`` sends, each in one call of the store.
+    monkeypatch.setattr(commitlog, "time", FIXED_NOW)
+    runs = []
+
+    def count_runs(broker):
+        put_plain_run = broker.store.put_plain_run
+
+        def counted(puts):
+            runs.append(len(puts))
+            return put_plain_run(puts)
+
+        broker.store.put_plain_run = counted
+
+    answers, _, _ = asyncio.run(_run(tmp_path, _plain(40), True, count_runs, bursts=[8]))
+    assert [code for code, *_ in answers] == [ResponseCode.SUCCESS] * 40
+    assert [opaque for _, opaque, *_ in answers] == list(range(1, 41))
+    assert len(runs) >= 7 and set(runs) == {send_lane.SendLane.run_frames}
 
 
 _names = st.sampled_from([*"abcdefghijklmn", "topic", "queueId", "properties", "sysFlag",
