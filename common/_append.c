@@ -36,7 +36,7 @@ static PyObject *s_write_buffer, *s_fd, *s_wrote_position, *s_file_size, *s_allo
 static PyObject *s_file_from_offset, *s_store_timestamp, *s_store_host_bytes, *s_store_host_v6;
 static PyObject *s_page_warmer, *s_topic_queue_table, *s_appended, *s_append;
 static PyObject *s_msg_id_prefix, *s_begin_time_in_lock, *s_notify_append, *s_refusal;
-static PyObject *s_pure, *s_claim_early, *s_after_claim;
+static PyObject *s_pure, *s_claim_early, *s_after_claim, *s_extend;
 
 /* An attribute that must be an int fitting int64; -1 with an exception set otherwise. */
 static int
@@ -144,19 +144,25 @@ refuse(PyObject *self, int fd, unsigned char *staging, long long total, long lon
     Py_XDECREF(traceback);
 }
 
-/* The put, with the put lock held: WROTE (put->offset, queue_offset, begin set), DECLINED,
- * DELEGATE (nothing read that matters: the pure method takes it) or FAILED (an exception). */
+/* The puts of a run, with the put lock held: WROTE (*wrote of them, the first ones, each with
+ * its offset, queue_offset and begin set), DECLINED (none fits the file as claimed: a new
+ * file, blocks to claim), DELEGATE (nothing read that matters: the pure method takes it) or
+ * FAILED (an exception; nothing of the run written). The records fitting the file are encoded
+ * into one buffer and written with one pwrite, then accounted for together (queue offsets,
+ * the entries dispatch reads, the file's wrote position last: visible from then). */
 static int
-put_locked(PyObject *self, Put *put)
+run_locked(PyObject *self, Put *puts, Py_ssize_t count, Py_ssize_t *wrote)
 {
     int outcome = FAILED;
-    long long start, file_size, allocated, base, fd, queue_offset = 0;
+    long long start, file_size, allocated, base, fd;
     PyObject *queue = NULL, *files = NULL, *mapped_file = NULL, *attr = NULL, *table = NULL;
-    PyObject *warmer = NULL;
-    PyObject *key = NULL, *appended = NULL, *entry = NULL, *next = NULL;
+    PyObject *warmer = NULL, *pending = NULL, *entries = NULL;
     unsigned char *staging = NULL;
     int timed = 0;
+    Py_ssize_t fit = 0;
+    long long total = 0;
 
+    *wrote = 0;
     queue = PyObject_GetAttr(self, s_mapped_file_queue);
     if (queue == NULL)
         goto done;
@@ -188,19 +194,24 @@ put_locked(PyObject *self, Put *put)
         || int_attr(mapped_file, s_allocated_position, &allocated) < 0
         || int_attr(mapped_file, s_fd, &fd) < 0)
         goto done;
-    long long end = start + put->total;
-    if (end + END_FILE_MIN_BLANK_LENGTH > file_size || end > allocated) {
-        outcome = DECLINED; /* a new file, or blocks to claim: the general put */
+    for (; fit < count; fit++) {
+        long long end = start + total + puts[fit].total;
+        if (end + END_FILE_MIN_BLANK_LENGTH > file_size || end > allocated)
+            break; /* this one and the rest: a new file, or blocks to claim: the general put */
+        total += puts[fit].total;
+    }
+    if (fit == 0) {
+        outcome = DECLINED;
         goto done;
     }
     if (fd < 0 || fd > INT32_MAX) {
         outcome = DELEGATE;
         goto done;
     }
-    put->begin = clock_now(s_monotonic);
-    if (put->begin == -1.0 && PyErr_Occurred())
+    double begin = clock_now(s_monotonic);
+    if (begin == -1.0 && PyErr_Occurred())
         goto done;
-    if (set_float_attr(self, s_begin_time_in_lock, put->begin) < 0)
+    if (set_float_attr(self, s_begin_time_in_lock, begin) < 0)
         goto done;
     timed = 1;
     double now = clock_now(s_time);
@@ -216,35 +227,68 @@ put_locked(PyObject *self, Put *put)
         outcome = DELEGATE;
         goto done;
     }
-    key = Py_BuildValue("(OL)", put->topic, put->queue_id);
-    if (key == NULL)
+    /* Each queue's next offset after the run, put into the table once the records are in. */
+    pending = PyDict_New();
+    entries = PyList_New(fit);
+    staging = PyMem_Malloc((size_t)total);
+    if (pending == NULL || entries == NULL || staging == NULL) {
+        if (staging == NULL)
+            PyErr_NoMemory();
         goto done;
-    PyObject *known = PyDict_GetItemWithError(table, key); /* borrowed */
-    if (known == NULL && PyErr_Occurred())
-        goto done;
-    if (known != NULL) {
-        queue_offset = PyLong_AsLongLong(known);
-        if (queue_offset == -1 && PyErr_Occurred())
+    }
+    long long at = 0;
+    for (Py_ssize_t i = 0; i < fit; i++) {
+        Put *put = &puts[i];
+        long long queue_offset = 0;
+        PyObject *key = Py_BuildValue("(OL)", put->topic, put->queue_id);
+        if (key == NULL)
             goto done;
+        PyObject *known = PyDict_GetItemWithError(pending, key); /* borrowed */
+        if (known == NULL && !PyErr_Occurred())
+            known = PyDict_GetItemWithError(table, key);
+        if (known == NULL && PyErr_Occurred()) {
+            Py_DECREF(key);
+            goto done;
+        }
+        if (known != NULL) {
+            queue_offset = PyLong_AsLongLong(known);
+            if (queue_offset == -1 && PyErr_Occurred()) {
+                Py_DECREF(key);
+                goto done;
+            }
+        }
+        PyObject *next = PyLong_FromLongLong(queue_offset + 1);
+        int failed = next == NULL || PyDict_SetItem(pending, key, next) < 0;
+        Py_XDECREF(next);
+        Py_DECREF(key);
+        if (failed)
+            goto done;
+        put->offset = base + start + at;
+        put->queue_offset = queue_offset;
+        put->begin = begin;
+        RecordHead head = {
+            put->total, put->crc, put->queue_id, put->flag, queue_offset, put->offset,
+            put->sys_flag, put->born_ts, store_ts, put->reconsume, 0,
+            (const unsigned char *)PyBytes_AS_STRING(put->born_host),
+            (const unsigned char *)PyBytes_AS_STRING(put->store_host),
+            (const unsigned char *)PyBytes_AS_STRING(put->body),
+            (const unsigned char *)PyBytes_AS_STRING(put->topic_bytes),
+            PyBytes_GET_SIZE(put->born_host), PyBytes_GET_SIZE(put->store_host),
+            PyBytes_GET_SIZE(put->body), PyBytes_GET_SIZE(put->topic_bytes), put->props_len,
+        };
+        unsigned char *p = write_record_head(staging + at, &head);
+        memcpy(p, put->props, (size_t)put->props_len);
+        PyObject *entry = Py_BuildValue("(LLLLOLLiO)", put->offset, put->total, store_ts,
+                                        queue_offset, put->topic, put->queue_id, put->sys_flag,
+                                        0, put->properties);
+        if (entry == NULL)
+            goto done;
+        PyList_SET_ITEM(entries, i, entry);
+        at += put->total;
     }
-    staging = PyMem_Malloc((size_t)put->total);
-    if (staging == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    RecordHead head = {
-        put->total, put->crc, put->queue_id, put->flag, queue_offset, base + start,
-        put->sys_flag, put->born_ts, store_ts, put->reconsume, 0,
-        (const unsigned char *)PyBytes_AS_STRING(put->born_host),
-        (const unsigned char *)PyBytes_AS_STRING(put->store_host),
-        (const unsigned char *)PyBytes_AS_STRING(put->body),
-        (const unsigned char *)PyBytes_AS_STRING(put->topic_bytes),
-        PyBytes_GET_SIZE(put->born_host), PyBytes_GET_SIZE(put->store_host),
-        PyBytes_GET_SIZE(put->body), PyBytes_GET_SIZE(put->topic_bytes), put->props_len,
-    };
     if (warmer != Py_None) {
         /* Claim the next step of blocks ahead, then ask for its pages (as the pure method). */
-        PyObject *upto = PyLong_FromLongLong(end);
+        PyObject *upto = PyLong_FromLongLong(start + total);
         if (upto != NULL) {
             attr = PyObject_CallMethodOneArg(mapped_file, s_claim_early, upto);
             if (attr != NULL) {
@@ -255,37 +299,30 @@ put_locked(PyObject *self, Put *put)
             Py_CLEAR(attr);
         }
         if (PyErr_Occurred()) {
-            refuse(self, (int)fd, staging, put->total, start);
+            refuse(self, (int)fd, staging, total, start);
             goto done;
         }
     }
-    unsigned char *p = write_record_head(staging, &head);
-    memcpy(p, put->props, (size_t)put->props_len);
-    if (pwrite_fully((int)fd, (const char *)staging, (Py_ssize_t)put->total, start) < 0) {
+    if (pwrite_fully((int)fd, (const char *)staging, (Py_ssize_t)total, start) < 0) {
         PyErr_SetFromErrno(PyExc_OSError);
-        refuse(self, (int)fd, staging, put->total, start);
+        refuse(self, (int)fd, staging, total, start);
         goto done;
     }
-    /* The record is in the file: account for it, the wrote position last (visible from then). */
-    next = PyLong_FromLongLong(queue_offset + 1);
-    if (next == NULL || PyDict_SetItem(table, key, next) < 0)
+    /* The records are in the file: account for them, the wrote position last. */
+    if (PyDict_Update(table, pending) < 0)
         goto done;
-    appended = PyObject_GetAttr(self, s_appended);
-    if (appended == NULL)
-        goto done;
-    entry = Py_BuildValue("(LLLLOLLiO)", base + start, put->total, store_ts, queue_offset,
-                          put->topic, put->queue_id, put->sys_flag, 0, put->properties);
-    if (entry == NULL)
-        goto done;
-    attr = PyObject_CallMethodOneArg(appended, s_append, entry);
+    attr = PyObject_GetAttr(self, s_appended);
     if (attr == NULL)
         goto done;
+    PyObject *extended = PyObject_CallMethodOneArg(attr, s_extend, entries);
+    if (extended == NULL)
+        goto done;
+    Py_DECREF(extended);
     Py_CLEAR(attr);
     if (set_int_attr(mapped_file, s_store_timestamp, store_ts) < 0
-        || set_int_attr(mapped_file, s_wrote_position, end) < 0)
+        || set_int_attr(mapped_file, s_wrote_position, start + total) < 0)
         goto done;
-    put->offset = base + start;
-    put->queue_offset = queue_offset;
+    *wrote = fit;
     outcome = WROTE;
 done:
     if (timed) {
@@ -305,10 +342,8 @@ done:
         PyErr_Restore(type, value, traceback);
     }
     PyMem_Free(staging);
-    Py_XDECREF(next);
-    Py_XDECREF(entry);
-    Py_XDECREF(appended);
-    Py_XDECREF(key);
+    Py_XDECREF(entries);
+    Py_XDECREF(pending);
     Py_XDECREF(table);
     Py_XDECREF(attr);
     Py_XDECREF(warmer);
@@ -507,7 +542,8 @@ append_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     lock = PyObject_GetAttr(self, s_put_lock);
     if (lock == NULL || call_lock(lock, s_acquire) < 0)
         goto out;
-    int outcome = put_locked(self, &put);
+    Py_ssize_t wrote;
+    int outcome = run_locked(self, &put, 1, &wrote);
     if (release_keeping_error(lock) < 0 || outcome == FAILED)
         goto out;
     if (outcome == DECLINED) {
@@ -539,10 +575,9 @@ out:
 PyDoc_STRVAR(append_plain_run_doc,
 "append_plain_run(commit_log, puts) -> (results, error)\n\n"
 "CommitLog.append_plain_run in one call (its pure twin: CommitLog._append_plain_run_pure):\n"
-"append_plain for each tuple of arguments in ``puts`` in turn, under one hold of the put lock,\n"
-"until one is not written. ``results`` are the written ones' results, in order; ``error`` is\n"
-"the exception the next put failed with (nothing of it written), or None when it was declined\n"
-"or needs the pure method (the caller puts it by itself) or all were written.");
+"the first puts of ``puts`` (tuples of append_plain's arguments) that the one-step put takes and\n"
+"the file holds, under one hold of the put lock, their records written with one pwrite:\n"
+"(their results, in order; None, or the refusal of a run none of which was written).");
 
 static PyObject *
 append_plain_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -552,23 +587,25 @@ append_plain_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "append_plain_run() takes a CommitLog and a list");
         return NULL;
     }
-    PyObject *self = args[0], *puts = args[1];
-    Py_ssize_t count = PyList_GET_SIZE(puts);
+    PyObject *self = args[0];
     int store_v6 = 0;
     PyObject *store_host = store_host_of(self, &store_v6);
     if (store_host == NULL)
         return NULL;
     PyObject *result = NULL, *lock = NULL, *results = NULL, *error = NULL, *prefix = NULL;
-    Put *done = PyMem_Calloc(count ? (size_t)count : 1, sizeof *done);
-    if (done == NULL) {
-        PyErr_NoMemory();
-        goto out;
-    }
-    /* The puts held here while the lock is: a list the caller changes meanwhile cannot free
-     * what the records are being written from. */
-    PyObject *held = PyList_GetSlice(puts, 0, count);
+    Put *done = NULL;
+    /* The puts held here while the lock is: a list the caller changes meanwhile (the store
+     * host's attribute read above runs Python) cannot free what the records are written from. */
+    PyObject *held = PyList_GetSlice(args[1], 0, PY_SSIZE_T_MAX);
     if (held == NULL)
         goto out;
+    Py_ssize_t count = PyList_GET_SIZE(held);
+    done = PyMem_Calloc(count ? (size_t)count : 1, sizeof *done);
+    if (done == NULL) {
+        PyErr_NoMemory();
+        Py_DECREF(held);
+        goto out;
+    }
     Py_ssize_t ready = 0;
     for (; ready < count; ready++) {
         PyObject *item = PyList_GET_ITEM(held, ready);
@@ -593,27 +630,22 @@ append_plain_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             Py_DECREF(held);
             goto out;
         }
-        for (; wrote < ready; wrote++) {
-            int outcome = put_locked(self, &done[wrote]);
-            if (outcome == WROTE)
-                continue;
-            if (outcome == FAILED) {
-                PyObject *type, *traceback;
-                PyErr_Fetch(&type, &error, &traceback);
-                PyErr_NormalizeException(&type, &error, &traceback);
-                if (traceback != NULL)
-                    PyException_SetTraceback(error, traceback);
-                if (!PyErr_GivenExceptionMatches(error, PyExc_Exception)) {
-                    PyErr_Restore(type, error, traceback); /* raised as it is */
-                    error = NULL;
-                    release_keeping_error(lock);
-                    Py_DECREF(held);
-                    goto out;
-                }
-                Py_XDECREF(type);
-                Py_XDECREF(traceback);
+        int outcome = run_locked(self, done, ready, &wrote);
+        if (outcome == FAILED) { /* the first put's error: nothing of the run is written */
+            PyObject *type, *traceback;
+            PyErr_Fetch(&type, &error, &traceback);
+            PyErr_NormalizeException(&type, &error, &traceback);
+            if (traceback != NULL)
+                PyException_SetTraceback(error, traceback);
+            if (!PyErr_GivenExceptionMatches(error, PyExc_Exception)) {
+                PyErr_Restore(type, error, traceback); /* raised as it is */
+                error = NULL;
+                release_keeping_error(lock);
+                Py_DECREF(held);
+                goto out;
             }
-            break;
+            Py_XDECREF(type);
+            Py_XDECREF(traceback);
         }
         if (release_keeping_error(lock) < 0) {
             Py_DECREF(held);
@@ -689,6 +721,7 @@ append_add_functions(PyObject *module)
     INTERN(s_topic_queue_table, "topic_queue_table");
     INTERN(s_appended, "appended");
     INTERN(s_append, "append");
+    INTERN(s_extend, "extend");
     INTERN(s_msg_id_prefix, "_msg_id_prefix");
     INTERN(s_begin_time_in_lock, "begin_time_in_lock");
     INTERN(s_notify_append, "_notify_append");

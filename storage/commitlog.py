@@ -86,6 +86,26 @@ _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 
 
+def _int32(value: object) -> bool:
+    return type(value) is int and -(1 << 31) <= value < (1 << 31)  # type: ignore[operator]
+
+
+def _plain_arguments(put: object, store_host: bytes) -> bool:
+    """Whether ``put`` is ``append_plain``'s arguments as the one-step put expects them (the
+    compiled one reads exactly these kinds; anything else goes to the general put)."""
+    if type(put) is not tuple or len(put) != 10:
+        return False
+    topic, topic_bytes, queue_id, flag, body, properties, sys_flag, born_ts, born_host, \
+        reconsume_times = put
+    return (type(topic) is str and type(topic_bytes) is bytes and len(topic_bytes) <= 127
+            and _int32(queue_id) and _int32(flag) and _int32(sys_flag)
+            and _int32(reconsume_times) and type(born_ts) is int
+            and -(1 << 63) <= born_ts < (1 << 63) and type(body) is bytes
+            and type(properties) is str and type(born_host) is bytes
+            and len(born_host) in (8, 20) and type(store_host) is bytes
+            and len(store_host) in (8, 20))
+
+
 class CommitLog:
     """The log of all messages, with the queue-offset table that numbers each topic queue."""
 
@@ -284,96 +304,124 @@ class CommitLog:
         properties: str, sys_flag: int, born_timestamp: int, born_host: bytes,
         reconsume_times: int,
     ) -> tuple[int, int, int, str, float] | None:
-        """:meth:`append_plain`'s reference, in Python (the compiled one's pure twin)."""
-        try:
-            props_bytes = properties.encode()
-        except UnicodeEncodeError:
-            return None
-        host = self.store_host_bytes
-        total = (72 + len(born_host) + len(host) + len(body) + 1 + len(topic_bytes) + 2
-                 + len(props_bytes))
-        if len(props_bytes) > 32767 or len(body) > 0x7FFFFFFF:
-            return None
-        if len(born_host) == 20:
-            sys_flag |= BORNHOST_V6_FLAG
-        if self.store_host_v6:
-            sys_flag |= STOREHOSTADDRESS_V6_FLAG
-        crc = zlib.crc32(body) & 0x7FFFFFFF
-        key = (topic, queue_id)
-        with self.put_lock:
-            files = self.mapped_file_queue.mapped_files
-            if not files:
-                return None
-            mapped_file = files[-1]
-            start = mapped_file.wrote_position
-            end = start + total
-            if (end + END_FILE_MIN_BLANK_LENGTH > mapped_file.file_size
-                    or end > mapped_file.allocated_position):
-                return None
-            begin = time.monotonic()
-            self.begin_time_in_lock = begin
-            store_ts = int(time.time() * 1000)
-            base = mapped_file.file_from_offset
-            queue_offset = self.topic_queue_table.get(key, 0)
-            warmer = self.page_warmer
-            try:
-                try:
-                    if warmer is not None:
-                        mapped_file.claim_early(end)
-                        warmer.after_claim(mapped_file, end)
-                    staging = self._staging(total)
-                    encode_record_into(
-                        staging, 0, crc, queue_id, flag, queue_offset, base + start,
-                        sys_flag, born_timestamp, born_host, store_ts, host, reconsume_times, 0,
-                        body, topic_bytes, props_bytes)
-                    mapped_file.write_at(start, staging, total)
-                except BaseException as exc:
-                    # Nothing else has changed yet; the blocks are claimed: zeroing is safe.
-                    mapped_file.write_at(start, bytes(total), total)
-                    if not isinstance(exc, Exception):
-                        raise
-                    raise self._refusal(exc) from exc
-                self.topic_queue_table[key] = queue_offset + 1
-                self.appended.append((base + start, total, store_ts, queue_offset, topic,
-                                      queue_id, sys_flag, 0, properties))
-                mapped_file.store_timestamp = store_ts
-                mapped_file.wrote_position = end  # the record is in: visible from here on
-            finally:
-                # Whatever happened, the lock is no longer held (else OS_PAGECACHE_BUSY on
-                # every put after a second).
-                self.begin_time_in_lock = 0.0
-            elapsed = time.monotonic() - begin
-        self._notify_append()
-        return (base + start, total, queue_offset, f"{self._msg_id_prefix}{base + start:016X}",
-                elapsed * 1000)
+        """:meth:`append_plain`'s reference, in Python (the compiled one's pure twin): a run
+        of one."""
+        results, error = self._append_plain_run_pure([(
+            topic, topic_bytes, queue_id, flag, body, properties, sys_flag, born_timestamp,
+            born_host, reconsume_times)])
+        if error is not None:
+            raise error
+        return results[0] if results else None
 
     def append_plain_run(
         self, puts: list[tuple],
     ) -> tuple[list[tuple[int, int, int, str, float]], Exception | None]:
-        """:meth:`append_plain` for each tuple of its arguments (without the CommitLog) in
-        ``puts``, in turn, until one is not written: (the written ones' results, in order; the
-        exception the next one failed with, having written nothing of it, or None). A put that
-        is declined stops the run with no error: the caller puts it, and the rest, by itself,
-        the way it puts a single message. The compiled core (common/_append.c) holds the put
-        lock once for the whole run; a burst of sends read together costs one call."""
+        """:meth:`append_plain` for a run of messages, each a tuple of its arguments (without
+        the CommitLog), under one hold of the put lock, their records written together (one
+        ``pwrite``): (the results of the first ones, as many as were written; None, or the
+        refusal of a run none of which was written). A run stops, with no refusal, at the first
+        message the one-step put would not take (see :meth:`append_plain`; arguments of a kind
+        it does not expect), or that does not fit the file as claimed: the caller puts that
+        one, and the rest, by itself. A burst of sends read together costs one call (the
+        compiled core, common/_append.c, binds over this method in ``__init__``)."""
         return self._append_plain_run_pure(puts)
 
     def _append_plain_run_pure(
         self, puts: list[tuple],
     ) -> tuple[list[tuple[int, int, int, str, float]], Exception | None]:
         """:meth:`append_plain_run`'s reference, in Python (the compiled one's pure twin)."""
-        results: list[tuple[int, int, int, str, float]] = []
+        host = self.store_host_bytes
+        host_flag = STOREHOSTADDRESS_V6_FLAG if self.store_host_v6 else 0
+        prepared = []
         for put in list(puts):
-            if type(put) is not tuple or len(put) != 10:
-                break
+            if not _plain_arguments(put, host):
+                break  # (the general put words what is wrong with it)
+            (topic, topic_bytes, queue_id, flag, body, properties, sys_flag, born_timestamp,
+             born_host, reconsume_times) = put
             try:
-                done = self._append_plain_pure(*put)
-            except Exception as exc:
-                return results, exc
-            if done is None:
+                props_bytes = properties.encode()
+            except UnicodeEncodeError:
                 break
-            results.append(done)
-        return results, None
+            if len(props_bytes) > 32767 or len(body) > 0x7FFFFFFF:
+                break
+            if len(born_host) == 20:
+                sys_flag |= BORNHOST_V6_FLAG
+            total = (72 + len(born_host) + len(host) + len(body) + 1 + len(topic_bytes) + 2
+                     + len(props_bytes))
+            prepared.append((total, zlib.crc32(body) & 0x7FFFFFFF, topic, topic_bytes,
+                             queue_id, flag, body, properties, props_bytes,
+                             sys_flag | host_flag, born_timestamp, born_host, reconsume_times))
+        if not prepared:
+            return [], None
+        with self.put_lock:
+            files = self.mapped_file_queue.mapped_files
+            if not files:
+                return [], None
+            mapped_file = files[-1]
+            start = mapped_file.wrote_position
+            total = 0
+            fit = 0
+            for record in prepared:
+                end = start + total + record[0]
+                if (end + END_FILE_MIN_BLANK_LENGTH > mapped_file.file_size
+                        or end > mapped_file.allocated_position):
+                    break
+                total += record[0]
+                fit += 1
+            if not fit:
+                return [], None
+            begin = time.monotonic()
+            self.begin_time_in_lock = begin
+            store_ts = int(time.time() * 1000)
+            base = mapped_file.file_from_offset
+            table = self.topic_queue_table
+            pending: dict[tuple[str, int], int] = {}
+            entries = []
+            warmer = self.page_warmer
+            try:
+                try:
+                    staging = self._staging(total)
+                    at = 0
+                    for (size, crc, topic, topic_bytes, queue_id, flag, body, properties,
+                         props_bytes, sys_flag, born_timestamp, born_host,
+                         reconsume_times) in prepared[:fit]:
+                        key = (topic, queue_id)
+                        queue_offset = pending.get(key)
+                        if queue_offset is None:
+                            queue_offset = table.get(key, 0)
+                        pending[key] = queue_offset + 1
+                        encode_record_into(
+                            staging, at, crc, queue_id, flag, queue_offset, base + start + at,
+                            sys_flag, born_timestamp, born_host, store_ts, host,
+                            reconsume_times, 0, body, topic_bytes, props_bytes)
+                        entries.append((base + start + at, size, store_ts, queue_offset, topic,
+                                        queue_id, sys_flag, 0, properties))
+                        at += size
+                    if warmer is not None:
+                        mapped_file.claim_early(start + total)
+                        warmer.after_claim(mapped_file, start + total)
+                    mapped_file.write_at(start, staging, total)
+                except BaseException as exc:
+                    # Nothing else has changed yet; the blocks are claimed: zeroing is safe.
+                    mapped_file.write_at(start, bytes(total), total)
+                    if not isinstance(exc, Exception):
+                        raise
+                    refusal = self._refusal(exc)
+                    refusal.__cause__ = exc
+                    return [], refusal
+                table.update(pending)
+                self.appended.extend(entries)
+                mapped_file.store_timestamp = store_ts
+                mapped_file.wrote_position = start + total  # the records are in: visible now
+            finally:
+                # Whatever happened, the lock is no longer held (else OS_PAGECACHE_BUSY on
+                # every put after a second).
+                self.begin_time_in_lock = 0.0
+            elapsed = (time.monotonic() - begin) * 1000
+        self._notify_append()
+        prefix = self._msg_id_prefix
+        return [(entry[0], entry[1], entry[3], f"{prefix}{entry[0]:016X}", elapsed)
+                for entry in entries], None
 
     def put_messages(self, batch: MessageExtBatch) -> AppendMessageResult:
         """Append a batch: one record per inner message, consecutive queue offsets, one file.

@@ -93,10 +93,6 @@ class SendLane:
 
     __slots__ = ("_answers", "_born_hosts", "_broker", "_fields", "_processor")
 
-    # At most this many frames a run (RemotingConnection collects them): their answers leave
-    # together, as often as answers a frame at a time did (connection.CORK_FRAMES), so the
-    # first sender of a burst does not wait longer for its answer.
-    run_frames = CORK_FRAMES
 
     def __init__(self, processor) -> None:
         self._processor = processor
@@ -147,13 +143,24 @@ class SendLane:
                                    "true" if config.trace_on else "false", msg_id, queue_id,
                                    queue_offset)
 
+    @property
+    def run_frames(self) -> int:
+        """How many frames a run (RemotingConnection collects them): as many as leave in one
+        write of answers (connection.CORK_FRAMES), so the first sender of a burst does not wait
+        longer for its answer; none where answers wait for the disk or a slave."""
+        store_config = self._broker.store.config
+        if store_config.flush_disk_type is _SYNC_FLUSH or store_config.broker_role is _SYNC_MASTER:
+            return 0
+        return CORK_FRAMES
+
     def run(self, connection, frames: list[tuple]) -> list:
         """The answers to the first frames of ``frames`` (consecutive requests of one read),
         as many as the lane takes together, in one put of the store for all (``put_plain_run``):
-        a list as long as the frames answered, each the frame ``__call__`` would give or a
-        refusal. The frames after them (the first that is not the common case, a put the store
-        leaves to its single put, a broker that waits for the disk or a slave) are left, having
-        changed nothing, to be handled one by one."""
+        a list as long as the frames answered, each the frame ``__call__`` would give, a
+        refusal, or the exception of a failure (SYSTEM_ERROR). The frames after them (the first
+        that is not the common case, a put the store leaves to its single put, a broker that
+        waits for the disk or a slave) are left, having changed nothing, to be handled one by
+        one. Raises only before anything is stored."""
         broker = self._broker
         store = broker.store
         store_config = store.config
@@ -167,7 +174,7 @@ class SendLane:
         table = broker.topics.table
         fields_of = self._fields
         suffix = f"CLUSTER\x01{config.broker_cluster_name}\x02"
-        limits: dict[str, tuple[int, bytes]] = {}  # a topic's queue count and name, or -1
+        limits: dict[str, tuple[int, bytes]] = {}  # a topic's queue count (0: none) and name
         puts = []
         for frame in frames:
             fields = fields_of(frame)
@@ -187,6 +194,17 @@ class SendLane:
             results, error = store.put_plain_run(puts)
         except PutMessageError:
             return []  # nothing written: each frame is refused in its own words
+        except Exception as exc:  # a bug, perhaps after the records went in: not put again
+            return [exc] * len(puts)
+        try:
+            return self._run_answers(frames, puts, results, error)
+        except Exception as exc:  # stored: answered SYSTEM_ERROR, never put again
+            return [exc] * (len(results) + (error is not None))
+
+    def _run_answers(self, frames: list[tuple], puts: list[tuple], results: list,
+                     error: Exception | None) -> list:
+        broker = self._broker
+        config = broker.config
         answers = []
         frame_of = self._answers.frame
         region = config.region_id
@@ -202,7 +220,7 @@ class SendLane:
             else:
                 for put in puts[:len(results)]:
                     stats.record_send(put[0], 1, len(put[4]))
-        if error is not None:  # (not a PutMessageError: a bug, answered SYSTEM_ERROR)
+        if error is not None:  # (none of the run written: the first one's refusal)
             answers.append(self._processor.refused(command_of(frames[len(results)]), error)
                            if isinstance(error, PutMessageError) else error)
         return answers

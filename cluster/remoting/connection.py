@@ -51,7 +51,8 @@ RequestHandler = Callable[["RemotingConnection", RemotingCommand], HandlerResult
 # NotImplemented, having changed nothing, for the request to take the handler's way. A lane
 # may also answer consecutive requests of one read together: ``run(connection, frames)`` gives
 # the answers to the first of them (bytes, a result as a handler's, or an exception for
-# SYSTEM_ERROR), up to ``run_frames`` a run; the rest go one by one.
+# SYSTEM_ERROR), up to ``run_frames`` a run (0 while it takes none); the rest go one by one. It
+# raises only before it has changed anything.
 Lane = Callable[["RemotingConnection", tuple], "RemotingCommand | bytes"]
 
 
@@ -177,10 +178,15 @@ class RemotingConnection(asyncio.Protocol):
         decoder = self._decoder
         completed = False
         self._draining = True
-        # Consecutive requests for a lane that answers runs (``run``), up to its ``run_frames``.
+        # Consecutive requests for a lane that answers runs (``run``), up to its ``run_frames``
+        # (read as a run starts: a lane that cannot take runs now says 0). A run's requests are
+        # taken from the decoder before any of them is handled, so the in-flight limits may be
+        # passed by up to ``run_frames`` - 1 of them; a lane takes runs only while it answers
+        # at once.
         run: list[tuple] | None = None
         run_sizes: list[int] = []
         run_lane = None
+        run_limit = 0
         try:
             lanes = self._lanes
             while not self._too_many_inflight():
@@ -198,27 +204,29 @@ class RemotingConnection(asyncio.Protocol):
                         if lane is run_lane:
                             run.append(frame)
                             run_sizes.append(size)
-                            if len(run) >= run_lane.run_frames:
-                                self._on_lane_run(run_lane, run, run_sizes)
-                                run = None
+                            if len(run) >= run_limit:
+                                taken, run = run, None
+                                self._on_lane_run(run_lane, taken, run_sizes)
                             continue
-                        self._on_lane_run(run_lane, run, run_sizes)
-                        run = None
-                    if getattr(lane, "run", None) is not None:
+                        taken, run = run, None
+                        self._on_lane_run(run_lane, taken, run_sizes)
+                    run_limit = getattr(lane, "run_frames", 0)
+                    if run_limit > 1:
                         run, run_sizes, run_lane = [frame], [size], lane
                         continue
                     if self._on_lane(lane, frame, size):
                         continue
                 elif run is not None:
-                    self._on_lane_run(run_lane, run, run_sizes)
-                    run = None
+                    taken, run = run, None
+                    self._on_lane_run(run_lane, taken, run_sizes)
                 self._on_command(command_of(frame), size)
             if run is not None:
-                self._on_lane_run(run_lane, run, run_sizes)
-                run = None
+                taken, run = run, None
+                self._on_lane_run(run_lane, taken, run_sizes)
         except RemoteProtocolError as exc:
             if run is not None:  # (the requests before the malformed frame are answered)
-                self._on_lane_run(run_lane, run, run_sizes)
+                taken, run = run, None
+                self._on_lane_run(run_lane, taken, run_sizes)
             log.warning("closing %s: %s", self.remote_address, exc)
             self.close(CloseReason.OUT_OF_SYNC)
             return
@@ -285,17 +293,14 @@ class RemotingConnection(asyncio.Protocol):
     def _on_lane_run(self, lane, frames: list[tuple], sizes: list[int]) -> None:
         """Let ``lane`` answer a run of requests together (``lane.run``); those it leaves go
         one by one, in order, as any other."""
-        if len(frames) == 1:
-            answers = []  # (a run of one: the lane's call for one is cheaper)
-        else:
+        answers: list = []
+        if len(frames) > 1:  # (a run of one: the lane's call for one is cheaper)
             try:
                 answers = lane.run(self, frames)
-            except Exception:  # a bug: each request gets SYSTEM_ERROR, as a handler's failure
-                log.exception("answering a run of %d requests from %s failed", len(frames),
-                              self.remote_address)
-                answers = [RuntimeError("the run failed")] * len(frames)
-        taken = len(answers)
-        for index in range(taken):
+            except Exception:  # a bug before the run changed anything: one by one, as ever
+                log.exception("answering a run of %d requests from %s failed; answering them "
+                              "one by one", len(frames), self.remote_address)
+        for index in range(len(answers)):
             answer = answers[index]
             if type(answer) is bytes:
                 try:
@@ -308,7 +313,7 @@ class RemotingConnection(asyncio.Protocol):
             if isinstance(answer, BaseException):
                 answer = self._failed(command, answer)
             self._take_result(command, answer, sizes[index])
-        for index in range(taken, len(frames)):
+        for index in range(len(answers), len(frames)):
             frame = frames[index]
             if not self._on_lane(lane, frame, sizes[index]):
                 self._on_command(command_of(frame), sizes[index])

@@ -1,0 +1,209 @@
+"""A run of common sends put together (``put_plain_run``, ``CommitLog.append_plain_run``)
+against the same sends put one at a time.
+
+Three stores take the same messages: one in runs through the compiled core, one in runs through
+the pure twin, one a message at a time through ``append_plain``. A run may stop early (a file's
+end, blocks to claim): the caller then puts the rest one by one, falling back to the general
+put as the send lane does. Files, queue offsets, answers and ConsumeQueues must end the same.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from storage import commitlog
+from storage.config import FlushDiskType
+from storage.errors import AppendMessageError, ServiceNotAvailableError
+from storage.message import MessageExtBrokerInner
+from storage.message_id import host_to_bytes
+from tests.unit.storage.test_put_plain import (
+    FIXED_NOW,
+    _commit_log_bytes,
+    _consume_queue_bytes,
+    _messages,
+    _open,
+)
+
+_compiled = pytest.mark.skipif(commitlog._append_plain_run_compiled is None,
+                               reason="no compiled core")
+
+
+def _put_one(store, put: tuple) -> tuple:
+    """One message as a caller without runs puts it: the one-step put, else the general one."""
+    done = store.commit_log.append_plain(*put)
+    if done is not None:
+        return done[:4]
+    topic, _, queue_id, flag, body, props, sys_flag, born_ts, host, reconsume = put
+    born = ("127.0.0.1", 40000) if host == host_to_bytes("127.0.0.1", 40000) else None
+    assert born is not None
+    result, _ = store.put_message_nowait(MessageExtBrokerInner(
+        topic, body, queue_id, flag, None, props, sys_flag, born_ts, born, reconsume))
+    append = result.append
+    return append.wrote_offset, append.wrote_bytes, append.logics_offset, append.msg_id
+
+
+def _put_runs(store, puts: list[tuple], sizes: list[int], run) -> list[tuple]:
+    answers: list[tuple] = []
+    start = 0
+    index = 0
+    while start < len(puts):
+        size = sizes[index % len(sizes)]
+        index += 1
+        chunk = puts[start:start + size]
+        results, error = run(chunk)
+        assert error is None
+        answers.extend(result[:4] for result in results)
+        for put in chunk[len(results):]:  # (what the run left: one by one, as the lane does)
+            answers.append(_put_one(store, put))
+        start += size
+    return answers
+
+
+@_compiled
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(messages=_messages, sizes=st.lists(st.integers(1, 8), min_size=1, max_size=4),
+       warm=st.booleans())
+def test_runs_write_what_single_puts_write_compiled_and_pure(messages, sizes, warm):
+    with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(commitlog, "time", FIXED_NOW)
+        stores = [_open(Path(folder, name), warm_commit_log_pages=warm)
+                  for name in ("compiled", "pure", "single")]
+        compiled, pure, single = stores
+        patch.setattr(pure.commit_log, "append_plain", pure.commit_log._append_plain_pure)
+        try:
+            host = host_to_bytes("127.0.0.1", 40000)
+            puts = [(topic, topic.encode(), queue_id, flag, body, props, sys_flag, born_ts,
+                     host, reconsume)
+                    for topic, queue_id, flag, body, props, sys_flag, born_ts, _, reconsume, _
+                    in messages]
+            answers = [
+                _put_runs(compiled, puts, sizes, compiled.commit_log.append_plain_run),
+                _put_runs(pure, puts, sizes, pure.commit_log._append_plain_run_pure),
+                [_put_one(single, put) for put in puts],
+            ]
+            assert answers[0] == answers[2]
+            assert answers[1] == answers[2]
+            logs = [_commit_log_bytes(store) for store in stores]
+            assert logs[0] == logs[2]
+            assert logs[1] == logs[2]
+            tables = [store.commit_log.topic_queue_table for store in stores]
+            assert tables[0] == tables[2]
+            assert tables[1] == tables[2]
+            for store in stores:
+                store.wait_dispatched()
+            queues = [_consume_queue_bytes(store) for store in stores]
+            assert queues[0] == queues[2]
+            assert queues[1] == queues[2]
+        finally:
+            for store in stores:
+                store.shutdown()
+
+
+def _ready(store) -> bytes:
+    """Put until the one-step put takes messages (the file made, blocks claimed)."""
+    host = host_to_bytes("127.0.0.1", 40000)
+    while store.put_plain("TopicTest", 0, 0, b"x", "", 0, 1, host, 0) is None:
+        store.put_message(MessageExtBrokerInner("TopicTest", b"x", 0, 0, None, "", 0, 1,
+                                                ("127.0.0.1", 1)))
+    return host
+
+
+def _run_of(host: bytes, count: int, body: bytes = b"m") -> list[tuple]:
+    return [("TopicTest", b"TopicTest", 0, 0, body, "A\x01B\x02", 0, 1, host, 0)] * count
+
+
+@pytest.mark.parametrize("pure", [False, True])
+def test_a_run_that_fails_writes_none_of_it_is_refused_once_and_frees_the_lock(
+        store_factory, monkeypatch, pure):
+    store = store_factory(mapped_file_size_commit_log=1 << 20, warm_commit_log_pages=True)
+    if store.commit_log.page_warmer is None:
+        pytest.skip("no page warmer here")
+    if not pure and commitlog._append_plain_run_compiled is None:
+        pytest.skip("no compiled core")
+    if pure:
+        monkeypatch.setattr(store.commit_log, "append_plain_run",
+                            store.commit_log._append_plain_run_pure)
+    host = _ready(store)
+    end = store.commit_log.get_max_offset()
+    next_offset = store.commit_log.topic_queue_table[("TopicTest", 0)]
+    entries = len(store.commit_log.appended)
+    after_claim = store.commit_log.page_warmer.after_claim
+
+    def broken(*_args):
+        raise RuntimeError("warmer bug")
+
+    monkeypatch.setattr(store.commit_log.page_warmer, "after_claim", broken)
+    results, error = store.put_plain_run(_run_of(host, 5))
+    # The run's records go in together or not at all: the refusal is the first one's, and the
+    # caller puts the rest one by one.
+    assert results == []
+    assert isinstance(error, AppendMessageError)
+    assert "warmer bug" in str(error)
+    assert isinstance(error.__cause__, RuntimeError)
+    assert store.commit_log.get_max_offset() == end
+    assert store.commit_log.topic_queue_table[("TopicTest", 0)] == next_offset
+    assert len(store.commit_log.appended) == entries
+    assert store.commit_log.begin_time_in_lock == 0.0
+    assert not store.commit_log.put_lock.locked()
+    assert store.stats.put_message_failed_times == 1
+    assert bytes(store.commit_log.mapped_file_queue.mapped_files[-1].mm[
+        end % (1 << 20):end % (1 << 20) + 4096]) == bytes(4096)
+    monkeypatch.setattr(store.commit_log.page_warmer, "after_claim", after_claim)
+    results, error = store.put_plain_run(_run_of(host, 2))
+    assert error is None
+    assert [result[2] for result in results] == [next_offset, next_offset + 1]
+    assert [result[0] for result in results] == [end, end + results[0][1]]
+
+
+def test_a_run_stops_at_a_body_over_max_message_size_and_counts_what_it_put(store_factory):
+    store = store_factory(mapped_file_size_commit_log=1 << 20, max_message_size=100)
+    host = _ready(store)
+    before = (store.stats.put_message_times_total, store.stats.topic_put_times["TopicTest"],
+              sum(store.stats.put_latency_buckets))
+    puts = _run_of(host, 2) + _run_of(host, 1, b"z" * 101) + _run_of(host, 2)
+    results, error = store.put_plain_run(puts)
+    assert len(results) == 2
+    assert error is None
+    after = (store.stats.put_message_times_total, store.stats.topic_put_times["TopicTest"],
+             sum(store.stats.put_latency_buckets))
+    assert after == (before[0] + 2, before[1] + 2, before[2] + 2)  # (one put each)
+
+
+def test_a_run_under_sync_flush_is_left_to_single_puts(store_factory):
+    store = store_factory(flush_disk_type=FlushDiskType.SYNC_FLUSH,
+                          mapped_file_size_commit_log=1 << 20)
+    host = _ready(store)
+    end = store.commit_log.get_max_offset()
+    assert store.put_plain_run(_run_of(host, 3)) == ([], None)
+    assert store.commit_log.get_max_offset() == end
+
+
+def test_a_store_that_takes_no_puts_refuses_the_whole_run(store_factory):
+    store = store_factory(mapped_file_size_commit_log=1 << 20)
+    host = _ready(store)
+    store.shutdown()
+    with pytest.raises(ServiceNotAvailableError):
+        store.put_plain_run(_run_of(host, 3))
+
+
+@_compiled
+def test_the_compiled_run_leaves_what_it_cannot_take_to_the_caller(store_factory):
+    # Arguments of the wrong kind (the pure put words them) stop the run there, nothing of
+    # them written; a run of nothing is nothing.
+    store = store_factory(mapped_file_size_commit_log=1 << 20)
+    host = _ready(store)
+    end = store.commit_log.get_max_offset()
+    odd = ("TopicTest", b"TopicTest", 0, 0, "not bytes", "", 0, 1, host, 0)
+    results, error = store.commit_log.append_plain_run([*_run_of(host, 1), odd, "x"])
+    assert len(results) == 1
+    assert error is None
+    assert store.commit_log.get_max_offset() == end + results[0][1]
+    assert store.commit_log.append_plain_run([]) == ([], None)
+    assert store.commit_log.append_plain_run(["x", odd]) == ([], None)
+    with pytest.raises(TypeError):
+        store.commit_log.append_plain_run((odd,))
