@@ -87,7 +87,7 @@ _I64 = struct.Struct(">q")
 
 
 def _int32(value: object) -> bool:
-    return type(value) is int and -(1 << 31) <= value < (1 << 31)  # type: ignore[operator]
+    return type(value) is int and -(1 << 31) <= value < (1 << 31)
 
 
 def _plain_arguments(put: object, store_host: bytes) -> bool:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 from typing import NamedTuple
@@ -145,7 +145,30 @@ class Arrival(NamedTuple):
     commit_log_offset: int
 
 
-ArrivalListener = Callable[[Arrival], None]
+class Arrivals:
+    """The queues that got records in one round of dispatch, each with its newest record, as
+    arrival listeners get them: once a round, so that a listener with nothing to do (no pull
+    waits) costs one call, not one a queue. Iterating gives an ``Arrival`` each."""
+
+    __slots__ = ("_newest",)
+
+    def __init__(self, newest: dict) -> None:
+        self._newest = newest  # (topic, queue id) -> an appended entry or a DispatchRequest
+
+    def __len__(self) -> int:
+        return len(self._newest)
+
+    def __iter__(self) -> Iterator[Arrival]:
+        for newest in self._newest.values():
+            # An appended entry that ``dispatch_plain`` took, or a DispatchRequest.
+            if type(newest) is tuple:
+                yield Arrival(newest[4], newest[5], newest[3], newest[0])
+            else:
+                yield Arrival(newest.topic, newest.queue_id, newest.consume_queue_offset,
+                              newest.commit_log_offset)
+
+
+ArrivalListener = Callable[[Arrivals], None]
 
 
 class DispatchFailed(Exception):
@@ -273,19 +296,14 @@ class ReputMessageService(ServiceThread):
         if not arrived:
             return
         self._arrived = {}
-        for newest in arrived.values():
-            # An appended entry that ``dispatch_plain`` took, or a DispatchRequest.
-            arrival = Arrival(newest[4], newest[5], newest[3], newest[0]) \
-                if type(newest) is tuple else Arrival(newest.topic, newest.queue_id,
-                                                      newest.consume_queue_offset,
-                                                      newest.commit_log_offset)
-            for listener in self.arrival_listeners:
-                try:
-                    listener(arrival)
-                except Exception:
-                    if self._listener_failures.should_log("listener")[0]:
-                        log.exception("an arrival listener failed; the message is dispatched "
-                                      "anyway")
+        arrivals = Arrivals(arrived)
+        for listener in self.arrival_listeners:
+            try:
+                listener(arrivals)
+            except Exception:
+                if self._listener_failures.should_log("listener")[0]:
+                    log.exception("an arrival listener failed; the message is dispatched "
+                                  "anyway")
 
     def _reput(self) -> int:
         commit_log = self.commit_log

@@ -446,8 +446,8 @@ class DefaultMessageStore(MessageLookup):
             return queue
 
     def add_arrival_listener(self, listener) -> None:
-        """Call ``listener(Arrival)`` with the newest record of each queue, after each round of
-        dispatch (on the dispatch thread or the event loop)."""
+        """Call ``listener(Arrivals)`` after each round of dispatch (on the dispatch thread or
+        the event loop): the queues that got records, each with its newest."""
         self.reput.arrival_listeners.append(listener)
 
     def wait_dispatched(self, timeout: float = 10.0) -> bool:

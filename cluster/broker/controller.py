@@ -110,9 +110,7 @@ class BrokerController:
         self.pop_order.load()
         self.bridge = LoopBridge(loop)
         self.pull_hold = PullRequestHoldService(loop)
-        hold = self.pull_hold
-        self.store.add_arrival_listener(
-            lambda arrival: hold.notify_from_thread(arrival[0], arrival[1], arrival[2] + 1))
+        self.store.add_arrival_listener(self.pull_hold.notify_arrivals)
         self.append_notifier = AppendNotifier(loop, self.store)
         self.store.commit_log.on_append = self.append_notifier.on_append
         await self._start_replication()
@@ -147,7 +145,7 @@ class BrokerController:
             if config.enable_slave_acting_master:
                 self.acting_master = ActingMasterService(self)
                 self.acting_master.start()
-            self.store.add_arrival_listener(lambda r: self._on_replicated_topic(r.topic))
+            self.store.add_arrival_listener(self._on_replicated_topics)
         self._tasks = [
             loop.create_task(self._every(config.flush_consumer_offset_interval / 1000,
                                          self.offsets.persist)),
@@ -183,9 +181,10 @@ class BrokerController:
         count = max(max(queues) + 1, queue_id + 1)
         return TopicConfig(topic, count, count, PERM_READ)
 
-    def _on_replicated_topic(self, topic: str) -> None:
+    def _on_replicated_topics(self, arrivals) -> None:
         """Dispatch on a slave met a topic it has no config for: copy the master's now."""
-        if self.slave_sync is not None and self.topics.select(topic) is None:
+        if self.slave_sync is not None and any(self.topics.select(arrival.topic) is None
+                                               for arrival in arrivals):
             self.slave_sync.sync_soon()
 
     def ha_runtime_info(self) -> dict:

@@ -66,6 +66,16 @@ class PullRequestHoldService:
                     if not waiters:
                         del self._topic_waiting[topic]
 
+    def notify_arrivals(self, arrivals) -> None:
+        """Dispatch's arrival listener (storage.dispatch.Arrivals: a round's queues, each with
+        its newest record), on the loop or on the dispatch thread."""
+        if threading.get_ident() == self._loop_thread and not self._waiting \
+                and not self._topic_waiting:
+            return  # (on the loop nothing starts waiting meanwhile: nobody to wake)
+        for arrival in arrivals:
+            self.notify_from_thread(arrival.topic, arrival.queue_id,
+                                    arrival.consume_queue_offset + 1)
+
     def notify_from_thread(self, topic: str, queue_id: int, max_offset: int) -> None:
         """Called by dispatch for every new message, on the loop or on the dispatch thread."""
         if threading.get_ident() == self._loop_thread:

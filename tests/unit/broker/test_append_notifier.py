@@ -66,6 +66,28 @@ def test_an_arrival_on_the_loop_wakes_a_held_pull_at_once():
     assert asyncio.run(scenario()) is True
 
 
+def test_a_round_of_arrivals_wakes_the_pulls_held_on_its_queues_and_costs_nothing_idle():
+    from storage.dispatch import Arrivals
+
+    class Untouchable:
+        def __iter__(self):
+            raise AssertionError("arrivals read with no pull waiting")
+
+    async def scenario() -> bool:
+        hold = PullRequestHoldService(asyncio.get_running_loop())
+        hold.notify_arrivals(Untouchable())  # nobody waits: not even read
+        waiting = asyncio.ensure_future(hold.wait_for_arrival("T", 0, 5, timeout=5))
+        await asyncio.sleep(0)
+        # (an appended entry: offset, size, store time, queue offset, topic, queue id, ...)
+        hold.notify_arrivals(Arrivals({("T", 1): (100, 10, 0, 8, "T", 1, 0, 0, ""),
+                                       ("T", 0): (110, 10, 0, 4, "T", 0, 0, 0, "")}))
+        assert not waiting.done()  # (queue 0 now ends at 5: nothing past the pull's offset)
+        hold.notify_arrivals(Arrivals({("T", 0): (120, 10, 0, 5, "T", 0, 0, 0, "")}))
+        return await asyncio.wait_for(waiting, 1)
+
+    assert asyncio.run(scenario()) is True
+
+
 def test_a_backlog_in_the_log_is_left_to_the_dispatch_thread(store_factory):
     # Records the put path did not just hand over (a restart's backlog, a slave's replicated
     # bytes) must be decoded from the log: however many, that is the thread's work, never the

@@ -242,9 +242,9 @@ def _fill_bursts(store: DefaultMessageStore) -> list:
     each read (tags, keys, one with no keys; a burst of one now and then). Returns what the
     arrival listeners heard after each burst: the newest queue offset of each queue."""
     heard: dict = {}
-    store.reput.arrival_listeners.append(
-        lambda request: heard.__setitem__((request.topic, request.queue_id),
-                                          request.consume_queue_offset))
+    store.reput.arrival_listeners.append(lambda arrivals: heard.update(
+        ((arrival.topic, arrival.queue_id), arrival.consume_queue_offset)
+        for arrival in arrivals))
     told = []
     number = 0
     for burst in range(60):

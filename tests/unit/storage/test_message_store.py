@@ -246,8 +246,8 @@ def test_arrival_listener_sees_each_dispatched_message(store_factory):
     seen = []
     arrived = threading.Event()
 
-    def listener(request):
-        seen.append((request.topic, request.queue_id, request.consume_queue_offset))
+    def listener(arrivals):
+        seen.extend((a.topic, a.queue_id, a.consume_queue_offset) for a in arrivals)
         if len(seen) == 3:
             arrived.set()
 
@@ -261,7 +261,8 @@ def test_arrival_listener_sees_each_dispatched_message(store_factory):
 def test_listeners_hear_once_a_run_of_each_queue_with_its_newest_record(store_factory):
     store = store_factory(start=False)  # no dispatch thread: the run below takes every record
     seen = []
-    store.add_arrival_listener(lambda r: seen.append((r.queue_id, r.consume_queue_offset)))
+    store.add_arrival_listener(
+        lambda arrivals: seen.extend((a.queue_id, a.consume_queue_offset) for a in arrivals))
     for i in range(7):
         store.put_message_nowait(make_message(queue_id=i % 2))
     assert store.reput.do_reput() == 7

@@ -418,8 +418,8 @@ def test_a_failing_arrival_listener_does_not_stop_dispatch(store_factory):
     store = store_factory()
     seen = []
 
-    def listener(request):
-        seen.append(request.commit_log_offset)
+    def listener(arrivals):
+        seen.extend(arrival.commit_log_offset for arrival in arrivals)
         raise RuntimeError("listener bug")
 
     store.add_arrival_listener(listener)
