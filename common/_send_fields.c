@@ -80,15 +80,10 @@ PyDoc_STRVAR(send_fields_doc,
 "times) of a split SEND_MESSAGE(_V2) frame the send lane takes, else None\n"
 "(cluster.broker.send_lane.send_fields_pure).");
 
+/* send_fields for one frame: the tuple, None, or NULL with an exception set. */
 static PyObject *
-send_fields(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+fields_of(PyObject *plan, PyObject *v2_code, PyObject *client_sys_flags, PyObject *frame)
 {
-    (void)module;
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "send_fields() takes 4 arguments");
-        return NULL;
-    }
-    PyObject *plan = args[0], *frame = args[3];
     if (!PyTuple_Check(frame) || PyTuple_GET_SIZE(frame) != 10 || !PyTuple_Check(plan)
         || PyTuple_GET_SIZE(plan) != F_COUNT)
         Py_RETURN_NONE;
@@ -97,10 +92,10 @@ send_fields(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (!PyLong_CheckExact(flag) || PyLong_AsLong(flag) != 0 || !PyLong_CheckExact(serialize)
         || PyLong_AsLong(serialize) != 0 || !PyDict_Check(values))
         Py_RETURN_NONE; /* oneway, or not JSON: not the answer's template */
-    int aliased = PyObject_RichCompareBool(PyTuple_GET_ITEM(frame, 1), args[1], Py_EQ);
+    int aliased = PyObject_RichCompareBool(PyTuple_GET_ITEM(frame, 1), v2_code, Py_EQ);
     if (aliased < 0)
         return NULL;
-    long long client_flags = PyLong_AsLongLong(args[2]);
+    long long client_flags = PyLong_AsLongLong(client_sys_flags);
     if (client_flags == -1 && PyErr_Occurred())
         return NULL;
 
@@ -163,8 +158,107 @@ out:
     return result;
 }
 
+static PyObject *
+send_fields(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "send_fields() takes 4 arguments");
+        return NULL;
+    }
+    return fields_of(args[0], args[1], args[2], args[3]);
+}
+
+PyDoc_STRVAR(send_run_puts_doc,
+"send_run_puts(plan, v2_code, client_sys_flags, frames, limits, limit_of, suffix, host)\n"
+"    -> list\n\n"
+"The store's puts (CommitLog.append_plain's arguments) for the first frames of a run the send\n"
+"lane takes, up to the first it does not: send_fields for each, its topic's queue count and\n"
+"stored name from ``limits`` (asked of ``limit_of(topic)`` once a topic, and kept there), the\n"
+"properties with ``suffix`` (the broker's CLUSTER) appended, ``host`` as the born host\n"
+"(cluster.broker.send_lane.SendLane._run_puts_pure).");
+
+static PyObject *
+send_run_puts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 8 || !PyList_CheckExact(args[3]) || !PyDict_CheckExact(args[4])
+        || !PyUnicode_CheckExact(args[6])) {
+        PyErr_SetString(PyExc_TypeError, "send_run_puts() takes a plan, a code, flags, a list "
+                        "of frames, a dict, a callable, a str and the host");
+        return NULL;
+    }
+    PyObject *frames = args[3], *limits = args[4], *limit_of = args[5], *suffix = args[6];
+    PyObject *puts = PyList_New(0);
+    if (puts == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(frames); i++) {
+        PyObject *frame = PyList_GET_ITEM(frames, i);
+        PyObject *fields = fields_of(args[0], args[1], args[2], frame);
+        if (fields == NULL)
+            goto failed;
+        if (fields == Py_None) {
+            Py_DECREF(fields);
+            break;
+        }
+        /* (topic, queue id, flag, sysFlag, born timestamp, properties, reconsume times) */
+        PyObject *topic = PyTuple_GET_ITEM(fields, 0);
+        PyObject *limit = PyDict_GetItemWithError(limits, topic); /* borrowed */
+        if (limit == NULL) {
+            if (PyErr_Occurred()) {
+                Py_DECREF(fields);
+                goto failed;
+            }
+            limit = PyObject_CallOneArg(limit_of, topic);
+            if (limit == NULL || PyDict_SetItem(limits, topic, limit) < 0) {
+                Py_XDECREF(limit);
+                Py_DECREF(fields);
+                goto failed;
+            }
+            Py_DECREF(limit); /* (the dict holds it) */
+        }
+        if (!PyTuple_Check(limit) || PyTuple_GET_SIZE(limit) != 2) {
+            Py_DECREF(fields);
+            PyErr_SetString(PyExc_TypeError, "a topic's limit is (queue count, name)");
+            goto failed;
+        }
+        int beyond = PyObject_RichCompareBool(PyTuple_GET_ITEM(fields, 1),
+                                              PyTuple_GET_ITEM(limit, 0), Py_GE);
+        if (beyond != 0) {
+            Py_DECREF(fields);
+            if (beyond < 0)
+                goto failed;
+            break;
+        }
+        PyObject *properties = PyUnicode_Concat(PyTuple_GET_ITEM(fields, 5), suffix);
+        if (properties == NULL) {
+            Py_DECREF(fields);
+            goto failed;
+        }
+        PyObject *put = PyTuple_Pack(10, topic, PyTuple_GET_ITEM(limit, 1),
+                                     PyTuple_GET_ITEM(fields, 1), PyTuple_GET_ITEM(fields, 2),
+                                     PyTuple_GET_ITEM(frame, 9), properties,
+                                     PyTuple_GET_ITEM(fields, 3), PyTuple_GET_ITEM(fields, 4),
+                                     args[7], PyTuple_GET_ITEM(fields, 6));
+        Py_DECREF(properties);
+        Py_DECREF(fields);
+        if (put == NULL)
+            goto failed;
+        int appended = PyList_Append(puts, put);
+        Py_DECREF(put);
+        if (appended < 0)
+            goto failed;
+    }
+    return puts;
+failed:
+    Py_DECREF(puts);
+    return NULL;
+}
+
 static PyMethodDef send_fields_methods[] = {
     {"send_fields", (PyCFunction)(void (*)(void))send_fields, METH_FASTCALL, send_fields_doc},
+    {"send_run_puts", (PyCFunction)(void (*)(void))send_run_puts, METH_FASTCALL,
+     send_run_puts_doc},
     {NULL, NULL, 0, NULL},
 };
 

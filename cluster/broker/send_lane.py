@@ -96,10 +96,18 @@ def _send_fields() -> Callable[[tuple], SendFields | None]:
     return functools.partial(compiled, plan, _V2, CLIENT_SYS_FLAGS)
 
 
+def _run_puts(pure: Callable) -> Callable:
+    compiled = getattr(speedups.core, "send_run_puts", None)
+    plan = decoder_plan(SendMessageRequestHeader)
+    if compiled is None or plan is None:
+        return pure
+    return functools.partial(compiled, plan, _V2, CLIENT_SYS_FLAGS)
+
+
 class SendLane:
     """A lane (``RemotingServer.register_lane``) for SEND_MESSAGE_V2 and SEND_MESSAGE."""
 
-    __slots__ = ("_answers", "_born_hosts", "_broker", "_fields", "_processor")
+    __slots__ = ("_answers", "_born_hosts", "_broker", "_fields", "_processor", "_run_puts")
 
 
     def __init__(self, processor) -> None:
@@ -108,6 +116,7 @@ class SendLane:
         self._answers = processor._answers  # (the processor's template: one answer format)
         self._born_hosts = processor._born_hosts
         self._fields = _send_fields()
+        self._run_puts = _run_puts(self._run_puts_pure)
 
     def __call__(self, connection, frame: tuple):
         """The answer's frame, or NotImplemented, having changed nothing, for ``process``."""
@@ -180,22 +189,8 @@ class SendLane:
         if host is None:
             return []
         table = broker.topics.table
-        fields_of = self._fields
-        suffix = f"CLUSTER\x01{config.broker_cluster_name}\x02"
-        limits: dict[str, tuple[int, bytes]] = {}  # a topic's queue count (0: none) and name
-        puts = []
-        for frame in frames:
-            fields = fields_of(frame)
-            if fields is None:
-                break
-            topic, queue_id, flag, sys_flag, born_ts, text, reconsume_times = fields
-            limit = limits.get(topic)
-            if limit is None:
-                limit = limits[topic] = self._queue_limit(table, topic)
-            if queue_id >= limit[0]:
-                break
-            puts.append((topic, limit[1], queue_id, flag, frame[9], f"{text}{suffix}", sys_flag,
-                         born_ts, host, reconsume_times))
+        puts = self._run_puts(frames, {}, functools.partial(self._queue_limit, table),
+                              f"CLUSTER\x01{config.broker_cluster_name}\x02", host)
         if len(puts) < 2:  # (one: the single put is as cheap)
             return []
         try:
@@ -209,19 +204,38 @@ class SendLane:
         except Exception as exc:  # stored: answered SYSTEM_ERROR, never put again
             return [exc] * (len(results) + (error is not None))
 
+    def _run_puts_pure(self, frames: list[tuple], limits: dict, limit_of: Callable,
+                       suffix: str, host: bytes) -> list[tuple]:
+        """The store's puts (``append_plain``'s arguments) for the first frames of a run the
+        lane takes, up to the first it does not: each frame's fields, its topic's queue count
+        and stored name (``limit_of``, once a topic, kept in ``limits``). (common/_send_fields.c's
+        send_run_puts is its compiled twin.)"""
+        fields_of = self._fields
+        puts = []
+        for frame in frames:
+            fields = fields_of(frame)
+            if fields is None:
+                break
+            topic, queue_id, flag, sys_flag, born_ts, text, reconsume_times = fields
+            limit = limits.get(topic)
+            if limit is None:
+                limit = limits[topic] = limit_of(topic)
+            if queue_id >= limit[0]:
+                break
+            puts.append((topic, limit[1], queue_id, flag, frame[9], text + suffix, sys_flag,
+                         born_ts, host, reconsume_times))
+        return puts
+
     def _run_answers(self, frames: list[tuple], puts: list[tuple], results: list,
                      error: Exception | None) -> list:
         broker = self._broker
         config = broker.config
-        answers = []
-        frame_of = self._answers.frame
-        region = config.region_id
-        trace_on = "true" if config.trace_on else "false"
-        size = 0
-        for frame, put, result in zip(frames, puts, results, strict=False):
-            answers.append(frame_of(frame[2], region, trace_on, result[3], put[2], result[2]))
-            size += len(put[4])
+        answers = self._answers.frames(
+            config.region_id, "true" if config.trace_on else "false",
+            [(frame[2], result[3], put[2], result[2])
+             for frame, put, result in zip(frames, puts, results, strict=False)])
         if results:
+            size = sum(len(put[4]) for put in puts[:len(results)])
             stats = broker.stats
             if all(put[0] == puts[0][0] for put in puts[:len(results)]):
                 stats.record_send(puts[0][0], len(results), size)

@@ -414,3 +414,39 @@ def test_the_lane_leaves_a_broker_that_takes_no_writes_to_the_processor():
     assert answers == general
     assert {code for code, *_ in answers} == {ResponseCode.NO_PERMISSION}
     assert log == general_log
+
+
+@pytest.mark.skipif(getattr(speedups.core, "send_run_puts", None) is None,
+                    reason="no compiled core")
+@settings(max_examples=200, deadline=None)
+@given(sends=_run_sends, queues=st.dictionaries(st.sampled_from(["TopicTest", "orders"]),
+                                                st.integers(0, 4)),
+       noise=st.dictionaries(_names, _values, max_size=3), noisy=st.integers(0, 40))
+def test_the_compiled_run_puts_are_the_pure_ones(sends, queues, noise, noisy):
+    # common/_send_fields.c's send_run_puts against SendLane._run_puts_pure: the same puts, up
+    # to the same first frame the lane leaves, the same topics asked once each.
+    frames = []
+    for opaque, send in enumerate(sends, 1):
+        decoder = FrameDecoder()
+        decoder.feed(_frame(send, opaque))
+        frame = decoder.next_frame()
+        if opaque == noisy and noise:
+            frame = (*frame[:5], {**frame[5], **noise}, *frame[6:])
+        frames.append(frame)
+    lane = object.__new__(send_lane.SendLane)
+    lane._fields = send_lane._send_fields()
+    compiled = send_lane._run_puts(lane._run_puts_pure)
+    assert compiled is not lane._run_puts_pure
+    host = host_to_bytes("127.0.0.1", 40000)
+    results = []
+    for run_puts in (compiled, lane._run_puts_pure):
+        asked: list[str] = []
+
+        def limit_of(topic, asked=asked):
+            asked.append(topic)
+            return queues.get(topic, 8), topic.encode()
+
+        limits: dict = {}
+        puts = run_puts(frames, limits, limit_of, "CLUSTER\x01c\x02", host)
+        results.append((puts, limits, asked))
+    assert results[0] == results[1]

@@ -76,6 +76,19 @@ def test_the_send_answer_is_make_response_encoded(header_codec, opaque, region, 
     assert filled == encode(sent.make_response(0, ext_fields=fields))
 
 
+@settings(max_examples=100, deadline=None)
+@given(region=texts, trace_on=st.sampled_from(["true", "false"]),
+       answers=st.lists(st.tuples(opaques, st.text(alphabet="0123456789ABCDEF", min_size=32,
+                                                   max_size=32),
+                                  st.integers(0, 4095), st.integers(0, 2**63 - 1)),
+                        max_size=6))
+def test_a_run_of_send_answers_is_each_one_framed(region, trace_on, answers):
+    template = SendAnswerTemplate()
+    assert template.frames(region, trace_on, answers) == [
+        SendAnswerTemplate().frame(opaque, region, trace_on, msg_id, queue_id, offset)
+        for opaque, msg_id, queue_id, offset in answers]
+
+
 def test_the_send_answer_follows_a_config_change():
     answers = SendAnswerTemplate()
     first = answers.frame(1, "DefaultRegion", "true", "AB" * 16, 0, 0)
