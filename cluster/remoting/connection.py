@@ -300,6 +300,22 @@ class RemotingConnection(asyncio.Protocol):
             except Exception:  # a bug before the run changed anything: one by one, as ever
                 log.exception("answering a run of %d requests from %s failed; answering them "
                               "one by one", len(frames), self.remote_address)
+        if answers and all(type(answer) is bytes for answer in answers):
+            try:
+                self._send_frames(answers)
+            except RemotingConnectError:
+                log.debug("%s left before its answers to %d requests", self.remote_address,
+                          len(answers))
+        else:
+            self._answer_each(frames, sizes, answers)
+        for index in range(len(answers), len(frames)):
+            frame = frames[index]
+            if not self._on_lane(lane, frame, sizes[index]):
+                self._on_command(command_of(frame), sizes[index])
+
+    def _answer_each(self, frames: list[tuple], sizes: list[int], answers: list) -> None:
+        """Reply to the first frames with the answers a run gave them, one at a time (a
+        refusal, a failure, a result that waits among them)."""
         for index in range(len(answers)):
             answer = answers[index]
             if type(answer) is bytes:
@@ -313,10 +329,6 @@ class RemotingConnection(asyncio.Protocol):
             if isinstance(answer, BaseException):
                 answer = self._failed(command, answer)
             self._take_result(command, answer, sizes[index])
-        for index in range(len(answers), len(frames)):
-            frame = frames[index]
-            if not self._on_lane(lane, frame, sizes[index]):
-                self._on_command(command_of(frame), sizes[index])
 
     def _on_command(self, command: RemotingCommand, size: int = 0) -> None:
         if command.is_response:
@@ -474,6 +486,24 @@ class RemotingConnection(asyncio.Protocol):
         self._corked_bytes += len(frame)
         flow = self._flow
         if flow is not None and self._corked_bytes > flow.max_write_buffer:
+            self._uncork()
+
+    def _send_frames(self, frames: list[bytes]) -> None:
+        """:meth:`send_frame` for each of ``frames`` (the answers to a run of requests, made
+        together), in one call: they leave in one write, at once if they make up a write."""
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            raise RemotingConnectError(f"connection to {self.remote_address} is closed")
+        corked = self._corked
+        if corked is None:
+            corked = self._corked = []
+            if not self._draining:
+                self._loop.call_soon(self._uncork)
+        corked.extend(frames)
+        self._corked_bytes += sum(map(len, frames))
+        flow = self._flow
+        if len(corked) >= CORK_FRAMES or (flow is not None
+                                          and self._corked_bytes > flow.max_write_buffer):
             self._uncork()
 
     def _write_now(self, frame: bytes) -> None:
