@@ -36,7 +36,7 @@ static PyObject *s_write_buffer, *s_fd, *s_wrote_position, *s_file_size, *s_allo
 static PyObject *s_file_from_offset, *s_store_timestamp, *s_store_host_bytes, *s_store_host_v6;
 static PyObject *s_page_warmer, *s_topic_queue_table, *s_appended, *s_append;
 static PyObject *s_msg_id_prefix, *s_begin_time_in_lock, *s_notify_append, *s_refusal;
-static PyObject *s_pure, *s_claim_early, *s_after_claim, *s_extend;
+static PyObject *s_pure, *s_claim_early, *s_after_claim, *s_extend, *s_pop, *s_pure_run;
 
 /* An attribute that must be an int fitting int64; -1 with an exception set otherwise. */
 static int
@@ -112,7 +112,8 @@ typedef struct {
 /* The put failed after the blocks were claimed (the exception is set: a pwrite's OSError, or
  * whatever the page warmer's calls raised): zero what may have been written (nothing else has
  * changed yet), then raise the CommitLog's typed refusal for it from the error, as the pure
- * method does; a zeroing that fails raises its own OSError. */
+ * method does. A zeroing that fails changes nothing: those bytes lie beyond the wrote position,
+ * never read, and the next put writes over them. */
 static void
 refuse(PyObject *self, int fd, unsigned char *staging, long long total, long long start)
 {
@@ -120,13 +121,7 @@ refuse(PyObject *self, int fd, unsigned char *staging, long long total, long lon
     PyErr_Fetch(&type, &value, &traceback);
     PyErr_NormalizeException(&type, &value, &traceback);
     memset(staging, 0, (size_t)total);
-    if (pwrite_fully(fd, (const char *)staging, (Py_ssize_t)total, start) < 0) {
-        Py_XDECREF(type);
-        Py_XDECREF(value);
-        Py_XDECREF(traceback);
-        PyErr_SetFromErrno(PyExc_OSError);
-        return;
-    }
+    (void)pwrite_fully(fd, (const char *)staging, (Py_ssize_t)total, start);
     if (traceback != NULL)
         PyException_SetTraceback(value, traceback);
     if (!PyErr_GivenExceptionMatches(value, PyExc_Exception)) {
@@ -144,6 +139,34 @@ refuse(PyObject *self, int fd, unsigned char *staging, long long total, long lon
     Py_XDECREF(traceback);
 }
 
+/* Undo a run's accounting that failed partway, keeping the error set: each queue's next offset
+ * back to what it was (``before``: None where the table had none), the entries it gave dispatch
+ * taken back off the deque's right end (nothing reads past the wrote position, which has not
+ * moved). */
+static void
+undo_accounting(PyObject *table, PyObject *before, PyObject *appended, Py_ssize_t extended)
+{
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    if (table != NULL && before != NULL) {
+        Py_ssize_t pos = 0;
+        PyObject *key, *old;
+        while (PyDict_Next(before, &pos, &key, &old)) {
+            if (old == Py_None ? PyDict_DelItem(table, key) : PyDict_SetItem(table, key, old))
+                PyErr_Clear(); /* (absent already) */
+        }
+    }
+    for (Py_ssize_t i = 0; appended != NULL && i < extended; i++) {
+        PyObject *popped = PyObject_CallMethodNoArgs(appended, s_pop);
+        if (popped == NULL) {
+            PyErr_Clear();
+            break;
+        }
+        Py_DECREF(popped);
+    }
+    PyErr_Restore(type, value, traceback);
+}
+
 /* The puts of a run, with the put lock held: WROTE (*wrote of them, the first ones, each with
  * its offset, queue_offset and begin set), DECLINED (none fits the file as claimed: a new
  * file, blocks to claim), DELEGATE (nothing read that matters: the pure method takes it) or
@@ -156,9 +179,11 @@ run_locked(PyObject *self, Put *puts, Py_ssize_t count, Py_ssize_t *wrote)
     int outcome = FAILED;
     long long start, file_size, allocated, base, fd;
     PyObject *queue = NULL, *files = NULL, *mapped_file = NULL, *attr = NULL, *table = NULL;
-    PyObject *warmer = NULL, *pending = NULL, *entries = NULL;
+    PyObject *warmer = NULL, *pending = NULL, *entries = NULL, *before = NULL;
+    PyObject *appended = NULL;
     unsigned char *staging = NULL;
     int timed = 0;
+    Py_ssize_t extended = 0;
     Py_ssize_t fit = 0;
     long long total = 0;
 
@@ -229,9 +254,10 @@ run_locked(PyObject *self, Put *puts, Py_ssize_t count, Py_ssize_t *wrote)
     }
     /* Each queue's next offset after the run, put into the table once the records are in. */
     pending = PyDict_New();
+    before = PyDict_New();
     entries = PyList_New(fit);
     staging = PyMem_Malloc((size_t)total);
-    if (pending == NULL || entries == NULL || staging == NULL) {
+    if (pending == NULL || before == NULL || entries == NULL || staging == NULL) {
         if (staging == NULL)
             PyErr_NoMemory();
         goto done;
@@ -244,8 +270,14 @@ run_locked(PyObject *self, Put *puts, Py_ssize_t count, Py_ssize_t *wrote)
         if (key == NULL)
             goto done;
         PyObject *known = PyDict_GetItemWithError(pending, key); /* borrowed */
-        if (known == NULL && !PyErr_Occurred())
+        if (known == NULL && !PyErr_Occurred()) {
             known = PyDict_GetItemWithError(table, key);
+            if ((known != NULL || !PyErr_Occurred())
+                && PyDict_SetItem(before, key, known != NULL ? known : Py_None) < 0) {
+                Py_DECREF(key);
+                goto done;
+            }
+        }
         if (known == NULL && PyErr_Occurred()) {
             Py_DECREF(key);
             goto done;
@@ -298,33 +330,35 @@ run_locked(PyObject *self, Put *puts, Py_ssize_t count, Py_ssize_t *wrote)
             Py_DECREF(upto);
             Py_CLEAR(attr);
         }
-        if (PyErr_Occurred()) {
-            refuse(self, (int)fd, staging, total, start);
+        if (PyErr_Occurred())
             goto done;
-        }
     }
     if (pwrite_fully((int)fd, (const char *)staging, (Py_ssize_t)total, start) < 0) {
         PyErr_SetFromErrno(PyExc_OSError);
-        refuse(self, (int)fd, staging, total, start);
         goto done;
     }
-    /* The records are in the file: account for them, the wrote position last. */
-    if (PyDict_Update(table, pending) < 0)
+    /* The records are in the file: account for them, the wrote position last (what fails
+     * here is undone below, and the run refused as if none of it were written). */
+    appended = PyObject_GetAttr(self, s_appended);
+    if (appended == NULL)
         goto done;
-    attr = PyObject_GetAttr(self, s_appended);
-    if (attr == NULL)
+    PyObject *done_extend = PyObject_CallMethodOneArg(appended, s_extend, entries);
+    if (done_extend == NULL)
         goto done;
-    PyObject *extended = PyObject_CallMethodOneArg(attr, s_extend, entries);
-    if (extended == NULL)
-        goto done;
-    Py_DECREF(extended);
-    Py_CLEAR(attr);
-    if (set_int_attr(mapped_file, s_store_timestamp, store_ts) < 0
+    Py_DECREF(done_extend);
+    extended = fit;
+    if (PyDict_Update(table, pending) < 0
+        || set_int_attr(mapped_file, s_store_timestamp, store_ts) < 0
         || set_int_attr(mapped_file, s_wrote_position, start + total) < 0)
         goto done;
     *wrote = fit;
     outcome = WROTE;
 done:
+    if (outcome == FAILED && staging != NULL) {
+        /* Once the records are being made, whatever fails refuses the run, none of it kept. */
+        undo_accounting(table, before, appended, extended);
+        refuse(self, (int)fd, staging, total, start);
+    }
     if (timed) {
         /* Whatever happened, the lock is no longer held (else OS_PAGECACHE_BUSY on every put
          * after a second). */
@@ -342,6 +376,8 @@ done:
         PyErr_Restore(type, value, traceback);
     }
     PyMem_Free(staging);
+    Py_XDECREF(appended);
+    Py_XDECREF(before);
     Py_XDECREF(entries);
     Py_XDECREF(pending);
     Py_XDECREF(table);
@@ -533,7 +569,7 @@ append_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     case READ_FAILED:
         goto out;
     case READ_PURE:
-        result = call_pure(args, nargs); /* what the pure method copes with, or words */
+        result = call_pure(args, nargs); /* (the pure method leaves them to the general put) */
         goto out;
     case READ_NONE:
         result = Py_NewRef(Py_None);
@@ -631,6 +667,13 @@ append_plain_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             goto out;
         }
         int outcome = run_locked(self, done, ready, &wrote);
+        if (outcome == DELEGATE) { /* (a transient store pool's buffer: the pure method) */
+            Py_DECREF(held);
+            if (release_keeping_error(lock) < 0)
+                goto out;
+            result = PyObject_CallMethodOneArg(self, s_pure_run, args[1]);
+            goto out;
+        }
         if (outcome == FAILED) { /* the first put's error: nothing of the run is written */
             PyObject *type, *traceback;
             PyErr_Fetch(&type, &error, &traceback);
@@ -722,6 +765,8 @@ append_add_functions(PyObject *module)
     INTERN(s_appended, "appended");
     INTERN(s_append, "append");
     INTERN(s_extend, "extend");
+    INTERN(s_pop, "pop");
+    INTERN(s_pure_run, "_append_plain_run_pure");
     INTERN(s_msg_id_prefix, "_msg_id_prefix");
     INTERN(s_begin_time_in_lock, "begin_time_in_lock");
     INTERN(s_notify_append, "_notify_append");

@@ -354,65 +354,25 @@ class CommitLog:
         if not prepared:
             return [], None
         with self.put_lock:
-            files = self.mapped_file_queue.mapped_files
-            if not files:
-                return [], None
-            mapped_file = files[-1]
-            start = mapped_file.wrote_position
-            total = 0
-            fit = 0
-            for record in prepared:
-                end = start + total + record[0]
-                if (end + END_FILE_MIN_BLANK_LENGTH > mapped_file.file_size
-                        or end > mapped_file.allocated_position):
-                    break
-                total += record[0]
-                fit += 1
-            if not fit:
-                return [], None
-            begin = time.monotonic()
+            try:
+                fitting = self._run_fits(prepared)
+                if fitting is None:
+                    return [], None
+                mapped_file, start, total, fit = fitting
+                begin = time.monotonic()
+            except Exception as exc:  # (nothing made yet: the error as it is)
+                return [], exc
             self.begin_time_in_lock = begin
-            store_ts = int(time.time() * 1000)
-            base = mapped_file.file_from_offset
-            table = self.topic_queue_table
-            pending: dict[tuple[str, int], int] = {}
-            entries = []
-            warmer = self.page_warmer
             try:
                 try:
-                    staging = self._staging(total)
-                    at = 0
-                    for (size, crc, topic, topic_bytes, queue_id, flag, body, properties,
-                         props_bytes, sys_flag, born_timestamp, born_host,
-                         reconsume_times) in prepared[:fit]:
-                        key = (topic, queue_id)
-                        queue_offset = pending.get(key)
-                        if queue_offset is None:
-                            queue_offset = table.get(key, 0)
-                        pending[key] = queue_offset + 1
-                        encode_record_into(
-                            staging, at, crc, queue_id, flag, queue_offset, base + start + at,
-                            sys_flag, born_timestamp, born_host, store_ts, host,
-                            reconsume_times, 0, body, topic_bytes, props_bytes)
-                        entries.append((base + start + at, size, store_ts, queue_offset, topic,
-                                        queue_id, sys_flag, 0, properties))
-                        at += size
-                    if warmer is not None:
-                        mapped_file.claim_early(start + total)
-                        warmer.after_claim(mapped_file, start + total)
-                    mapped_file.write_at(start, staging, total)
-                except BaseException as exc:
-                    # Nothing else has changed yet; the blocks are claimed: zeroing is safe.
-                    mapped_file.write_at(start, bytes(total), total)
-                    if not isinstance(exc, Exception):
-                        raise
-                    refusal = self._refusal(exc)
-                    refusal.__cause__ = exc
-                    return [], refusal
-                table.update(pending)
-                self.appended.extend(entries)
-                mapped_file.store_timestamp = store_ts
-                mapped_file.wrote_position = start + total  # the records are in: visible now
+                    store_ts = int(time.time() * 1000)
+                    base = mapped_file.file_from_offset
+                except Exception as exc:  # (nothing made yet: the error as it is)
+                    return [], exc
+                written = self._write_run_locked(mapped_file, start, total, prepared[:fit],
+                                                 store_ts, base)
+                if not isinstance(written, list):
+                    return [], written
             finally:
                 # Whatever happened, the lock is no longer held (else OS_PAGECACHE_BUSY on
                 # every put after a second).
@@ -421,7 +381,89 @@ class CommitLog:
         self._notify_append()
         prefix = self._msg_id_prefix
         return [(entry[0], entry[1], entry[3], f"{prefix}{entry[0]:016X}", elapsed)
-                for entry in entries], None
+                for entry in written], None
+
+    def _run_fits(self, prepared: list[tuple]) -> tuple[MappedFile, int, int, int] | None:
+        """The file a run goes to, where, how many bytes and how many of its records fit it as
+        claimed; None when not one does (a new file, blocks to claim: the general put)."""
+        files = self.mapped_file_queue.mapped_files
+        if not files:
+            return None
+        mapped_file = files[-1]
+        start = mapped_file.wrote_position
+        total = 0
+        fit = 0
+        for record in prepared:
+            end = start + total + record[0]
+            if (end + END_FILE_MIN_BLANK_LENGTH > mapped_file.file_size
+                    or end > mapped_file.allocated_position):
+                break
+            total += record[0]
+            fit += 1
+        return None if not fit else (mapped_file, start, total, fit)
+
+    def _write_run_locked(self, mapped_file: MappedFile, start: int, total: int,
+                          records: list[tuple], store_ts: int,
+                          base: int) -> list[tuple] | Exception:
+        """A run's records encoded into one buffer, written at ``start`` in one write and
+        accounted for (the wrote position last), under the put lock: the entries given to
+        dispatch, or the refusal of a run none of which is kept (whatever failed is undone,
+        the bytes zeroed)."""
+        host = self.store_host_bytes
+        table = self.topic_queue_table
+        pending: dict[tuple[str, int], int] = {}
+        before: dict[tuple[str, int], int | None] = {}
+        entries: list[tuple] = []
+        extended = False
+        try:
+            staging = self._staging(total)
+            at = 0
+            for (size, crc, topic, topic_bytes, queue_id, flag, body, properties, props_bytes,
+                 sys_flag, born_timestamp, born_host, reconsume_times) in records:
+                key = (topic, queue_id)
+                queue_offset = pending.get(key)
+                if queue_offset is None:
+                    queue_offset = before[key] = table.get(key)
+                    if queue_offset is None:
+                        queue_offset = 0
+                pending[key] = queue_offset + 1
+                encode_record_into(
+                    staging, at, crc, queue_id, flag, queue_offset, base + start + at, sys_flag,
+                    born_timestamp, born_host, store_ts, host, reconsume_times, 0, body,
+                    topic_bytes, props_bytes)
+                entries.append((base + start + at, size, store_ts, queue_offset, topic,
+                                queue_id, sys_flag, 0, properties))
+                at += size
+            warmer = self.page_warmer
+            if warmer is not None:
+                mapped_file.claim_early(start + total)
+                warmer.after_claim(mapped_file, start + total)
+            mapped_file.write_at(start, staging, total)
+            # In the file: accounted for, the wrote position last (visible from then).
+            self.appended.extend(entries)
+            extended = True
+            table.update(pending)
+            mapped_file.store_timestamp = store_ts
+            mapped_file.wrote_position = start + total
+            return entries
+        except BaseException as exc:
+            for key, old in before.items():  # (each queue's next offset as it was)
+                if old is None:
+                    table.pop(key, None)
+                else:
+                    table[key] = old
+            if extended:  # (nothing reads past the wrote position, which has not moved)
+                for _ in entries:
+                    self.appended.pop()
+            try:  # the blocks are claimed: zeroing is safe; if it fails, nothing reads there
+                mapped_file.write_at(start, bytes(total), total)
+            except OSError:
+                pass
+            if not isinstance(exc, Exception):
+                raise
+            refusal = self._refusal(exc)
+            refusal.__cause__ = exc
+            return refusal
 
     def put_messages(self, batch: MessageExtBatch) -> AppendMessageResult:
         """Append a batch: one record per inner message, consecutive queue offsets, one file.

@@ -9,8 +9,11 @@ handed to the loop once per burst (not once per message).
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Callable
+
+log = logging.getLogger(__name__)
 
 
 class PullRequestHoldService:
@@ -73,8 +76,12 @@ class PullRequestHoldService:
                 and not self._topic_waiting:
             return  # (on the loop nothing starts waiting meanwhile: nobody to wake)
         for arrival in arrivals:
-            self.notify_from_thread(arrival.topic, arrival.queue_id,
-                                    arrival.consume_queue_offset + 1)
+            try:
+                self.notify_from_thread(arrival.topic, arrival.queue_id,
+                                        arrival.consume_queue_offset + 1)
+            except Exception:  # (one queue's failure must not keep the others' pulls waiting)
+                log.exception("waking the pulls held on %s-%d failed", arrival.topic,
+                              arrival.queue_id)
 
     def notify_from_thread(self, topic: str, queue_id: int, max_offset: int) -> None:
         """Called by dispatch for every new message, on the loop or on the dispatch thread."""

@@ -202,7 +202,7 @@ class SendLane:
         try:
             return self._run_answers(frames, puts, results, error)
         except Exception as exc:  # stored: answered SYSTEM_ERROR, never put again
-            return [exc] * (len(results) + (error is not None))
+            return [exc] * max(len(results), 1)
 
     def _run_puts_pure(self, frames: list[tuple], limits: dict, limit_of: Callable,
                        suffix: str, host: bytes) -> list[tuple]:
@@ -228,24 +228,25 @@ class SendLane:
 
     def _run_answers(self, frames: list[tuple], puts: list[tuple], results: list,
                      error: Exception | None) -> list:
+        if error is not None:  # none of the run written: its first frame is refused (a
+            # PutMessageError in RocketMQ's words, else SYSTEM_ERROR), the rest go one by one
+            return [self._processor.refused(command_of(frames[0]), error)
+                    if isinstance(error, PutMessageError) else error]
+        if not results:
+            return []
         broker = self._broker
+        taken = puts[:len(results)]
+        stats = broker.stats
+        if all(put[0] == taken[0][0] for put in taken):
+            stats.record_send(taken[0][0], len(taken), sum(len(put[4]) for put in taken))
+        else:
+            for put in taken:
+                stats.record_send(put[0], 1, len(put[4]))
         config = broker.config
-        answers = self._answers.frames(
+        return self._answers.frames(
             config.region_id, "true" if config.trace_on else "false",
             [(frame[2], result[3], put[2], result[2])
-             for frame, put, result in zip(frames, puts, results, strict=False)])
-        if results:
-            size = sum(len(put[4]) for put in puts[:len(results)])
-            stats = broker.stats
-            if all(put[0] == puts[0][0] for put in puts[:len(results)]):
-                stats.record_send(puts[0][0], len(results), size)
-            else:
-                for put in puts[:len(results)]:
-                    stats.record_send(put[0], 1, len(put[4]))
-        if error is not None:  # (none of the run written: the first one's refusal)
-            answers.append(self._processor.refused(command_of(frames[len(results)]), error)
-                           if isinstance(error, PutMessageError) else error)
-        return answers
+             for frame, put, result in zip(frames, taken, results, strict=False)])
 
     @staticmethod
     def _queue_limit(table, topic: str) -> tuple[int, bytes]:

@@ -136,3 +136,60 @@ def test_a_wait_for_what_already_landed_ends_at_once():
         return landed, hold.held_count()
 
     assert asyncio.run(scenario()) == (True, 0)
+
+
+def test_arrivals_from_the_dispatch_thread_wake_held_pulls_and_pops():
+    from storage.dispatch import Arrivals
+
+    async def scenario() -> tuple[bool, bool]:
+        hold = PullRequestHoldService(asyncio.get_running_loop())
+        pull = asyncio.ensure_future(hold.wait_for_arrival("T", 2, 0, timeout=5))
+        pop = asyncio.ensure_future(hold.wait_for_topics(["P"], timeout=5))
+        await asyncio.sleep(0)
+        arrivals = Arrivals({("T", 2): (0, 10, 0, 0, "T", 2, 0, 0, ""),
+                             ("P", 5): (10, 10, 0, 0, "P", 5, 0, 0, "")})
+        await asyncio.to_thread(hold.notify_arrivals, arrivals)
+        return await asyncio.wait_for(pull, 1), await asyncio.wait_for(pop, 1)
+
+    assert asyncio.run(scenario()) == (True, True)
+
+
+def test_a_queue_whose_wakeup_fails_leaves_the_rest_of_the_round_woken(monkeypatch):
+    from storage.dispatch import Arrivals
+
+    async def scenario() -> bool:
+        hold = PullRequestHoldService(asyncio.get_running_loop())
+        waiting = asyncio.ensure_future(hold.wait_for_arrival("T", 1, 0, timeout=5))
+        await asyncio.sleep(0)
+        notify = hold.notify_from_thread
+
+        def failing_for_queue_0(topic, queue_id, max_offset):
+            if queue_id == 0:
+                raise RuntimeError("wakeup bug")
+            notify(topic, queue_id, max_offset)
+
+        monkeypatch.setattr(hold, "notify_from_thread", failing_for_queue_0)
+        hold.notify_arrivals(Arrivals({("T", 0): (0, 10, 0, 0, "T", 0, 0, 0, ""),
+                                       ("T", 1): (10, 10, 0, 0, "T", 1, 0, 0, "")}))
+        return await asyncio.wait_for(waiting, 1)
+
+    assert asyncio.run(scenario()) is True
+
+
+def test_a_slave_copies_its_masters_topics_when_dispatch_meets_one_it_lacks():
+    from types import SimpleNamespace
+
+    from cluster.broker.controller import BrokerController
+    from storage.dispatch import Arrivals
+
+    synced = []
+    broker = SimpleNamespace(
+        slave_sync=SimpleNamespace(sync_soon=lambda: synced.append(True)),
+        topics=SimpleNamespace(select=lambda topic: None if topic == "New" else object()))
+    BrokerController._on_replicated_topics(
+        broker, Arrivals({("Known", 0): (0, 10, 0, 0, "Known", 0, 0, 0, "")}))
+    assert synced == []
+    BrokerController._on_replicated_topics(
+        broker, Arrivals({("Known", 0): (0, 10, 0, 0, "Known", 0, 0, 0, ""),
+                          ("New", 1): (10, 10, 0, 0, "New", 1, 0, 0, "")}))
+    assert synced == [True]

@@ -289,9 +289,10 @@ def test_a_compiled_put_whose_write_fails_changes_nothing_and_frees_the_lock(sto
     read_only.write_bytes(b"")
     fd = os.open(read_only, os.O_RDONLY)
     try:
-        # Every pwrite fails (EBADF), the zeroing too: that error is raised as it is.
+        # Every pwrite fails (EBADF), the zeroing too: the put is refused for the write's
+        # error (the bytes the zeroing could not clear lie past the wrote position).
         monkeypatch.setattr(mapped_file, "_fd", fd)
-        with pytest.raises(OSError, match="Bad file descriptor"):
+        with pytest.raises(AppendMessageError, match="Bad file descriptor"):
             store.put_plain("TopicTest", 0, 0, b"y", "", 0, 1, host, 0)
     finally:
         os.close(fd)

@@ -10,7 +10,9 @@ put as the send lane does. Files, queue offsets, answers and ConsumeQueues must 
 from __future__ import annotations
 
 import tempfile
+import time as real_time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -131,7 +133,6 @@ def test_a_run_that_fails_writes_none_of_it_is_refused_once_and_frees_the_lock(
     host = _ready(store)
     end = store.commit_log.get_max_offset()
     next_offset = store.commit_log.topic_queue_table[("TopicTest", 0)]
-    entries = len(store.commit_log.appended)
     after_claim = store.commit_log.page_warmer.after_claim
 
     def broken(*_args):
@@ -147,7 +148,7 @@ def test_a_run_that_fails_writes_none_of_it_is_refused_once_and_frees_the_lock(
     assert isinstance(error.__cause__, RuntimeError)
     assert store.commit_log.get_max_offset() == end
     assert store.commit_log.topic_queue_table[("TopicTest", 0)] == next_offset
-    assert len(store.commit_log.appended) == entries
+    assert all(entry[0] < end for entry in store.commit_log.appended)  # (none for dispatch)
     assert store.commit_log.begin_time_in_lock == 0.0
     assert not store.commit_log.put_lock.locked()
     assert store.stats.put_message_failed_times == 1
@@ -207,3 +208,104 @@ def test_the_compiled_run_leaves_what_it_cannot_take_to_the_caller(store_factory
     assert store.commit_log.append_plain_run(["x", odd]) == ([], None)
     with pytest.raises(TypeError):
         store.commit_log.append_plain_run((odd,))
+
+
+def _twins(store, pure: bool, monkeypatch):
+    """The store's CommitLog on the compiled run (skipped where there is none) or the pure."""
+    if pure:
+        monkeypatch.setattr(store.commit_log, "append_plain_run",
+                            store.commit_log._append_plain_run_pure)
+    elif commitlog._append_plain_run_compiled is None:
+        pytest.skip("no compiled core")
+
+
+@pytest.mark.parametrize("pure", [False, True])
+def test_a_run_whose_accounting_fails_after_the_write_is_undone_and_refused(
+        store_factory, monkeypatch, pure):
+    # The records are in the file, then accounting for them fails (here: the file's store
+    # time cannot be set): the queue offsets and the entries for dispatch go back to what they
+    # were, the bytes are zeroed, the run is refused; the next run takes the same offsets.
+    store = store_factory(mapped_file_size_commit_log=1 << 20)
+    _twins(store, pure, monkeypatch)
+    host = _ready(store)
+    log = store.commit_log
+    end = log.get_max_offset()
+    next_offset = log.topic_queue_table[("TopicTest", 0)]
+    mapped_file = log.mapped_file_queue.mapped_files[-1]
+    kind = type(mapped_file)
+
+    class Failing(kind):  # (a subclass with no slots of its own: the same layout)
+        __slots__ = ()
+
+        @property
+        def store_timestamp(self):
+            return 0
+
+        @store_timestamp.setter
+        def store_timestamp(self, value):
+            raise RuntimeError("accounting bug")
+
+    mapped_file.__class__ = Failing
+    try:
+        results, error = store.put_plain_run(
+            [*_run_of(host, 2), ("Other", b"Other", 3, 0, b"o", "", 0, 1, host, 0)])
+    finally:
+        mapped_file.__class__ = kind
+    assert results == []
+    assert isinstance(error, AppendMessageError)
+    assert "accounting bug" in str(error)
+    assert log.get_max_offset() == end
+    assert log.topic_queue_table[("TopicTest", 0)] == next_offset
+    assert ("Other", 3) not in log.topic_queue_table
+    assert all(entry[0] < end for entry in log.appended)  # (dispatch may have taken others)
+    assert log.begin_time_in_lock == 0.0
+    assert not log.put_lock.locked()
+    assert store.stats.put_message_failed_times == 1
+    position = end % (1 << 20)
+    assert bytes(mapped_file.mm[position:position + 512]) == bytes(512)
+    results, error = store.put_plain_run(_run_of(host, 2))
+    assert error is None
+    assert [(result[0], result[2]) for result in results] == [
+        (end, next_offset), (end + results[0][1], next_offset + 1)]
+
+
+@pytest.mark.parametrize("pure", [False, True])
+@pytest.mark.parametrize("clock", ["time", "monotonic"])
+def test_a_run_whose_clock_fails_writes_nothing_and_frees_the_lock(
+        store_factory, monkeypatch, pure, clock):
+    store = store_factory(mapped_file_size_commit_log=1 << 20)
+    _twins(store, pure, monkeypatch)
+    host = _ready(store)
+    end = store.commit_log.get_max_offset()
+
+    def broken():
+        raise RuntimeError("clock bug")
+
+    clocks = {"time": real_time.time, "monotonic": real_time.monotonic, clock: broken}
+    monkeypatch.setattr(commitlog, "time", SimpleNamespace(**clocks))
+    results, error = store.commit_log.append_plain_run(_run_of(host, 3))
+    assert results == []
+    assert isinstance(error, RuntimeError)
+    assert store.commit_log.begin_time_in_lock == 0.0
+    assert not store.commit_log.put_lock.locked()
+    assert store.commit_log.get_max_offset() == end
+
+
+@_compiled
+def test_a_run_with_a_transient_store_pool_is_the_pure_ones(store_factory, monkeypatch):
+    # (the pool's write buffer is the pure method's to write: the compiled run hands it over)
+    results = []
+    for pure in (False, True):
+        store = store_factory(mapped_file_size_commit_log=1 << 20,
+                              transient_store_pool_enable=True, commit_interval_commit_log=10,
+                              store_path_root_dir=str(Path(tempfile.mkdtemp())))
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(commitlog, "time", FIXED_NOW)
+            _twins(store, pure, patch)
+            host = _ready(store)
+            assert store.commit_log.mapped_file_queue.mapped_files[-1].write_buffer is not None
+            done, error = store.put_plain_run(_run_of(host, 3))
+            assert error is None
+            results.append([result[:4] for result in done])
+    assert len(results[0]) == 3
+    assert results[0] == results[1]
