@@ -549,6 +549,33 @@ msg_id_prefix(PyObject *self)
     return prefix;
 }
 
+/* After a run's records are in and the lock let go: dispatch told, then each written put's
+ * result (as put_result), in a new list; NULL with an exception set on failure. */
+static PyObject *
+written_results(PyObject *self, const Put *puts, Py_ssize_t wrote)
+{
+    double finished = clock_now(s_monotonic);
+    if (finished == -1.0 && PyErr_Occurred())
+        return NULL;
+    PyObject *notified = PyObject_CallMethodNoArgs(self, s_notify_append);
+    if (notified == NULL)
+        return NULL;
+    Py_DECREF(notified);
+    PyObject *prefix = msg_id_prefix(self);
+    if (prefix == NULL)
+        return NULL;
+    PyObject *results = PyList_New(wrote);
+    for (Py_ssize_t i = 0; results != NULL && i < wrote; i++) {
+        PyObject *one = put_result(prefix, &puts[i], finished);
+        if (one == NULL)
+            Py_CLEAR(results);
+        else
+            PyList_SET_ITEM(results, i, one);
+    }
+    Py_DECREF(prefix);
+    return results;
+}
+
 static PyObject *
 append_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -590,18 +617,11 @@ append_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         result = call_pure(args, nargs);
         goto out;
     }
-    double finished = clock_now(s_monotonic);
-    if (finished == -1.0 && PyErr_Occurred())
-        goto out;
-    PyObject *notified = PyObject_CallMethodNoArgs(self, s_notify_append);
-    if (notified == NULL)
-        goto out;
-    Py_DECREF(notified);
-    PyObject *prefix = msg_id_prefix(self);
-    if (prefix == NULL)
-        goto out;
-    result = put_result(prefix, &put, finished);
-    Py_DECREF(prefix);
+    PyObject *results = written_results(self, &put, 1);
+    if (results != NULL) {
+        result = Py_NewRef(PyList_GET_ITEM(results, 0));
+        Py_DECREF(results);
+    }
 out:
     Py_XDECREF(lock);
     Py_DECREF(store_host);
@@ -628,7 +648,7 @@ append_plain_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *store_host = store_host_of(self, &store_v6);
     if (store_host == NULL)
         return NULL;
-    PyObject *result = NULL, *lock = NULL, *results = NULL, *error = NULL, *prefix = NULL;
+    PyObject *result = NULL, *lock = NULL, *results = NULL, *error = NULL;
     Put *done = NULL;
     /* The puts held here while the lock is: a list the caller changes meanwhile (the store
      * host's attribute read above runs Python) cannot free what the records are written from. */
@@ -696,31 +716,12 @@ append_plain_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
     }
     Py_DECREF(held); /* (the written puts' objects: their results copy what they need) */
-    results = PyList_New(wrote);
+    results = wrote > 0 ? written_results(self, done, wrote) : PyList_New(0);
     if (results == NULL)
         goto out;
-    if (wrote > 0) {
-        double finished = clock_now(s_monotonic);
-        if (finished == -1.0 && PyErr_Occurred())
-            goto out;
-        PyObject *notified = PyObject_CallMethodNoArgs(self, s_notify_append);
-        if (notified == NULL)
-            goto out;
-        Py_DECREF(notified);
-        prefix = msg_id_prefix(self);
-        if (prefix == NULL)
-            goto out;
-        for (Py_ssize_t i = 0; i < wrote; i++) {
-            PyObject *one = put_result(prefix, &done[i], finished);
-            if (one == NULL)
-                goto out;
-            PyList_SET_ITEM(results, i, one);
-        }
-    }
     result = PyTuple_Pack(2, results, error != NULL ? error : Py_None);
 out:
     PyMem_Free(done);
-    Py_XDECREF(prefix);
     Py_XDECREF(error);
     Py_XDECREF(results);
     Py_XDECREF(lock);
