@@ -140,11 +140,11 @@ refuse(PyObject *self, int fd, unsigned char *staging, long long total, long lon
 }
 
 /* Undo a run's accounting that failed partway, keeping the error set: each queue's next offset
- * back to what it was (``before``: None where the table had none), the entries it gave dispatch
- * taken back off the deque's right end (nothing reads past the wrote position, which has not
- * moved). */
+ * back to what it was (``before``: None where the table had none), and every entry for dispatch
+ * at or past the run's first offset taken back off the deque's right end (only the put lock's
+ * holder appends there, and nothing reads past the wrote position, which has not moved). */
 static void
-undo_accounting(PyObject *table, PyObject *before, PyObject *appended, Py_ssize_t extended)
+undo_accounting(PyObject *table, PyObject *before, PyObject *appended, long long first)
 {
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback);
@@ -156,14 +156,20 @@ undo_accounting(PyObject *table, PyObject *before, PyObject *appended, Py_ssize_
                 PyErr_Clear(); /* (absent already) */
         }
     }
-    for (Py_ssize_t i = 0; appended != NULL && i < extended; i++) {
-        PyObject *popped = PyObject_CallMethodNoArgs(appended, s_pop);
-        if (popped == NULL) {
-            PyErr_Clear();
+    while (appended != NULL && PyObject_Length(appended) > 0) {
+        PyObject *last = PySequence_GetItem(appended, -1);
+        PyObject *offset = last != NULL && PyTuple_Check(last) && PyTuple_GET_SIZE(last) > 0
+            ? PyTuple_GET_ITEM(last, 0) : NULL;
+        long long at = offset != NULL ? PyLong_AsLongLong(offset) : -1;
+        Py_XDECREF(last);
+        if (at < first)
             break;
-        }
+        PyObject *popped = PyObject_CallMethodNoArgs(appended, s_pop);
+        if (popped == NULL)
+            break;
         Py_DECREF(popped);
     }
+    PyErr_Clear();
     PyErr_Restore(type, value, traceback);
 }
 
@@ -177,13 +183,13 @@ static int
 run_locked(PyObject *self, Put *puts, Py_ssize_t count, Py_ssize_t *wrote)
 {
     int outcome = FAILED;
-    long long start, file_size, allocated, base, fd;
+    long long start = 0, file_size, allocated, fd = -1;
     PyObject *queue = NULL, *files = NULL, *mapped_file = NULL, *attr = NULL, *table = NULL;
     PyObject *warmer = NULL, *pending = NULL, *entries = NULL, *before = NULL;
     PyObject *appended = NULL;
     unsigned char *staging = NULL;
-    int timed = 0;
-    Py_ssize_t extended = 0;
+    int timed = 0, stamped = 0;
+    long long old_store_ts = 0, base = 0;
     Py_ssize_t fit = 0;
     long long total = 0;
 
@@ -339,6 +345,8 @@ run_locked(PyObject *self, Put *puts, Py_ssize_t count, Py_ssize_t *wrote)
     }
     /* The records are in the file: account for them, the wrote position last (what fails
      * here is undone below, and the run refused as if none of it were written). */
+    if (int_attr(mapped_file, s_store_timestamp, &old_store_ts) < 0)
+        goto done;
     appended = PyObject_GetAttr(self, s_appended);
     if (appended == NULL)
         goto done;
@@ -346,9 +354,10 @@ run_locked(PyObject *self, Put *puts, Py_ssize_t count, Py_ssize_t *wrote)
     if (done_extend == NULL)
         goto done;
     Py_DECREF(done_extend);
-    extended = fit;
-    if (PyDict_Update(table, pending) < 0
-        || set_int_attr(mapped_file, s_store_timestamp, store_ts) < 0
+    if (PyDict_Update(table, pending) < 0)
+        goto done;
+    stamped = 1;
+    if (set_int_attr(mapped_file, s_store_timestamp, store_ts) < 0
         || set_int_attr(mapped_file, s_wrote_position, start + total) < 0)
         goto done;
     *wrote = fit;
@@ -356,7 +365,14 @@ run_locked(PyObject *self, Put *puts, Py_ssize_t count, Py_ssize_t *wrote)
 done:
     if (outcome == FAILED && staging != NULL) {
         /* Once the records are being made, whatever fails refuses the run, none of it kept. */
-        undo_accounting(table, before, appended, extended);
+        undo_accounting(table, before, appended, base + start);
+        if (stamped) {
+            PyObject *type, *value, *traceback;
+            PyErr_Fetch(&type, &value, &traceback);
+            if (set_int_attr(mapped_file, s_store_timestamp, old_store_ts) < 0)
+                PyErr_Clear();
+            PyErr_Restore(type, value, traceback);
+        }
         refuse(self, (int)fd, staging, total, start);
     }
     if (timed) {
@@ -365,12 +381,12 @@ done:
         PyObject *type, *value, *traceback;
         PyErr_Fetch(&type, &value, &traceback);
         if (set_float_attr(self, s_begin_time_in_lock, 0.0) < 0) {
-            if (type == NULL) {
-                outcome = FAILED;
+            if (type == NULL && outcome != WROTE) {
+                outcome = FAILED; /* (nothing written: the error is the run's) */
                 PyErr_Fetch(&type, &value, &traceback);
             }
             else {
-                PyErr_Clear();
+                PyErr_Clear(); /* (written: the records stand, answered as such) */
             }
         }
         PyErr_Restore(type, value, traceback);

@@ -414,7 +414,7 @@ class CommitLog:
         pending: dict[tuple[str, int], int] = {}
         before: dict[tuple[str, int], int | None] = {}
         entries: list[tuple] = []
-        extended = False
+        old_store_ts = mapped_file.store_timestamp
         try:
             staging = self._staging(total)
             at = 0
@@ -441,7 +441,6 @@ class CommitLog:
             mapped_file.write_at(start, staging, total)
             # In the file: accounted for, the wrote position last (visible from then).
             self.appended.extend(entries)
-            extended = True
             table.update(pending)
             mapped_file.store_timestamp = store_ts
             mapped_file.wrote_position = start + total
@@ -452,12 +451,18 @@ class CommitLog:
                     table.pop(key, None)
                 else:
                     table[key] = old
-            if extended:  # (nothing reads past the wrote position, which has not moved)
-                for _ in entries:
-                    self.appended.pop()
+            # Dispatch's entries from the run's first offset on (only the put lock's holder
+            # appends; nothing reads past the wrote position, which has not moved).
+            appended = self.appended
+            while appended and appended[-1][0] >= base + start:
+                appended.pop()
+            try:  # (the write's error is the one to report, whatever fails here)
+                mapped_file.store_timestamp = old_store_ts
+            except Exception:
+                pass
             try:  # the blocks are claimed: zeroing is safe; if it fails, nothing reads there
                 mapped_file.write_at(start, bytes(total), total)
-            except OSError:
+            except Exception:
                 pass
             if not isinstance(exc, Exception):
                 raise

@@ -219,12 +219,26 @@ def _twins(store, pure: bool, monkeypatch):
         pytest.skip("no compiled core")
 
 
+def _failing_to_set(kind: type, name: str) -> type:
+    """A MappedFile class whose ``name`` cannot be set (it reads as the instance holds it)."""
+
+    def read(self):
+        return self.__dict__.get(name, 0)
+
+    def refuse(self, value):
+        raise RuntimeError("accounting bug")
+
+    return type("Failing", (kind,), {name: property(read, refuse)})
+
+
 @pytest.mark.parametrize("pure", [False, True])
+@pytest.mark.parametrize("failing", ["store_timestamp", "wrote_position"])
 def test_a_run_whose_accounting_fails_after_the_write_is_undone_and_refused(
-        store_factory, monkeypatch, pure):
-    # The records are in the file, then accounting for them fails (here: the file's store
-    # time cannot be set): the queue offsets and the entries for dispatch go back to what they
-    # were, the bytes are zeroed, the run is refused; the next run takes the same offsets.
+        store_factory, monkeypatch, pure, failing):
+    # The records are in the file, then accounting for them fails (the file's store time, or
+    # its wrote position, cannot be set): the queue offsets, the entries for dispatch and the
+    # file's store time go back to what they were, the bytes are zeroed, the run is refused;
+    # the next run takes the same offsets.
     store = store_factory(mapped_file_size_commit_log=1 << 20)
     _twins(store, pure, monkeypatch)
     host = _ready(store)
@@ -232,25 +246,18 @@ def test_a_run_whose_accounting_fails_after_the_write_is_undone_and_refused(
     end = log.get_max_offset()
     next_offset = log.topic_queue_table[("TopicTest", 0)]
     mapped_file = log.mapped_file_queue.mapped_files[-1]
+    stamp = mapped_file.store_timestamp
     kind = type(mapped_file)
-
-    class Failing(kind):  # (a subclass with no slots of its own: the same layout)
-        __slots__ = ()
-
-        @property
-        def store_timestamp(self):
-            return 0
-
-        @store_timestamp.setter
-        def store_timestamp(self, value):
-            raise RuntimeError("accounting bug")
-
-    mapped_file.__class__ = Failing
+    mapped_file.__class__ = _failing_to_set(kind, failing)
+    later = SimpleNamespace(time=lambda: real_time.time() + 100, monotonic=real_time.monotonic)
     try:
+        monkeypatch.setattr(commitlog, "time", later)  # (a store time the file never had)
         results, error = store.put_plain_run(
             [*_run_of(host, 2), ("Other", b"Other", 3, 0, b"o", "", 0, 1, host, 0)])
     finally:
         mapped_file.__class__ = kind
+        monkeypatch.setattr(commitlog, "time", real_time)
+    assert mapped_file.store_timestamp == stamp
     assert results == []
     assert isinstance(error, AppendMessageError)
     assert "accounting bug" in str(error)
