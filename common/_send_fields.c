@@ -192,8 +192,10 @@ send_run_puts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *puts = PyList_New(0);
     if (puts == NULL)
         return NULL;
+    PyObject *frame = NULL;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(frames); i++) {
-        PyObject *frame = PyList_GET_ITEM(frames, i);
+        /* (held: limit_of runs Python, which could change the list) */
+        Py_XSETREF(frame, Py_NewRef(PyList_GET_ITEM(frames, i)));
         PyObject *fields = fields_of(args[0], args[1], args[2], frame);
         if (fields == NULL)
             goto failed;
@@ -249,8 +251,10 @@ send_run_puts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if (appended < 0)
             goto failed;
     }
+    Py_XDECREF(frame);
     return puts;
 failed:
+    Py_XDECREF(frame);
     Py_DECREF(puts);
     return NULL;
 }

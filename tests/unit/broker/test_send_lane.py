@@ -451,3 +451,27 @@ def test_the_compiled_run_puts_are_the_pure_ones(sends, queues, noise, noisy):
         puts = run_puts(frames, limits, limit_of, "CLUSTER\x01c\x02", host)
         results.append((puts, limits, asked))
     assert results[0] == results[1]
+
+
+def test_run_puts_survive_a_topic_lookup_that_empties_the_frames():
+    # (limit_of is Python: whatever it does to the list, the frame being read stays alive)
+    lane = object.__new__(send_lane.SendLane)
+    lane._fields = send_lane._send_fields()
+    host = host_to_bytes("127.0.0.1", 40000)
+    results = []
+    for run_puts in {send_lane._run_puts(lane._run_puts_pure), lane._run_puts_pure}:
+        frames = []
+        for data in _plain(3):
+            decoder = FrameDecoder()
+            decoder.feed(data)
+            frames.append(decoder.next_frame())
+        del decoder  # (the list holds the frames alone)
+
+        def limit_of(topic, frames=frames):
+            frames.clear()
+            return 8, topic.encode()
+
+        puts = run_puts(frames, {}, limit_of, "CLUSTER\x01c\x02", host)
+        results.append([(put[0], put[2], len(put[4])) for put in puts])
+    assert results[0] == [("TopicTest", 0, 100)]
+    assert all(result == results[0] for result in results)
