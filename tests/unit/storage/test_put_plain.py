@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from storage import commitlog
+from storage import commitlog, plain_run
 from storage.config import FlushDiskType
 from storage.errors import AppendMessageError, MessageIllegalError, ServiceNotAvailableError
 from storage.message import MessageExtBrokerInner, properties_to_string
@@ -266,7 +266,7 @@ def test_a_failed_one_step_put_is_rolled_back_counted_and_frees_the_lock(store_f
 
     # The pure method's encoder fails (the compiled one writes in C: its failure is below).
     monkeypatch.setattr(store.commit_log, "append_plain", store.commit_log._append_plain_pure)
-    monkeypatch.setattr(commitlog, "encode_record_into", broken)
+    monkeypatch.setattr(plain_run, "encode_record_into", broken)
     with pytest.raises(AppendMessageError, match="rolled back"):
         store.put_plain("TopicTest", 0, 0, b"y", "", 0, 1, host, 0)
     assert store.commit_log.begin_time_in_lock == 0.0
