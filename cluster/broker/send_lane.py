@@ -34,7 +34,7 @@ from cluster.broker.headers import CLIENT_SYS_FLAGS, SendMessageRequestHeader
 from cluster.broker.topic_config import PERM_WRITE
 from cluster.remoting.codec import command_of
 from cluster.remoting.codes import RequestCode
-from cluster.remoting.connection import CORK_FRAMES
+from cluster.remoting.connection import RUN_FRAMES
 from cluster.remoting.header import HeaderError, decoder_plan, fast_decoder
 from cluster.topic_validator import NOT_ALLOWED_SEND_TOPICS, RETRY_GROUP_TOPIC_PREFIX
 from common import speedups
@@ -162,13 +162,13 @@ class SendLane:
 
     @property
     def run_frames(self) -> int:
-        """How many frames a run (RemotingConnection collects them): as many as leave in one
-        write of answers (connection.CORK_FRAMES), so the first sender of a burst does not wait
-        longer for its answer; none where answers wait for the disk or a slave."""
+        """How many frames a run (RemotingConnection collects them): connection.RUN_FRAMES
+        while the lane answers at once; none where answers wait for the disk or a slave (the
+        in-flight limits then hold frame by frame)."""
         store_config = self._broker.store.config
         if store_config.flush_disk_type is _SYNC_FLUSH or store_config.broker_role is _SYNC_MASTER:
             return 0
-        return CORK_FRAMES
+        return RUN_FRAMES
 
     def run(self, connection, frames: list[tuple]) -> list:
         """The answers to the first frames of ``frames`` (consecutive requests of one read),
