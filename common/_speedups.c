@@ -1428,19 +1428,10 @@ PyDoc_STRVAR(split_frame_doc,
 "version, serialize type, body); None while it is not whole; False for anything the pure\n"
 "FrameDecoder must decide (it raises the precise error, or decodes what this does not).");
 
+/* The frame at buffer[start:] as split_frame gives it (a new reference, None or False). */
 static PyObject *
-split_frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+frame_at(const unsigned char *buffer, Py_ssize_t size, Py_ssize_t start, Py_ssize_t max_frame)
 {
-    (void)module;
-    Py_ssize_t start, max_frame;
-    if (nargs != 3 || !PyByteArray_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "split_frame(bytearray, int, int)");
-        return NULL;
-    }
-    if (ssize_arg(args[1], &start) < 0 || ssize_arg(args[2], &max_frame) < 0)
-        return NULL;
-    const unsigned char *buffer = (const unsigned char *)PyByteArray_AS_STRING(args[0]);
-    Py_ssize_t size = PyByteArray_GET_SIZE(args[0]);
     if (start < 0 || start > size)
         Py_RETURN_FALSE;
     if (size - start < 4)
@@ -1483,6 +1474,76 @@ split_frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                                      PyTuple_GET_ITEM(fields, 6), serialize, body);
     Py_DECREF(fields);
     return result;
+}
+
+static PyObject *
+split_frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    Py_ssize_t start, max_frame;
+    if (nargs != 3 || !PyByteArray_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "split_frame(bytearray, int, int)");
+        return NULL;
+    }
+    if (ssize_arg(args[1], &start) < 0 || ssize_arg(args[2], &max_frame) < 0)
+        return NULL;
+    return frame_at((const unsigned char *)PyByteArray_AS_STRING(args[0]),
+                    PyByteArray_GET_SIZE(args[0]), start, max_frame);
+}
+
+PyDoc_STRVAR(split_run_doc,
+"split_run(buffer: bytearray, start: int, max_frame: int, code: int, limit: int) -> list\n\n"
+"The whole frames at buffer[start:], each as split_frame gives it, while they are requests\n"
+"(no response flag) of ``code``, at most ``limit``: FrameDecoder.next_run's split. It stops,\n"
+"taking nothing of it, at the first frame that is not whole, of another code or a response,\n"
+"or that split_frame would leave to the pure decoder (its error is raised when that frame is\n"
+"split by itself).");
+
+static PyObject *
+split_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    Py_ssize_t start, max_frame, code, limit;
+    if (nargs != 5 || !PyByteArray_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "split_run(bytearray, int, int, int, int)");
+        return NULL;
+    }
+    if (ssize_arg(args[1], &start) < 0 || ssize_arg(args[2], &max_frame) < 0
+        || ssize_arg(args[3], &code) < 0 || ssize_arg(args[4], &limit) < 0)
+        return NULL;
+    PyObject *frames = PyList_New(0);
+    if (frames == NULL)
+        return NULL;
+    /* (no Python runs between the frames: the buffer stays as it is) */
+    const unsigned char *buffer = (const unsigned char *)PyByteArray_AS_STRING(args[0]);
+    Py_ssize_t size = PyByteArray_GET_SIZE(args[0]);
+    while (PyList_GET_SIZE(frames) < limit) {
+        PyObject *frame = frame_at(buffer, size, start, max_frame);
+        if (frame == NULL) {
+            PyErr_Clear();  /* split by itself, the frame raises its error there */
+            break;
+        }
+        if (!PyTuple_Check(frame)) {
+            Py_DECREF(frame);
+            break;
+        }
+        Py_ssize_t frame_code = PyLong_AsSsize_t(PyTuple_GET_ITEM(frame, 1));
+        Py_ssize_t flag = PyLong_AsSsize_t(PyTuple_GET_ITEM(frame, 3));
+        if (frame_code == -1 || flag == -1)
+            PyErr_Clear();  /* (out of range: not the run's code, or a flag to look at alone) */
+        if (frame_code != code || flag == -1 || (flag & 1)) {  /* bit 0: RESPONSE_FLAG */
+            Py_DECREF(frame);
+            break;
+        }
+        start = PyLong_AsSsize_t(PyTuple_GET_ITEM(frame, 0));
+        int appended = PyList_Append(frames, frame);
+        Py_DECREF(frame);
+        if (appended < 0) {
+            Py_DECREF(frames);
+            return NULL;
+        }
+    }
+    return frames;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1651,6 +1712,7 @@ static PyMethodDef methods[] = {
     {"encode_binary_header", (PyCFunction)(void (*)(void))encode_binary_header, METH_FASTCALL,
      encode_binary_header_doc},
     {"split_frame", (PyCFunction)(void (*)(void))split_frame, METH_FASTCALL, split_frame_doc},
+    {"split_run", (PyCFunction)(void (*)(void))split_run, METH_FASTCALL, split_run_doc},
     {"decode_header_fields", (PyCFunction)(void (*)(void))decode_header_fields, METH_FASTCALL,
      decode_header_fields_doc},
     {"java_hash_unsigned", (PyCFunction)(void (*)(void))java_hash_unsigned,

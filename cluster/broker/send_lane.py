@@ -34,8 +34,8 @@ from cluster.broker.headers import CLIENT_SYS_FLAGS, SendMessageRequestHeader
 from cluster.broker.topic_config import PERM_WRITE
 from cluster.remoting.codec import command_of
 from cluster.remoting.codes import RequestCode
-from cluster.remoting.connection import RUN_FRAMES
 from cluster.remoting.header import HeaderError, decoder_plan, fast_decoder
+from cluster.remoting.lanes import RUN_FRAMES
 from cluster.topic_validator import NOT_ALLOWED_SEND_TOPICS, RETRY_GROUP_TOPIC_PREFIX
 from common import speedups
 from storage.config import BrokerRole, FlushDiskType
@@ -162,7 +162,7 @@ class SendLane:
 
     @property
     def run_frames(self) -> int:
-        """How many frames a run (RemotingConnection collects them): connection.RUN_FRAMES
+        """How many frames a run (RemotingConnection collects them): lanes.RUN_FRAMES
         while the lane answers at once; none where answers wait for the disk or a slave (the
         in-flight limits then hold frame by frame)."""
         store_config = self._broker.store.config

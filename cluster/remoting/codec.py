@@ -363,8 +363,9 @@ def _compiled(core: ModuleType) -> HeaderCodec:
 COMPILED: Final = None if speedups.core is None else _compiled(speedups.core)
 # Resolved once, here: the frame functions read these module globals (tests swap them).
 _decode_json, _decode_binary, _encode_json, _encode_binary = COMPILED or PURE
-# The compiled FrameDecoder step (split and decode in one call), None on the pure path.
+# The compiled FrameDecoder steps (split and decode in one call), None on the pure path.
 _split_frame: Callable | None = None if speedups.core is None else speedups.core.split_frame
+_split_run: Callable | None = None if speedups.core is None else speedups.core.split_run
 
 
 def command_of(frame: tuple) -> RemotingCommand:
@@ -372,6 +373,13 @@ def command_of(frame: tuple) -> RemotingCommand:
     (_, code, opaque, flag, remark, ext_fields, language, version, serialize, body) = frame
     return RemotingCommand(code, opaque, flag, remark, ext_fields, body, language, version,
                            _ROCKETMQ if serialize else _JSON)
+
+
+def _frame_of(command: RemotingCommand, end: int) -> tuple:
+    """The frame tuple of a command the pure decoder made (:meth:`FrameDecoder.next_frame`)."""
+    return (end, command.code, command.opaque, command.flag, command.remark, command.ext_fields,
+            command.language, command.version, 0 if command.serialize_type is _JSON else 1,
+            command.body)
 
 
 class FrameDecoder:
@@ -416,12 +424,53 @@ class FrameDecoder:
                     buffer.clear()
                     self._start = 0
                 return found
-        command = self.next_command()
-        if command is None:
+        found = self._command_at(start)
+        if found is None:
             return None
-        return (self._start, command.code, command.opaque, command.flag, command.remark,
-                command.ext_fields, command.language, command.version,
-                0 if command.serialize_type is _JSON else 1, command.body)
+        command, end = found
+        self._start = end
+        if end == len(buffer):
+            buffer.clear()
+            self._start = 0
+        return _frame_of(command, end)
+
+    def next_run(self, code: int, limit: int) -> tuple[list[tuple], list[int]]:
+        """The whole frames that come next while they are requests of ``code``, at most
+        ``limit``, as :meth:`next_frame` gives them, and the bytes each took: the rest of a run
+        for a lane (connection.py), split in one call. It stops, taking nothing of it, at the
+        first frame that is not whole, is of another code or a response, or does not decode
+        (:meth:`next_frame` then raises its error)."""
+        buffer = self._buffer
+        start = self._start
+        split = _split_run
+        if split is not None:
+            frames = split(buffer, start, self.max_frame, code, limit)
+        else:
+            frames = []
+            end = start
+            while len(frames) < limit:
+                try:
+                    found = self._command_at(end)
+                except RemoteProtocolError:
+                    break  # (raised again when the frame is split by itself)
+                if found is None:
+                    break
+                command, after = found
+                if command.code != code or command.flag & RESPONSE_FLAG:
+                    break
+                frames.append(_frame_of(command, after))
+                end = after
+        if not frames:
+            return frames, []
+        sizes = []
+        for frame in frames:
+            sizes.append(frame[0] - start)
+            start = frame[0]
+        self._start = start
+        if start == len(buffer):
+            buffer.clear()
+            self._start = 0
+        return frames, sizes
 
     def next_command(self) -> RemotingCommand | None:
         """The next whole command, or None until more bytes arrive."""
@@ -441,6 +490,20 @@ class FrameDecoder:
                     self._start = 0
                 return RemotingCommand(code, opaque, flag, remark, ext_fields, body, language,
                                        version, _ROCKETMQ if serialize else _JSON)
+        found = self._command_at(start)
+        if found is None:
+            return None
+        command, end = found
+        self._start = end
+        if end == len(buffer):
+            buffer.clear()
+            self._start = 0
+        return command
+
+    def _command_at(self, start: int) -> tuple[RemotingCommand, int] | None:
+        """The command of the frame at ``start`` and where it ends, taking nothing; None while
+        it is not whole."""
+        buffer = self._buffer
         if len(buffer) - start < 4:
             return None
         (total,) = LENGTH.unpack_from(buffer, start)
@@ -451,11 +514,7 @@ class FrameDecoder:
             return None
         with memoryview(buffer) as view:
             frame = bytes(view[start + 4 : end])
-        self._start = end
-        if self._start == len(buffer):
-            buffer.clear()
-            self._start = 0
-        return decode_frame(frame)
+        return decode_frame(frame), end
 
 
 __all__ = [

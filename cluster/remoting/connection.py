@@ -35,6 +35,7 @@ from cluster.remoting.errors import (
     RemotingTimeoutError,
 )
 from cluster.remoting.frame_template import PreparedRequest
+from cluster.remoting.lanes import Lane, LaneRequests
 
 log = logging.getLogger(__name__)
 
@@ -46,25 +47,9 @@ Response = RemotingCommand | bytes | None
 # (a DeferredAnswer or an asyncio.Future is answered without a task)
 HandlerResult = Response | Awaitable[Response] | DeferredAnswer
 RequestHandler = Callable[["RemotingConnection", RemotingCommand], HandlerResult]
-# Answers the common requests of one code straight from the frame tuple the decoder split
-# (codec.FrameDecoder.next_frame), with no command object: an answer at once, or
-# NotImplemented, having changed nothing, for the request to take the handler's way. A lane
-# may also answer consecutive requests of one read together: ``run(connection, frames)`` gives
-# the answers to the first of them (bytes, a result as a handler's, or an exception for
-# SYSTEM_ERROR), up to ``run_frames`` a run (0 while it takes none); the rest go one by one. It
-# raises only before it has changed anything.
-Lane = Callable[["RemotingConnection", tuple], "RemotingCommand | bytes"]
-
 
 # At most this many frames wait for one write (see RemotingConnection.send).
 CORK_FRAMES = int(os.environ.get("ROCKETDESK_CORK_FRAMES", "4"))
-# At most this many requests of one read make a run (a lane's ``run_frames``). A run's answers
-# are made together and leave in one write, so a longer run costs its first sender the time
-# the others take to put (a few µs each) and saves a write, a put and the Python around them
-# for every request it takes. Measured (docs/benchmarks.md, session 25): 16 against 4 cut the
-# broker's CPU a send by 10 % for the official C++ client and by ~20 % in-process, with no
-# loss of latency for 32 concurrent senders.
-RUN_FRAMES = int(os.environ.get("ROCKETDESK_RUN_FRAMES", "16"))
 
 
 class CloseReason(Enum):
@@ -102,7 +87,7 @@ class FlowControl:
     max_inflight_bytes: int
 
 
-class RemotingConnection(asyncio.Protocol):
+class RemotingConnection(LaneRequests, asyncio.Protocol):
     """A framed, bidirectional command channel."""
 
     def __init__(
@@ -185,15 +170,6 @@ class RemotingConnection(asyncio.Protocol):
         decoder = self._decoder
         completed = False
         self._draining = True
-        # Consecutive requests for a lane that answers runs (``run``), up to its ``run_frames``
-        # (read as a run starts: a lane that cannot take runs now says 0). A run's requests are
-        # taken from the decoder before any of them is handled, so the in-flight limits may be
-        # passed by up to ``run_frames`` - 1 of them; a lane takes runs only while it answers
-        # at once.
-        run: list[tuple] | None = None
-        run_sizes: list[int] = []
-        run_lane = None
-        run_limit = 0
         try:
             lanes = self._lanes
             while not self._too_many_inflight():
@@ -207,33 +183,23 @@ class RemotingConnection(asyncio.Protocol):
                 size = before - decoder.pending
                 lane = None if lanes is None else lanes.get(frame[1])
                 if lane is not None and not frame[3] & RESPONSE_FLAG:
-                    if run is not None:
-                        if lane is run_lane:
-                            run.append(frame)
-                            run_sizes.append(size)
-                            if len(run) >= run_limit:
-                                taken, run = run, None
-                                self._on_lane_run(run_lane, taken, run_sizes)
+                    # The requests of the lane's code that follow in this read make a run,
+                    # up to its ``run_frames`` (a lane that takes no runs now says 0). They are
+                    # taken before any is handled, so the in-flight limits may be passed by up
+                    # to ``run_frames`` - 1 of them; a lane takes runs only while it answers
+                    # at once.
+                    limit = getattr(lane, "run_frames", 0)
+                    if limit > 1:
+                        frames, sizes = decoder.next_run(frame[1], limit - 1)
+                        if frames:
+                            frames.insert(0, frame)
+                            sizes.insert(0, size)
+                            self._on_lane_run(lane, frames, sizes)
                             continue
-                        taken, run = run, None
-                        self._on_lane_run(run_lane, taken, run_sizes)
-                    run_limit = getattr(lane, "run_frames", 0)
-                    if run_limit > 1:
-                        run, run_sizes, run_lane = [frame], [size], lane
-                        continue
                     if self._on_lane(lane, frame, size):
                         continue
-                elif run is not None:
-                    taken, run = run, None
-                    self._on_lane_run(run_lane, taken, run_sizes)
                 self._on_command(command_of(frame), size)
-            if run is not None:
-                taken, run = run, None
-                self._on_lane_run(run_lane, taken, run_sizes)
         except RemoteProtocolError as exc:
-            if run is not None:  # (the requests before the malformed frame are answered)
-                taken, run = run, None
-                self._on_lane_run(run_lane, taken, run_sizes)
             log.warning("closing %s: %s", self.remote_address, exc)
             self.close(CloseReason.OUT_OF_SYNC)
             return
@@ -278,64 +244,6 @@ class RemotingConnection(asyncio.Protocol):
         self._inflight_bytes -= size
         if self._reading_paused and not self.closed.is_set():
             self._drain_decoder()  # frames held back by the in-flight limit go first
-
-    def _on_lane(self, lane: Lane, frame: tuple, size: int) -> bool:
-        """Let ``lane`` answer a request; False when it leaves it to the handler."""
-        try:
-            answer = lane(self, frame)
-        except Exception:
-            answer = self._failed(command_of(frame))
-        if answer is NotImplemented:
-            return False
-        if type(answer) is bytes:  # nearly always: the answer at once, from its template
-            try:
-                self.send_frame(answer)
-            except RemotingConnectError:
-                log.debug("%s left before its answer to request %d", self.remote_address,
-                          frame[1])
-        else:  # a refusal, or an answer that waits (SYNC_FLUSH, SYNC_MASTER)
-            self._take_result(command_of(frame), answer, size)
-        return True
-
-    def _on_lane_run(self, lane, frames: list[tuple], sizes: list[int]) -> None:
-        """Let ``lane`` answer a run of requests together (``lane.run``); those it leaves go
-        one by one, in order, as any other."""
-        answers: list = []
-        if len(frames) > 1:  # (a run of one: the lane's call for one is cheaper)
-            try:
-                answers = lane.run(self, frames)
-            except Exception:  # a bug before the run changed anything: one by one, as ever
-                log.exception("answering a run of %d requests from %s failed; answering them "
-                              "one by one", len(frames), self.remote_address)
-        if answers and all(type(answer) is bytes for answer in answers):
-            try:
-                self._send_frames(answers)
-            except RemotingConnectError:
-                log.debug("%s left before its answers to %d requests", self.remote_address,
-                          len(answers))
-        else:
-            self._answer_each(frames, sizes, answers)
-        for index in range(len(answers), len(frames)):
-            frame = frames[index]
-            if not self._on_lane(lane, frame, sizes[index]):
-                self._on_command(command_of(frame), sizes[index])
-
-    def _answer_each(self, frames: list[tuple], sizes: list[int], answers: list) -> None:
-        """Reply to the first frames with the answers a run gave them, one at a time (a
-        refusal, a failure, a result that waits among them)."""
-        for index in range(len(answers)):
-            answer = answers[index]
-            if type(answer) is bytes:
-                try:
-                    self.send_frame(answer)
-                except RemotingConnectError:
-                    log.debug("%s left before its answer to request %d", self.remote_address,
-                              frames[index][1])
-                continue
-            command = command_of(frames[index])
-            if isinstance(answer, BaseException):
-                answer = self._failed(command, answer)
-            self._take_result(command, answer, sizes[index])
 
     def _on_command(self, command: RemotingCommand, size: int = 0) -> None:
         if command.is_response:

@@ -23,10 +23,10 @@ from cluster.remoting.connection import (
     CloseReason,
     FlowControl,
     HandlerResult,
-    Lane,
     RemotingConnection,
 )
 from cluster.remoting.errors import RemotingError
+from cluster.remoting.lanes import Lane
 from common.platform.limits import open_files_limit
 
 log = logging.getLogger(__name__)

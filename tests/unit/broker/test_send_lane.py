@@ -28,8 +28,8 @@ from cluster.broker.headers import SendMessageRequestHeader
 from cluster.broker.topic_config import PERM_READ
 from cluster.remoting.codec import FrameDecoder, SerializeType, encode, request
 from cluster.remoting.codes import RequestCode, ResponseCode
-from cluster.remoting.connection import RUN_FRAMES
 from cluster.remoting.header import decoder_plan
+from cluster.remoting.lanes import RUN_FRAMES
 from common import speedups
 from storage import commitlog
 from storage.message import properties_to_string

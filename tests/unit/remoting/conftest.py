@@ -12,8 +12,9 @@ try:  # straight from the extension: the compiled runs are kept under ROCKETDESK
     _core = importlib.import_module("common._speedups")
     COMPILED = codec._compiled(_core)
     SPLIT = _core.split_frame
+    SPLIT_RUN = _core.split_run
 except ImportError:
-    COMPILED = SPLIT = None
+    COMPILED = SPLIT = SPLIT_RUN = None
 
 
 @pytest.fixture(scope="module", params=["compiled", "pure"])
@@ -31,4 +32,5 @@ def header_codec(request):
             patch.setattr(codec, f"_{name}", function)
         # FrameDecoder's compiled split decodes headers itself: off on the pure run.
         patch.setattr(codec, "_split_frame", SPLIT if request.param == "compiled" else None)
+        patch.setattr(codec, "_split_run", SPLIT_RUN if request.param == "compiled" else None)
         yield request.param
