@@ -1492,12 +1492,14 @@ split_frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 }
 
 PyDoc_STRVAR(split_run_doc,
-"split_run(buffer: bytearray, start: int, max_frame: int, code: int, limit: int) -> list\n\n"
+"split_run(buffer: bytearray, start: int, max_frame: int, code: int, limit: int)\n"
+"    -> (list, tuple | None)\n\n"
 "The whole frames at buffer[start:], each as split_frame gives it, while they are requests\n"
-"(no response flag) of ``code``, at most ``limit``: FrameDecoder.next_run's split. It stops,\n"
-"taking nothing of it, at the first frame that is not whole, of another code or a response,\n"
-"or that split_frame would leave to the pure decoder (its error is raised when that frame is\n"
-"split by itself).");
+"(no response flag) of ``code``, at most ``limit``: FrameDecoder.next_run's split. It stops at\n"
+"the first frame that is not whole, is of another code or a response, or that split_frame\n"
+"would leave to the pure decoder (its error is raised when that frame is split by itself).\n"
+"The second item is the frame it stopped at when it split it whole (another code, a\n"
+"response), taken no more than the others after it, so that it need not be split again.");
 
 static PyObject *
 split_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -1514,7 +1516,9 @@ split_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *frames = PyList_New(0);
     if (frames == NULL)
         return NULL;
-    /* (no Python runs between the frames: the buffer stays as it is) */
+    PyObject *stop = NULL;
+    /* The buffer is read through one pointer: nothing here resizes a bytearray (a collection
+     * or a finalizer may run in an allocation, but none of them touches the receive buffer). */
     const unsigned char *buffer = (const unsigned char *)PyByteArray_AS_STRING(args[0]);
     Py_ssize_t size = PyByteArray_GET_SIZE(args[0]);
     while (PyList_GET_SIZE(frames) < limit) {
@@ -1523,16 +1527,19 @@ split_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             PyErr_Clear();  /* split by itself, the frame raises its error there */
             break;
         }
-        if (!PyTuple_Check(frame)) {
+        if (!PyTuple_Check(frame)) {  /* None (not whole) or False (for the pure decoder) */
             Py_DECREF(frame);
             break;
         }
+        /* (code and flag come from int32 fields: always in range) */
         Py_ssize_t frame_code = PyLong_AsSsize_t(PyTuple_GET_ITEM(frame, 1));
+        if (frame_code == -1 && PyErr_Occurred())
+            PyErr_Clear();
         Py_ssize_t flag = PyLong_AsSsize_t(PyTuple_GET_ITEM(frame, 3));
-        if (frame_code == -1 || flag == -1)
-            PyErr_Clear();  /* (out of range: not the run's code, or a flag to look at alone) */
-        if (frame_code != code || flag == -1 || (flag & 1)) {  /* bit 0: RESPONSE_FLAG */
-            Py_DECREF(frame);
+        if (flag == -1 && PyErr_Occurred())
+            PyErr_Clear();
+        if (frame_code != code || (flag & 1)) {  /* bit 0: RESPONSE_FLAG */
+            stop = frame;
             break;
         }
         start = PyLong_AsSsize_t(PyTuple_GET_ITEM(frame, 0));
@@ -1543,7 +1550,11 @@ split_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         }
     }
-    return frames;
+    if (stop == NULL) {
+        stop = Py_None;
+        Py_INCREF(stop);
+    }
+    return Py_BuildValue("(NN)", frames, stop);
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -162,7 +162,7 @@ class SendLane:
 
     @property
     def run_frames(self) -> int:
-        """How many frames a run (RemotingConnection collects them): lanes.RUN_FRAMES
+        """How many frames a run (FrameDecoder.next_run splits them): lanes.RUN_FRAMES
         while the lane answers at once; none where answers wait for the disk or a slave (the
         in-flight limits then hold frame by frame)."""
         store_config = self._broker.store.config

@@ -392,9 +392,13 @@ class FrameDecoder:
         self._buffer = bytearray()
         self._start = 0
         self.max_frame = max_frame
+        # The frame a run stopped at (next_run), split but not taken: next_frame's, unless the
+        # buffer moves first.
+        self._held: tuple | None = None
 
     def feed(self, data: bytes) -> None:
         """Add received bytes."""
+        self._held = None  # (its end may move with the buffer: it is split again)
         if self._start and self._start >= len(self._buffer) // 2:
             del self._buffer[: self._start]  # compact now and then, not on every frame
             self._start = 0
@@ -412,6 +416,15 @@ class FrameDecoder:
         answers (connection.py) the command object, and :func:`command_of` makes one."""
         buffer = self._buffer
         start = self._start
+        held = self._held
+        if held is not None:
+            self._held = None
+            end = held[0]
+            self._start = end
+            if end == len(buffer):
+                buffer.clear()
+                self._start = 0
+            return held
         split = _split_frame
         if split is not None:
             found = split(buffer, start, self.max_frame)
@@ -439,12 +452,17 @@ class FrameDecoder:
         ``limit``, as :meth:`next_frame` gives them, and the bytes each took: the rest of a run
         for a lane (connection.py), split in one call. It stops, taking nothing of it, at the
         first frame that is not whole, is of another code or a response, or does not decode
-        (:meth:`next_frame` then raises its error)."""
+        (:meth:`next_frame` then raises its error); the frame it stopped at, when split, is
+        held for :meth:`next_frame`. Where a run ends may differ between the compiled split
+        and the pure one (the compiled one stops at a frame it leaves to the pure decoder),
+        never the frames or their order."""
         buffer = self._buffer
         start = self._start
+        if self._held is not None:  # (what comes next ends any run)
+            return [], []
         split = _split_run
         if split is not None:
-            frames = split(buffer, start, self.max_frame, code, limit)
+            frames, self._held = split(buffer, start, self.max_frame, code, limit)
         else:
             frames = []
             end = start
@@ -457,6 +475,7 @@ class FrameDecoder:
                     break
                 command, after = found
                 if command.code != code or command.flag & RESPONSE_FLAG:
+                    self._held = _frame_of(command, after)
                     break
                 frames.append(_frame_of(command, after))
                 end = after
@@ -474,6 +493,8 @@ class FrameDecoder:
 
     def next_command(self) -> RemotingCommand | None:
         """The next whole command, or None until more bytes arrive."""
+        if self._held is not None:  # (split already, by a run that stopped at it)
+            return command_of(self.next_frame())  # type: ignore[arg-type]
         buffer = self._buffer
         start = self._start
         split = _split_frame

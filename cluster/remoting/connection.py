@@ -48,7 +48,9 @@ Response = RemotingCommand | bytes | None
 HandlerResult = Response | Awaitable[Response] | DeferredAnswer
 RequestHandler = Callable[["RemotingConnection", RemotingCommand], HandlerResult]
 
-# At most this many frames wait for one write (see RemotingConnection.send).
+# Answers to this many frames leave at once, without waiting for the end of the read
+# (RemotingConnection.send_frame); a run's answers join them together, so one write may carry
+# up to CORK_FRAMES - 1 + RUN_FRAMES.
 CORK_FRAMES = int(os.environ.get("ROCKETDESK_CORK_FRAMES", "4"))
 
 

@@ -31,10 +31,10 @@ Lane = Callable[["RemotingConnection", tuple], "RemotingCommand | bytes"]
 # At most this many requests of one read make a run (a lane's ``run_frames``). A run's answers
 # are made together and leave in one write, so a longer run costs its first sender the time
 # the others take to put (a few µs each) and saves a write, a put and the Python around them
-# for every request it takes. Measured (docs/benchmarks.md, session 25): 16 against 4 cut the
-# broker's CPU a send by ~10 % for the official C++ client and by ~20 % in-process, with no
-# loss for 32 concurrent senders of our own client.
-RUN_FRAMES = int(os.environ.get("ROCKETDESK_RUN_FRAMES", "16"))
+# for every request it takes. Measured (docs/benchmarks.md, "Speed, session 25"): 16 against
+# 4 cut the broker's CPU a send by ~10 % for the official C++ client and by ~20 % in-process,
+# with no loss for 32 concurrent senders of our own client.
+RUN_FRAMES = max(0, min(int(os.environ.get("ROCKETDESK_RUN_FRAMES", "16")), 1024))
 
 
 class LaneRequests:

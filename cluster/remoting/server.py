@@ -168,7 +168,7 @@ class RemotingServer:
 
     def register_lane(self, code: int, lane: Lane) -> None:
         """Let ``lane`` answer the common requests of ``code`` before its processor sees
-        them (connection.py: a lane answers, or declines having changed nothing)."""
+        them (lanes.py: a lane answers, or declines having changed nothing)."""
         self.lanes[int(code)] = lane
 
     async def start(self, sock=None) -> None:

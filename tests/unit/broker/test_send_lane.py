@@ -29,7 +29,6 @@ from cluster.broker.topic_config import PERM_READ
 from cluster.remoting.codec import FrameDecoder, SerializeType, encode, request
 from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.header import decoder_plan
-from cluster.remoting.lanes import RUN_FRAMES
 from common import speedups
 from storage import commitlog
 from storage.message import properties_to_string
@@ -227,6 +226,7 @@ def test_runs_of_sends_read_together_answer_and_store_what_the_processor_does(
 @pytest.mark.parametrize("twist", [*sorted(_TWISTS), "over maxMessageSize", "other topic"])
 def test_a_run_ends_at_the_first_send_it_cannot_take_and_the_rest_go_one_by_one(
         twist, monkeypatch):
+    monkeypatch.setattr(send_lane, "RUN_FRAMES", 16)  # (the default, whatever the environment)
     # One read of five sends, the third of them not the lane's common case (or one the store
     # leaves to its single put): the two before it are put as a run, it and those after it
     # one by one, in order, every one answered and stored as the processor alone would.
@@ -266,12 +266,13 @@ def test_a_run_ends_at_the_first_send_it_cannot_take_and_the_rest_go_one_by_one(
     # them where it is still the common case: a flag, another topic; the store itself stops at
     # a body over maxMessageSize).
     common = {"compressed", "flag", "host bits", "other topic", "over maxMessageSize"}
-    assert len(runs[0]) == (min(5, RUN_FRAMES) if twist in common else 2)
+    assert len(runs[0]) == (5 if twist in common else 2)
     assert runs[0][:2] == [b"x" * 100] * 2
 
 
 def test_a_run_the_store_refuses_is_answered_with_the_refusal_and_the_rest_one_by_one(
         monkeypatch):
+    monkeypatch.setattr(send_lane, "RUN_FRAMES", 16)  # (the default, whatever the environment)
     monkeypatch.setattr(commitlog, "time", FIXED_NOW)
     from storage.errors import DiskNotWritableError
 
@@ -307,6 +308,7 @@ def _opaque(answer: tuple) -> int:
 
 
 def test_a_run_is_one_put_of_the_store(tmp_path, monkeypatch):
+    monkeypatch.setattr(send_lane, "RUN_FRAMES", 16)  # (the default, whatever the environment)
     # Forty common sends, eight a read: after the first read (the topic and the file made),
     # the lane puts runs of ``run_frames`` sends, each in one call of the store.
     monkeypatch.setattr(commitlog, "time", FIXED_NOW)
@@ -325,7 +327,7 @@ def test_a_run_is_one_put_of_the_store(tmp_path, monkeypatch):
     assert [code for code, *_ in answers] == [ResponseCode.SUCCESS] * 40
     assert [opaque for _, opaque, *_ in answers] == list(range(1, 41))
     assert sum(runs) >= 32  # (every read after the first)
-    assert set(runs) == {min(8, RUN_FRAMES)}  # (a read's sends, up to a run's limit)
+    assert set(runs) == {8}  # (a read's sends)
 
 
 _names = st.sampled_from([*"abcdefghijklmn", "topic", "queueId", "properties", "sysFlag",

@@ -10,9 +10,14 @@ from __future__ import annotations
 import asyncio
 import struct
 
+import pytest
+
 from cluster.remoting.codec import FrameDecoder, encode, request
 from cluster.remoting.connection import RemotingConnection
 from tests.unit.remoting.transports import RecordingTransport
+
+# (both splits: the compiled core's and the pure decoder's, FrameDecoder.next_run)
+pytestmark = pytest.mark.usefixtures("header_codec")
 
 LANE_CODE = 310
 OTHER_CODE = 11

@@ -135,9 +135,9 @@ def _runs(stream: bytes, cuts: list[int], limit: int, compiled: bool) -> list:
     """What a connection's read loop gets: each frame, and after a request of RUN_CODE the run
     that follows it (``next_run``), with the bytes each took."""
     with pytest.MonkeyPatch.context() as patch:
-        if not compiled:
-            patch.setattr(codec, "_split_frame", None)
-            patch.setattr(codec, "_split_run", None)
+        patch.setattr(codec, "_split_frame", core.split_frame if compiled else None)
+        patch.setattr(codec, "_split_run", core.split_run if compiled else None)
+        if not compiled:  # the reference: the pure header decoders too
             for name, function in codec.PURE._asdict().items():
                 patch.setattr(codec, f"_{name}", function)
         decoder = FrameDecoder(max_frame=4096)
@@ -174,15 +174,29 @@ def _plain(frame: tuple) -> tuple:
 @given(parts=st.lists(run_frames(), min_size=1, max_size=10), limit=st.integers(0, 5),
        data=st.data())
 def test_runs_split_in_one_call_as_the_pure_decoder_splits_them(parts, limit, data):
+    # The same frames, of the same sizes, in the same order, and the same end (an error, or
+    # what is left pending): only where a run ends may differ (the compiled split stops at a
+    # frame it leaves to the pure decoder, which the pure split takes into the run).
     stream = b"".join(parts)
     cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=4))
-    compiled = _runs(stream, cuts, limit, True)
-    assert compiled == _runs(stream, cuts, limit, False)
+    compiled = _flat(_runs(stream, cuts, limit, True))
+    assert compiled == _flat(_runs(stream, cuts, limit, False))
     # (and the frames are those of next_frame alone: a run changes only how they are taken)
-    frames = [entry for kind, *rest in compiled if kind in ("frame", "run")
-              for entry in (rest[1] if kind == "run" else [rest[1]])]
+    frames = [entry[2] for entry in compiled if entry[0] == "frame"]
     alone = [_plain(f) for f in _frames_alone(stream, cuts)]
     assert [f[1:] for f in frames] == [f[1:] for f in alone[:len(frames)]]
+
+
+def _flat(seen: list) -> list:
+    """Every frame taken, with its size, whether alone or in a run; the rest as it is."""
+    flat = []
+    for entry in seen:
+        if entry[0] == "run":
+            flat.extend(("frame", size, frame) for size, frame in zip(entry[1], entry[2],
+                                                                       strict=True))
+        else:
+            flat.append(entry)
+    return flat
 
 
 def _frames_alone(stream: bytes, cuts: list[int]) -> list[tuple]:
@@ -206,12 +220,70 @@ def test_a_run_stops_before_what_it_does_not_take():
         return encode(RemotingCommand(code, 1, flag, None, {"a": "b"}, body))
 
     run = frame(RUN_CODE) + frame(RUN_CODE)
-    for tail in (frame(10), frame(RUN_CODE, flag=1), frame(RUN_CODE)[:-1], b"\0\0\0\2ab"):
+    for tail, held in ((frame(10), 10), (frame(RUN_CODE, flag=1), RUN_CODE),
+                       (frame(RUN_CODE)[:-1], None), (b"\0\0\0\2ab", None)):
         buffer = bytearray(run + tail)
-        taken = core.split_run(buffer, 0, 4096, RUN_CODE, 5)
+        taken, stop = core.split_run(buffer, 0, 4096, RUN_CODE, 5)
         assert [f[0] for f in taken] == [len(frame(RUN_CODE)), len(run)]
-    assert core.split_run(bytearray(run), 0, 4096, RUN_CODE, 1)[0][0] == len(frame(RUN_CODE))
-    assert core.split_run(bytearray(run), 0, 4096, RUN_CODE, 0) == []
-    assert core.split_run(bytearray(run), 0, 4096, 10, 5) == []
+        # (the frame it stopped at, split whole, comes back to be taken next)
+        assert (stop if stop is None else stop[1]) == held
+        if stop is not None:
+            assert stop == core.split_frame(buffer, len(run), 4096)
+    taken, stop = core.split_run(bytearray(run), 0, 4096, RUN_CODE, 1)
+    assert [f[0] for f in taken] == [len(frame(RUN_CODE))]
+    assert stop is None
+    assert core.split_run(bytearray(run), 0, 4096, RUN_CODE, 0) == ([], None)
+    taken, stop = core.split_run(bytearray(run), 0, 4096, 10, 5)
+    assert taken == []
+    assert stop[0] == len(frame(RUN_CODE))
     with pytest.raises(TypeError):
         core.split_run(bytes(run), 0, 4096, RUN_CODE, 5)
+
+
+def test_the_frame_a_run_stopped_at_is_split_again_once_the_buffer_moves(header_codec):
+    # A run stopped at a frame of another code, held for next_frame; more bytes arrive first
+    # (the buffer is compacted, moving the frame): next_frame splits it afresh, whole.
+    def frame(code, opaque):
+        return encode(RemotingCommand(code, opaque, 0, None, {"a": "b"}, b"x" * 40))
+
+    decoder = FrameDecoder()
+    decoder.feed(frame(RUN_CODE, 1) + frame(RUN_CODE, 2) + frame(10, 3))
+    first = decoder.next_frame()
+    assert first[2] == 1
+    taken, sizes = decoder.next_run(RUN_CODE, 5)
+    assert [f[2] for f in taken] == [2]
+    assert sizes == [len(frame(RUN_CODE, 2))]
+    assert decoder.next_run(RUN_CODE, 5) == ([], [])  # (the held frame ends any run)
+    decoder.feed(frame(RUN_CODE, 4))  # (compacts: the first two frames are more than half)
+    held = decoder.next_frame()
+    assert (held[1], held[2]) == (10, 3)
+    assert decoder.next_command().opaque == 4
+    assert decoder.pending == 0
+
+
+def test_a_held_frame_is_taken_by_next_command_too(header_codec):
+    def frame(code, opaque):
+        return encode(RemotingCommand(code, opaque, 0, None, {}, b"y"))
+
+    decoder = FrameDecoder()
+    decoder.feed(frame(RUN_CODE, 1) + frame(RUN_CODE, 2) + frame(10, 3) + frame(10, 4))
+    decoder.next_frame()
+    decoder.next_run(RUN_CODE, 5)
+    assert [decoder.next_command().opaque, decoder.next_command().opaque] == [3, 4]
+    assert decoder.next_command() is None
+    assert decoder.pending == 0
+
+
+@needs_core
+def test_a_run_split_either_way_gives_the_same_frames_where_the_compiled_split_defers():
+    # "opaque":12.456 is left to the pure decoder by the compiled split, so the compiled run
+    # stops before it and the pure run takes it: the frames and their sizes are the same.
+    one = encode(RemotingCommand(RUN_CODE, 123456, 0, None, {}, b"x",
+                                 serialize_type=SerializeType.JSON))
+    odd = bytearray(one)
+    odd[odd.index(b"123456") + 2] = ord(".")
+    stream = one + bytes(odd) + one
+    compiled, pure = _runs(stream, [], 5, True), _runs(stream, [], 5, False)
+    assert compiled != pure  # (the runs end at different frames)
+    assert _flat(compiled) == _flat(pure)
+    assert len(_flat(pure)) == 4  # (three frames, then nothing pending)
