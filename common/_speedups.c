@@ -1558,6 +1558,99 @@ split_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* The SEND answers of a run: SendAnswerTemplate.frames, filled in one call.                     */
+
+PyDoc_STRVAR(send_answers_doc,
+"send_answers(pieces: tuple[bytes, ...], answers: list, max_frame: int) -> list[bytes] | None\n\n"
+"Each (opaque, msgId, queue id, queue offset) of ``answers`` framed as the answer's header\n"
+"pieces[0] msgId pieces[1] queueId pieces[2] queueOffset pieces[3] opaque pieces[4], with the\n"
+"frame length and header length before it: SendAnswerTemplate.frames's direct format. None\n"
+"for anything its Python twin must decide (a msgId that is not ASCII text, a number that is\n"
+"not a plain int of 64 bits, a frame over ``max_frame``).");
+
+static PyObject *
+send_answers(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    Py_ssize_t max_frame;
+    if (nargs != 3 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 5
+        || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "send_answers(tuple of 5 bytes, list, int)");
+        return NULL;
+    }
+    if (ssize_arg(args[2], &max_frame) < 0)
+        return NULL;
+    const char *piece[5];
+    Py_ssize_t piece_size[5], fixed = 0;
+    for (int i = 0; i < 5; i++) {
+        PyObject *item = PyTuple_GET_ITEM(args[0], i);
+        if (!PyBytes_Check(item)) {
+            PyErr_SetString(PyExc_TypeError, "send_answers: the pieces are bytes");
+            return NULL;
+        }
+        piece[i] = PyBytes_AS_STRING(item);
+        piece_size[i] = PyBytes_GET_SIZE(item);
+        fixed += piece_size[i];
+    }
+    PyObject *answers = args[1];
+    Py_ssize_t count = PyList_GET_SIZE(answers);
+    PyObject *frames = PyList_New(count);
+    if (frames == NULL)
+        return NULL;
+    for (Py_ssize_t n = 0; n < count; n++) {
+        PyObject *answer = PyList_GET_ITEM(answers, n);
+        if (!PyTuple_Check(answer) || PyTuple_GET_SIZE(answer) != 4)
+            goto python;
+        PyObject *msg_id = PyTuple_GET_ITEM(answer, 1);
+        if (!PyUnicode_Check(msg_id) || !PyUnicode_IS_ASCII(msg_id))
+            goto python;
+        char number[3][24];
+        Py_ssize_t number_size[3];
+        static const int order[3] = {2, 3, 0};  /* queue id, queue offset, opaque */
+        for (int i = 0; i < 3; i++) {
+            PyObject *value = PyTuple_GET_ITEM(answer, order[i]);
+            if (!PyLong_CheckExact(value))
+                goto python;
+            int overflow = 0;
+            long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+            if (overflow || (v == -1 && PyErr_Occurred())) {
+                PyErr_Clear();
+                goto python;
+            }
+            number_size[i] = (Py_ssize_t)snprintf(number[i], sizeof number[i], "%lld", v);
+        }
+        Py_ssize_t id_size = PyUnicode_GET_LENGTH(msg_id);
+        Py_ssize_t size = fixed + id_size + number_size[0] + number_size[1] + number_size[2];
+        if (size > max_frame - 4 || size > INT32_MAX - 4)
+            goto python;
+        PyObject *frame = PyBytes_FromStringAndSize(NULL, 8 + size);
+        if (frame == NULL) {
+            Py_DECREF(frames);
+            return NULL;
+        }
+        unsigned char *out = (unsigned char *)PyBytes_AS_STRING(frame);
+        uint32_t length = (uint32_t)(4 + size), header = (uint32_t)size;
+        out[0] = (unsigned char)(length >> 24); out[1] = (unsigned char)(length >> 16);
+        out[2] = (unsigned char)(length >> 8); out[3] = (unsigned char)length;
+        out[4] = (unsigned char)(header >> 24); out[5] = (unsigned char)(header >> 16);
+        out[6] = (unsigned char)(header >> 8); out[7] = (unsigned char)header;
+        out += 8;
+        memcpy(out, piece[0], (size_t)piece_size[0]); out += piece_size[0];
+        memcpy(out, PyUnicode_DATA(msg_id), (size_t)id_size); out += id_size;
+        for (int i = 0; i < 3; i++) {
+            memcpy(out, piece[i + 1], (size_t)piece_size[i + 1]); out += piece_size[i + 1];
+            memcpy(out, number[i], (size_t)number_size[i]); out += number_size[i];
+        }
+        memcpy(out, piece[4], (size_t)piece_size[4]);
+        PyList_SET_ITEM(frames, n, frame);
+    }
+    return frames;
+python:
+    Py_DECREF(frames);
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* Request headers: the straight-line decoder of cluster/remoting/header.py, field by field.    */
 
 enum { FIELD_INT = 0, FIELD_BOOL = 1, FIELD_TEXT = 2 };
@@ -1724,6 +1817,8 @@ static PyMethodDef methods[] = {
      encode_binary_header_doc},
     {"split_frame", (PyCFunction)(void (*)(void))split_frame, METH_FASTCALL, split_frame_doc},
     {"split_run", (PyCFunction)(void (*)(void))split_run, METH_FASTCALL, split_run_doc},
+    {"send_answers", (PyCFunction)(void (*)(void))send_answers, METH_FASTCALL,
+     send_answers_doc},
     {"decode_header_fields", (PyCFunction)(void (*)(void))decode_header_fields, METH_FASTCALL,
      decode_header_fields_doc},
     {"java_hash_unsigned", (PyCFunction)(void (*)(void))java_hash_unsigned,

@@ -31,12 +31,15 @@ from cluster.remoting.codec import (
 )
 from cluster.remoting.codes import CURRENT_VERSION
 from cluster.remoting.errors import LocalProtocolError
+from common import speedups
 
 # A JSON string literal with its quotes, escaped as the codec escapes (C, from the json module).
 _quoted = json.encoder.encode_basestring
 _OPAQUE_MARK: Final = 1_987_654_321  # a marker value: decimal digits no other field contains
 _PREFIX_LENGTH: Final = 8  # frame length i32 + serialize type and header length i32
 _FRAME_PREFIX: Final = struct.Struct(">ii")
+# The compiled SendAnswerTemplate.frames (None on the pure path: the loop there is its twin).
+_send_answers: Callable | None = None if speedups.core is None else speedups.core.send_answers
 
 
 class FrameTemplate:
@@ -135,12 +138,13 @@ class SendAnswerTemplate:
     """SEND_MESSAGE(_V2)'s SUCCESS answer, as the send processor writes it: msgId, queueId,
     queueOffset, then the broker's MSG_REGION and TRACE_ON (no transactionId)."""
 
-    __slots__ = ("_direct", "_key", "_template")
+    __slots__ = ("_direct", "_key", "_pieces", "_template")
 
     def __init__(self) -> None:
         self._key: tuple[str, str] | None = None
         self._template: FrameTemplate | None = None
         self._direct: str | None = None  # the template's format, if its values come in order
+        self._pieces: tuple[bytes, ...] | None = None  # its text around the values, encoded
 
     def frame(self, opaque: int, region: str, trace_on: str, msg_id: str, queue_id: int,
               queue_offset: int) -> bytes:
@@ -159,6 +163,12 @@ class SendAnswerTemplate:
         if direct is None:
             return [template.frame(opaque, (msg_id, queue_id, queue_offset))
                     for opaque, msg_id, queue_id, queue_offset in answers]
+        fill = _send_answers
+        pieces = self._pieces
+        if fill is not None and pieces is not None and type(answers) is list:
+            framed = fill(pieces, answers, FRAME_MAX)
+            if framed is not None:  # (None: what only the loop below decides)
+                return framed
         pack = _FRAME_PREFIX.pack
         framed = []
         for opaque, msg_id, queue_id, queue_offset in answers:
@@ -181,11 +191,40 @@ class SendAnswerTemplate:
             # extFields come before "opaque" in the header: then one %-format takes the values
             # as they are (a msgId is hex, the rest are numbers), with no loop to order them.
             self._direct = template._format if template._order == (0, 1, 2, -1) else None
+            self._pieces = None if self._direct is None else _pieces_of(self._direct)
             self._key = key
         return template
 
 
 _SEND_ANSWER_PLAIN: Final = frozenset({"msgId", "queueId", "queueOffset"})
+
+
+def _pieces_of(direct: str) -> tuple[bytes, ...] | None:
+    """The text of a send answer's %-format around its four values, each piece encoded as the
+    whole header is ("replace": a lone surrogate goes out as '?'), for the compiled fill; None
+    if the format is not four values (%s or %d) in fixed text."""
+    pieces: list[str] = []
+    current: list[str] = []
+    index = 0
+    while index < len(direct):
+        char = direct[index]
+        if char != "%":
+            current.append(char)
+            index += 1
+            continue
+        kind = direct[index + 1:index + 2]
+        if kind == "%":
+            current.append("%")
+        elif kind in ("s", "d"):
+            pieces.append("".join(current))
+            current = []
+        else:
+            return None
+        index += 2
+    pieces.append("".join(current))
+    if len(pieces) != 5:
+        return None
+    return tuple(piece.encode("utf-8", "replace") for piece in pieces)
 
 
 class _MarkerClash(Exception):

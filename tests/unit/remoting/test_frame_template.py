@@ -125,3 +125,47 @@ def test_a_processor_may_answer_with_an_encoded_frame():
     answer = decoder.next_command()
     assert (answer.opaque, answer.is_response, answer.ext_fields["queueOffset"]) == (5, True, "7")
     assert decoder.next_command() is None  # the oneway request gets nothing back
+
+
+def _pure_frames(region, trace_on, answers):
+    from cluster.remoting import frame_template
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(frame_template, "_send_answers", None)
+        return SendAnswerTemplate().frames(region, trace_on, answers)
+
+
+@pytest.mark.skipif(codec.COMPILED is None, reason="the compiled core is not built")
+@settings(max_examples=300, deadline=None)
+@given(region=texts, trace_on=st.sampled_from(["true", "false"]),
+       answers=st.lists(st.tuples(
+           opaques,
+           st.text(alphabet="0123456789ABCDEF", min_size=32, max_size=32) | texts,
+           st.integers(0, 4095) | st.integers() | st.booleans(),
+           st.integers(0, 2**63 - 1) | st.integers(-(2**70), 2**70)), max_size=6))
+def test_the_compiled_fill_of_a_run_of_send_answers_is_the_pure_one(region, trace_on, answers):
+    # Byte for byte, or it leaves the run to the pure loop (a msgId that is not ASCII, a bool,
+    # a number past 64 bits): either way what goes out is the pure loop's.
+    from cluster.remoting import frame_template
+    from common import speedups
+    template = SendAnswerTemplate()
+    expected = _pure_frames(region, trace_on, answers)
+    assert template.frames(region, trace_on, answers) == expected
+    filled = speedups.core.send_answers(template._pieces, answers, codec.FRAME_MAX) \
+        if template._pieces is not None else None
+    assert filled is None or filled == expected
+    assert frame_template._send_answers is speedups.core.send_answers
+
+
+@pytest.mark.skipif(codec.COMPILED is None, reason="the compiled core is not built")
+def test_the_compiled_fill_takes_the_common_answers_and_leaves_odd_ones():
+    from common import speedups
+    template = SendAnswerTemplate()
+    common = [(7, "AB" * 16, 3, 99), (-8, "CD" * 16, 0, 2**63 - 1)]
+    template.frames("DefaultRegion", "true", common)
+    fill = speedups.core.send_answers
+    assert fill(template._pieces, common, codec.FRAME_MAX) == _pure_frames(
+        "DefaultRegion", "true", common)
+    for odd in [(7, "é" * 32, 3, 99), (7, "AB" * 16, True, 99), (7, "AB" * 16, 3, 2**64),
+                (7, "AB" * 16, 3)]:
+        assert fill(template._pieces, [*common, odd], codec.FRAME_MAX) is None
+    assert fill(template._pieces, common, 100) is None  # (over the frame limit: the loop says)
