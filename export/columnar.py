@@ -30,7 +30,9 @@ from storage.record import MESSAGE_MAGIC_CODE
 
 _UNHANDLED_FLAGS = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG | COMPRESSED_FLAG
 _BODY = 88
-_HEX = np.frombuffer(b"".join(f"{i:02X}".encode() for i in range(256)), np.uint8).reshape(256, 2)
+# A byte's two hex digits, as one 16-bit item: one 1-D take a byte (a 2-D row gather of the
+# same table took ~10x as long: 115 against 10 µs for a batch of 1,024 message ids).
+_HEX = np.frombuffer(b"".join(f"{i:02X}".encode() for i in range(256)), np.uint16)
 _PICKED = ("UNIQ_KEY", "KEYS", "TAGS")  # the properties with columns of their own
 _MSG_ID_BYTES = np.concatenate([np.arange(64, 72), np.arange(28, 36)])  # store host, then offset
 
@@ -93,7 +95,7 @@ class ColumnarDecoder:
 
         properties, (uniq_key, keys, tags) = _properties(props, _PICKED)
         msg_id_raw = np.ascontiguousarray(head[:, _MSG_ID_BYTES])
-        msg_id_text = _HEX[msg_id_raw].reshape(n * 32)
+        msg_id_text = np.take(_HEX, msg_id_raw).view(np.uint8).reshape(n * 32)
         msg_id = pa.Array.from_buffers(
             pa.string(), n, [None, pa.py_buffer(np.arange(0, 32 * n + 1, 32, dtype=np.int32)),
                              pa.py_buffer(msg_id_text)])
