@@ -1599,10 +1599,11 @@ send_answers(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     for (Py_ssize_t n = 0; n < count; n++) {
         PyObject *answer = PyList_GET_ITEM(answers, n);
-        if (!PyTuple_Check(answer) || PyTuple_GET_SIZE(answer) != 4)
+        /* (exact types: a subclass may read or print otherwise than its items and text) */
+        if (!PyTuple_CheckExact(answer) || PyTuple_GET_SIZE(answer) != 4)
             goto python;
         PyObject *msg_id = PyTuple_GET_ITEM(answer, 1);
-        if (!PyUnicode_Check(msg_id) || !PyUnicode_IS_ASCII(msg_id))
+        if (!PyUnicode_CheckExact(msg_id) || !PyUnicode_IS_ASCII(msg_id))
             goto python;
         char number[3][24];
         Py_ssize_t number_size[3];

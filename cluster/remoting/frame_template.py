@@ -39,7 +39,7 @@ _OPAQUE_MARK: Final = 1_987_654_321  # a marker value: decimal digits no other f
 _PREFIX_LENGTH: Final = 8  # frame length i32 + serialize type and header length i32
 _FRAME_PREFIX: Final = struct.Struct(">ii")
 # The compiled SendAnswerTemplate.frames (None on the pure path: the loop there is its twin).
-_send_answers: Callable | None = None if speedups.core is None else speedups.core.send_answers
+_send_answers: Callable | None = getattr(speedups.core, "send_answers", None)
 
 
 class FrameTemplate:

@@ -169,3 +169,26 @@ def test_the_compiled_fill_takes_the_common_answers_and_leaves_odd_ones():
                 (7, "AB" * 16, 3)]:
         assert fill(template._pieces, [*common, odd], codec.FRAME_MAX) is None
     assert fill(template._pieces, common, 100) is None  # (over the frame limit: the loop says)
+
+    class Text(str):
+        def __str__(self):
+            return "other"
+
+    class Answer(tuple):
+        pass
+
+    # (a subclass may print or unpack otherwise than its text and items: the loop decides)
+    assert fill(template._pieces, [(7, Text("AB" * 16), 3, 99)], codec.FRAME_MAX) is None
+    assert fill(template._pieces, [Answer((7, "AB" * 16, 3, 99))], codec.FRAME_MAX) is None
+
+
+@pytest.mark.skipif(codec.COMPILED is None, reason="the compiled core is not built")
+def test_the_compiled_fill_refuses_a_frame_exactly_where_the_loop_does():
+    from common import speedups
+    template = SendAnswerTemplate()
+    answer = [(7, "AB" * 16, 3, 99)]
+    (frame,) = template.frames("DefaultRegion", "true", answer)
+    size = len(frame) - 8  # the header's
+    fill = speedups.core.send_answers
+    assert fill(template._pieces, answer, 4 + size) == [frame]
+    assert fill(template._pieces, answer, 3 + size) is None
