@@ -147,11 +147,14 @@ def _check_units(view, positions, lengths, base: int) -> None:
     """Every unit must point at a record of its size: anything else is data loss, not data."""
     import numpy as np
 
-    bad = positions + lengths > len(view)
+    from export.columnar import gather
+
+    # (a record starts with its size, so one shorter than that word is no record either)
+    bad = (positions < 0) | (lengths < 4) | (positions + lengths > len(view))
     if not bad.any():
         buf = np.frombuffer(view, np.uint8)
-        head = buf[positions[:, None] + np.arange(4)]
-        bad = np.ascontiguousarray(head).view(">i4").ravel() != lengths
+        head = gather(buf, positions, 0, 4)
+        bad = head.view(">i4").ravel() != lengths
         del buf, head
     if bad.any():
         first = int(np.argmax(bad))

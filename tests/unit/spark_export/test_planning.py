@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -159,3 +161,19 @@ def test_a_store_directory_is_planned_and_read_without_a_broker(store, tmp_path)
             rows.extend(batch.to_pylist())
     assert sorted(row["keys"] for row in rows) == sorted(f"k{i}" for i in range(30))
     assert {row["queueOffset"] for row in rows if row["queueId"] == 1} == set(range(15))
+
+
+@pytest.mark.parametrize("size", ["one more", 3, 0])
+def test_a_unit_that_points_at_no_record_of_its_size_is_data_loss(store, tmp_path, size):
+    # A ConsumeQueue unit whose size does not match the record at its offset (or could not be
+    # a record's at all) stops the read with DataLossError, never a wrong row or another error.
+    store.shutdown()
+    queue_file = next((tmp_path / "store" / "consumequeue" / "T" / "0").iterdir())
+    data = bytearray(queue_file.read_bytes())
+    unit = 3 * 20  # (offset i64, size i32, tags code i64)
+    (real,) = struct.unpack_from(">i", data, unit + 8)
+    struct.pack_into(">i", data, unit + 8, real + 1 if size == "one more" else size)
+    queue_file.write_bytes(bytes(data))
+    options = SourceOptions.parse({"path": str(tmp_path / "store"), "topic": "T"})
+    with pytest.raises(DataLossError, match="holds no"):
+        list(read_store_range(QueueRange("T", "b", 0, 0, 15), options))
