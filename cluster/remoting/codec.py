@@ -419,11 +419,7 @@ class FrameDecoder:
         held = self._held
         if held is not None:
             self._held = None
-            end = held[0]
-            self._start = end
-            if end == len(buffer):
-                buffer.clear()
-                self._start = 0
+            self._take_to(held[0])
             return held
         split = _split_frame
         if split is not None:
@@ -431,7 +427,7 @@ class FrameDecoder:
             if found is None:
                 return None
             if found is not False:
-                end = found[0]
+                end = found[0]  # (what _take_to does, inline: a frame's hot path)
                 self._start = end
                 if end == len(buffer):
                     buffer.clear()
@@ -441,10 +437,7 @@ class FrameDecoder:
         if found is None:
             return None
         command, end = found
-        self._start = end
-        if end == len(buffer):
-            buffer.clear()
-            self._start = 0
+        self._take_to(end)
         return _frame_of(command, end)
 
     def next_run(self, code: int, limit: int) -> tuple[list[tuple], list[int]]:
@@ -485,10 +478,7 @@ class FrameDecoder:
         for frame in frames:
             sizes.append(frame[0] - start)
             start = frame[0]
-        self._start = start
-        if start == len(buffer):
-            buffer.clear()
-            self._start = 0
+        self._take_to(start)
         return frames, sizes
 
     def next_command(self) -> RemotingCommand | None:
@@ -515,11 +505,16 @@ class FrameDecoder:
         if found is None:
             return None
         command, end = found
-        self._start = end
-        if end == len(buffer):
-            buffer.clear()
-            self._start = 0
+        self._take_to(end)
         return command
+
+    def _take_to(self, end: int) -> None:
+        """The bytes up to ``end`` are taken; an emptied buffer starts afresh (no compaction)."""
+        if end == len(self._buffer):
+            self._buffer.clear()
+            self._start = 0
+        else:
+            self._start = end
 
     def _command_at(self, start: int) -> tuple[RemotingCommand, int] | None:
         """The command of the frame at ``start`` and where it ends, taking nothing; None while

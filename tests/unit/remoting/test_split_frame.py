@@ -51,11 +51,14 @@ def frames(draw) -> bytes:
     return bytes(frame)
 
 
-def _outcomes(stream: bytes, cuts: list[int], split) -> list:
+def _fed(stream: bytes, cuts: list[int], compiled: bool, take) -> list:
+    """What ``take(decoder, seen)`` records as the stream arrives cut at ``cuts``, on the
+    compiled splits or on the pure decoder (its header decoders too); then what is pending
+    after each piece, or the error that ends it."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(codec, "_split_frame", split)
-        patch.setattr(codec, "_split_run", None if split is None else core.split_run)
-        if split is None:  # the reference: the pure header decoders too
+        patch.setattr(codec, "_split_frame", core.split_frame if compiled else None)
+        patch.setattr(codec, "_split_run", core.split_run if compiled else None)
+        if not compiled:
             for name, function in codec.PURE._asdict().items():
                 patch.setattr(codec, f"_{name}", function)
         decoder = FrameDecoder(max_frame=4096)
@@ -65,15 +68,22 @@ def _outcomes(stream: bytes, cuts: list[int], split) -> list:
             decoder.feed(stream[previous:cut])
             previous = cut
             try:
-                while (command := decoder.next_command()) is not None:
-                    seen.append(tuple((type(v), v) for v in (
-                        command.code, command.opaque, command.flag, command.remark,
-                        command.ext_fields, command.body, command.language, command.version,
-                        command.serialize_type)))
+                take(decoder, seen)
             except RemoteProtocolError as exc:
                 return [*seen, ("raises", str(exc))]
             seen.append(("pending", decoder.pending))
         return seen
+
+
+def _commands(decoder: FrameDecoder, seen: list) -> None:
+    while (command := decoder.next_command()) is not None:
+        seen.append(tuple((type(v), v) for v in (
+            command.code, command.opaque, command.flag, command.remark, command.ext_fields,
+            command.body, command.language, command.version, command.serialize_type)))
+
+
+def _outcomes(stream: bytes, cuts: list[int], split) -> list:
+    return _fed(stream, cuts, split is not None, _commands)
 
 
 @needs_core
@@ -134,35 +144,21 @@ def run_frames(draw) -> bytes:
 def _runs(stream: bytes, cuts: list[int], limit: int, compiled: bool) -> list:
     """What a connection's read loop gets: each frame, and after a request of RUN_CODE the run
     that follows it (``next_run``), with the bytes each took."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(codec, "_split_frame", core.split_frame if compiled else None)
-        patch.setattr(codec, "_split_run", core.split_run if compiled else None)
-        if not compiled:  # the reference: the pure header decoders too
-            for name, function in codec.PURE._asdict().items():
-                patch.setattr(codec, f"_{name}", function)
-        decoder = FrameDecoder(max_frame=4096)
-        seen: list = []
-        previous = 0
-        for cut in [*sorted(cuts), len(stream)]:
-            decoder.feed(stream[previous:cut])
-            previous = cut
-            try:
-                while True:
-                    before = decoder.pending
-                    frame = decoder.next_frame()
-                    if frame is None:
-                        break
-                    seen.append(("frame", before - decoder.pending, _plain(frame)))
-                    if frame[1] == RUN_CODE and not frame[3] & 1:
-                        before = decoder.pending
-                        taken, sizes = decoder.next_run(RUN_CODE, limit)
-                        assert sum(sizes) == before - decoder.pending
-                        assert len(taken) == len(sizes) <= limit
-                        seen.append(("run", sizes, [_plain(f) for f in taken]))
-            except RemoteProtocolError as exc:
-                return [*seen, ("raises", str(exc))]
-            seen.append(("pending", decoder.pending))
-        return seen
+    def take(decoder: FrameDecoder, seen: list) -> None:
+        while True:
+            before = decoder.pending
+            frame = decoder.next_frame()
+            if frame is None:
+                return
+            seen.append(("frame", before - decoder.pending, _plain(frame)))
+            if frame[1] == RUN_CODE and not frame[3] & 1:
+                before = decoder.pending
+                taken, sizes = decoder.next_run(RUN_CODE, limit)
+                assert sum(sizes) == before - decoder.pending
+                assert len(taken) == len(sizes) <= limit
+                seen.append(("run", sizes, [_plain(f) for f in taken]))
+
+    return _fed(stream, cuts, compiled, take)
 
 
 def _plain(frame: tuple) -> tuple:
