@@ -20,6 +20,7 @@ from export.decode import BATCH_ROWS, BatchBuilder
 from export.errors import DataLossError, ExportError
 from export.options import SourceOptions
 from export.planner import QueueRange
+from storage.record import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, MIN_MESSAGE_SIZE
 
 
 def read_ranges(ranges: list[QueueRange], options: SourceOptions) -> Iterator:
@@ -144,18 +145,20 @@ def read_store_range(rng: QueueRange, options: SourceOptions) -> Iterator:
 
 
 def _check_units(view, positions, lengths, base: int) -> None:
-    """Every unit must point at a record of its size: anything else is data loss, not data."""
+    """Every unit must point at a message record of its size: anything else (a blank, the
+    zeros after the last record, the middle of a record) is data loss, not data."""
     import numpy as np
 
     from export.columnar import gather
 
-    # (a record starts with its size, so one shorter than that word is no record either)
-    bad = (positions < 0) | (lengths < 4) | (positions + lengths > len(view))
+    bad = (positions < 0) | (lengths < MIN_MESSAGE_SIZE) | (positions + lengths > len(view))
     if not bad.any():
         buf = np.frombuffer(view, np.uint8)
-        head = gather(buf, positions, 0, 4)
-        bad = head.view(">i4").ravel() != lengths
-        del buf, head
+        head = gather(buf, positions, 0, 8).view(">u4")  # (size, magic code) a row
+        magic = head[:, 1]
+        bad = (head[:, 0] != lengths) | ((magic != MESSAGE_MAGIC_CODE)
+                                         & (magic != MESSAGE_MAGIC_CODE_V2))
+        del buf, head, magic
     if bad.any():
         first = int(np.argmax(bad))
         raise DataLossError(f"the CommitLog holds no {int(lengths[first])}-byte record at offset "

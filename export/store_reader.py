@@ -98,8 +98,13 @@ class CommitLogReader:
             self._current[1].release()
             self._current = None
         if self._mapped is not None:
-            self._mapped.close()
-            self._mapped = None
+            mapped, self._mapped = self._mapped, None
+            try:
+                mapped.close()
+            except BufferError:
+                # A view of it is still held (say, by the traceback of the error that ended
+                # the read): it is unmapped when that goes, and that error stays the one told.
+                pass
 
     def record(self, offset: int, size: int) -> MessageRecord:
         data = self._file_holding(offset)

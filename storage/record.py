@@ -40,6 +40,8 @@ from storage.message_id import bytes_to_host, create_message_id
 MESSAGE_MAGIC_CODE: Final = 0xDAA320A7
 MESSAGE_MAGIC_CODE_V2: Final = 0xDAA320AB
 BLANK_MAGIC_CODE: Final = 0xCBD43194
+# The smallest message record: IPv4 hosts, no body, topic or properties.
+MIN_MESSAGE_SIZE: Final = 91
 # A record may end no closer than this to the end of a file: room for the blank marker.
 END_FILE_MIN_BLANK_LENGTH: Final = 8
 
@@ -274,7 +276,8 @@ def message_size_from_head(head: bytes, offset: int, max_message_size: int) -> i
     no message starts at ``offset``)."""
     size, magic = BLANK.unpack_from(head, 0)
     largest = max_message_size + MAX_TOPIC_LENGTH_V1 + MAX_PROPERTIES_LENGTH + 256  # + hosts etc.
-    if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2) or not 91 <= size <= largest:
+    if (magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)
+            or not MIN_MESSAGE_SIZE <= size <= largest):
         raise OffsetOutOfRangeError(f"no message starts at offset {offset}")
     return size
 

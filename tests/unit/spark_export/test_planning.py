@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -163,17 +164,39 @@ def test_a_store_directory_is_planned_and_read_without_a_broker(store, tmp_path)
     assert {row["queueOffset"] for row in rows if row["queueId"] == 1} == set(range(15))
 
 
-@pytest.mark.parametrize("size", ["one more", 3, 0])
-def test_a_unit_that_points_at_no_record_of_its_size_is_data_loss(store, tmp_path, size):
-    # A ConsumeQueue unit whose size does not match the record at its offset (or could not be
-    # a record's at all) stops the read with DataLossError, never a wrong row or another error.
+@pytest.mark.parametrize("unit", ["a size one more", "a size of 3", "after the last record",
+                                  "after the last record, size 0"])
+def test_a_unit_that_points_at_no_record_of_its_size_is_data_loss(store, tmp_path, unit):
+    # A ConsumeQueue unit whose size does not match the record at its offset, or that points
+    # past the last record, stops the read with DataLossError, never a wrong row or another
+    # error (the mapped file is still closed).
+    end = len(store.get_commit_log_data(0))  # (the records' end: zeros follow)
     store.shutdown()
     queue_file = next((tmp_path / "store" / "consumequeue" / "T" / "0").iterdir())
     data = bytearray(queue_file.read_bytes())
-    unit = 3 * 20  # (offset i64, size i32, tags code i64)
-    (real,) = struct.unpack_from(">i", data, unit + 8)
-    struct.pack_into(">i", data, unit + 8, real + 1 if size == "one more" else size)
+    at = 3 * 20  # (offset i64, size i32, tags code i64)
+    offset, real = struct.unpack_from(">qi", data, at)
+    offset, size = {"a size one more": (offset, real + 1), "a size of 3": (offset, 3),
+                    "after the last record": (end, real),
+                    "after the last record, size 0": (end, 0)}[unit]
+    struct.pack_into(">qi", data, at, offset, size)
     queue_file.write_bytes(bytes(data))
     options = SourceOptions.parse({"path": str(tmp_path / "store"), "topic": "T"})
     with pytest.raises(DataLossError, match="holds no"):
         list(read_store_range(QueueRange("T", "b", 0, 0, 15), options))
+
+
+@pytest.mark.parametrize("case", ["a blank", "before its file", "shorter than any record"])
+def test_the_unit_check_refuses_what_is_no_message_record(case):
+    # (cases a real store does not make on its own: checked on a made-up file)
+    from export.pull_reader import _check_units
+    from storage.record import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
+
+    view = bytearray(400)
+    struct.pack_into(">iI", view, 0, 120, MESSAGE_MAGIC_CODE)
+    struct.pack_into(">iI", view, 200, 120, BLANK_MAGIC_CODE)
+    _check_units(memoryview(view), np.array([0]), np.array([120]), 0)  # (a record: fine)
+    positions, lengths = {"a blank": ([200], [120]), "before its file": ([-8], [120]),
+                          "shorter than any record": ([0], [8])}[case]
+    with pytest.raises(DataLossError, match="holds no"):
+        _check_units(memoryview(view), np.array(positions), np.array(lengths), 1000)
