@@ -17,6 +17,8 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from itertools import repeat
+from operator import eq, itemgetter
 
 from common.platform import file_io
 from common.platform.file_lock import try_lock
@@ -66,6 +68,8 @@ from storage.stats import StoreStatsService
 from storage.store_shutdown import shut_down_store
 
 log = logging.getLogger(__name__)
+# A put's topic; a CommitLog result's size and elapsed ms (put_plain_run's counts).
+_TOPIC, _SIZE, _ELAPSED = itemgetter(0), itemgetter(1), itemgetter(4)
 
 _SYNC_FLUSH = FlushDiskType.SYNC_FLUSH  # (read once: a member read through its class costs ~70 ns)
 
@@ -335,11 +339,11 @@ class DefaultMessageStore(MessageLookup):
             return results, error
         self.running_flags.clear(WRITE_COMMIT_LOG_ERROR)
         try:  # one count a topic: nearly always one topic a run
+            # (map and itemgetter: the loops run in C, not a generator's frame an item)
             first_topic = puts[0][0]
-            if all(put[0] == first_topic for put in puts[:len(results)]):
-                self.stats.record_put(first_topic, len(results),
-                                      sum(result[1] for result in results),
-                                      max(result[4] for result in results), len(results))
+            if all(map(eq, repeat(first_topic), map(_TOPIC, puts[:len(results)]))):
+                self.stats.record_put(first_topic, len(results), sum(map(_SIZE, results)),
+                                      max(map(_ELAPSED, results)), len(results))
             else:
                 for put, result in zip(puts, results, strict=False):
                     self.stats.record_put(put[0], 1, result[1], result[4])

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from itertools import repeat
+from operator import eq, itemgetter
 
 from cluster.broker.headers import CLIENT_SYS_FLAGS, SendMessageRequestHeader
 from cluster.broker.topic_config import PERM_WRITE
@@ -50,6 +52,7 @@ from storage.message import (
 from storage.put_checks import topic_bytes
 
 _V2 = int(RequestCode.SEND_MESSAGE_V2)
+_TOPIC, _BODY = itemgetter(0), itemgetter(4)  # (a put tuple: append_plain's arguments)
 _HOST_FLAGS = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
 _SYNC_FLUSH = FlushDiskType.SYNC_FLUSH
 _SYNC_MASTER = BrokerRole.SYNC_MASTER
@@ -107,7 +110,8 @@ def _run_puts(pure: Callable) -> Callable:
 class SendLane:
     """A lane (``RemotingServer.register_lane``) for SEND_MESSAGE_V2 and SEND_MESSAGE."""
 
-    __slots__ = ("_answers", "_born_hosts", "_broker", "_fields", "_processor", "_run_puts")
+    __slots__ = ("_answers", "_born_hosts", "_broker", "_fields", "_limit_of", "_processor",
+                 "_run_puts", "_suffix")
 
 
     def __init__(self, processor) -> None:
@@ -117,6 +121,8 @@ class SendLane:
         self._born_hosts = processor._born_hosts
         self._fields = _send_fields()
         self._run_puts = _run_puts(self._run_puts_pure)
+        self._limit_of: tuple = (None, None)  # (the topic table, _queue_limit bound to it)
+        self._suffix: tuple[str, str] = ("", "")  # (the cluster name, its CLUSTER property)
 
     def __call__(self, connection, frame: tuple):
         """The answer's frame, or NotImplemented, having changed nothing, for ``process``."""
@@ -188,9 +194,16 @@ class SendLane:
         host = self._born_hosts.get(connection.peer)
         if host is None:
             return []
+        # (made once, not once a run: the table and the cluster's name hardly ever change)
         table = broker.topics.table
-        puts = self._run_puts(frames, {}, functools.partial(self._queue_limit, table),
-                              f"CLUSTER\x01{config.broker_cluster_name}\x02", host)
+        limit_of = self._limit_of
+        if limit_of[0] is not table:
+            limit_of = self._limit_of = (table, functools.partial(self._queue_limit, table))
+        suffix = self._suffix
+        if suffix[0] != config.broker_cluster_name:
+            name = config.broker_cluster_name
+            suffix = self._suffix = (name, f"CLUSTER\x01{name}\x02")
+        puts = self._run_puts(frames, {}, limit_of[1], suffix[1], host)
         if len(puts) < 2:  # (one: the single put is as cheap)
             return []
         try:
@@ -237,8 +250,9 @@ class SendLane:
         broker = self._broker
         taken = puts[:len(results)]
         stats = broker.stats
-        if all(put[0] == taken[0][0] for put in taken):
-            stats.record_send(taken[0][0], len(taken), sum(len(put[4]) for put in taken))
+        topic = taken[0][0]
+        if all(map(eq, repeat(topic), map(_TOPIC, taken))):  # (loops in C: no frame an item)
+            stats.record_send(topic, len(taken), sum(map(len, map(_BODY, taken))))
         else:
             for put in taken:
                 stats.record_send(put[0], 1, len(put[4]))
