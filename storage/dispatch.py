@@ -128,6 +128,18 @@ def _peek_topic_queue(data: bytes, pos: int, end: int) -> tuple[str, int, int] |
     return topic, queue_id, total
 
 
+def _head_of(appended) -> list:
+    """The first MAX_RUN entries of ``appended``, copied. The copy is not atomic: the
+    interpreter may switch threads between making the deque's iterator (``islice``) and reading
+    it (``list``), and an append by the put path in between makes the iterator raise. Then it
+    is copied again (the window is a few bytecodes wide)."""
+    while True:
+        try:
+            return list(islice(appended, MAX_RUN))
+        except RuntimeError:  # (deque mutated during iteration)
+            continue
+
+
 def _pop_if_first(appended, item) -> None:
     """Drop ``item`` from the front, unless a full deque has already pushed it out."""
     if appended and appended[0] is item:
@@ -388,9 +400,9 @@ class ReputMessageService(ServiceThread):
     def _dispatch_run(self, appended, readable: int, plain_run, listening: bool) -> int:
         """Dispatch the run of plain records of one topic at the head of ``appended`` in one
         call; how many (0: no run there, or declined: the caller goes one by one)."""
-        # A copy of the head (one C-level step: no other thread appends meanwhile) that the
-        # run's functions read; the put path may append to the deque while they run.
-        run = list(islice(appended, MAX_RUN))
+        # A copy of the head that the run's functions read; the put path may append to the
+        # deque while they run.
+        run = _head_of(appended)
         taken, one_queue = run_length(run, self.reput_from_offset, readable)
         if taken < 2:
             return 0

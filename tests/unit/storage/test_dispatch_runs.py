@@ -23,7 +23,7 @@ from storage.index_file import INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, IndexFile
 from storage.message import MessageExtBatch, MessageExtBrokerInner
 from storage.message_store import DefaultMessageStore
 from storage.record import BatchEntry, decode_record, encode_batch_body
-from tests.conftest import small_config
+from tests.conftest import make_message, small_config
 
 try:
     core = importlib.import_module("common._storecore")
@@ -337,5 +337,38 @@ def test_delayed_messages_are_not_tried_as_runs(tmp_path):
         store.reput.reput_inline()
         assert store.get_max_offset_in_queue("SCHEDULE_TOPIC_XXXX", 2) == 5
         assert tried == []  # a unit's tags code there is a time: never a run
+    finally:
+        store.shutdown()
+
+
+def test_a_put_between_the_heads_iterator_and_its_copy_does_not_fail_the_round(tmp_path,
+                                                                            still_clock,
+                                                                            monkeypatch):
+    # The dispatch thread copies the head of CommitLog.appended while the put path may append
+    # (another thread). The interpreter can switch threads between making the deque's iterator
+    # and reading it; the append then makes the iterator raise "deque mutated during
+    # iteration", which used to fail the dispatch round. Here the put lands exactly there.
+    from storage import dispatch
+
+    store = _store(tmp_path, "race", True)
+    real_islice = dispatch.islice
+    raced = []
+
+    def islice_then_a_put(iterable, *args):
+        sliced = real_islice(iterable, *args)
+        if not raced:
+            raced.append(True)
+            store.put_message(make_message(topic="Runs", queue_id=0, body=b"raced"))
+        return sliced
+
+    try:
+        for body in (b"a", b"b", b"c"):
+            store.put_message(make_message(topic="Runs", queue_id=0, body=body))
+        monkeypatch.setattr(dispatch, "islice", islice_then_a_put)
+        assert store.reput.do_reput() == 4  # (the three, and the one put during the copy)
+        assert raced
+        queue = store.consume_queue_table["Runs"][0]
+        assert queue.get_max_offset_in_queue() == 4
+        assert store.running_flags.write_refusal() is None
     finally:
         store.shutdown()
