@@ -72,7 +72,7 @@ class ColumnarDecoder:
         n = len(starts)
         view = memoryview(data)  # slices of a view copy nothing until joined
 
-        head = _heads(buf, view, starts)
+        head = gather(buf, starts, 0, _BODY)  # (each record's fixed part: up to the body)
 
         def fixed(offset: int, width: int, dtype: str) -> np.ndarray:
             field = np.ascontiguousarray(head[:, offset:offset + width])
@@ -157,15 +157,6 @@ def gather(buf: np.ndarray, starts: np.ndarray, offset: int, width: int) -> np.n
                            np.full(n, width, np.int64))
     return np.frombuffer(data, np.uint8).reshape(n, width)
 
-
-def _heads(buf: np.ndarray, view, starts: np.ndarray) -> np.ndarray:
-    """The fixed part of every record (its first 88 bytes, up to the body), one row each: a
-    copy of n ranges in one compiled pass when the core is built."""
-    if _join_ranges is None:
-        return gather(buf, starts, 0, _BODY)
-    _, data = _join_ranges(view, np.ascontiguousarray(starts, np.int64),
-                           np.full(len(starts), _BODY, np.int64))
-    return np.frombuffer(data, np.uint8).reshape(len(starts), _BODY)
 
 
 def _join(view, starts: np.ndarray, lengths: np.ndarray) -> tuple[pa.Buffer, pa.Buffer]:

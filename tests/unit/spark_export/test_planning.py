@@ -195,8 +195,9 @@ def test_the_unit_check_refuses_what_is_no_message_record(case):
     view = bytearray(400)
     struct.pack_into(">iI", view, 0, 120, MESSAGE_MAGIC_CODE)
     struct.pack_into(">iI", view, 200, 120, BLANK_MAGIC_CODE)
+    struct.pack_into(">iI", view, 330, 8, MESSAGE_MAGIC_CODE)  # (its size word says 8)
     _check_units(memoryview(view), np.array([0]), np.array([120]), 0)  # (a record: fine)
     positions, lengths = {"a blank": ([200], [120]), "before its file": ([-8], [120]),
-                          "shorter than any record": ([0], [8])}[case]
+                          "shorter than any record": ([330], [8])}[case]
     with pytest.raises(DataLossError, match="holds no"):
         _check_units(memoryview(view), np.array(positions), np.array(lengths), 1000)

@@ -219,6 +219,13 @@ def _twins(store, pure: bool, monkeypatch):
         pytest.skip("no compiled core")
 
 
+def _twin_store(store_factory, pure: bool, monkeypatch):
+    """(a store ready for plain puts, the born host), its CommitLog's run as ``_twins`` says."""
+    store = store_factory(mapped_file_size_commit_log=1 << 20)
+    _twins(store, pure, monkeypatch)
+    return store, _ready(store)
+
+
 def _failing_to_set(kind: type, name: str) -> type:
     """A MappedFile class whose ``name`` cannot be set (it reads as the instance holds it)."""
 
@@ -239,9 +246,7 @@ def test_a_run_whose_accounting_fails_after_the_write_is_undone_and_refused(
     # its wrote position, cannot be set): the queue offsets, the entries for dispatch and the
     # file's store time go back to what they were, the bytes are zeroed, the run is refused;
     # the next run takes the same offsets.
-    store = store_factory(mapped_file_size_commit_log=1 << 20)
-    _twins(store, pure, monkeypatch)
-    host = _ready(store)
+    store, host = _twin_store(store_factory, pure, monkeypatch)
     log = store.commit_log
     end = log.get_max_offset()
     next_offset = log.topic_queue_table[("TopicTest", 0)]
@@ -280,9 +285,7 @@ def test_a_run_whose_accounting_fails_after_the_write_is_undone_and_refused(
 @pytest.mark.parametrize("clock", ["time", "monotonic"])
 def test_a_run_whose_clock_fails_writes_nothing_and_frees_the_lock(
         store_factory, monkeypatch, pure, clock):
-    store = store_factory(mapped_file_size_commit_log=1 << 20)
-    _twins(store, pure, monkeypatch)
-    host = _ready(store)
+    store, host = _twin_store(store_factory, pure, monkeypatch)
     end = store.commit_log.get_max_offset()
 
     def broken():
