@@ -539,17 +539,55 @@ release_keeping_error(PyObject *lock)
     return 0;
 }
 
-/* A written put's result: (wrote offset, total, queue offset, msgId, ms in the lock). */
+/* A written put's result: (wrote offset, total, queue offset, msgId, ms in the lock). Built
+ * field by field: Py_BuildValue and PyUnicode_FromFormat parse their formats on every put. */
 static PyObject *
 put_result(PyObject *prefix, const Put *put, double finished)
 {
-    char hex[17];
-    snprintf(hex, sizeof hex, "%016llX", (unsigned long long)put->offset);
-    PyObject *msg_id = PyUnicode_FromFormat("%U%s", prefix, hex);
-    if (msg_id == NULL)
+    static const char digits[] = "0123456789ABCDEF";
+    PyObject *msg_id;
+    if (PyUnicode_IS_ASCII(prefix)) { /* always: the prefix is hex */
+        Py_ssize_t length = PyUnicode_GET_LENGTH(prefix);
+        msg_id = PyUnicode_New(length + 16, 127);
+        if (msg_id == NULL)
+            return NULL;
+        Py_UCS1 *text = PyUnicode_1BYTE_DATA(msg_id);
+        memcpy(text, PyUnicode_1BYTE_DATA(prefix), (size_t)length);
+        unsigned long long offset = (unsigned long long)put->offset;
+        for (int i = 15; i >= 0; i--, offset >>= 4)
+            text[length + i] = (Py_UCS1)digits[offset & 0xF];
+    }
+    else {
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016llX", (unsigned long long)put->offset);
+        msg_id = PyUnicode_FromFormat("%U%s", prefix, hex);
+        if (msg_id == NULL)
+            return NULL;
+    }
+    PyObject *result = PyTuple_New(5);
+    if (result == NULL) {
+        Py_DECREF(msg_id);
         return NULL;
-    return Py_BuildValue("(LLLNd)", put->offset, put->total, put->queue_offset, msg_id,
-                         (finished - put->begin) * 1000);
+    }
+    PyTuple_SET_ITEM(result, 3, msg_id);
+    PyObject *items[4] = {
+        PyLong_FromLongLong(put->offset), PyLong_FromLongLong(put->total),
+        PyLong_FromLongLong(put->queue_offset),
+        PyFloat_FromDouble((finished - put->begin) * 1000),
+    };
+    static const int slots[4] = {0, 1, 2, 4};
+    int failed = 0;
+    for (int i = 0; i < 4; i++) {
+        if (items[i] == NULL)
+            failed = 1;
+        else
+            PyTuple_SET_ITEM(result, slots[i], items[i]); /* (the tuple owns it now) */
+    }
+    if (failed) {
+        Py_DECREF(result); /* (its empty slots are NULL: tupledealloc skips them) */
+        return NULL;
+    }
+    return result;
 }
 
 /* The CommitLog's msgId prefix (a new reference), checked to be text; NULL on failure. */

@@ -47,8 +47,8 @@ class StoreStatsService(ServiceThread):
         self.put_message_failed_times = 0
         self.put_message_entire_time_max = 0.0
         self.put_latency_buckets = [0] * len(PUT_LATENCY_LABELS)
-        self.topic_put_times: dict[str, int] = {}
-        self.topic_put_size: dict[str, int] = {}
+        # topic -> [messages, bytes]: one lookup a put (``topic_put_times``/``_size`` read it)
+        self._topic_puts: dict[str, list[int]] = {}
         self.get_message_times_total_found = 0
         self.get_message_times_total_miss = 0
         self.get_message_transferred_msg_count = 0
@@ -62,13 +62,35 @@ class StoreStatsService(ServiceThread):
         ``elapsed_ms`` end to end (a batch is one put; a run of sends written together, one
         put each)."""
         bucket = bisect_left(PUT_LATENCY_BOUNDS_MS, elapsed_ms)  # first bound >= elapsed
-        with self._lock:
+        # (on every put: acquire/release and one topic lookup, not ``with``, ``max`` and two
+        # dictionaries: 0.45 -> 0.29 µs)
+        lock = self._lock
+        lock.acquire()
+        try:
             self.put_message_times_total += count
             self.put_message_size_total += size
             self.put_latency_buckets[bucket] += puts
-            self.put_message_entire_time_max = max(self.put_message_entire_time_max, elapsed_ms)
-            self.topic_put_times[topic] = self.topic_put_times.get(topic, 0) + count
-            self.topic_put_size[topic] = self.topic_put_size.get(topic, 0) + size
+            if elapsed_ms > self.put_message_entire_time_max:
+                self.put_message_entire_time_max = elapsed_ms
+            topic_puts = self._topic_puts.get(topic)
+            if topic_puts is None:
+                topic_puts = self._topic_puts[topic] = [0, 0]
+            topic_puts[0] += count
+            topic_puts[1] += size
+        finally:
+            lock.release()
+
+    @property
+    def topic_put_times(self) -> dict[str, int]:
+        """Messages put a topic, since the store started (a copy)."""
+        with self._lock:
+            return {topic: puts[0] for topic, puts in self._topic_puts.items()}
+
+    @property
+    def topic_put_size(self) -> dict[str, int]:
+        """Bytes put a topic, since the store started (a copy)."""
+        with self._lock:
+            return {topic: puts[1] for topic, puts in self._topic_puts.items()}
 
     def record_put_failure(self) -> None:
         with self._lock:

@@ -190,7 +190,8 @@ class RemotingConnection(LaneRequests, asyncio.Protocol):
                     # taken before any is handled, so the in-flight limits may be passed by up
                     # to ``run_frames`` - 1 of them; a lane takes runs only while it answers
                     # at once.
-                    limit = getattr(lane, "run_frames", 0)
+                    # (nothing more in this read, as for a sender alone: no run to ask for)
+                    limit = getattr(lane, "run_frames", 0) if decoder.pending else 0
                     if limit > 1:
                         frames, sizes = decoder.next_run(frame[1], limit - 1)
                         if frames:

@@ -295,3 +295,23 @@ def test_put_tps_is_measured_over_the_sampled_window():
     assert stats.put_tps(10) == pytest.approx(30 / (last.at - first.at))
     assert stats.latency_histogram()["[0~10ms]"] == 30
     assert stats.runtime_info()["putMessageTimesTotal"] == "30"
+
+
+def test_put_statistics_count_each_topic_the_slowest_put_and_each_latency_bucket():
+    from storage.stats import StoreStatsService
+
+    stats = StoreStatsService()  # not started
+    stats.record_put("A", 1, 100, 0.5)
+    stats.record_put("B", 32, 4000, 12.0, puts=1)  # a batch: one put of 32 messages
+    stats.record_put("A", 5, 600, 3.0, puts=5)  # a run of five sends
+    stats.record_put("A", 1, 100, 0.0)
+    assert stats.topic_put_times == {"A": 7, "B": 32}
+    assert stats.topic_put_size == {"A": 800, "B": 4000}
+    stats.topic_put_times["A"] = 0  # a copy: the counters are not the caller's to change
+    assert stats.topic_put_times["A"] == 7
+    histogram = stats.latency_histogram()
+    assert (histogram["[<=0ms]"], histogram["[0~10ms]"], histogram["[10~50ms]"]) == (1, 6, 1)
+    info = stats.runtime_info()
+    assert info["putMessageTimesTotal"] == "39"
+    assert info["putMessageSizeTotal"] == "4800"
+    assert info["putMessageEntireTimeMax"] == "12"
