@@ -13,12 +13,16 @@ STARTED = time.perf_counter()
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
 import os  # noqa: E402
+import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-os.environ.setdefault("ROCKETDESK_HOME", tempfile.mkdtemp(prefix="rocketdesk-bench-console-"))
+# A scratch home (its cluster's data: hundreds of MB), removed at the end, unless one is given.
+SCRATCH_HOME = (None if "ROCKETDESK_HOME" in os.environ
+                else tempfile.mkdtemp(prefix="rocketdesk-bench-console-"))
+os.environ.setdefault("ROCKETDESK_HOME", SCRATCH_HOME or "")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import psutil  # noqa: E402
@@ -60,5 +64,9 @@ if __name__ == "__main__":
     app = QApplication(sys.argv[:1])
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)
-    with loop:
-        loop.run_until_complete(main(args.seconds))
+    try:
+        with loop:
+            loop.run_until_complete(main(args.seconds))
+    finally:
+        if SCRATCH_HOME is not None:
+            shutil.rmtree(SCRATCH_HOME, ignore_errors=True)

@@ -20,6 +20,7 @@ too (the client's, and the null broker's). Example, against a running cluster:
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import re
 import shutil
@@ -46,6 +47,8 @@ def _ensure_client() -> None:
         env = dict(os.environ, PYTHONPATH=CLIENT, _BENCH_CPP_REEXEC="1", HOME=logs,
                    ROCKETMQ_CLIENT_LOG_DIR=logs)
         os.execve(sys.executable, [sys.executable, *sys.argv], env)
+    if os.environ.get("_BENCH_CPP_REEXEC"):  # the process made above: its logs go with it
+        atexit.register(shutil.rmtree, os.environ["ROCKETMQ_CLIENT_LOG_DIR"], True)
 
 
 def main() -> int:
@@ -220,6 +223,7 @@ def _native(args: argparse.Namespace, null: _NullBroker | None = None) -> int:
                     [compiler, "-O2", "-pthread"],
                     [f"-L{library}", "-lrocketmq", f"-Wl,-rpath,{library}"])
     logs = tempfile.mkdtemp(prefix="rmq-cpp-logs-")
+    atexit.register(shutil.rmtree, logs, True)  # (the client's logs: nothing to keep)
     env = dict(os.environ, HOME=logs, ROCKETMQ_CLIENT_LOG_DIR=logs)
     with tempfile.TemporaryFile("w+") as errors:  # (a pipe left unread could stall the client)
         run = subprocess.Popen([driver, args.namesrv, args.topic, str(args.threads),

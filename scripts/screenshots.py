@@ -13,20 +13,24 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import sys
 import tempfile
 import time
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-os.environ.setdefault("ROCKETDESK_HOME", tempfile.mkdtemp(prefix="rocketdesk-shots-"))
+# A scratch home (its cluster's data: hundreds of MB), removed at the end, unless one is given.
+SCRATCH_HOME = (None if "ROCKETDESK_HOME" in os.environ
+                else tempfile.mkdtemp(prefix="rocketdesk-shots-"))
+os.environ.setdefault("ROCKETDESK_HOME", SCRATCH_HOME or "")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import qasync
-from PySide6.QtWidgets import QApplication
+import qasync  # noqa: E402
+from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from cluster.client.message import Message
-from cluster.client.producer import Producer
-from gui.main_window import MainWindow
+from cluster.client.message import Message  # noqa: E402
+from cluster.client.producer import Producer  # noqa: E402
+from gui.main_window import MainWindow  # noqa: E402
 
 
 async def until(predicate, timeout=120):
@@ -146,6 +150,10 @@ if __name__ == "__main__":
     app = QApplication(sys.argv[:1])
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)
-    with loop:
-        loop.run_until_complete(main(target))
+    try:
+        with loop:
+            loop.run_until_complete(main(target))
+    finally:
+        if SCRATCH_HOME is not None:
+            shutil.rmtree(SCRATCH_HOME, ignore_errors=True)
     print(f"screenshots written to {target}")

@@ -304,11 +304,17 @@ class ExportView(QWidget):
                 self._read = handle.tell()
         except FileNotFoundError:
             return
+        handled = False
         for line in lines:
             if not line.endswith("\n"):
                 self._read -= len(line.encode())
                 break
             self.on_event(json.loads(line))
+            handled = True
+        if handled and self.isVisible():
+            # The export's process writes its job record with each event it writes here: the
+            # table follows now, not up to 2 s later at "0 of N" under a line that says more.
+            self.refresh_jobs()
 
     def on_event(self, event: dict) -> None:
         kind = event["event"]

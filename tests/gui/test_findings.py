@@ -557,3 +557,37 @@ def test_the_export_tab_lists_every_export_and_stops_a_continuous_one(qtbot, loo
     assert "--continuous" in started[-1]
     view.on_event({"event": "progress", "exported": 1200, "total": None, "lag": 30})
     assert view.status.text() == "kept up to date: 1,200 messages exported so far, 30 behind the topic"
+
+
+def test_the_exports_table_follows_the_running_export_with_its_progress_line(qtbot, loop, home,
+                                                                             tmp_path):
+    import json
+    import os
+
+    from export.job_record import JobRecord
+    from gui.cluster_model import ClusterModel
+    from gui.views.export_view import ExportView
+
+    jobs = home / "exports" / "jobs"
+    jobs.mkdir(parents=True)
+    record = JobRecord(str(jobs / "20261127-100000-cccccc.json"),
+                       {"topics": ["Orders"], "pid": os.getpid(), "out": str(tmp_path)})
+    view = ExportView(ClusterModel())
+    qtbot.addWidget(view)
+    view.show()
+    view.jobs_timer.stop()  # only the export's own events move the table here
+    events = tmp_path / "events.jsonl"
+    events.write_text("")
+    view.events_path, view.state, view._planned = str(events), "running", True
+
+    def event(kind: str, **values) -> None:  # as the export's process writes both
+        record.on_event(kind, values)
+        with open(events, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"event": kind, **values}) + "\n")
+
+    event("planned", total=381024)
+    event("progress", exported=47628, total=381024, rate=9000)
+    view.poll_events()
+    assert view.status.text().startswith("exported 47,628 of 381,024")
+    row = [view.jobs.item(0, c).text() for c in range(view.jobs.columnCount())]
+    assert any("47,628" in cell for cell in row), row
