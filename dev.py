@@ -17,9 +17,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
-# What the install depends on: a change to any of them reinstalls (as dev.sh computes it).
-STAMPED = ["pyproject.toml", "setup.py", "common/_speedups.c", "common/_storecore.c",
-           "common/_populator.c", "common/_populator.h", "common/_text.h"]
 EXTRAS = ".[test,spark,peers]"
 
 
@@ -30,10 +27,19 @@ def venv_tool(name: str) -> Path:
     return VENV / "bin" / name
 
 
+def stamped_files() -> list[Path]:
+    """What the install depends on, a change to any of which reinstalls (as dev.sh lists them):
+    the project's declarations and every C source and header of its compiled core (a change
+    to one the stamp missed would leave the old build in place, and the tests would run it)."""
+    core = ROOT / "common"
+    return [ROOT / "pyproject.toml", ROOT / "setup.py", *sorted(core.glob("*.c")),
+            *sorted(core.glob("*.h"))]
+
+
 def install_stamp() -> str:
     digest = hashlib.sha256()
-    for name in STAMPED:
-        digest.update((ROOT / name).read_bytes())
+    for path in stamped_files():
+        digest.update(path.read_bytes())
     return digest.hexdigest()
 
 

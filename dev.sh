@@ -22,9 +22,10 @@ if [ ! -x "$venv/bin/python" ]; then
   echo "dev.sh: creating $venv with $python" >&2
   "$python" -m venv "$venv"
 fi
-# Reinstall only when the project's dependencies or its compiled core changed.
+# Reinstall only when the project's dependencies or its compiled core changed: every C source
+# and header of the core (byte order, as dev.py sorts them), or a stale build would be tested.
 stamp="$venv/.rocketdesk-installed"
-want=$(cat pyproject.toml setup.py common/_speedups.c common/_storecore.c common/_populator.c common/_populator.h common/_text.h | sha256sum | cut -d' ' -f1)
+want=$(export LC_ALL=C; cat pyproject.toml setup.py common/*.c common/*.h | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "dev.sh: installing RocketDesk and its dependencies" >&2
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[test,spark,peers]"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -393,6 +394,11 @@ def test_dev_py_keeps_the_same_install_stamp_as_dev_sh():
                            text=True, check=True).stdout.split()[0]
     assert dev.install_stamp() == shell  # dev.sh and dev.py never reinstall for each other
     assert dev.venv_tool("python") == ROOT / ".venv" / "bin" / "python"
+    # Every file setup.py builds the compiled core from: an edit to any one rebuilds it.
+    built = set(re.findall(r'"(common/[\w.]+\.[ch])"', (ROOT / "setup.py").read_text()))
+    stamped = {path.relative_to(ROOT).as_posix() for path in dev.stamped_files()}
+    assert len(built) > 10
+    assert built <= stamped, built - stamped
 
 
 def test_a_file_in_use_elsewhere_is_deleted_later_and_replaced_after_a_retry(monkeypatch, tmp_path):
