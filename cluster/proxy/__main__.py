@@ -17,6 +17,7 @@ import grpc
 
 from cluster.client.instance import MQClientInstance
 from cluster.properties import load_properties
+from cluster.proxy.guard import FailureGuard
 from cluster.proxy.service import MessagingService, add_to_server
 from common.platform import allocator, processes
 
@@ -63,7 +64,8 @@ def parse_args(argv: list[str] | None) -> ProxyConfig:
 
 async def run(config: ProxyConfig) -> None:
     instance = MQClientInstance(config.namesrv_addr, "PROXY")
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_INBOUND_MESSAGE)])
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_INBOUND_MESSAGE)],
+                             interceptors=[FailureGuard()])
     port = server.add_insecure_port(f"{config.bind_address}:{config.grpc_server_port}")
     if port == 0:
         raise OSError(f"cannot listen on {config.bind_address}:{config.grpc_server_port}")

@@ -58,6 +58,34 @@ def status(code: int = Code.OK, message: str = "OK"):
     return pb.Status(code=code, message=message)
 
 
+# protobuf's own bounds (google/protobuf/timestamp.proto and duration.proto): a Timestamp from
+# 0001-01-01 to 9999-12-31, nanos 0..999,999,999; a Duration of at most 10,000 years either
+# way, its nanos of the seconds' sign. A client's value outside them is not a time at all.
+_TIMESTAMP_SECONDS = (-62_135_596_800, 253_402_300_799)
+_DURATION_SECONDS = 315_576_000_000
+_NANOS = 999_999_999
+
+
+def timestamp_ms(value) -> int | None:
+    """A Timestamp's milliseconds since the epoch, or None when it is not a valid Timestamp
+    (the caller refuses the request in its own words, where protobuf's conversion would
+    raise ValueError out of the call)."""
+    low, high = _TIMESTAMP_SECONDS
+    if not (low <= value.seconds <= high and 0 <= value.nanos <= _NANOS):
+        return None
+    return value.seconds * 1000 + value.nanos // 1_000_000
+
+
+def duration_ms(value) -> int | None:
+    """A Duration's milliseconds, or None when it is not a valid Duration (protobuf's
+    conversion would take nanos past a second, or of the other sign, as they come)."""
+    seconds, nanos = value.seconds, value.nanos
+    if (abs(seconds) > _DURATION_SECONDS or abs(nanos) > _NANOS
+            or (seconds > 0 and nanos < 0) or (seconds < 0 and nanos > 0)):
+        return None
+    return value.ToMilliseconds()
+
+
 def name_refusal(group: str | None = None, topic: str | None = None):
     """The status refusing a request whose group or topic name is not acceptable (the codes
     5.x clients expect: ILLEGAL_CONSUMER_GROUP, ILLEGAL_TOPIC), or None. Pass the names the
@@ -120,7 +148,9 @@ def to_properties(message, max_body_size: int = MAX_BODY_SIZE) -> tuple[dict[str
         if kind not in (pb.DELAY, pb.MESSAGE_TYPE_UNSPECIFIED):
             raise MessageRefused(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
                                  "only a DELAY message has a delivery timestamp")
-        deliver_ms = system.delivery_timestamp.ToMilliseconds()
+        deliver_ms = timestamp_ms(system.delivery_timestamp)
+        if deliver_ms is None:
+            raise MessageRefused(Code.ILLEGAL_DELIVERY_TIME, "the delivery time is not a valid time")
         if deliver_ms - time.time() * 1000 > MAX_DELAY_MS:
             raise MessageRefused(Code.ILLEGAL_DELIVERY_TIME,
                                  "the delivery time is more than 3 days away")

@@ -6,9 +6,11 @@ from __future__ import annotations
 import logging
 
 from cluster.proxy.convert import (
+    duration_ms,
     name_refusal,
     status,
     status_of_response,
+    timestamp_ms,
     to_message,
 )
 from cluster.proxy.schema import Code, pb
@@ -54,7 +56,12 @@ class LitePullMixin:
         if request_.offset < 0:
             yield pb.PullMessageResponse(status=status(Code.ILLEGAL_OFFSET, "a negative offset"))
             return
-        poll_ms = min(max(request_.long_polling_timeout.ToMilliseconds(), 0), 60_000)
+        poll_ms = duration_ms(request_.long_polling_timeout)
+        if poll_ms is None:
+            yield pb.PullMessageResponse(status=status(
+                Code.ILLEGAL_POLLING_TIME, "the long-polling timeout is not a valid duration"))
+            return
+        poll_ms = min(max(poll_ms, 0), 60_000)
         expression = request_.filter_expression
         fields = {"consumerGroup": group, "topic": topic, "queueId": queue_id,
                   "queueOffset": request_.offset, "maxMsgNums": max(1, min(request_.batch_size or 32, 32)),
@@ -141,7 +148,11 @@ class LitePullMixin:
                 return pb.QueryOffsetResponse(status=status(Code.BAD_REQUEST,
                                                             "a TIMESTAMP query needs a timestamp"))
             code = RequestCode.SEARCH_OFFSET_BY_TIMESTAMP
-            fields["timestamp"] = request_.timestamp.ToMilliseconds()
+            at = timestamp_ms(request_.timestamp)
+            if at is None:
+                return pb.QueryOffsetResponse(status=status(Code.BAD_REQUEST,
+                                                            "the timestamp is not a valid time"))
+            fields["timestamp"] = at
         try:
             response = await self._offset_call(broker_name, topic, code, fields)
         except RemotingError as exc:

@@ -20,6 +20,7 @@ from cluster.pop_handle import (
     popped_topic,
 )
 from cluster.proxy.convert import (
+    duration_ms,
     name_refusal,
     status,
     status_of_response,
@@ -84,15 +85,15 @@ class ReceivingMixin:
         if refusal is not None:
             yield pb.ReceiveMessageResponse(status=refusal)
             return
-        invisible_ms = (request_.invisible_duration.ToMilliseconds()
+        invisible_ms = (duration_ms(request_.invisible_duration)
                         if request_.HasField("invisible_duration") else DEFAULT_INVISIBLE_MS)
-        if not 1_000 <= invisible_ms <= 12 * 3600 * 1000:
+        if invisible_ms is None or not 1_000 <= invisible_ms <= 12 * 3600 * 1000:
             yield pb.ReceiveMessageResponse(status=status(
                 Code.ILLEGAL_INVISIBLE_TIME, "the invisible duration must be 1 s to 12 h"))
             return
-        poll_ms = (request_.long_polling_timeout.ToMilliseconds()
+        poll_ms = (duration_ms(request_.long_polling_timeout)
                    if request_.HasField("long_polling_timeout") else DEFAULT_POLL_MS)
-        if poll_ms < 0 or poll_ms > 60_000:
+        if poll_ms is None or poll_ms < 0 or poll_ms > 60_000:
             yield pb.ReceiveMessageResponse(status=status(
                 Code.ILLEGAL_POLLING_TIME, "the long-polling timeout must be 0 to 60 s"))
             return
@@ -258,8 +259,8 @@ class ReceivingMixin:
         extra = self._handle(request_.receipt_handle)
         if isinstance(extra, tuple):
             return pb.ChangeInvisibleDurationResponse(status=status(*extra))
-        invisible_ms = request_.invisible_duration.ToMilliseconds()
-        if not 1_000 <= invisible_ms <= 12 * 3600 * 1000:
+        invisible_ms = duration_ms(request_.invisible_duration)
+        if invisible_ms is None or not 1_000 <= invisible_ms <= 12 * 3600 * 1000:
             return pb.ChangeInvisibleDurationResponse(status=status(
                 Code.ILLEGAL_INVISIBLE_TIME, "the invisible duration must be 1 s to 12 h"))
         command = request(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, {

@@ -15,6 +15,7 @@ from cluster.proxy.convert import (
     MessageRefused,
     status,
     status_of_response,
+    timestamp_ms,
     to_message,
     to_properties,
 )
@@ -106,6 +107,11 @@ class SendingMixin:
                                                     f"topic {topic} has no writable queue"),
                                       message_id=message_id)
         system = message.system_properties
+        born_ms = timestamp_ms(system.born_timestamp)
+        if born_ms is None:
+            return pb.SendResultEntry(status=status(Code.BAD_REQUEST,
+                                                    "the born timestamp is not a valid time"),
+                                      message_id=message_id)
         group = system.message_group if system.HasField("message_group") else ""
         if group:
             # One message group, one queue: its messages stay in the order they were sent.
@@ -119,7 +125,7 @@ class SendingMixin:
             sys_flag = 0x4  # TRANSACTION_PREPARED_TYPE
             props["PGROUP"] = PRODUCER_GROUP
         fields = {"a": PRODUCER_GROUP, "b": topic, "c": "TBW102", "d": 4, "f": sys_flag,
-                  "g": system.born_timestamp.ToMilliseconds() or int(time.time() * 1000),
+                  "g": born_ms or int(time.time() * 1000),
                   "h": 0, "i": properties_to_string(props), "j": 0, "k": False, "m": False}
         last = status(Code.INTERNAL_SERVER_ERROR, "no broker took the message")
         tried: set[str] = set()

@@ -220,6 +220,22 @@ def test_bad_requests_get_the_status_code_a_5x_client_expects(cluster):
         assert stub.EndTransaction(pb.EndTransactionRequest(
             topic=pb.Resource(name="T5Bad"), transaction_id="forged"),
             metadata=meta).status.code == Code.INVALID_TRANSACTION_ID
+        # Times that are no times (protobuf's own conversion would raise out of the call).
+        unborn = pb.Message(topic=pb.Resource(name="T5Bad"), body=b"x",
+                            system_properties=pb.SystemProperties(message_id="01AB"))
+        unborn.system_properties.born_timestamp.nanos = 1_000_000_000
+        assert stub.SendMessage(pb.SendMessageRequest(messages=[unborn]),
+                                metadata=meta).entries[0].status.code == Code.BAD_REQUEST
+        query = pb.QueryOffsetRequest(message_queue=pb.MessageQueue(
+            topic=pb.Resource(name="T5Bad"), broker=pb.Broker(name="broker-a"), id=0),
+            query_offset_policy=pb.TIMESTAMP)
+        query.timestamp.seconds = 315_576_000_000  # past the year 9999
+        assert stub.QueryOffset(query, metadata=meta).status.code == Code.BAD_REQUEST
+        [skewed] = list(stub.ReceiveMessage(pb.ReceiveMessageRequest(
+            group=pb.Resource(name="CID-bad"), message_queue=pb.MessageQueue(
+                topic=pb.Resource(name="T5Bad")), batch_size=1,
+            invisible_duration=Duration(seconds=30, nanos=-1)), metadata=meta))
+        assert skewed.status.code == Code.ILLEGAL_INVISIBLE_TIME
         assert stub.QueryRoute(pb.QueryRouteRequest(topic=pb.Resource(name="T5Bad")),
                                metadata=meta).status.code == Code.OK
         # ... and nothing of it reached the topic.

@@ -91,3 +91,40 @@ def test_names_are_refused_with_the_codes_5x_clients_expect():
     assert name_refusal("bad group!", "TopicOk").code == Code.ILLEGAL_CONSUMER_GROUP
     assert name_refusal("CID-ok", "").code == Code.ILLEGAL_TOPIC
     assert name_refusal(topic="x" * 300).code == Code.ILLEGAL_TOPIC
+
+
+@pytest.mark.parametrize(("seconds", "nanos", "expected"), [
+    (0, 0, 0), (1, 500_000_000, 1500), (253_402_300_799, 999_999_999, 253_402_300_799_999),
+    (-62_135_596_800, 0, -62_135_596_800_000),
+    (1, 1_000_000_000, None), (1, -1, None),  # nanos outside 0..999,999,999
+    (253_402_300_800, 0, None), (-62_135_596_801, 0, None), (2**62, 0, None),  # past the years
+])
+def test_a_timestamp_outside_protobufs_bounds_is_no_time(seconds, nanos, expected):
+    from google.protobuf.timestamp_pb2 import Timestamp
+
+    from cluster.proxy.convert import timestamp_ms
+
+    assert timestamp_ms(Timestamp(seconds=seconds, nanos=nanos)) == expected
+
+
+@pytest.mark.parametrize(("seconds", "nanos", "expected"), [
+    (0, 0, 0), (30, 0, 30_000), (1, 500_000_000, 1500), (-1, -500_000_000, -1500),
+    (0, -5_000_000, -5), (315_576_000_000, 0, 315_576_000_000_000),
+    (1, 1_000_000_000, None), (1, -1, None), (-1, 1, None),  # a nanos past a second, or of
+    (315_576_000_001, 0, None), (-2**62, 0, None),  # the other sign; past 10,000 years
+])
+def test_a_duration_outside_protobufs_bounds_is_no_duration(seconds, nanos, expected):
+    from google.protobuf.duration_pb2 import Duration
+
+    from cluster.proxy.convert import duration_ms
+
+    assert duration_ms(Duration(seconds=seconds, nanos=nanos)) == expected
+
+
+def test_a_delivery_time_that_is_no_time_is_refused_not_raised():
+    late = message(message_type=pb.DELAY)
+    late.system_properties.delivery_timestamp.seconds = 1
+    late.system_properties.delivery_timestamp.nanos = 1_000_000_000
+    with pytest.raises(MessageRefused) as refused:
+        to_properties(late)
+    assert refused.value.code == Code.ILLEGAL_DELIVERY_TIME

@@ -1,0 +1,87 @@
+"""The proxy's last line against its own bugs: a call that fails with an exception the service
+did not turn into a status answers INTERNAL_SERVER_ERROR in its response's status, as
+RocketMQ's proxy does, instead of gRPC's UNKNOWN with the exception's text.
+
+Every refusal a client can cause (a name, a time, a handle it should not send) has its own
+code in the service; this guard is for what nobody foresaw. It logs each kind of failure with
+its traceback, then at most once a minute with a count, so a client repeating a request that
+trips a bug cannot fill the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import grpc
+
+from cluster.proxy.convert import status
+from cluster.proxy.schema import SERVICE_NAME, Code, pb
+from storage.running_flags import LogThrottle
+
+log = logging.getLogger(__name__)
+
+_METHODS = pb.DESCRIPTOR.services_by_name[SERVICE_NAME.rsplit(".", 1)[-1]].methods_by_name
+FAILED = "the proxy failed on this request"  # how a guarded failure's status message begins
+# Each call's response type (its message has a ``status``): a failed call still answers one.
+RESPONSE_TYPES = {name: getattr(pb, method.output_type.name) for name, method in _METHODS.items()}
+
+
+class FailureGuard(grpc.aio.ServerInterceptor):
+    """A server interceptor wrapping each MessagingService call (see the module's comment)."""
+
+    def __init__(self) -> None:
+        self._throttle = LogThrottle()
+
+    async def intercept_service(self, continuation, handler_call_details):
+        handler = await continuation(handler_call_details)
+        prefix, _, method = handler_call_details.method.rpartition("/")
+        response_type = RESPONSE_TYPES.get(method)
+        if handler is None or response_type is None or prefix != f"/{SERVICE_NAME}":
+            return handler
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                self._unary(method, response_type, handler.unary_unary),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer)
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(
+                self._streaming(method, response_type, handler.unary_stream),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer)
+        if handler.stream_stream is not None:
+            return grpc.stream_stream_rpc_method_handler(
+                self._streaming(method, response_type, handler.stream_stream),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer)
+        return handler
+
+    def _unary(self, method: str, response_type, behavior):
+        async def guarded(request, context):
+            try:
+                return await behavior(request, context)
+            except (asyncio.CancelledError, grpc.aio.AbortError):
+                raise
+            except Exception as exc:  # a bug: the client gets a status, the log the traceback
+                return self._failed(method, response_type, exc)
+        return guarded
+
+    def _streaming(self, method: str, response_type, behavior):
+        async def guarded(request, context):
+            try:
+                async for response in behavior(request, context):
+                    yield response
+            except (asyncio.CancelledError, grpc.aio.AbortError):
+                raise
+            except Exception as exc:
+                yield self._failed(method, response_type, exc)
+        return guarded
+
+    def _failed(self, method: str, response_type, exc: Exception):
+        due, suppressed = self._throttle.should_log(f"{method} {type(exc).__name__}")
+        if due:
+            log.error("%s failed (%d more like it since the last line); answered "
+                      "INTERNAL_SERVER_ERROR", method, suppressed, exc_info=exc)
+        return response_type(status=status(
+            Code.INTERNAL_SERVER_ERROR,
+            f"{FAILED}: {type(exc).__name__}: {exc}"[:1000]))

@@ -1,0 +1,73 @@
+"""The proxy's guard: a call that fails on an exception the service did not foresee answers
+INTERNAL_SERVER_ERROR in its own response's status (unary, server-streaming and Telemetry),
+logged once with its traceback; what the service decides itself passes through unchanged."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import grpc
+import pytest
+
+from cluster.proxy.guard import FAILED, FailureGuard
+from cluster.proxy.schema import Code, pb, services
+
+
+class Broken(services.MessagingServiceServicer):
+    async def QueryRoute(self, request, context):
+        raise ValueError("a bug in QueryRoute")
+
+    async def SendMessage(self, request, context):
+        return pb.SendMessageResponse(status=pb.Status(code=Code.OK, message="OK"))
+
+    async def QueryAssignment(self, request, context):
+        await context.abort(grpc.StatusCode.PERMISSION_DENIED, "decided by the service")
+
+    async def ReceiveMessage(self, request, context):
+        yield pb.ReceiveMessageResponse(status=pb.Status(code=Code.OK, message="first"))
+        raise KeyError("a bug after the first answer")
+
+    async def Telemetry(self, request_iterator, context):
+        async for _ in request_iterator:
+            raise RuntimeError("a bug in Telemetry")
+        yield pb.TelemetryCommand()  # (unreached: an async generator)
+
+
+async def exercise():
+    server = grpc.aio.server(interceptors=[FailureGuard()])
+    services.add_MessagingServiceServicer_to_server(Broken(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = services.MessagingServiceStub(channel)
+            route = await stub.QueryRoute(pb.QueryRouteRequest())
+            again = await stub.QueryRoute(pb.QueryRouteRequest())
+            sent = await stub.SendMessage(pb.SendMessageRequest())
+            with pytest.raises(grpc.aio.AioRpcError) as aborted:
+                await stub.QueryAssignment(pb.QueryAssignmentRequest())
+            received = [a async for a in stub.ReceiveMessage(pb.ReceiveMessageRequest())]
+            telemetry = [a async for a in stub.Telemetry(iter([pb.TelemetryCommand()]))]
+            return route, again, sent, aborted.value.code(), received, telemetry
+    finally:
+        await server.stop(None)
+
+
+def test_an_unforeseen_failure_answers_internal_server_error_in_the_calls_own_status(caplog):
+    caplog.set_level(logging.ERROR, logger="cluster.proxy.guard")
+    route, again, sent, aborted, received, telemetry = asyncio.run(exercise())
+    assert route.status.code == Code.INTERNAL_SERVER_ERROR
+    assert route.status.message == f"{FAILED}: ValueError: a bug in QueryRoute"
+    assert again.status.code == Code.INTERNAL_SERVER_ERROR
+    assert sent.status.code == Code.OK  # a call that works is untouched
+    assert aborted == grpc.StatusCode.PERMISSION_DENIED  # the service's own abort passes
+    assert received[0].status.message == "first"
+    assert received[-1].status.code == Code.INTERNAL_SERVER_ERROR
+    assert "KeyError" in received[-1].status.message
+    assert [a.status.code for a in telemetry] == [Code.INTERNAL_SERVER_ERROR]
+    logged = [r for r in caplog.records if r.name == "cluster.proxy.guard"]
+    # One line a kind of failure with its traceback: the second QueryRoute waits its minute.
+    assert [r.getMessage().split(" ")[0] for r in logged] == ["QueryRoute", "ReceiveMessage",
+                                                              "Telemetry"]
+    assert all(r.exc_info for r in logged)
