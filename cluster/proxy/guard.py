@@ -78,10 +78,15 @@ class FailureGuard(grpc.aio.ServerInterceptor):
         return guarded
 
     def _failed(self, method: str, response_type, exc: Exception):
-        due, suppressed = self._throttle.should_log(f"{method} {type(exc).__name__}")
-        if due:
-            log.error("%s failed (%d more like it since the last line); answered "
-                      "INTERNAL_SERVER_ERROR", method, suppressed, exc_info=exc)
-        return response_type(status=status(
-            Code.INTERNAL_SERVER_ERROR,
-            f"{FAILED}: {type(exc).__name__}: {exc}"[:1000]))
+        return response_type(status=failure_status(method, exc, self._throttle))
+
+
+def failure_status(method: str, exc: Exception, throttle: LogThrottle):
+    """INTERNAL_SERVER_ERROR for ``exc``, a failure nobody foresaw in ``method`` (also what a
+    Telemetry stream's reader answers with: its failures happen outside the call itself),
+    logged with its traceback once a minute a kind."""
+    due, suppressed = throttle.should_log(f"{method} {type(exc).__name__}")
+    if due:
+        log.error("%s failed (%d more like it since the last line); answered "
+                  "INTERNAL_SERVER_ERROR", method, suppressed, exc_info=exc)
+    return status(Code.INTERNAL_SERVER_ERROR, f"{FAILED}: {type(exc).__name__}: {exc}"[:1000])

@@ -24,6 +24,7 @@ from cluster.proxy.convert import (
     name_refusal,
     status,
 )
+from cluster.proxy.guard import failure_status
 from cluster.proxy.lite_pull import LitePullMixin
 from cluster.proxy.receiving import DEFAULT_POLL_MS, ReceivingMixin
 from cluster.proxy.registration import ClientRegistration
@@ -37,6 +38,7 @@ from cluster.proxy.sending import (
 from cluster.remoting.codec import request
 from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.errors import RemotingError
+from storage.running_flags import LogThrottle
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +84,7 @@ class MessagingService(SendingMixin, ReceivingMixin, LitePullMixin,
         self._round_robin = 0
         self._groups: dict[str, tuple[float, dict]] = {}
         self._background: set[asyncio.Task] = set()
+        self._failures = LogThrottle()  # (Telemetry readers' failures: logged once a minute)
         instance.producers[PRODUCER_GROUP] = TransactionRelay(self)
         self.registration = ClientRegistration(self)
         instance.server_request_hook = self.registration.on_broker_request
@@ -220,15 +223,20 @@ class MessagingService(SendingMixin, ReceivingMixin, LitePullMixin,
         client.outbox = outbox
 
         async def read() -> None:
-            async for command in request_iterator:
-                kind = command.WhichOneof("command")
-                if kind == "settings":
-                    await outbox.put(await self._answer_settings(client, command.settings))
-                elif kind == "thread_stack_trace":
-                    self.registration.answered(command.thread_stack_trace.nonce, command)
-                elif kind == "verify_message_result":
-                    self.registration.answered(command.verify_message_result.nonce, command)
-            await outbox.put(None)
+            try:
+                async for command in request_iterator:
+                    kind = command.WhichOneof("command")
+                    if kind == "settings":
+                        await outbox.put(await self._answer_settings(client, command.settings))
+                    elif kind == "thread_stack_trace":
+                        self.registration.answered(command.thread_stack_trace.nonce, command)
+                    elif kind == "verify_message_result":
+                        self.registration.answered(command.verify_message_result.nonce, command)
+            except Exception as exc:  # (this task is outside the call: the guard never sees it)
+                await outbox.put(pb.TelemetryCommand(
+                    status=failure_status("Telemetry", exc, self._failures)))
+            finally:
+                await outbox.put(None)  # the stream ends, never left waiting on a dead reader
 
         reader = asyncio.get_running_loop().create_task(read())
         try:
@@ -282,7 +290,8 @@ class MessagingService(SendingMixin, ReceivingMixin, LitePullMixin,
             # RocketMQ's retry delays (the delay levels from 1 s to 2 h), one a redelivery,
             # for as many deliveries as the group allows.
             policy = answer.backoff_policy
-            policy.max_attempts = await self._max_attempts(client.group)
+            # (a group's retryMaxTimes is any int32 an admin set: the attempts must fit one)
+            policy.max_attempts = min(await self._max_attempts(client.group), 2**31 - 1)
             for seconds in RETRY_DELAYS_SECONDS:
                 policy.customized_backoff.next.add().FromSeconds(seconds)
         return pb.TelemetryCommand(status=status(), settings=answer)

@@ -470,3 +470,24 @@ def test_lite_pull_rpcs_read_from_an_offset_and_keep_the_groups_offset(cluster, 
         assert empty.status.code == Code.ILLEGAL_OFFSET
     finally:
         channel.close()
+
+
+def test_a_groups_retry_count_at_int32s_limit_still_gets_its_consumers_their_settings(cluster):
+    """retryMaxTimes is any int32 an admin sets; its attempts (+1) once overflowed the
+    settings' field, the Telemetry stream's reader died, and every 5.x consumer of the group
+    waited for settings that never came."""
+    make_topic(cluster, "T5Retry")
+    admin(cluster, lambda c: c.create_group("CID-huge-retry", retryMaxTimes=2**31 - 1))
+    settings = pb.Settings(client_type=pb.SIMPLE_CONSUMER, subscription=pb.Subscription(
+        group=pb.Resource(name="CID-huge-retry"), subscriptions=[pb.SubscriptionEntry(
+            topic=pb.Resource(name="T5Retry"),
+            expression=pb.FilterExpression(type=pb.TAG, expression="*"))]))
+    channel = grpc.insecure_channel(cluster.state.proxy_addr)
+    try:
+        [answer] = list(services.MessagingServiceStub(channel).Telemetry(
+            iter([pb.TelemetryCommand(settings=settings)]),
+            metadata=[("x-mq-client-id", "huge-retry")], timeout=10))
+    finally:
+        channel.close()
+    assert answer.status.code == Code.OK
+    assert answer.settings.backoff_policy.max_attempts == 2**31 - 1

@@ -71,3 +71,38 @@ def test_an_unforeseen_failure_answers_internal_server_error_in_the_calls_own_st
     assert [r.getMessage().split(" ")[0] for r in logged] == ["QueryRoute", "ReceiveMessage",
                                                               "Telemetry"]
     assert all(r.exc_info for r in logged)
+
+
+def test_a_telemetry_reader_that_fails_ends_its_stream_with_a_status(caplog):
+    """The reader of a Telemetry stream runs as a task of its own, outside the call: its
+    failure still ends the stream (it once left the client waiting for good)."""
+    from types import SimpleNamespace
+
+    from cluster.proxy.service import MessagingService
+
+    class FailingSettings(MessagingService):
+        async def _answer_settings(self, client, settings):
+            raise OverflowError("a value out of its field's range")
+
+    instance = SimpleNamespace(producers={}, server_request_hook=None, broker_addrs={})
+    service = FailingSettings(instance, ("127.0.0.1", 8081))
+
+    async def exercise():
+        server = grpc.aio.server(interceptors=[FailureGuard()])
+        services.add_MessagingServiceServicer_to_server(service, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                stub = services.MessagingServiceStub(channel)
+                commands = [pb.TelemetryCommand(settings=pb.Settings())]
+                return [a async for a in stub.Telemetry(
+                    iter(commands), metadata=[("x-mq-client-id", "c1")], timeout=10)]
+        finally:
+            await server.stop(None)
+
+    caplog.set_level(logging.ERROR)
+    answers = asyncio.run(exercise())
+    assert [a.status.code for a in answers] == [Code.INTERNAL_SERVER_ERROR]
+    assert "OverflowError" in answers[0].status.message
+    assert any(r.exc_info for r in caplog.records)
