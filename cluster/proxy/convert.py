@@ -170,9 +170,16 @@ def _has_separator(text: str) -> bool:
     return any(s in text for s in _SEPARATORS)
 
 
+# What a Timestamp can hold, in milliseconds; and an int32 field's largest value.
+_TIMESTAMP_MS = (_TIMESTAMP_SECONDS[0] * 1000, _TIMESTAMP_SECONDS[1] * 1000 + 999)
+_INT32_MAX = 2**31 - 1
+
+
 def _timestamp(ms: int) -> Timestamp:
+    """A stored time as a Timestamp; one past what a Timestamp holds (a 4.x producer may send
+    any int64 as its born time) at the nearest end, so its message is still delivered."""
     stamp = Timestamp()
-    stamp.FromMilliseconds(ms)
+    stamp.FromMilliseconds(min(max(ms, _TIMESTAMP_MS[0]), _TIMESTAMP_MS[1]))
     return stamp
 
 
@@ -211,7 +218,8 @@ def to_message(record: MessageRecord, receipt_handle: str | None = None,
         store_host=f"{record.store_host[0]}:{record.store_host[1]}",
         queue_id=record.queue_id,
         queue_offset=record.queue_offset,
-        delivery_attempt=record.reconsume_times + earlier_deliveries + 1,
+        # (any int32 a 4.x client sent as its reconsume count: + 1 must still fit the field)
+        delivery_attempt=min(record.reconsume_times + earlier_deliveries + 1, _INT32_MAX),
     )
     if "TAGS" in props:
         system.tag = props["TAGS"]

@@ -128,3 +128,21 @@ def test_a_delivery_time_that_is_no_time_is_refused_not_raised():
     with pytest.raises(MessageRefused) as refused:
         to_properties(late)
     assert refused.value.code == Code.ILLEGAL_DELIVERY_TIME
+
+
+def test_a_stored_message_with_values_past_5xs_fields_is_still_delivered():
+    """A 4.x producer may send any int64 as its born time and any int32 as its reconsume
+    count; a 5.x consumer once failed on such a message at every receive, for good."""
+    raw = encode_record(topic=b"TopicTest", body=b"hello", queue_id=0, flag=0,
+                        properties=properties_to_string({"UNIQ_KEY": "01AB",
+                                                         "TIMER_DELIVER_MS": "9" * 40}).encode(),
+                        queue_offset=0, physical_offset=0, sys_flag=0,
+                        born_timestamp=2**63 - 1, born_host=host_to_bytes("1.2.3.4", 5),
+                        store_timestamp=-2**63, store_host=host_to_bytes("127.0.0.1", 10911),
+                        reconsume_times=2**31 - 1)
+    system = pb.Message.FromString(to_message(decode_record(raw, 0)).SerializeToString()) \
+        .system_properties
+    assert system.born_timestamp.seconds == 253_402_300_799  # 9999-12-31, as far as it goes
+    assert system.store_timestamp.seconds == -62_135_596_800  # 0001-01-01
+    assert system.delivery_timestamp.seconds == 253_402_300_799
+    assert system.delivery_attempt == 2**31 - 1
