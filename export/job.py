@@ -44,13 +44,15 @@ class Events:
 
     def emit(self, event: str, **values) -> None:
         with self.lock:
-            if self.stream is not None:
-                self.stream.write(json.dumps({"event": event, "time": time.time(), **values}) + "\n")
+            # The record first: a reader that sees the event line (the console, which then
+            # reads the records) finds the record already saying as much.
             if self.record is not None:
                 try:
                     self.record.on_event(event, values)
                 except OSError:  # the exports folder went away: the export itself goes on
                     self.record = None
+            if self.stream is not None:
+                self.stream.write(json.dumps({"event": event, "time": time.time(), **values}) + "\n")
 
     def close(self) -> None:
         if self.stream is not None:

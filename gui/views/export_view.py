@@ -161,7 +161,8 @@ class ExportView(QWidget):
 
     def refresh_jobs(self) -> None:
         selected = self.selected_job()
-        # The newest 100: read on the GUI thread every 2 s while the tab shows.
+        # The newest 100: read on the GUI thread every 2 s while the tab shows, and after each
+        # of the events of an export started here (at most every 300 ms).
         self.job_rows = export_rows(read_records(str(jobs_dir()), limit=100), effective_state)
         self.jobs.setRowCount(len(self.job_rows))
         for r, row in enumerate(self.job_rows):

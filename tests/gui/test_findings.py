@@ -561,9 +561,9 @@ def test_the_export_tab_lists_every_export_and_stops_a_continuous_one(qtbot, loo
 
 def test_the_exports_table_follows_the_running_export_with_its_progress_line(qtbot, loop, home,
                                                                              tmp_path):
-    import json
     import os
 
+    from export.job import Events
     from export.job_record import JobRecord
     from gui.cluster_model import ClusterModel
     from gui.views.export_view import ExportView
@@ -580,13 +580,10 @@ def test_the_exports_table_follows_the_running_export_with_its_progress_line(qtb
     events.write_text("")
     view.events_path, view.state, view._planned = str(events), "running", True
 
-    def event(kind: str, **values) -> None:  # as the export's process writes both
-        record.on_event(kind, values)
-        with open(events, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps({"event": kind, **values}) + "\n")
-
-    event("planned", total=381024)
-    event("progress", exported=47628, total=381024, rate=9000)
+    emitter = Events(str(events), record)  # as the export's process writes both
+    emitter.emit("planned", total=381024)
+    emitter.emit("progress", exported=47628, total=381024, rate=9000)
+    emitter.close()
     view.poll_events()
     assert view.status.text().startswith("exported 47,628 of 381,024")
     row = [view.jobs.item(0, c).text() for c in range(view.jobs.columnCount())]

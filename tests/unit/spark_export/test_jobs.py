@@ -103,3 +103,25 @@ def test_a_spark_cluster_job_gets_its_arguments_from_a_file_no_shell_reads(tmp_p
     (tmp_path / "bad.json").write_text('{"--topic": 1}', encoding="utf-8")
     with pytest.raises(SystemExit, match="JSON list of strings"):
         parse_args(["--args-file", str(tmp_path / "bad.json")])
+
+
+def test_an_events_record_is_saved_before_its_line_is_written(tmp_path):
+    """The console reads the job records once it sees an event line: the record must
+    already say what the line says (else the table lags the progress line)."""
+    from export.job import Events
+    from export.job_record import JobRecord
+
+    events = tmp_path / "events.jsonl"
+    lines_when_saved = []
+
+    class Watching(JobRecord):
+        def _write(self) -> None:
+            lines_when_saved.append(events.read_text() if events.exists() else "")
+            super()._write()
+
+    record = Watching(str(tmp_path / "job.json"), {"topics": ["T"]})
+    emitter = Events(str(events), record)
+    emitter.emit("progress", exported=10, total=20)
+    emitter.close()
+    assert lines_when_saved[-1] == ""  # saved while the line was not there yet
+    assert '"exported": 10' in events.read_text()
