@@ -9,6 +9,7 @@ checks.
 
 from __future__ import annotations
 
+import logging
 import time
 import zlib
 
@@ -20,8 +21,15 @@ from cluster.remoting.codes import ResponseCode
 from cluster.topic_validator import TRANS_HALF_TOPIC, validate_group_name, validate_topic_name
 from storage.message import COMPRESSED_FLAG
 from storage.record import MessageRecord
+from storage.running_flags import LogThrottle
+
+log = logging.getLogger(__name__)
+_FAILURES = LogThrottle()  # (stored messages that could not be converted: once a minute a kind)
 
 MAX_BODY_SIZE = 4 * 1024 * 1024  # the broker's maxMessageSize default
+# A compressed body inflates to at most this for a 5.x client (a producer checks the body's
+# size, at most maxMessageSize, before it compresses it; the rest is headroom).
+MAX_INFLATED = 4 * MAX_BODY_SIZE
 MAX_DELAY_MS = 3 * 24 * 3600 * 1000  # the brokers' timerMaxDelaySec default
 PROPERTY_SHARDING_KEY = "__SHARDINGKEY"  # a FIFO message's group
 PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
@@ -114,8 +122,16 @@ def to_properties(message, max_body_size: int = MAX_BODY_SIZE) -> tuple[dict[str
     if not message.body:
         raise MessageRefused(Code.MESSAGE_BODY_EMPTY, "a message needs a body")
     system = message.system_properties
-    if not system.message_id:
-        raise MessageRefused(Code.ILLEGAL_MESSAGE_ID, "the message has no message_id")
+    if not system.message_id or _has_separator(system.message_id):
+        raise MessageRefused(Code.ILLEGAL_MESSAGE_ID, "the message has no message_id, or one "
+                                                      "with RocketMQ's property separators")
+    # (these become stored properties: a separator in one would plant properties of its own)
+    for name in ("born_host", "trace_context"):
+        if _has_separator(getattr(system, name)):
+            raise MessageRefused(Code.BAD_REQUEST,
+                                 f"the {name} holds RocketMQ's property separators")
+    if timestamp_ms(system.born_timestamp) is None:
+        raise MessageRefused(Code.BAD_REQUEST, "the born timestamp is not a valid time")
     props: dict[str, str] = {}
     for key, value in message.user_properties.items():
         if key in SYSTEM_PROPERTIES or not key or _has_separator(key) or _has_separator(value):
@@ -137,9 +153,11 @@ def to_properties(message, max_body_size: int = MAX_BODY_SIZE) -> tuple[dict[str
     props["WAIT"] = "true"
     kind = system.message_type
     if system.HasField("message_group"):
-        if kind not in (pb.FIFO, pb.MESSAGE_TYPE_UNSPECIFIED) or not system.message_group.strip():
+        if (kind not in (pb.FIFO, pb.MESSAGE_TYPE_UNSPECIFIED) or not system.message_group.strip()
+                or _has_separator(system.message_group)):
             raise MessageRefused(Code.ILLEGAL_MESSAGE_GROUP,
-                                 "only a FIFO message has a message group, and it may not be blank")
+                                 "only a FIFO message has a message group, not blank, without "
+                                 "RocketMQ's property separators")
         props[PROPERTY_SHARDING_KEY] = system.message_group
     elif kind == pb.FIFO:
         raise MessageRefused(Code.ILLEGAL_MESSAGE_GROUP, "a FIFO message needs a message group")
@@ -172,7 +190,7 @@ def _has_separator(text: str) -> bool:
 
 # What a Timestamp can hold, in milliseconds; and an int32 field's largest value.
 _TIMESTAMP_MS = (_TIMESTAMP_SECONDS[0] * 1000, _TIMESTAMP_SECONDS[1] * 1000 + 999)
-_INT32_MAX = 2**31 - 1
+INT32_MAX = 2**31 - 1
 
 
 def _timestamp(ms: int) -> Timestamp:
@@ -197,11 +215,56 @@ def to_message(record: MessageRecord, receipt_handle: str | None = None,
                invisible_ms: int | None = None, earlier_deliveries: int = 0):
     """A stored record as a 5.x client receives it (topic: the original one for a message that
     came back through a retry topic; its delivery attempt counts the copies before it, or for a
-    FIFO message the deliveries of it that ran out)."""
+    FIFO message the deliveries of it that ran out).
+
+    Never raises for what a record holds: any client may have stored it (a 4.x producer's
+    values need not fit 5.x's fields), and a message that cannot be converted would fail every
+    receive of its queue. Values past a field are shown at its nearest end; should anything
+    else fail, the message goes out with its body, id and place only (and the failure is
+    logged), so it can still be acked or sent to the dead-letter queue."""
+    try:
+        return _to_message(record, receipt_handle, invisible_ms, earlier_deliveries)
+    except Exception as exc:
+        due, suppressed = _FAILURES.should_log(type(exc).__name__)
+        if due:
+            log.error("a stored message could not be converted for a 5.x client (%d more "
+                      "since the last line); sent with its body, id and place only",
+                      suppressed, exc_info=exc)
+        return _bare_message(record, receipt_handle, invisible_ms, earlier_deliveries)
+
+
+def _bare_message(record: MessageRecord, receipt_handle: str | None, invisible_ms: int | None,
+                  earlier_deliveries: int):
+    system = pb.SystemProperties(
+        message_id=record.msg_id, body_encoding=pb.IDENTITY,
+        body_digest=pb.Digest(type=pb.CRC32, checksum=f"{zlib.crc32(record.body) & 0xFFFFFFFF:08X}"),
+        queue_id=record.queue_id, queue_offset=record.queue_offset,
+        delivery_attempt=max(min(record.reconsume_times + earlier_deliveries + 1, INT32_MAX), 1))
+    if receipt_handle is not None:
+        system.receipt_handle = receipt_handle
+    if invisible_ms is not None:
+        system.invisible_duration.FromMilliseconds(invisible_ms)
+    topic = record.topic.encode("utf-8", "replace").decode("utf-8")
+    return pb.Message(topic=pb.Resource(name=topic), system_properties=system, body=record.body)
+
+
+def _inflated(body: bytes) -> bytes:
+    """A compressed body as its producer sent it, or as stored when it does not inflate
+    within ``MAX_INFLATED`` bytes (garbage marked compressed, or a bomb)."""
+    inflater = zlib.decompressobj()
+    try:
+        plain = inflater.decompress(body, MAX_INFLATED)
+    except zlib.error:
+        return body
+    return plain if inflater.eof and not inflater.unconsumed_tail else body
+
+
+def _to_message(record: MessageRecord, receipt_handle: str | None, invisible_ms: int | None,
+                earlier_deliveries: int):
     props = record.properties
     body = record.body
     if record.sys_flag & COMPRESSED_FLAG:
-        body = zlib.decompress(body)
+        body = _inflated(body)
     topic = record.topic
     if topic.startswith(POP_RETRY_PREFIX):
         topic = props.get("RETRY_TOPIC", topic)
@@ -219,7 +282,7 @@ def to_message(record: MessageRecord, receipt_handle: str | None = None,
         queue_id=record.queue_id,
         queue_offset=record.queue_offset,
         # (any int32 a 4.x client sent as its reconsume count: + 1 must still fit the field)
-        delivery_attempt=min(record.reconsume_times + earlier_deliveries + 1, _INT32_MAX),
+        delivery_attempt=max(min(record.reconsume_times + earlier_deliveries + 1, INT32_MAX), 1),
     )
     if "TAGS" in props:
         system.tag = props["TAGS"]
@@ -227,8 +290,9 @@ def to_message(record: MessageRecord, receipt_handle: str | None = None,
         system.keys.extend(props["KEYS"].split(" "))
     if PROPERTY_SHARDING_KEY in props:
         system.message_group = props[PROPERTY_SHARDING_KEY]
-    if PROPERTY_TIMER_DELIVER_MS in props and props[PROPERTY_TIMER_DELIVER_MS].isdigit():
-        system.delivery_timestamp.CopyFrom(_timestamp(int(props[PROPERTY_TIMER_DELIVER_MS])))
+    deliver = props.get(PROPERTY_TIMER_DELIVER_MS, "")
+    if deliver.isascii() and deliver.isdigit() and len(deliver) <= 19:  # (as the broker reads it)
+        system.delivery_timestamp.CopyFrom(_timestamp(int(deliver)))
     if "TRACE_CONTEXT" in props:
         system.trace_context = props["TRACE_CONTEXT"]
     if receipt_handle is not None:

@@ -11,6 +11,8 @@ trips a bug cannot fill the log.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
 import logging
 
 import grpc
@@ -32,28 +34,37 @@ class FailureGuard(grpc.aio.ServerInterceptor):
 
     def __init__(self) -> None:
         self._throttle = LogThrottle()
+        # method -> (the service's handler, the guarded one): made once, not once a call
+        self._guarded: dict[str, tuple] = {}
 
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
         prefix, _, method = handler_call_details.method.rpartition("/")
-        response_type = RESPONSE_TYPES.get(method)
-        if handler is None or response_type is None or prefix != f"/{SERVICE_NAME}":
+        if handler is None or method not in RESPONSE_TYPES or prefix != f"/{SERVICE_NAME}":
             return handler
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                self._unary(method, response_type, handler.unary_unary),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer)
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(
-                self._streaming(method, response_type, handler.unary_stream),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer)
-        if handler.stream_stream is not None:
-            return grpc.stream_stream_rpc_method_handler(
-                self._streaming(method, response_type, handler.stream_stream),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer)
+        made = self._guarded.get(method)
+        if made is None or made[0] is not handler:
+            made = self._guarded[method] = (handler, self._guard(method, handler))
+        return made[1]
+
+    def _guard(self, method: str, handler):
+        """``handler`` with its behaviour guarded, where it is the service's own coroutine or
+        async generator (all of MessagingService's calls); any other as it is."""
+        response_type = RESPONSE_TYPES[method]
+        kinds = ((handler.unary_unary, grpc.unary_unary_rpc_method_handler, False),
+                 (handler.unary_stream, grpc.unary_stream_rpc_method_handler, True),
+                 (handler.stream_stream, grpc.stream_stream_rpc_method_handler, True))
+        for behavior, make, streaming in kinds:
+            if behavior is None:
+                continue
+            if streaming and inspect.isasyncgenfunction(behavior):
+                guarded = self._streaming(method, response_type, behavior)
+            elif not streaming and inspect.iscoroutinefunction(behavior):
+                guarded = self._unary(method, response_type, behavior)
+            else:
+                return handler
+            return make(guarded, request_deserializer=handler.request_deserializer,
+                        response_serializer=handler.response_serializer)
         return handler
 
     def _unary(self, method: str, response_type, behavior):
@@ -68,13 +79,16 @@ class FailureGuard(grpc.aio.ServerInterceptor):
 
     def _streaming(self, method: str, response_type, behavior):
         async def guarded(request, context):
-            try:
-                async for response in behavior(request, context):
-                    yield response
-            except (asyncio.CancelledError, grpc.aio.AbortError):
-                raise
-            except Exception as exc:
-                yield self._failed(method, response_type, exc)
+            # (closed when the call ends, however: its own ``finally`` runs then, not whenever
+            # the collector gets to it)
+            async with contextlib.aclosing(behavior(request, context)) as responses:
+                try:
+                    async for response in responses:
+                        yield response
+                except (asyncio.CancelledError, grpc.aio.AbortError):
+                    raise
+                except Exception as exc:
+                    yield self._failed(method, response_type, exc)
         return guarded
 
     def _failed(self, method: str, response_type, exc: Exception):

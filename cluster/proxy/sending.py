@@ -107,11 +107,7 @@ class SendingMixin:
                                                     f"topic {topic} has no writable queue"),
                                       message_id=message_id)
         system = message.system_properties
-        born_ms = timestamp_ms(system.born_timestamp)
-        if born_ms is None:
-            return pb.SendResultEntry(status=status(Code.BAD_REQUEST,
-                                                    "the born timestamp is not a valid time"),
-                                      message_id=message_id)
+        born_ms = timestamp_ms(system.born_timestamp)  # (valid: to_properties checked it)
         group = system.message_group if system.HasField("message_group") else ""
         if group:
             # One message group, one queue: its messages stay in the order they were sent.

@@ -20,6 +20,7 @@ from cluster.client.instance import MQClientInstance
 from cluster.client.route import PERM_READ, PERM_WRITE, TopicRouteData
 from cluster.proxy.clients import ClientRegistry
 from cluster.proxy.convert import (
+    INT32_MAX,
     MAX_BODY_SIZE,
     name_refusal,
     status,
@@ -291,7 +292,7 @@ class MessagingService(SendingMixin, ReceivingMixin, LitePullMixin,
             # for as many deliveries as the group allows.
             policy = answer.backoff_policy
             # (a group's retryMaxTimes is any int32 an admin set: the attempts must fit one)
-            policy.max_attempts = min(await self._max_attempts(client.group), 2**31 - 1)
+            policy.max_attempts = min(await self._max_attempts(client.group), INT32_MAX)
             for seconds in RETRY_DELAYS_SECONDS:
                 policy.customized_backoff.next.add().FromSeconds(seconds)
         return pb.TelemetryCommand(status=status(), settings=answer)

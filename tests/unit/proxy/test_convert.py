@@ -135,7 +135,7 @@ def test_a_stored_message_with_values_past_5xs_fields_is_still_delivered():
     count; a 5.x consumer once failed on such a message at every receive, for good."""
     raw = encode_record(topic=b"TopicTest", body=b"hello", queue_id=0, flag=0,
                         properties=properties_to_string({"UNIQ_KEY": "01AB",
-                                                         "TIMER_DELIVER_MS": "9" * 40}).encode(),
+                                                         "TIMER_DELIVER_MS": "9" * 19}).encode(),
                         queue_offset=0, physical_offset=0, sys_flag=0,
                         born_timestamp=2**63 - 1, born_host=host_to_bytes("1.2.3.4", 5),
                         store_timestamp=-2**63, store_host=host_to_bytes("127.0.0.1", 10911),
@@ -146,3 +146,65 @@ def test_a_stored_message_with_values_past_5xs_fields_is_still_delivered():
     assert system.store_timestamp.seconds == -62_135_596_800  # 0001-01-01
     assert system.delivery_timestamp.seconds == 253_402_300_799
     assert system.delivery_attempt == 2**31 - 1
+
+
+def stored(body: bytes = b"hello", sys_flag: int = 0, **props):
+    raw = encode_record(topic=b"TopicTest", body=body, queue_id=0, flag=0,
+                        properties=properties_to_string({"UNIQ_KEY": "01AB", **props}).encode(),
+                        queue_offset=4, physical_offset=0, sys_flag=sys_flag, born_timestamp=1,
+                        born_host=host_to_bytes("1.2.3.4", 5), store_timestamp=2,
+                        store_host=host_to_bytes("127.0.0.1", 10911), reconsume_times=0)
+    return decode_record(raw, 0)
+
+
+@pytest.mark.parametrize("deliver", ["\u00b2", "9" * 40, "-5", "12a"])
+def test_a_timer_property_the_broker_would_not_read_is_no_delivery_time(deliver):
+    message = to_message(stored(TIMER_DELIVER_MS=deliver))
+    assert not message.system_properties.HasField("delivery_timestamp")
+    assert message.body == b"hello"
+
+
+def test_a_body_marked_compressed_that_does_not_inflate_is_delivered_as_stored():
+    from storage.message import COMPRESSED_FLAG
+
+    assert to_message(stored(b"not zlib at all", COMPRESSED_FLAG)).body == b"not zlib at all"
+    bomb = zlib.compress(bytes(64 * 1024 * 1024), 9)  # 64 MiB of zeros in ~64 KiB
+    assert to_message(stored(bomb, COMPRESSED_FLAG)).body == bomb  # not inflated past the cap
+    assert to_message(stored(zlib.compress(b"x" * 5000), COMPRESSED_FLAG)).body == b"x" * 5000
+
+
+def test_a_message_that_cannot_be_converted_still_goes_out_with_its_body_id_and_place(
+        monkeypatch, caplog):
+    from cluster.proxy import convert
+
+    def broken(*_args):
+        raise RuntimeError("a conversion nobody foresaw")
+
+    monkeypatch.setattr(convert, "_to_message", broken)
+    message = to_message(stored(), receipt_handle="h", invisible_ms=30_000, earlier_deliveries=2)
+    system = message.system_properties
+    assert (message.topic.name, message.body, system.queue_offset, system.receipt_handle,
+            system.delivery_attempt) == ("TopicTest", b"hello", 4, "h", 3)
+    assert system.message_id  # the record's own msgId
+    assert any(r.exc_info for r in caplog.records if r.name == "cluster.proxy.convert")
+
+
+@pytest.mark.parametrize(("field", "value", "code"), [
+    ("message_id", "01AB\x02TRAN_MSG\x01true", Code.ILLEGAL_MESSAGE_ID),
+    ("born_host", "h\x02__SHARDINGKEY\x01g", Code.BAD_REQUEST),
+    ("trace_context", "t\x01x", Code.BAD_REQUEST),
+    ("message_group", "g\x02TIMER_DELIVER_MS\x012", Code.ILLEGAL_MESSAGE_GROUP),
+])
+def test_a_system_property_may_not_plant_stored_properties(field, value, code):
+    sent = message(**{field: value}) if field != "message_id" else message(message_id=value)
+    with pytest.raises(MessageRefused) as refused:
+        to_properties(sent)
+    assert refused.value.code == code
+
+
+def test_a_born_time_that_is_no_time_is_refused():
+    sent = message()
+    sent.system_properties.born_timestamp.nanos = 1_000_000_000
+    with pytest.raises(MessageRefused) as refused:
+        to_properties(sent)
+    assert refused.value.code == Code.BAD_REQUEST
