@@ -17,12 +17,18 @@ from __future__ import annotations
 import collections
 import random
 import time
+import zlib
 
 import grpc
 from google.protobuf.descriptor import FieldDescriptor
 
 from cluster.proxy.guard import FAILED
 from cluster.proxy.schema import SERVICE_NAME, Code, pb
+from cluster.remoting.client import RemotingClient
+from cluster.remoting.codec import request as remoting_request
+from cluster.remoting.codes import RequestCode
+from storage.message import COMPRESSED_FLAG, properties_to_string
+from storage.record import encode_batch_parts
 
 TOPIC = "FuzzProxyTopic"
 GROUP = "CID-fuzz-proxy"
@@ -150,9 +156,11 @@ def _receive(stub, metadata, poll_seconds: int) -> list:
         filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"), batch_size=32)
     request.invisible_duration.FromSeconds(30)
     request.long_polling_timeout.FromSeconds(poll_seconds)
-    return [answer.message for answer in stub.ReceiveMessage(request, metadata=metadata,
-                                                             timeout=poll_seconds + 10)
-            if answer.WhichOneof("content") == "message"]
+    answers = list(stub.ReceiveMessage(request, metadata=metadata, timeout=poll_seconds + 10))
+    for answer in answers:
+        if answer.WhichOneof("content") == "status" and answer.status.message.startswith(FAILED):
+            raise AssertionError(f"a legitimate receive failed: {answer.status.message}")
+    return [answer.message for answer in answers if answer.WhichOneof("content") == "message"]
 
 
 def legitimate_round_trip(stub, metadata, wait: float = 30.0) -> str | None:
@@ -199,3 +207,97 @@ def campaign(channel, rng: random.Random, requests: int, timeout: float,
         if progress is not None and number % 500 == 0:
             progress(number, problems)
     return seen, problems
+
+
+# What a 4.x producer may store that a 5.x message cannot hold as it is: the proxy must still
+# hand such messages out (receives and lite pulls of ``TOPIC`` meet them during a campaign).
+ODD_FIELDS = [{"g": 2**63 - 1}, {"g": -2**63}, {"j": 2**31 - 1}, {"j": -2**31},
+              {"f": COMPRESSED_FLAG}, {"f": COMPRESSED_FLAG, "body": zlib.compress(b"z" * 100)}]
+ODD_PROPERTIES = [{"KEYS": " " * 50}, {"TAGS": "x" * 5000}, {"__SHARDINGKEY": ""},
+                  {"RETRY_TOPIC": "x" * 300}, {"REAL_TOPIC": ""}]
+# A batch's inner messages: the broker reads no timer property there (a single send's odd one
+# is refused), so these are stored as they are.
+ODD_TIMERS = ["\u00b2", "9" * 40, str(2**63), "-5"]
+
+
+async def plant_odd_messages(broker: str, rng: random.Random, count: int) -> int:
+    """``count`` 4.x sends to ``TOPIC`` (SEND_MESSAGE_V2 straight to ``broker``) with values
+    from ``ODD_FIELDS`` and ``ODD_PROPERTIES``; how many the broker stored."""
+    client = RemotingClient()
+    stored = 0
+    try:
+        for number in range(count):
+            props = {"UNIQ_KEY": f"0D{number:030X}", **rng.choice(ODD_PROPERTIES)}
+            fields = {"a": "PG-fuzz-odd", "b": TOPIC, "c": "TBW102", "d": 4, "e": 0, "f": 0,
+                      "g": int(time.time() * 1000), "h": 0, "j": 0, "k": False, "m": False,
+                      "i": properties_to_string(props), **rng.choice(ODD_FIELDS)}
+            body = fields.pop("body", b"odd %d" % number)
+            code = RequestCode.SEND_MESSAGE_V2
+            if rng.random() < 0.3:  # a batch of one whose message carries an odd timer
+                code, fields["m"] = RequestCode.SEND_BATCH_MESSAGE, True
+                body = encode_batch_parts([(0, body, properties_to_string(
+                    {"UNIQ_KEY": f"0E{number:030X}", "TIMER_DELIVER_MS": rng.choice(ODD_TIMERS)}))])
+            answer = await client.invoke(broker, remoting_request(code, fields, body), 5)
+            stored += answer.code == 0
+    finally:
+        await client.close()
+    return stored
+
+
+def read_everything(channel, metadata, timeout: float = 15.0) -> tuple[int, dict[str, list]]:
+    """Every message of ``TOPIC`` read through the proxy, by lite pulls from each queue's start
+    and by receives of a group of its own, each call judged as the campaign judges it: how
+    many messages came, and the problems (odd stored messages included)."""
+    problems: dict[str, list] = collections.defaultdict(list)
+    route = channel.unary_unary(f"/{SERVICE_NAME}/QueryRoute",
+                                request_serializer=lambda m: m.SerializeToString(),
+                                response_deserializer=pb.QueryRouteResponse.FromString)(
+        pb.QueryRouteRequest(topic=pb.Resource(name=TOPIC)), metadata=metadata, timeout=timeout)
+    read = 0
+    everything = pb.FilterExpression(type=pb.TAG, expression="*")
+    for queue in {(q.broker.name, q.id): q for q in route.message_queues}.values():
+        offset = 0
+        for _ in range(1000):
+            pull = pb.PullMessageRequest(group=pb.Resource(name="CID-fuzz-read"),
+                                         message_queue=queue, offset=offset, batch_size=32,
+                                         filter_expression=everything)
+            code, detail, answers = _judged(channel, "PullMessage", pull, metadata, timeout)
+            if code != grpc.StatusCode.OK:
+                problems[f"PullMessage {code.name}"].append((offset, detail))
+                break
+            got = [a.message for a in answers if a.WhichOneof("content") == "message"]
+            if not got:
+                break
+            read += len(got)
+            offset = max(m.system_properties.queue_offset for m in got) + 1
+    for _ in range(1000):
+        receive = pb.ReceiveMessageRequest(
+            group=pb.Resource(name="CID-fuzz-read"), message_queue=pb.MessageQueue(
+                topic=pb.Resource(name=TOPIC)), filter_expression=everything, batch_size=32)
+        receive.invisible_duration.FromSeconds(60)
+        receive.long_polling_timeout.FromSeconds(1)
+        code, detail, answers = _judged(channel, "ReceiveMessage", receive, metadata,
+                                        timeout + 5)
+        if code != grpc.StatusCode.OK:
+            problems[f"ReceiveMessage {code.name}"].append((read, detail))
+            break
+        got = [a.message for a in answers if a.WhichOneof("content") == "message"]
+        if not got:
+            break
+        read += len(got)
+    return read, problems
+
+
+def _judged(channel, method: str, request, metadata, timeout: float):
+    """``call``'s verdict, and the answers themselves (a streaming call's)."""
+    invoke = channel.unary_stream(f"/{SERVICE_NAME}/{method}",
+                                  request_serializer=lambda m: m.SerializeToString(),
+                                  response_deserializer=RESPONSES[method].FromString)
+    try:
+        answers = list(invoke(request, metadata=metadata, timeout=timeout))
+    except grpc.RpcError as exc:
+        return exc.code(), exc.details() or "", []
+    for answer in answers:
+        if answer.WhichOneof("content") == "status" and answer.status.message.startswith(FAILED):
+            return grpc.StatusCode.INTERNAL, answer.status.message, answers
+    return grpc.StatusCode.OK, "", answers

@@ -2,7 +2,9 @@
 broker and proxy run by the supervisor), with a legitimate message that must still go through
 afterwards: every call answers in a status of its own or gRPC's refusal of what it cannot
 carry, none fails on an exception the proxy did not foresee (tests/fuzz/proxy_requests.py
-judges), and the proxy logs no error. The long campaign is scripts/fuzz_proxy.py."""
+judges), and the proxy logs no error. The topic first holds 4.x messages whose values 5.x's
+fields cannot hold as they are, for receives and lite pulls to meet. The long campaign is
+scripts/fuzz_proxy.py."""
 
 from __future__ import annotations
 
@@ -16,7 +18,13 @@ from cluster.client.admin import AdminClient
 from cluster.proxy.schema import services
 from cluster.supervisor.spec import load_profile
 from cluster.supervisor.supervisor import Supervisor
-from tests.fuzz.proxy_requests import TOPIC, campaign, legitimate_round_trip
+from tests.fuzz.proxy_requests import (
+    TOPIC,
+    campaign,
+    legitimate_round_trip,
+    plant_odd_messages,
+    read_everything,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -41,14 +49,21 @@ def test_hostile_calls_to_the_proxy_get_statuses_and_a_legitimate_message_goes_t
     supervisor, root = cluster
     options = [("grpc.max_send_message_length", 64 << 20)]
     channel = grpc.insecure_channel(supervisor.state.proxy_addr, options=options)
+    rng = random.Random(20261127)
+    broker = next(n.address for n in supervisor.state.nodes if n.kind == "broker")
+    planted = asyncio.run(plant_odd_messages(broker, rng, 60))
+    assert planted > 30  # (some the broker refuses)
     try:
-        seen, problems = campaign(channel, random.Random(20261127), 2000, timeout=15)
+        read, odd_problems = read_everything(channel, [("x-mq-client-id", "fuzz-read")])
+        seen, problems = campaign(channel, rng, 2000, timeout=15)
         failed = legitimate_round_trip(services.MessagingServiceStub(channel),
                                        [("x-mq-client-id", "fuzz-proxy-legit")])
     finally:
         channel.close()
     assert sum(seen.values()) == 2000
     assert len({method for method, _ in seen}) == 15  # every call of the service was made
+    assert not odd_problems, dict(odd_problems)
+    assert read >= 2 * planted  # each odd message: pulled once, received once
     assert not problems, dict(problems)
     assert failed is None, failed
     [log] = root.glob("*/nodes/proxy-*/node.log")
