@@ -9,11 +9,10 @@ bounds are applied here, as is the range end.
 from __future__ import annotations
 
 import socket
-import zlib
 
 from export.options import SourceOptions
 from export.schema import COLUMNS, arrow_schema
-from storage.message import BORNHOST_V6_FLAG, COMPRESSED_FLAG, STOREHOSTADDRESS_V6_FLAG
+from storage.message import BORNHOST_V6_FLAG, COMPRESSED_FLAG, STOREHOSTADDRESS_V6_FLAG, inflated
 from storage.message import string_to_properties as _props
 from storage.record import MESSAGE_MAGIC_CODE, PREFIX_V4, MessageRecord, decode_record
 
@@ -22,6 +21,13 @@ _PREFIX = PREFIX_V4.size
 _unpack_prefix = PREFIX_V4.unpack_from
 
 BATCH_ROWS = 10_000
+
+
+def _inflated(body: bytes) -> bytes:
+    """A compressed body as sent, or as stored when it does not inflate (storage/message.py
+    ``inflated``): an export does not fail on a message anyone could have flagged."""
+    plain = inflated(body)
+    return body if plain is None else plain
 
 
 def _host(raw: tuple[str, int]) -> str:
@@ -74,8 +80,8 @@ class RowBuilder:
             self.skipped += 1
             return False
         body = record.body
-        if record.sys_flag & COMPRESSED_FLAG:
-            body = zlib.decompress(body)
+        if record.sys_flag & COMPRESSED_FLAG:  # (as stored when it does not inflate: anyone
+            body = _inflated(body)              # may flag anything compressed)
         try:
             text = body.decode("utf-8")
         except UnicodeDecodeError:
@@ -136,7 +142,7 @@ class RowBuilder:
             self.skipped += 1
             return total
         if sys_flag & COMPRESSED_FLAG:
-            body = zlib.decompress(body)
+            body = _inflated(body)
         if body.isascii():
             text = body.decode("ascii")
         else:

@@ -8,6 +8,7 @@ to the store (RocketMQ's class of the same name).
 from __future__ import annotations
 
 import sys
+import zlib
 from array import array
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -56,6 +57,24 @@ STOREHOSTADDRESS_V6_FLAG = 0x20
 NEED_UNWRAP_FLAG = 0x40
 INNER_BATCH_FLAG = 0x80
 COMPRESSION_TYPE_MASK = 0x700
+
+# A compressed body is inflated to at most this by readers that hand bodies on (the console,
+# an export, our client): a body a producer compressed is at most maxMessageSize (4 MiB)
+# before; a "compressed" body that inflates past this is a bomb, and any client may send one.
+MAX_INFLATED_BODY = 64 * 1024 * 1024
+
+
+def inflated(body: bytes, limit: int = MAX_INFLATED_BODY) -> bytes | None:
+    """A body its producer compressed (COMPRESSED_FLAG), as it sent it; None when it does not
+    inflate within ``limit`` bytes or is not zlib at all (any client may set the flag on any
+    bytes): the reader then keeps the body as stored rather than fail on the message."""
+    inflater = zlib.decompressobj()
+    try:
+        plain = inflater.decompress(body, limit)
+    except zlib.error:
+        return None
+    return plain if inflater.eof and not inflater.unconsumed_tail else None
+
 
 # Topics the store itself writes to (TopicValidator / ScheduleMessageService).
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"

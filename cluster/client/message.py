@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass, field
 from enum import Enum
 
 from cluster.client.route import MessageQueue
-from storage.message import COMPRESSED_FLAG, properties_to_string
+from storage.message import COMPRESSED_FLAG, inflated, properties_to_string
 from storage.record import MessageRecord
 
 
@@ -101,5 +100,8 @@ class MessageExt:
     def of(cls, record: MessageRecord, mq: MessageQueue) -> MessageExt:
         body = record.body
         if record.sys_flag & COMPRESSED_FLAG:
-            body = zlib.decompress(body)
+            # (as stored when it does not inflate: any producer may flag any bytes compressed,
+            # and a consumer must not fail on them for good)
+            plain = inflated(body)
+            body = body if plain is None else plain
         return cls(record, mq, body)

@@ -19,7 +19,7 @@ from cluster.pop_handle import POP_RETRY_PREFIX
 from cluster.proxy.schema import Code, pb
 from cluster.remoting.codes import ResponseCode
 from cluster.topic_validator import TRANS_HALF_TOPIC, validate_group_name, validate_topic_name
-from storage.message import COMPRESSED_FLAG
+from storage.message import COMPRESSED_FLAG, inflated
 from storage.record import MessageRecord
 from storage.running_flags import LogThrottle
 
@@ -248,23 +248,14 @@ def _bare_message(record: MessageRecord, receipt_handle: str | None, invisible_m
     return pb.Message(topic=pb.Resource(name=topic), system_properties=system, body=record.body)
 
 
-def _inflated(body: bytes) -> bytes:
-    """A compressed body as its producer sent it, or as stored when it does not inflate
-    within ``MAX_INFLATED`` bytes (garbage marked compressed, or a bomb)."""
-    inflater = zlib.decompressobj()
-    try:
-        plain = inflater.decompress(body, MAX_INFLATED)
-    except zlib.error:
-        return body
-    return plain if inflater.eof and not inflater.unconsumed_tail else body
-
-
 def _to_message(record: MessageRecord, receipt_handle: str | None, invisible_ms: int | None,
                 earlier_deliveries: int):
     props = record.properties
     body = record.body
     if record.sys_flag & COMPRESSED_FLAG:
-        body = _inflated(body)
+        # (as stored when it does not inflate within MAX_INFLATED: garbage, or a bomb)
+        plain = inflated(body, MAX_INFLATED)
+        body = body if plain is None else plain
     topic = record.topic
     if topic.startswith(POP_RETRY_PREFIX):
         topic = props.get("RETRY_TOPIC", topic)

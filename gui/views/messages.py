@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import zlib
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
@@ -42,7 +41,7 @@ from gui.tasks import ConsoleError, spawn
 from gui.views.filter_bar import FilterBar
 from gui.views.table_items import row_table
 from storage.inspector import format_timestamp, record_to_json
-from storage.message import COMPRESSED_FLAG
+from storage.message import COMPRESSED_FLAG, inflated
 
 RESULT_COLUMNS = ["topic", "queue", "offset", "keys", "tags", "msgId", "stored", "body"]
 STORED = RESULT_COLUMNS.index("stored")
@@ -67,13 +66,9 @@ def readable(record):
     is not zlib, or would expand past MAX_EXPANDED_BODY, stays as stored."""
     if not record.sys_flag & COMPRESSED_FLAG:
         return record
-    expander = zlib.decompressobj()
-    try:
-        body = expander.decompress(record.body, MAX_EXPANDED_BODY)
-    except zlib.error:
-        return record  # said compressed, is not: shown as stored
-    if expander.unconsumed_tail:
-        return record  # larger than the console will hold
+    body = inflated(record.body, MAX_EXPANDED_BODY)
+    if body is None:
+        return record  # said compressed, is not, or larger than the console will hold: as stored
     return dataclasses.replace(record, body=body, sys_flag=record.sys_flag & ~COMPRESSED_FLAG)
 
 
