@@ -25,7 +25,12 @@ import pyarrow.compute as pc
 
 from common import speedups
 from export.schema import arrow_schema
-from storage.message import BORNHOST_V6_FLAG, COMPRESSED_FLAG, STOREHOSTADDRESS_V6_FLAG
+from storage.message import (
+    BORNHOST_V6_FLAG,
+    COMPRESSED_FLAG,
+    STOREHOSTADDRESS_V6_FLAG,
+    TIME_RANGE_MS,
+)
 from storage.record import MESSAGE_MAGIC_CODE
 
 _UNHANDLED_FLAGS = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG | COMPRESSED_FLAG
@@ -113,8 +118,10 @@ class ColumnarDecoder:
             "body": body,
             "bodyText": _text(view, body_start, body_len, body_offsets, body_data, n),
             "properties": properties,
-            "bornTimestamp": pa.array(fixed(40, 8, ">i8") * 1000, ts),
-            "storeTimestamp": pa.array(fixed(56, 8, ">i8") * 1000, ts),
+            # (a born time is any int64 its producer sent: at the nearest end of what a reader
+            # holds, not wrapped around by the * 1000)
+            "bornTimestamp": pa.array(np.clip(fixed(40, 8, ">i8"), *TIME_RANGE_MS) * 1000, ts),
+            "storeTimestamp": pa.array(np.clip(fixed(56, 8, ">i8"), *TIME_RANGE_MS) * 1000, ts),
             "bornHost": self._host_column(head[:, 48:56]),
             "storeHost": self._host_column(head[:, 64:72]),
             "reconsumeTimes": pa.array(fixed(72, 4, ">i4"), pa.int32()),

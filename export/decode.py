@@ -12,7 +12,13 @@ import socket
 
 from export.options import SourceOptions
 from export.schema import COLUMNS, arrow_schema
-from storage.message import BORNHOST_V6_FLAG, COMPRESSED_FLAG, STOREHOSTADDRESS_V6_FLAG, inflated
+from storage.message import (
+    BORNHOST_V6_FLAG,
+    COMPRESSED_FLAG,
+    STOREHOSTADDRESS_V6_FLAG,
+    TIME_RANGE_MS,
+    inflated,
+)
 from storage.message import string_to_properties as _props
 from storage.record import MESSAGE_MAGIC_CODE, PREFIX_V4, MessageRecord, decode_record
 
@@ -21,6 +27,12 @@ _PREFIX = PREFIX_V4.size
 _unpack_prefix = PREFIX_V4.unpack_from
 
 BATCH_ROWS = 10_000
+
+
+def _micros(ms: int) -> int:
+    """A stored time (any int64 for a born time) in microseconds, within what readers hold
+    (the columnar decoder clips the same way)."""
+    return min(max(ms, TIME_RANGE_MS[0]), TIME_RANGE_MS[1]) * 1000
 
 
 def _inflated(body: bytes) -> bytes:
@@ -101,8 +113,8 @@ class RowBuilder:
         self._map_keys.extend(props)
         self._map_values.extend(props.values())
         self._map_offsets.append(len(self._map_keys))
-        c["bornTimestamp"].append(record.born_timestamp * 1000)
-        c["storeTimestamp"].append(stored * 1000)
+        c["bornTimestamp"].append(_micros(record.born_timestamp))
+        c["storeTimestamp"].append(_micros(stored))
         c["bornHost"].append(_host(record.born_host))
         c["storeHost"].append(_host(record.store_host))
         c["reconsumeTimes"].append(record.reconsume_times)
@@ -175,8 +187,8 @@ class RowBuilder:
         self._map_keys.extend(props)
         self._map_values.extend(props.values())
         self._map_offsets.append(len(self._map_keys))
-        a_born_ts(born_ts * 1000)
-        a_store_ts(store_ts * 1000)
+        a_born_ts(_micros(born_ts))
+        a_store_ts(_micros(store_ts))
         a_born(born[0])
         a_store(store[0])
         a_reconsume(reconsume)

@@ -58,6 +58,11 @@ NEED_UNWRAP_FLAG = 0x40
 INNER_BATCH_FLAG = 0x80
 COMPRESSION_TYPE_MASK = 0x700
 
+# The times, in ms since the epoch, every reader's time type holds: years 1 to 9999
+# (protobuf's Timestamp, Python's datetime, what Spark formats). A stored time is whatever the
+# producer sent as its born time (any int64): readers show one past these at the nearest end.
+TIME_RANGE_MS = (-62_135_596_800_000, 253_402_300_799_999)
+
 # A compressed body is inflated to at most this by readers that hand bodies on (the console,
 # an export, our client): a body a producer compressed is at most maxMessageSize (4 MiB)
 # before; a "compressed" body that inflates past this is a bomb, and any client may send one.

@@ -19,7 +19,7 @@ from cluster.pop_handle import POP_RETRY_PREFIX
 from cluster.proxy.schema import Code, pb
 from cluster.remoting.codes import ResponseCode
 from cluster.topic_validator import TRANS_HALF_TOPIC, validate_group_name, validate_topic_name
-from storage.message import COMPRESSED_FLAG, inflated
+from storage.message import COMPRESSED_FLAG, TIME_RANGE_MS, inflated
 from storage.record import MessageRecord
 from storage.running_flags import LogThrottle
 
@@ -188,16 +188,14 @@ def _has_separator(text: str) -> bool:
     return any(s in text for s in _SEPARATORS)
 
 
-# What a Timestamp can hold, in milliseconds; and an int32 field's largest value.
-_TIMESTAMP_MS = (_TIMESTAMP_SECONDS[0] * 1000, _TIMESTAMP_SECONDS[1] * 1000 + 999)
-INT32_MAX = 2**31 - 1
+INT32_MAX = 2**31 - 1  # an int32 field's largest value
 
 
 def _timestamp(ms: int) -> Timestamp:
     """A stored time as a Timestamp; one past what a Timestamp holds (a 4.x producer may send
     any int64 as its born time) at the nearest end, so its message is still delivered."""
     stamp = Timestamp()
-    stamp.FromMilliseconds(min(max(ms, _TIMESTAMP_MS[0]), _TIMESTAMP_MS[1]))
+    stamp.FromMilliseconds(min(max(ms, TIME_RANGE_MS[0]), TIME_RANGE_MS[1]))
     return stamp
 
 

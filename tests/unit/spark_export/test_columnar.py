@@ -263,3 +263,20 @@ def test_a_body_flagged_compressed_that_does_not_inflate_is_exported_as_stored()
     rows = [r for b in builder.take_batches() for r in b.to_pylist()]
     assert [r["body"] for r in rows] == [b"body 0" * 50, patched, b"body 2" * 50,
                                          b"body 3" * 50]
+
+
+@pytest.mark.parametrize("compressed", [False, True])  # (the columnar cut, the record decoder)
+def test_born_times_past_what_readers_hold_are_exported_at_the_nearest_end(compressed):
+    """A born time is any int64 its producer sent: it once wrapped around in the * 1000 of
+    the columnar cut (shown in 1969) and failed the whole export in the record decoder."""
+    items = [(b"body", {}, None, None, "T")] * 3
+    data, starts = _buffer(items, compressed=compressed)
+    data = bytearray(data)
+    for start, born in zip(starts, (2**63 - 1, -2**63, 1_700_000_000_000), strict=True):
+        data[start + 40:start + 48] = born.to_bytes(8, "big", signed=True)  # (born timestamp)
+    builder = BatchBuilder("broker-a", SourceOptions.parse({"nameServer": "h:1", "topic": "T"}),
+                           "T")
+    builder.add(bytes(data), starts, len(data))
+    [batch] = builder.take_batches()
+    born = batch.column("bornTimestamp").cast(pa.int64()).to_pylist()
+    assert born == [253_402_300_799_999_000, -62_135_596_800_000_000, 1_700_000_000_000_000]
