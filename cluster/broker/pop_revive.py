@@ -33,6 +33,7 @@ from cluster.broker.pop_checkpoint import (
 )
 from cluster.broker.topic_config import PERM_READ, PERM_WRITE
 from cluster.pop_handle import POP_RETRY_PREFIX, pop_retry_topic
+from cluster.remoting.header import INT32_MAX
 from cluster.topic_validator import DLQ_GROUP_TOPIC_PREFIX
 from storage.errors import StoreError
 from storage.message import (
@@ -280,7 +281,9 @@ class PopReviveService:
             topic=topic, body=record.body, queue_id=queue_id, flag=record.flag, properties=props,
             properties_string=properties_to_string(props), sys_flag=record.sys_flag,
             born_timestamp=record.born_timestamp, born_host=record.born_host,
-            reconsume_times=attempts)
+            # (a 4.x producer's count may already be int32's largest: the store refuses one
+            # more, and the whole checkpoint would stay, retried every second, for good)
+            reconsume_times=min(attempts, INT32_MAX))
         try:
             self.broker.store.put_message_nowait(msg)
         except StoreError as exc:

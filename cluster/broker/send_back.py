@@ -10,6 +10,7 @@ from cluster.broker.headers import ConsumerSendMsgBackRequestHeader, checked
 from cluster.broker.topic_config import PERM_READ, PERM_WRITE
 from cluster.remoting.codec import RemotingCommand
 from cluster.remoting.codes import RequestCode, ResponseCode
+from cluster.remoting.header import INT32_MAX
 from cluster.topic_validator import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 from storage.errors import PutMessageError, StoreError
 from storage.message import (
@@ -78,7 +79,7 @@ class SendMessageBackProcessor:
             topic=topic, body=record.body, queue_id=queue_id, flag=record.flag, properties=props,
             properties_string=properties_to_string(props), sys_flag=record.sys_flag,
             born_timestamp=record.born_timestamp, born_host=record.born_host,
-            reconsume_times=reconsume_times + 1)
+            reconsume_times=min(reconsume_times + 1, INT32_MAX))  # (see pop_revive._copy)
         try:
             broker.store.put_message_nowait(msg)
         except PutMessageError as exc:

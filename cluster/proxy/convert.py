@@ -18,6 +18,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from cluster.pop_handle import POP_RETRY_PREFIX
 from cluster.proxy.schema import Code, pb
 from cluster.remoting.codes import ResponseCode
+from cluster.remoting.header import INT32_MAX
 from cluster.topic_validator import TRANS_HALF_TOPIC, validate_group_name, validate_topic_name
 from storage.message import COMPRESSED_FLAG, TIME_RANGE_MS, inflated
 from storage.record import MessageRecord
@@ -188,7 +189,6 @@ def _has_separator(text: str) -> bool:
     return any(s in text for s in _SEPARATORS)
 
 
-INT32_MAX = 2**31 - 1  # an int32 field's largest value
 
 
 def _timestamp(ms: int) -> Timestamp:

@@ -20,7 +20,6 @@ from cluster.client.instance import MQClientInstance
 from cluster.client.route import PERM_READ, PERM_WRITE, TopicRouteData
 from cluster.proxy.clients import ClientRegistry
 from cluster.proxy.convert import (
-    INT32_MAX,
     MAX_BODY_SIZE,
     name_refusal,
     status,
@@ -39,6 +38,7 @@ from cluster.proxy.sending import (
 from cluster.remoting.codec import request
 from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.errors import RemotingError
+from cluster.remoting.header import INT32_MAX
 from storage.running_flags import LogThrottle
 
 log = logging.getLogger(__name__)

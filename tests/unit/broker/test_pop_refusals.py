@@ -139,3 +139,62 @@ def test_unacked_messages_wait_while_their_retry_folder_is_taken_and_it_is_said_
     broker.topics.delete("%retry%cid-r_popt")
     revive.revive_due(later + 6000, budget=10)
     assert revive.in_flight() == 0  # once the folder is free, it comes back
+
+
+def test_a_message_whose_reconsume_count_is_int32s_largest_still_goes_back_with_its_checkpoint(
+        store_factory, tmp_path):
+    """A 4.x producer may send any int32 as its reconsume count: one more is past the field.
+    The store refused that put, and the whole checkpoint (the message and those popped with
+    it) stayed, retried every second, for good."""
+    store = store_factory()
+    store.put_message_nowait(make_message("PopT", b"before"))
+    store.put_message_nowait(make_message("PopT", b"odd", reconsume_times=2**31 - 1))
+    store.put_message_nowait(make_message("PopT", b"after"))
+    store.wait_dispatched(timeout=10)
+    broker = _broker(store, tmp_path)
+    processor = PopMessageProcessor(broker)
+    assert asyncio.run(processor.pop(None, _pop())).code == ResponseCode.SUCCESS
+    revive = broker.pop_revive
+    later = max(ck.deadline for ck in revive.table.values()) + 1
+    assert revive.revive_due(later) == 3
+    assert revive.in_flight() == 0
+    store.wait_dispatched(timeout=10)
+    retry = store.get_message("g", "%RETRY%CID-r_PopT", 0, 0, 10)
+    assert len(retry.messages) == 2  # the two others, for another attempt
+    [dead] = store.get_message("g", "%DLQ%CID-r", 0, 0, 10).messages  # past every limit
+    from storage.record import decode_record
+
+    assert decode_record(dead, 0).reconsume_times == 2**31 - 1
+
+
+def test_a_message_sent_back_with_int32s_largest_reconsume_count_reaches_the_dlq(tmp_path):
+    """CONSUMER_SEND_MSG_BACK of such a message (see above): the store refused one more, and
+    the consumer's send-back failed every time it gave up on it."""
+    import json
+
+    from cluster.remoting.codec import encode
+    from storage.record import decode_record
+    from tests.unit.broker.test_pull_answers import _connection, _on_a_broker, _until
+    from tests.unit.broker.test_send_lane import _answers
+
+    async def scenario(broker):
+        put, _ = broker.store.put_message_nowait(
+            make_message("PopT", b"odd", reconsume_times=2**31 - 1))
+        broker.store.wait_dispatched(timeout=10)
+        connection, transport = _connection(broker)
+        made = json.dumps({"groupName": "CID-back"}).encode()
+        connection.data_received(encode(request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+                                                {}, made, opaque=1)))
+        connection.data_received(encode(request(RequestCode.CONSUMER_SEND_MSG_BACK, {
+            "offset": put.append.wrote_offset, "group": "CID-back", "delayLevel": 0,
+            "originMsgId": put.append.msg_id, "originTopic": "PopT", "unitMode": False,
+            "maxReconsumeTimes": 16}, opaque=2)))
+        assert await _until(lambda: len(_answers(b"".join(transport.writes))) == 2, 5)
+        said = {opaque: (code, remark) for code, opaque, remark, _ in
+                _answers(b"".join(transport.writes))}
+        assert said[2][0] == ResponseCode.SUCCESS, said[2]
+        broker.store.wait_dispatched(timeout=10)
+        [dead] = broker.store.get_message("g", "%DLQ%CID-back", 0, 0, 10).messages
+        assert decode_record(dead, 0).reconsume_times == 2**31 - 1
+
+    _on_a_broker(tmp_path, scenario)
