@@ -37,7 +37,7 @@ def _histogram(text: str) -> list[tuple[str, int]]:
     pairs = []
     for item in text.split(" "):
         label, _, count = item.rpartition(":")
-        if label and count.isdigit():
+        if label and count.isascii() and count.isdigit():
             pairs.append((label, int(count)))
     return pairs
 

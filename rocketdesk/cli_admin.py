@@ -44,7 +44,12 @@ def parse_time(value: str) -> int:
 
 
 def _fmt_ms(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] if ms > 0 else "-"
+    if ms <= 0:
+        return "-"
+    try:
+        return datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    except (ValueError, OverflowError, OSError):  # a born time is any int64 a producer sent
+        return f"{ms} ms"
 
 
 # -- topics ---------------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ from storage.message import (
     dispatch_properties,
     property_from_string,
     tags_string_to_tags_code,
+    timer_number,
 )
 from storage.record import BlankRecord, MessageRecord, decode_record
 from storage.running_flags import WRITE_LOGICS_QUEUE_ERROR, LogThrottle, RunningFlags
@@ -80,15 +81,16 @@ def build_dispatch_request(
     tags_code = tags_string_to_tags_code(tags)
     if topic == SCHEDULE_TOPIC:
         # A parked delayed message is keyed by when it is due, not by its tag.
-        level = int(level_text) if level_text and level_text.isdigit() else 0
+        level = (int(level_text) if level_text and level_text.isascii() and level_text.isdigit()
+                 else 0)
         level = min(level, len(delay_levels_ms))
         if level > 0:
             tags_code = store_timestamp + delay_levels_ms[level - 1]
     elif topic == TIMER_TOPIC:
         # So is a timer message: the timer service finds due ones from the queue alone.
-        deliver = property_from_string(props, PROPERTY_TIMER_DELIVER_MS)
-        if deliver and deliver.isascii() and deliver.isdigit() and len(deliver) <= 18:
-            tags_code = int(deliver)  # (a unit holds a signed 64-bit tags code)
+        deliver = timer_number(property_from_string(props, PROPERTY_TIMER_DELIVER_MS))
+        if deliver is not None:
+            tags_code = deliver  # (18 digits at most: a unit's signed 64-bit tags code holds it)
     return DispatchRequest(
         topic, queue_id, offset, size, tags_code, store_timestamp, queue_offset, keys, uniq_key,
         sys_flag, prepared_transaction_offset, props,

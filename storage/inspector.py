@@ -314,9 +314,14 @@ def record_to_json(record: MessageRecord) -> dict:
 
 
 def format_timestamp(ms: int | None) -> str:
-    """Local time with its UTC offset, so a reader knows which zone it is."""
+    """Local time with its UTC offset, so a reader knows which zone it is. A time no date
+    holds (a born time is whatever its producer sent, any int64) is shown as its number."""
     if not ms or ms <= 0:
         return "-"
-    return datetime.fromtimestamp(ms / 1000, UTC).astimezone().isoformat(timespec="milliseconds")
+    try:
+        return datetime.fromtimestamp(ms / 1000, UTC).astimezone().isoformat(
+            timespec="milliseconds")
+    except (ValueError, OverflowError, OSError):  # past year 9999, here or in the local zone
+        return f"{ms} ms"
 
 

@@ -63,6 +63,18 @@ COMPRESSION_TYPE_MASK = 0x700
 # producer sent as its born time (any int64): readers show one past these at the nearest end.
 TIME_RANGE_MS = (-62_135_596_800_000, 253_402_300_799_999)
 
+def timer_number(text: str | None) -> int | None:
+    """A timer property's value (TIMER_DELIVER_MS, TIMER_DELAY_MS, TIMER_DELAY_SEC) as the broker
+    reads it: a whole number of at most 18 ASCII digits, spaces around it allowed; None for
+    anything else ("²" is a digit to str.isdigit, and no number to int)."""
+    if text is None:
+        return None
+    text = text.strip()
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
+        return None
+    return int(text)
+
+
 # A compressed body is inflated to at most this by readers that hand bodies on (the console,
 # an export, our client): a body a producer compressed is at most maxMessageSize (4 MiB)
 # before; a "compressed" body that inflates past this is a bomb, and any client may send one.

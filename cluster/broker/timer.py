@@ -41,6 +41,7 @@ from storage.message import (
     MessageExtBrokerInner,
     properties_to_string,
     string_to_properties,
+    timer_number,
 )
 
 log = logging.getLogger(__name__)
@@ -76,10 +77,10 @@ def delivery_time(props: dict[str, str], now_ms: int, max_delay_sec: int) -> int
                 return None
     else:
         scale = 1
-    raw = raw.strip()
-    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
-        raise TimerError(f"the timer property {raw[:30]!r} is not a whole number")
-    deliver = base + int(raw) * scale
+    number = timer_number(raw)
+    if number is None:
+        raise TimerError(f"the timer property {raw.strip()[:30]!r} is not a whole number")
+    deliver = base + number * scale
     if deliver - now_ms > max_delay_sec * 1000:
         raise TimerError(f"the delivery time is more than {max_delay_sec} s away "
                          "(timerMaxDelaySec)")
@@ -242,7 +243,8 @@ class TimerMessageService:
         if topic is None:
             return True
         msg = MessageExtBrokerInner(
-            topic=topic, body=record.body, queue_id=int(queue_id) if queue_id.isdigit() else 0,
+            topic=topic, body=record.body,
+            queue_id=int(queue_id) if queue_id.isascii() and queue_id.isdigit() else 0,
             flag=record.flag, properties=props, properties_string=properties_to_string(props),
             sys_flag=record.sys_flag, born_timestamp=record.born_timestamp,
             born_host=record.born_host, reconsume_times=record.reconsume_times)

@@ -270,7 +270,8 @@ class AdminClient:
             for record in await read_queue(self.instance, half_queue,
                                            await self._check_progress(address, half_queue), limit=1 << 20):
                 mark = record.properties.get("TRAN_PREPARED_QUEUE_OFFSET", "")
-                origin = int(mark) if mark.isdigit() else record.queue_offset
+                # (any producer may set it: "²" is a digit to isdigit and no number to int)
+                origin = int(mark) if mark.isascii() and mark.isdigit() else record.queue_offset
                 if record.queue_offset in ended:
                     ended_origins.add(origin)
                 else:

@@ -20,7 +20,7 @@ from cluster.proxy.schema import Code, pb
 from cluster.remoting.codes import ResponseCode
 from cluster.remoting.header import INT32_MAX
 from cluster.topic_validator import TRANS_HALF_TOPIC, validate_group_name, validate_topic_name
-from storage.message import COMPRESSED_FLAG, TIME_RANGE_MS, inflated
+from storage.message import COMPRESSED_FLAG, TIME_RANGE_MS, inflated, timer_number
 from storage.record import MessageRecord
 from storage.running_flags import LogThrottle
 
@@ -202,7 +202,7 @@ def _timestamp(ms: int) -> Timestamp:
 def message_type(props: dict[str, str]):
     if PROPERTY_SHARDING_KEY in props:
         return pb.FIFO
-    if PROPERTY_TIMER_DELIVER_MS in props or "DELAY" in props:
+    if timer_number(props.get(PROPERTY_TIMER_DELIVER_MS)) is not None or "DELAY" in props:
         return pb.DELAY
     if props.get("TRAN_MSG") == "true":
         return pb.TRANSACTION
@@ -253,7 +253,13 @@ def _to_message(record: MessageRecord, receipt_handle: str | None, invisible_ms:
     if record.sys_flag & COMPRESSED_FLAG:
         # (as stored when it does not inflate within MAX_INFLATED: garbage, or a bomb)
         plain = inflated(body, MAX_INFLATED)
-        body = body if plain is None else plain
+        if plain is None:
+            due, suppressed = _FAILURES.should_log("inflate")
+            if due:
+                log.warning("a body flagged compressed does not inflate within %d bytes (%d more "
+                            "since the last line); sent as stored", MAX_INFLATED, suppressed)
+        else:
+            body = plain
     topic = record.topic
     if topic.startswith(POP_RETRY_PREFIX):
         topic = props.get("RETRY_TOPIC", topic)
@@ -279,9 +285,9 @@ def _to_message(record: MessageRecord, receipt_handle: str | None, invisible_ms:
         system.keys.extend(props["KEYS"].split(" "))
     if PROPERTY_SHARDING_KEY in props:
         system.message_group = props[PROPERTY_SHARDING_KEY]
-    deliver = props.get(PROPERTY_TIMER_DELIVER_MS, "")
-    if deliver.isascii() and deliver.isdigit() and len(deliver) <= 19:  # (as the broker reads it)
-        system.delivery_timestamp.CopyFrom(_timestamp(int(deliver)))
+    deliver = timer_number(props.get(PROPERTY_TIMER_DELIVER_MS))  # (as the broker reads it)
+    if deliver is not None:
+        system.delivery_timestamp.CopyFrom(_timestamp(deliver))
     if "TRACE_CONTEXT" in props:
         system.trace_context = props["TRACE_CONTEXT"]
     if receipt_handle is not None:

@@ -79,8 +79,7 @@ class FailureGuard(grpc.aio.ServerInterceptor):
 
     def _streaming(self, method: str, response_type, behavior):
         async def guarded(request, context):
-            # (closed when the call ends, however: its own ``finally`` runs then, not whenever
-            # the collector gets to it)
+            # (the service's generator is closed when this one ends, however it ends)
             async with contextlib.aclosing(behavior(request, context)) as responses:
                 try:
                     async for response in responses:

@@ -40,7 +40,8 @@ def transaction_id(uniq: str, broker_name: str, commit_log_offset: int, queue_of
 def parse_transaction_id(text: str) -> tuple[str, str, int, int] | None:
     uniq, _, rest = text.partition("_")
     parts = rest.rsplit("_", 2)
-    if not uniq or len(parts) != 3 or not parts[0] or not all(p.isdigit() for p in parts[1:]):
+    if (not uniq or len(parts) != 3 or not parts[0]
+            or not all(p.isascii() and p.isdigit() for p in parts[1:])):
         return None
     return uniq, parts[0], int(parts[1]), int(parts[2])
 

@@ -263,7 +263,9 @@ class MessageFinder(QWidget):
         for row, record in enumerate(self.shown):
             # Where it goes when committed, and how often the broker has asked its producer.
             props = record.properties
-            checks = int(props.get("TRANSACTION_CHECK_TIMES", "0") or 0)
+            # (a producer may have set anything there: "²" is a digit to isdigit, not to int)
+            text = props.get("TRANSACTION_CHECK_TIMES", "").strip()
+            checks = int(text) if text.isascii() and text.isdigit() else 0
             self.results.setItem(row, 0, QTableWidgetItem(
                 f"{props.get('REAL_TOPIC', record.topic)} (half, checks: {checks})"))
         self.model.message.emit(f"{len(records)} transaction(s) pending: half messages waiting for "

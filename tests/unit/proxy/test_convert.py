@@ -135,7 +135,7 @@ def test_a_stored_message_with_values_past_5xs_fields_is_still_delivered():
     count; a 5.x consumer once failed on such a message at every receive, for good."""
     raw = encode_record(topic=b"TopicTest", body=b"hello", queue_id=0, flag=0,
                         properties=properties_to_string({"UNIQ_KEY": "01AB",
-                                                         "TIMER_DELIVER_MS": "9" * 19}).encode(),
+                                                         "TIMER_DELIVER_MS": "9" * 18}).encode(),
                         queue_offset=0, physical_offset=0, sys_flag=0,
                         born_timestamp=2**63 - 1, born_host=host_to_bytes("1.2.3.4", 5),
                         store_timestamp=-2**63, store_host=host_to_bytes("127.0.0.1", 10911),
@@ -157,11 +157,15 @@ def stored(body: bytes = b"hello", sys_flag: int = 0, **props):
     return decode_record(raw, 0)
 
 
-@pytest.mark.parametrize("deliver", ["\u00b2", "9" * 40, "-5", "12a"])
-def test_a_timer_property_the_broker_would_not_read_is_no_delivery_time(deliver):
+@pytest.mark.parametrize("deliver", ["\u00b2", "9" * 40, "9" * 19, "-5", "12a"])
+def test_a_timer_property_the_broker_would_not_read_is_no_delivery_time(deliver, caplog):
     message = to_message(stored(TIMER_DELIVER_MS=deliver))
-    assert not message.system_properties.HasField("delivery_timestamp")
+    system = message.system_properties
+    assert not system.HasField("delivery_timestamp")
+    assert system.message_type == pb.NORMAL  # (not DELAY: there is no time to wait for)
+    assert system.HasField("born_timestamp")  # the whole message, not the bare fallback
     assert message.body == b"hello"
+    assert not caplog.records
 
 
 def test_a_body_marked_compressed_that_does_not_inflate_is_delivered_as_stored():
@@ -208,3 +212,10 @@ def test_a_born_time_that_is_no_time_is_refused():
     with pytest.raises(MessageRefused) as refused:
         to_properties(sent)
     assert refused.value.code == Code.BAD_REQUEST
+
+
+def test_a_forged_transaction_id_with_odd_digits_is_no_transaction_id():
+    from cluster.proxy.sending import parse_transaction_id
+
+    assert parse_transaction_id("01AB_broker-a_12_3") == ("01AB", "broker-a", 12, 3)
+    assert parse_transaction_id("01AB_broker-a_\u00b2_3") is None  # ("²".isdigit(), int fails)

@@ -106,3 +106,31 @@ def test_a_telemetry_reader_that_fails_ends_its_stream_with_a_status(caplog):
     assert [a.status.code for a in answers] == [Code.INTERNAL_SERVER_ERROR]
     assert "OverflowError" in answers[0].status.message
     assert any(r.exc_info for r in caplog.records)
+
+
+def test_the_guard_wraps_the_services_own_coroutines_once_and_leaves_other_handlers_alone():
+    from types import SimpleNamespace
+
+    guard = FailureGuard()
+
+    async def query_route(request, context):
+        return None
+
+    def blocking(request, context):  # a handler that is not the service's coroutine
+        return None
+
+    unary = grpc.unary_unary_rpc_method_handler(query_route)
+    plain = grpc.unary_unary_rpc_method_handler(blocking)
+
+    async def intercept(handler, method):
+        async def continuation(_details):
+            return handler
+        return await guard.intercept_service(
+            continuation, SimpleNamespace(method=f"/apache.rocketmq.v2.MessagingService/{method}"))
+
+    first = asyncio.run(intercept(unary, "QueryRoute"))
+    assert first is not unary  # guarded …
+    assert asyncio.run(intercept(unary, "QueryRoute")) is first  # … once, not once a call
+    assert asyncio.run(intercept(plain, "QueryAssignment")) is plain
+    other = asyncio.run(intercept(unary, "NotOurs"))
+    assert other is unary  # a method the service does not have

@@ -149,3 +149,26 @@ def test_tags_code_of_no_tags_is_zero():
 @pytest.mark.parametrize("tags", ["TagA", "a", "polygenelubricants", "\u6807\u7b7e\U0001f600"])
 def test_tags_code_is_the_signed_java_hash_of_the_tag(tags):
     assert tags_string_to_tags_code(tags) == java_hash_model(tags)
+
+
+@pytest.mark.parametrize(("text", "number"), [
+    ("1700000000000", 1_700_000_000_000), (" 42 ", 42), ("9" * 18, int("9" * 18)),
+    ("9" * 19, None), ("\u00b2", None), ("\u0663", None), ("-5", None), ("", None), (None, None),
+    ("1e3", None),
+])
+def test_a_timer_property_is_a_number_as_the_broker_reads_it(text, number):
+    from storage.message import timer_number
+
+    assert timer_number(text) == number
+
+
+@pytest.mark.parametrize("ms", [2**63 - 1, 253_402_300_800_000, 10**17])
+def test_a_time_no_date_holds_is_shown_as_its_number(ms):
+    """A born time is any int64 its producer sent; the console and the command line showed
+    it through datetime, which raised past the year 9999."""
+    from rocketdesk.cli_admin import _fmt_ms
+    from storage.inspector import format_timestamp
+
+    assert format_timestamp(ms) == f"{ms} ms"
+    assert _fmt_ms(ms) == f"{ms} ms"
+    assert format_timestamp(1_700_000_000_000).startswith("2023-11-1")
