@@ -220,15 +220,17 @@ ODD_PROPERTIES = [{"KEYS": " " * 50}, {"TAGS": "x" * 5000}, {"__SHARDINGKEY": ""
 ODD_TIMERS = ["\u00b2", "9" * 40, str(2**63), "-5"]
 
 
-async def plant_odd_messages(broker: str, rng: random.Random, count: int) -> int:
-    """``count`` 4.x sends to ``TOPIC`` (SEND_MESSAGE_V2 straight to ``broker``) with values
-    from ``ODD_FIELDS`` and ``ODD_PROPERTIES``; how many the broker stored."""
+async def plant_odd_messages(broker: str, rng: random.Random, count: int,
+                             topic: str = TOPIC) -> int:
+    """``count`` 4.x sends to ``topic``'s queue 0 (SEND_MESSAGE_V2 straight to ``broker``) with
+    values from ``ODD_FIELDS``, ``ODD_PROPERTIES`` and ``ODD_TIMERS``, each with the key "odd"
+    (unless its odd properties give it another); how many the broker stored."""
     client = RemotingClient()
     stored = 0
     try:
         for number in range(count):
-            props = {"UNIQ_KEY": f"0D{number:030X}", **rng.choice(ODD_PROPERTIES)}
-            fields = {"a": "PG-fuzz-odd", "b": TOPIC, "c": "TBW102", "d": 4, "e": 0, "f": 0,
+            props = {"UNIQ_KEY": f"0D{number:030X}", "KEYS": "odd", **rng.choice(ODD_PROPERTIES)}
+            fields = {"a": "PG-fuzz-odd", "b": topic, "c": "TBW102", "d": 4, "e": 0, "f": 0,
                       "g": int(time.time() * 1000), "h": 0, "j": 0, "k": False, "m": False,
                       "i": properties_to_string(props), **rng.choice(ODD_FIELDS)}
             body = fields.pop("body", b"odd %d" % number)
@@ -236,7 +238,8 @@ async def plant_odd_messages(broker: str, rng: random.Random, count: int) -> int
             if rng.random() < 0.3:  # a batch of one whose message carries an odd timer
                 code, fields["m"] = RequestCode.SEND_BATCH_MESSAGE, True
                 body = encode_batch_parts([(0, body, properties_to_string(
-                    {"UNIQ_KEY": f"0E{number:030X}", "TIMER_DELIVER_MS": rng.choice(ODD_TIMERS)}))])
+                    {"UNIQ_KEY": f"0E{number:030X}", "KEYS": "odd",
+                     "TIMER_DELIVER_MS": rng.choice(ODD_TIMERS)}))])
             answer = await client.invoke(broker, remoting_request(code, fields, body), 5)
             stored += answer.code == 0
     finally:
