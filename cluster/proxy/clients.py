@@ -9,6 +9,11 @@ import time
 from dataclasses import dataclass, field
 
 CLIENT_EXPIRY = 120.0  # seconds without a heartbeat or a call before a client is forgotten
+# Clients a proxy keeps at once: every call may name a new client id, and a consumer's open
+# Telemetry stream is heartbeated to every broker every 10 s, so invented ids must not grow
+# either without bound. Past it, a new client's Telemetry is refused (TOO_MANY_REQUESTS) and
+# its other calls are served without being remembered.
+MAX_CLIENTS = 10_000
 
 
 @dataclass(slots=True)
@@ -25,12 +30,23 @@ class Client:
 
 
 class ClientRegistry:
-    def __init__(self) -> None:
+    def __init__(self, limit: int = MAX_CLIENTS) -> None:
         self.clients: dict[str, Client] = {}
+        self.limit = limit
+        self._expired_at = 0.0
 
-    def touch(self, client_id: str, language: str = "", version: str = "") -> Client:
+    def touch(self, client_id: str, language: str = "", version: str = "") -> Client | None:
+        """The client, remembered from now on; None for a new one while ``limit`` are known
+        (after forgetting the silent ones, at most once a second)."""
         client = self.clients.get(client_id)
         if client is None:
+            if len(self.clients) >= self.limit:
+                now = time.monotonic()
+                if now - self._expired_at >= 1.0:
+                    self._expired_at = now
+                    self.expire(now)
+                if len(self.clients) >= self.limit:
+                    return None
             client = self.clients[client_id] = Client(client_id, language, version)
         client.last_seen = time.monotonic()
         if language:

@@ -217,8 +217,13 @@ class MessagingService(SendingMixin, ReceivingMixin, LitePullMixin,
     async def Telemetry(self, request_iterator, context):
         client = self._client(context)
         if client is None:
-            yield pb.TelemetryCommand(status=status(Code.CLIENT_ID_REQUIRED,
-                                                    "x-mq-client-id is missing"))
+            if _metadata(context).get("x-mq-client-id"):
+                yield pb.TelemetryCommand(status=status(
+                    Code.TOO_MANY_REQUESTS, f"the proxy already serves {self.clients.limit} "
+                                            "clients; try again later"))
+            else:
+                yield pb.TelemetryCommand(status=status(Code.CLIENT_ID_REQUIRED,
+                                                        "x-mq-client-id is missing"))
             return
         outbox: asyncio.Queue = asyncio.Queue()
         client.outbox = outbox

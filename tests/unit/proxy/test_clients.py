@@ -1,0 +1,60 @@
+"""The 5.x clients a proxy remembers are bounded: invented client ids (any call may name one)
+cannot grow the registry, or the consumers heartbeated to every broker, past its limit."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from types import SimpleNamespace
+
+import grpc
+
+from cluster.proxy.clients import CLIENT_EXPIRY, ClientRegistry
+from cluster.proxy.guard import FailureGuard
+from cluster.proxy.schema import Code, pb, services
+
+
+def test_a_full_registry_remembers_no_new_client_until_a_silent_one_is_forgotten(monkeypatch):
+    registry = ClientRegistry(limit=3)
+    for number in range(3):
+        assert registry.touch(f"c{number}") is not None
+    assert registry.touch("c3") is None  # full
+    assert registry.touch("c1") is not None  # a known one is still served
+    assert set(registry.clients) == {"c0", "c1", "c2"}
+    registry.clients["c0"].last_seen -= CLIENT_EXPIRY + 1  # silent for good
+    registry._expired_at -= 2  # (it forgets at most once a second)
+    assert registry.touch("c3") is not None
+    assert set(registry.clients) == {"c1", "c2", "c3"}
+
+
+def test_telemetry_past_the_limit_is_refused_with_too_many_requests():
+    from cluster.proxy.service import MessagingService
+
+    instance = SimpleNamespace(producers={}, server_request_hook=None, broker_addrs={})
+    service = MessagingService(instance, ("127.0.0.1", 8081))
+    service.clients.limit = 1
+
+    async def exercise():
+        server = grpc.aio.server(interceptors=[FailureGuard()])
+        services.add_MessagingServiceServicer_to_server(service, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                stub = services.MessagingServiceStub(channel)
+                await stub.Heartbeat(pb.HeartbeatRequest(), metadata=[("x-mq-client-id", "first")])
+                refused = [a async for a in stub.Telemetry(
+                    iter([]), metadata=[("x-mq-client-id", "second")], timeout=10)]
+                served = await stub.Heartbeat(pb.HeartbeatRequest(),
+                                              metadata=[("x-mq-client-id", "third")])
+                return refused, served
+        finally:
+            await server.stop(None)
+
+    began = time.monotonic()
+    refused, served = asyncio.run(exercise())
+    assert [a.status.code for a in refused] == [Code.TOO_MANY_REQUESTS]
+    assert "serves 1 clients" in refused[0].status.message
+    assert served.status.code == Code.OK  # other calls are served, just not remembered
+    assert set(service.clients.clients) == {"first"}
+    assert time.monotonic() - began < 10
