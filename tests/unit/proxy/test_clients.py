@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from types import SimpleNamespace
-
-import grpc
 
 from cluster.proxy.clients import CLIENT_EXPIRY, ClientRegistry
-from cluster.proxy.guard import FailureGuard
-from cluster.proxy.schema import Code, pb, services
+from cluster.proxy.schema import Code, pb
+from tests.unit.proxy.serving import offline, serving
 
 
 def test_a_full_registry_remembers_no_new_client_until_a_silent_one_is_forgotten(monkeypatch):
@@ -30,26 +27,17 @@ def test_a_full_registry_remembers_no_new_client_until_a_silent_one_is_forgotten
 def test_telemetry_past_the_limit_is_refused_with_too_many_requests():
     from cluster.proxy.service import MessagingService
 
-    instance = SimpleNamespace(producers={}, server_request_hook=None, broker_addrs={})
-    service = MessagingService(instance, ("127.0.0.1", 8081))
+    service = offline(MessagingService)
     service.clients.limit = 1
 
     async def exercise():
-        server = grpc.aio.server(interceptors=[FailureGuard()])
-        services.add_MessagingServiceServicer_to_server(service, server)
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
-        try:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-                stub = services.MessagingServiceStub(channel)
-                await stub.Heartbeat(pb.HeartbeatRequest(), metadata=[("x-mq-client-id", "first")])
-                refused = [a async for a in stub.Telemetry(
-                    iter([]), metadata=[("x-mq-client-id", "second")], timeout=10)]
-                served = await stub.Heartbeat(pb.HeartbeatRequest(),
-                                              metadata=[("x-mq-client-id", "third")])
-                return refused, served
-        finally:
-            await server.stop(None)
+        async with serving(service) as stub:
+            await stub.Heartbeat(pb.HeartbeatRequest(), metadata=[("x-mq-client-id", "first")])
+            refused = [a async for a in stub.Telemetry(
+                iter([]), metadata=[("x-mq-client-id", "second")], timeout=10)]
+            served = await stub.Heartbeat(pb.HeartbeatRequest(),
+                                          metadata=[("x-mq-client-id", "third")])
+            return refused, served
 
     began = time.monotonic()
     refused, served = asyncio.run(exercise())

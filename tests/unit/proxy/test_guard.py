@@ -12,6 +12,7 @@ import pytest
 
 from cluster.proxy.guard import FAILED, FailureGuard
 from cluster.proxy.schema import Code, pb, services
+from tests.unit.proxy.serving import offline, serving
 
 
 class Broken(services.MessagingServiceServicer):
@@ -35,23 +36,15 @@ class Broken(services.MessagingServiceServicer):
 
 
 async def exercise():
-    server = grpc.aio.server(interceptors=[FailureGuard()])
-    services.add_MessagingServiceServicer_to_server(Broken(), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            stub = services.MessagingServiceStub(channel)
-            route = await stub.QueryRoute(pb.QueryRouteRequest())
-            again = await stub.QueryRoute(pb.QueryRouteRequest())
-            sent = await stub.SendMessage(pb.SendMessageRequest())
-            with pytest.raises(grpc.aio.AioRpcError) as aborted:
-                await stub.QueryAssignment(pb.QueryAssignmentRequest())
-            received = [a async for a in stub.ReceiveMessage(pb.ReceiveMessageRequest())]
-            telemetry = [a async for a in stub.Telemetry(iter([pb.TelemetryCommand()]))]
-            return route, again, sent, aborted.value.code(), received, telemetry
-    finally:
-        await server.stop(None)
+    async with serving(Broken()) as stub:
+        route = await stub.QueryRoute(pb.QueryRouteRequest())
+        again = await stub.QueryRoute(pb.QueryRouteRequest())
+        sent = await stub.SendMessage(pb.SendMessageRequest())
+        with pytest.raises(grpc.aio.AioRpcError) as aborted:
+            await stub.QueryAssignment(pb.QueryAssignmentRequest())
+        received = [a async for a in stub.ReceiveMessage(pb.ReceiveMessageRequest())]
+        telemetry = [a async for a in stub.Telemetry(iter([pb.TelemetryCommand()]))]
+        return route, again, sent, aborted.value.code(), received, telemetry
 
 
 def test_an_unforeseen_failure_answers_internal_server_error_in_the_calls_own_status(caplog):
@@ -76,30 +69,17 @@ def test_an_unforeseen_failure_answers_internal_server_error_in_the_calls_own_st
 def test_a_telemetry_reader_that_fails_ends_its_stream_with_a_status(caplog):
     """The reader of a Telemetry stream runs as a task of its own, outside the call: its
     failure still ends the stream (it once left the client waiting for good)."""
-    from types import SimpleNamespace
-
     from cluster.proxy.service import MessagingService
 
     class FailingSettings(MessagingService):
         async def _answer_settings(self, client, settings):
             raise OverflowError("a value out of its field's range")
 
-    instance = SimpleNamespace(producers={}, server_request_hook=None, broker_addrs={})
-    service = FailingSettings(instance, ("127.0.0.1", 8081))
-
     async def exercise():
-        server = grpc.aio.server(interceptors=[FailureGuard()])
-        services.add_MessagingServiceServicer_to_server(service, server)
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
-        try:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-                stub = services.MessagingServiceStub(channel)
-                commands = [pb.TelemetryCommand(settings=pb.Settings())]
-                return [a async for a in stub.Telemetry(
-                    iter(commands), metadata=[("x-mq-client-id", "c1")], timeout=10)]
-        finally:
-            await server.stop(None)
+        async with serving(offline(FailingSettings)) as stub:
+            commands = [pb.TelemetryCommand(settings=pb.Settings())]
+            return [a async for a in stub.Telemetry(
+                iter(commands), metadata=[("x-mq-client-id", "c1")], timeout=10)]
 
     caplog.set_level(logging.ERROR)
     answers = asyncio.run(exercise())
