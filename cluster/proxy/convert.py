@@ -70,7 +70,7 @@ def status(code: int = Code.OK, message: str = "OK"):
 # protobuf's own bounds (google/protobuf/timestamp.proto and duration.proto): a Timestamp from
 # 0001-01-01 to 9999-12-31, nanos 0..999,999,999; a Duration of at most 10,000 years either
 # way, its nanos of the seconds' sign. A client's value outside them is not a time at all.
-_TIMESTAMP_SECONDS = (-62_135_596_800, 253_402_300_799)
+_TIMESTAMP_SECONDS = (TIME_RANGE_MS[0] // 1000, TIME_RANGE_MS[1] // 1000)  # (the same years)
 _DURATION_SECONDS = 315_576_000_000
 _NANOS = 999_999_999
 
