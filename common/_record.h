@@ -61,7 +61,6 @@ write_record_head(unsigned char *p, const RecordHead *r)
     return p + 2;
 }
 
-/* RocketMQ's body CRC: zlib's CRC-32 (reflected 0xEDB88320); callers clear the top bit. */
-uint32_t crc32_of(const unsigned char *p, Py_ssize_t n);
+#include "_crc32.h" /* (crc32_of: the body CRC its callers compute) */
 
 #endif

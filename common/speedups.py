@@ -38,7 +38,9 @@ def _load() -> tuple[ModuleType | None, ModuleType | None, str]:
         import common._storecore as compiled_store
     except ImportError:  # not built (no compiler at install time, or not installed with pip)
         return None, None, "pure Python (the compiled core is not built)"
-    return compiled, compiled_store, "compiled core"
+    # (how the body CRC of every put is computed: carry-less multiplication where the CPU has
+    # it, else tables; common/_crc32.c)
+    return compiled, compiled_store, f"compiled core (body CRC: {compiled_store.crc_kernel()})"
 
 
 # ``core``: the remoting codec and Java's hashCode; ``store_core``: the store's per-record work

@@ -84,7 +84,8 @@ def test_without_the_variable_the_compiled_core_is_selected():
                " speedups.describe())")
     done = subprocess.run([sys.executable, "-c", program], env=env, cwd=ROOT, capture_output=True,
                           text=True, check=True, timeout=60)
-    assert done.stdout.strip() == "True True compiled core"
+    assert done.stdout.strip() in {"True True compiled core (body CRC: pclmul)",
+                                   "True True compiled core (body CRC: table)"}
 
 
 # --- helpers -----------------------------------------------------------------------------------
