@@ -54,8 +54,11 @@ crc32_tables(uint32_t c, const unsigned char *p, Py_ssize_t n)
     return c;
 }
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* GCC and Clang on x86-64, where a function may target PCLMULQDQ and SSE4.1 alone; not
+ * clang-cl (its immintrin.h leaves those out without -mpclmul), nor MSVC: the tables there. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(_MSC_VER)
 #define CRC_FOLDING 1
+#include <cpuid.h>
 #include <immintrin.h>
 
 #define FOLDING __attribute__((target("pclmul,sse4.1")))
@@ -133,10 +136,12 @@ crc32_init(void)
         for (int t = 1; t < 16; t++)
             crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xFF];
 #ifdef CRC_FOLDING
+    /* CPUID leaf 1, ECX: bit 1 PCLMULQDQ, bit 19 SSE4.1. (<cpuid.h> needs no runtime library,
+     * unlike __builtin_cpu_supports, whose __cpu_model some toolchains do not link.) */
+    unsigned int eax, ebx, ecx, edx;
     const char *choice = getenv("ROCKETDESK_CRC");
-    __builtin_cpu_init();
-    use_folding = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1")
-        && !(choice != NULL && strcmp(choice, "table") == 0);
+    use_folding = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 1))
+        && (ecx & (1u << 19)) && !(choice != NULL && strcmp(choice, "table") == 0);
 #endif
 }
 

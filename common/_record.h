@@ -1,7 +1,7 @@
 /*
  * The CommitLog record's layout, written in one place for the files of common._storecore that
  * write records (a put, a batch's records, the one-step put of common/_append.c), and its
- * body CRC. Header-only but for crc32_of (common/_storecore.c).
+ * body CRC. Header-only but for crc32_of (common/_crc32.c).
  */
 #ifndef ROCKETDESK_RECORD_H
 #define ROCKETDESK_RECORD_H

@@ -37,11 +37,12 @@ def test_both_ways_are_zlibs_crc_at_any_length_and_alignment(data, skip):
 
 
 @needs_core
-@pytest.mark.parametrize("size", [0, 1, 15, 16, 63, 64, 65, 79, 80, 127, 128, 1024, 1031,
-                                  4 << 20])
+@pytest.mark.parametrize("size", [0, 1, 15, 16, 63, 64, 65, 79, 80, 127, 128, 144, 191, 1024,
+                                  1031, 1071, 4 << 20])
 def test_the_folding_edges(size):
     """Below 64 bytes the tables do it all; from 64 the folding takes each 16 bytes it can and
-    the tables the rest: every boundary of the two, and a 4 MiB body (the largest message)."""
+    the tables the rest: every boundary of the two (144, 191, 1071: the 64-byte and the 16-byte
+    loops both, and a tail), and a 4 MiB body (the largest message)."""
     data = os.urandom(size)
     assert core.body_crc(data) == _zlib(data) == core.body_crc_table(data)
     assert core.body_crc(b"\xff" * size) == _zlib(b"\xff" * size)
