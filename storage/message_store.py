@@ -314,15 +314,14 @@ class DefaultMessageStore(MessageLookup):
         self, puts: list[tuple],
     ) -> tuple[list[tuple[int, int, int, str, float]], Exception | None]:
         """:meth:`put_plain` for a run of messages read together (each tuple is
-        ``CommitLog.append_plain``'s arguments), for a store whose senders wait for no flush
-        (not SYNC_FLUSH): the written ones' CommitLog results, in order, and the refusal of the
-        next one (nothing of it written) or None. It stops with no refusal at a put that only
-        :meth:`put_plain` or the general put takes (a body over ``maxMessageSize``, a new file),
-        and takes none under SYNC_FLUSH: the caller puts the rest one by one. Refuses the whole
-        run, having written nothing, as :meth:`put_plain` refuses one."""
+        ``CommitLog.append_plain``'s arguments): the written ones' CommitLog results, in order,
+        and the refusal of the next one (nothing of it written) or None. It stops with no
+        refusal at a put that only :meth:`put_plain` or the general put takes (a body over
+        ``maxMessageSize``, a new file): the caller puts the rest one by one. Refuses the whole
+        run, having written nothing, as :meth:`put_plain` refuses one. Under SYNC_FLUSH the
+        caller then asks for the run's flush (:meth:`request_flush`), as it knows which of its
+        sends wait for it."""
         check_store_status(self)
-        if self.config.flush_disk_type is _SYNC_FLUSH:
-            return [], None
         limit = self.config.max_message_size
         for taken, put in enumerate(puts):
             if len(put[4]) > limit:
@@ -351,6 +350,8 @@ class DefaultMessageStore(MessageLookup):
             if self._after_put_failures.should_log("stats")[0]:
                 log.exception("recording put statistics failed")
         last = results[-1]
+        if self.config.flush_disk_type is _SYNC_FLUSH:
+            return results, error  # (the caller asks for the flush: request_flush)
         if self.commit_service is not None:
             self.commit_service.wakeup()
         elif isinstance(self.flush_service, FlushRealTimeService):
@@ -396,6 +397,12 @@ class DefaultMessageStore(MessageLookup):
         wait = batch.properties.get("WAIT", "true").lower() == "true"
         return PutMessageResult(PutMessageStatus.PUT_OK, append), self._flush_request(
             append.next_offset, wait)
+
+    def request_flush(self, next_offset: int, wait: bool) -> GroupCommitRequest | None:
+        """After :meth:`put_plain_run` under SYNC_FLUSH: the flush the run's sends wait for,
+        up to its end ``next_offset`` (None, the flush woken, when none of them waits), as
+        :meth:`put_plain` asks it for one send."""
+        return self._flush_request(next_offset, wait)
 
     def _flush_request(self, next_offset: int, wait: bool) -> GroupCommitRequest | None:
         service = self.flush_service

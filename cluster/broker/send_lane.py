@@ -22,8 +22,11 @@ several of them a read. The connection hands the lane such a read's consecutive 
 (``run``): each frame checked as one by itself, then one put of the store for the run
 (``put_plain_run``: the put lock held once, the records in one ``pwrite``), one count and one
 flush wakeup, where each cost a pass through the store's Python of its own (in-process, 4 sends
-a read: 15.8 µs a send before, 13.2 after; docs/benchmarks.md, session 24). The run ends at the
-first frame that is not the common case, which goes its own way, in order, as do those after it.
+a read: 15.8 µs a send before, 13.2 after; docs/benchmarks.md, session 24). Under SYNC_FLUSH
+the run's sends share one flush request, and each answer waits as a single send's does
+(SYNC_MASTER + SYNC_FLUSH with 64 senders: 30.0-31.0k → 32.4-33.2k msg/s, session 27). The run
+ends at the first frame that is not the common case, which goes its own way, in order, as do
+those after it.
 """
 from __future__ import annotations
 
@@ -168,28 +171,24 @@ class SendLane:
 
     @property
     def run_frames(self) -> int:
-        """How many frames a run (FrameDecoder.next_run splits them): lanes.RUN_FRAMES
-        while the lane answers at once; none where answers wait for the disk or a slave (the
-        in-flight limits then hold frame by frame)."""
-        store_config = self._broker.store.config
-        if store_config.flush_disk_type is _SYNC_FLUSH or store_config.broker_role is _SYNC_MASTER:
-            return 0
+        """How many frames a run (FrameDecoder.next_run splits them): lanes.RUN_FRAMES. Where
+        answers wait for the disk or a slave, the in-flight limits may be passed by up to as
+        many, as under ASYNC."""
         return RUN_FRAMES
 
     def run(self, connection, frames: list[tuple]) -> list:
         """The answers to the first frames of ``frames`` (consecutive requests of one read),
         as many as the lane takes together, in one put of the store for all (``put_plain_run``):
-        a list as long as the frames answered, each the frame ``__call__`` would give, a
-        refusal, or the exception of a failure (SYSTEM_ERROR). The frames after them (the first
-        that is not the common case, a put the store leaves to its single put, a broker that
-        waits for the disk or a slave) are left, having changed nothing, to be handled one by
-        one. Raises only before anything is stored."""
+        a list as long as the frames answered, each what ``__call__`` would give (the answer's
+        frame, or under SYNC_FLUSH and SYNC_MASTER the answer that waits for the disk or a
+        slave), a refusal, or the exception of a failure (SYSTEM_ERROR). The frames after them
+        (the first that is not the common case, a put the store leaves to its single put) are
+        left, having changed nothing, to be handled one by one. Raises only before anything is
+        stored."""
         broker = self._broker
         store = broker.store
-        store_config = store.config
         config = broker.config
-        if (store_config.flush_disk_type is _SYNC_FLUSH or store_config.broker_role is _SYNC_MASTER
-                or not config.broker_permission & PERM_WRITE):
+        if not config.broker_permission & PERM_WRITE:
             return []
         host = self._born_hosts.get(connection.peer)
         if host is None:
@@ -249,6 +248,10 @@ class SendLane:
             return []
         broker = self._broker
         taken = puts[:len(results)]
+        store_config = broker.store.config
+        sync_flush = store_config.flush_disk_type is _SYNC_FLUSH
+        if sync_flush or store_config.broker_role is _SYNC_MASTER:
+            return self._durable_answers(frames, taken, results, sync_flush)
         stats = broker.stats
         topic = taken[0][0]
         if all(map(eq, repeat(topic), map(_TOPIC, taken))):  # (loops in C: no frame an item)
@@ -261,6 +264,22 @@ class SendLane:
             config.region_id, "true" if config.trace_on else "false",
             [(frame[2], result[3], put[2], result[2])
              for frame, put, result in zip(frames, taken, results, strict=False)])
+
+    def _durable_answers(self, frames: list[tuple], taken: list[tuple], results: list,
+                         sync_flush: bool) -> list:
+        """A run's answers where they wait for the disk (SYNC_FLUSH) or a slave (SYNC_MASTER):
+        each as ``__call__`` gives it (``answer_put``, which joins the loop iteration's burst of
+        such answers), the flush one request up to the run's end for the sends that wait
+        (their WAIT property), as the single put asks one up to its own."""
+        waits = [wait_store_msg_ok(put[5]) for put in taken]
+        waiter = None
+        if sync_flush:
+            last = results[-1]
+            waiter = self._broker.store.request_flush(last[0] + last[1], any(waits))
+        answer_put = self._processor.answer_put
+        return [answer_put(command_of(frame), put[0], 1, result[3], put[2], result[2],
+                           result[0] + result[1], _PUT_OK, waiter if wait else None, wait)
+                for frame, put, result, wait in zip(frames, taken, results, waits, strict=False)]
 
     @staticmethod
     def _queue_limit(table, topic: str) -> tuple[int, bytes]:

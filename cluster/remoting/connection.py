@@ -188,8 +188,7 @@ class RemotingConnection(LaneRequests, asyncio.Protocol):
                     # The requests of the lane's code that follow in this read make a run,
                     # up to its ``run_frames`` (a lane that takes no runs now says 0). They are
                     # taken before any is handled, so the in-flight limits may be passed by up
-                    # to ``run_frames`` - 1 of them; a lane takes runs only while it answers
-                    # at once.
+                    # to ``run_frames`` - 1 of them.
                     # (nothing more in this read, as for a sender alone: no run to ask for)
                     limit = getattr(lane, "run_frames", 0) if decoder.pending else 0
                     if limit > 1:

@@ -31,6 +31,7 @@ from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.header import decoder_plan
 from common import speedups
 from storage import commitlog
+from storage.flush import GroupCommitRequest
 from storage.message import properties_to_string
 from storage.message_id import host_to_bytes
 from tests.unit.remoting.transports import RecordingTransport
@@ -204,7 +205,8 @@ def test_the_lane_answers_and_stores_what_the_processor_does(sends, durability, 
        file_size=st.sampled_from([8192, 1 << 16]),
        durability=st.sampled_from([
            ("ASYNC_FLUSH", "ASYNC_MASTER"), ("ASYNC_FLUSH", "ASYNC_MASTER"),
-           ("SYNC_FLUSH", "ASYNC_MASTER"), ("ASYNC_FLUSH", "SYNC_MASTER")]))
+           ("SYNC_FLUSH", "ASYNC_MASTER"), ("ASYNC_FLUSH", "SYNC_MASTER"),
+           ("SYNC_FLUSH", "SYNC_MASTER")]))
 def test_runs_of_sends_read_together_answer_and_store_what_the_processor_does(
         sends, bursts, file_size, durability, monkeypatch):
     # Several requests a read: the lane answers runs of them with one put of the store
@@ -307,14 +309,58 @@ def _opaque(answer: tuple) -> int:
     return answer[1]
 
 
-def test_a_run_is_one_put_of_the_store(tmp_path, monkeypatch):
+@pytest.mark.parametrize("durability", [("ASYNC_FLUSH", "ASYNC_MASTER"),
+                                        ("SYNC_FLUSH", "ASYNC_MASTER")])
+def test_a_run_is_one_put_of_the_store(tmp_path, monkeypatch, durability):
     monkeypatch.setattr(send_lane, "RUN_FRAMES", 16)  # (the default, whatever the environment)
     # Forty common sends, eight a read: after the first read (the topic and the file made),
-    # the lane puts runs of ``run_frames`` sends, each in one call of the store.
+    # the lane puts runs of ``run_frames`` sends, each in one call of the store; under
+    # SYNC_FLUSH with one flush request for the run, its answers given once it is flushed.
     monkeypatch.setattr(commitlog, "time", FIXED_NOW)
     runs = []
+    flushes = []
 
     def count_runs(broker):
+        put_plain_run = broker.store.put_plain_run
+        request_flush = broker.store.request_flush
+
+        def counted(puts):
+            runs.append(len(puts))
+            return put_plain_run(puts)
+
+        def asked(next_offset, wait):
+            request = request_flush(next_offset, wait)
+            flushes.append((next_offset, request))
+            return request
+
+        broker.store.put_plain_run = counted
+        broker.store.request_flush = asked
+
+    answers, _, _ = asyncio.run(_run(tmp_path, _plain(40), True, count_runs, bursts=[8],
+                                     durability=durability))
+    assert [code for code, *_ in answers] == [ResponseCode.SUCCESS] * 40
+    assert [opaque for _, opaque, *_ in answers] == list(range(1, 41))
+    assert sum(runs) >= 32  # (every read after the first)
+    assert set(runs) == {8}  # (a read's sends)
+    if durability[0] == "SYNC_FLUSH":
+        assert len(flushes) == len(runs)
+        assert all(request is not None and request.flush_ok for _, request in flushes)
+    else:
+        assert flushes == []
+
+
+def test_a_run_under_sync_master_waits_for_its_slave(tmp_path, monkeypatch):
+    # SYNC_MASTER with a slave that acknowledges only when the test says: a run's answers are
+    # held until then, and given together, each PUT_OK, once its end is acknowledged.
+    monkeypatch.setattr(send_lane, "RUN_FRAMES", 16)
+    monkeypatch.setattr(commitlog, "time", FIXED_NOW)
+    held: dict = {}
+
+    def with_slave(broker):
+        ha = broker.ha_service
+        ha.connection_count = lambda: 1  # (a slave in sync, as far as the send knows)
+        held["ha"] = ha
+        runs = held.setdefault("runs", [])
         put_plain_run = broker.store.put_plain_run
 
         def counted(puts):
@@ -323,11 +369,46 @@ def test_a_run_is_one_put_of_the_store(tmp_path, monkeypatch):
 
         broker.store.put_plain_run = counted
 
-    answers, _, _ = asyncio.run(_run(tmp_path, _plain(40), True, count_runs, bursts=[8]))
-    assert [code for code, *_ in answers] == [ResponseCode.SUCCESS] * 40
-    assert [opaque for _, opaque, *_ in answers] == list(range(1, 41))
-    assert sum(runs) >= 32  # (every read after the first)
-    assert set(runs) == {8}  # (a read's sends)
+    async def scenario():
+        task = asyncio.create_task(_run(tmp_path, _plain(16), True, with_slave, bursts=[8],
+                                        durability=("ASYNC_FLUSH", "SYNC_MASTER")))
+        waited = 0
+        for _ in range(400):  # (the slave acknowledges what is put once the sends wait for it)
+            await asyncio.sleep(0.005)
+            ha = held.get("ha")
+            if ha is not None and len(ha.waiters):
+                waited += 1
+                ha.notify_transfer_some(ha.store.get_max_phy_offset())
+            if task.done():
+                break
+        return await task, waited
+
+    (answers, _, _), waited = asyncio.run(scenario())
+    assert [code for code, *_ in answers] == [ResponseCode.SUCCESS] * 16
+    assert sorted(opaque for _, opaque, *_ in answers) == list(range(1, 17))
+    assert held["runs"] == [8]  # (the first read's sends one by one: the topic was new)
+    assert waited >= 2  # (each read's sends waited for the slave: the single ones, the run)
+
+
+def test_a_run_whose_flush_fails_answers_each_send_flush_disk_timeout(tmp_path, monkeypatch):
+    # Under SYNC_FLUSH a run's sends wait for the run's one flush request: a disk that refuses
+    # it answers each of them FLUSH_DISK_TIMEOUT (stored all the same), as a single send's.
+    monkeypatch.setattr(send_lane, "RUN_FRAMES", 16)
+    monkeypatch.setattr(commitlog, "time", FIXED_NOW)
+
+    def failing_flush(broker):
+        def refused(next_offset, wait):
+            request = GroupCommitRequest(next_offset, 2000)
+            request.complete(False)
+            return request
+
+        broker.store.request_flush = refused
+
+    answers, _, _ = asyncio.run(_run(tmp_path, _plain(16), True, failing_flush, bursts=[8],
+                                     durability=("SYNC_FLUSH", "ASYNC_MASTER")))
+    codes = {opaque: code for code, opaque, *_ in answers}
+    assert sorted(codes) == list(range(1, 17))
+    assert [codes[opaque] for opaque in range(9, 17)] == [ResponseCode.FLUSH_DISK_TIMEOUT] * 8
 
 
 _names = st.sampled_from([*"abcdefghijklmn", "topic", "queueId", "properties", "sysFlag",

@@ -175,13 +175,25 @@ def test_a_run_stops_at_a_body_over_max_message_size_and_counts_what_it_put(stor
     assert after == (before[0] + 2, before[1] + 2, before[2] + 2)  # (one put each)
 
 
-def test_a_run_under_sync_flush_is_left_to_single_puts(store_factory):
+def test_a_run_under_sync_flush_is_written_and_its_caller_asks_for_the_flush(store_factory):
+    # The run is one append, as under ASYNC_FLUSH; which of its sends wait for the disk is
+    # the caller's to say (their WAIT property: the send lane), in one request up to its end.
     store = store_factory(flush_disk_type=FlushDiskType.SYNC_FLUSH,
                           mapped_file_size_commit_log=1 << 20)
     host = _ready(store)
     end = store.commit_log.get_max_offset()
-    assert store.put_plain_run(_run_of(host, 3)) == ([], None)
-    assert store.commit_log.get_max_offset() == end
+    results, error = store.put_plain_run(_run_of(host, 3))
+    assert error is None
+    assert len(results) == 3
+    assert results[0][0] == end
+    new_end = results[-1][0] + results[-1][1]
+    assert store.commit_log.get_max_offset() == new_end
+    request = store.request_flush(new_end, True)
+    assert request is not None
+    assert request.wait(5.0)
+    assert request.flush_ok
+    assert store.commit_log.mapped_file_queue.flushed_where >= new_end
+    assert store.request_flush(new_end, False) is None  # (none waits: the flush only woken)
 
 
 def test_a_store_that_takes_no_puts_refuses_the_whole_run(store_factory):
