@@ -1,7 +1,7 @@
 """A long, seeded hostile-request campaign against a real name server, master and slave.
 
     python scripts/fuzz_cluster.py --requests 1000000 --seed 7 [--time-limit 3600]
-        [--check-every 2000] [--pipeline 64] [--connections 8] [--wait 0.2] [--no-slave]
+        [--check-every 2000] [--pipeline 64] [--connections 8] [--wait 0.2] [--no-slave] [--durable]
         [--big-bodies] [--no-triage] [--triage-time 300] [--stop-on-first] [--out DIR]
         [--workdir DIR] [--code-root PATH]
 
@@ -69,6 +69,9 @@ def parse_args(argv):
     parser.add_argument("--pipeline", type=int, default=64, help="most requests written at once")
     parser.add_argument("--wait", type=float, default=0.2, help="seconds to wait for answers per write")
     parser.add_argument("--no-slave", action="store_true", help="no slave broker")
+    parser.add_argument("--durable", action="store_true",
+                        help="the master SYNC_MASTER with SYNC_FLUSH (answers wait for the disk "
+                             "and the slave)")
     parser.add_argument("--big-bodies", action="store_true", help="bodies up to the 16 MiB frame limit")
     parser.add_argument("--no-triage", action="store_true", help="do not bisect to the culprit")
     parser.add_argument("--stop-on-first", action="store_true", help="stop at the first broken invariant")
@@ -144,7 +147,8 @@ class Campaign:
     def boot(self, name: str, timeout: float = 15.0) -> tuple[Cluster, Legit]:
         workdir = os.path.join(self.root, name)
         shutil.rmtree(workdir, ignore_errors=True)
-        cluster = Cluster(workdir, self.args.code_root, slave=not self.args.no_slave).start()
+        cluster = Cluster(workdir, self.args.code_root, slave=not self.args.no_slave,
+                          durable=self.args.durable).start()
         try:
             legit = Legit(cluster, seed=self.args.seed, timeout=timeout).start()
         except BaseException:

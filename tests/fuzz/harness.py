@@ -187,14 +187,16 @@ def start_node(name: str, module: str, args: list[str], env: dict, code_root: st
 
 
 class Cluster:
-    """A name server, a master (ASYNC_MASTER, HA port) and optionally a slave, in ``workdir``."""
+    """A name server, a master (ASYNC_MASTER with ASYNC_FLUSH, or with ``durable`` SYNC_MASTER
+    with SYNC_FLUSH; an HA port) and optionally a slave, in ``workdir``."""
 
     def __init__(self, workdir: str, code_root: str = ROOT, slave: bool = False,
-                 commit_log_file_size: int = 1 << 20) -> None:
+                 commit_log_file_size: int = 1 << 20, durable: bool = False) -> None:
         self.workdir = workdir
         self.code_root = code_root
         self.with_slave = slave
         self.file_size = commit_log_file_size
+        self.durable = durable
         self.nodes: dict[str, NodeProcess] = {}
 
     def _conf(self, name: str, **values: str) -> str:
@@ -209,9 +211,11 @@ class Cluster:
         try:
             self.nodes["namesrv"] = start_node("namesrv", "cluster.namesrv", ["-p", "0"], env, self.code_root)
             common = {"brokerClusterName": "DefaultCluster", "brokerName": "broker-a", "listenPort": "0",
-                      "namesrvAddr": self.namesrv, "flushDiskType": "ASYNC_FLUSH",
+                      "namesrvAddr": self.namesrv,
+                      "flushDiskType": "SYNC_FLUSH" if self.durable else "ASYNC_FLUSH",
                       "mapedFileSizeCommitLog": str(self.file_size)}
-            master = self._conf("master", **common, brokerId="0", brokerRole="ASYNC_MASTER", haListenPort="0",
+            role = "SYNC_MASTER" if self.durable else "ASYNC_MASTER"
+            master = self._conf("master", **common, brokerId="0", brokerRole=role, haListenPort="0",
                                 storePathRootDir=os.path.join(self.workdir, "master"))
             self.nodes["master"] = start_node("master", "cluster.broker", ["-c", master], env, self.code_root)
             if self.with_slave:
