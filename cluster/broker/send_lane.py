@@ -20,8 +20,8 @@ request, under each flush type and role).
 A client that pipelines (one connection for many threads, as RocketMQ's clients have) sends
 several of them a read. The connection hands the lane such a read's consecutive sends as a run
 (``run``): each frame checked as one by itself, then one put of the store for the run
-(``put_plain_run``: the put lock held once, the records in one ``pwrite``), one count and one
-flush wakeup, where each cost a pass through the store's Python of its own (in-process, 4 sends
+(``put_plain_run``: the put lock held once, the records in one ``pwrite``), one count of the
+store and one flush wakeup, where each cost a pass through the store's Python of its own (in-process, 4 sends
 a read: 15.8 µs a send before, 13.2 after; docs/benchmarks.md, session 24). Under SYNC_FLUSH
 the run's sends share one flush request, and each answer waits as a single send's does
 (SYNC_MASTER + SYNC_FLUSH with 64 senders: 30.0-31.0k → 32.4-33.2k msg/s, session 27). The run
@@ -171,9 +171,9 @@ class SendLane:
 
     @property
     def run_frames(self) -> int:
-        """How many frames a run (FrameDecoder.next_run splits them): lanes.RUN_FRAMES. Where
-        answers wait for the disk or a slave, the in-flight limits may be passed by up to as
-        many, as under ASYNC."""
+        """How many frames a run (FrameDecoder.next_run splits them): lanes.RUN_FRAMES. The
+        in-flight limits may be passed by up to ``run_frames`` - 1 (under SYNC_FLUSH and
+        SYNC_MASTER a run's answers stay in flight until durable)."""
         return RUN_FRAMES
 
     def run(self, connection, frames: list[tuple]) -> list:
@@ -277,9 +277,15 @@ class SendLane:
             last = results[-1]
             waiter = self._broker.store.request_flush(last[0] + last[1], any(waits))
         answer_put = self._processor.answer_put
-        return [answer_put(command_of(frame), put[0], 1, result[3], put[2], result[2],
-                           result[0] + result[1], _PUT_OK, waiter if wait else None, wait)
-                for frame, put, result, wait in zip(frames, taken, results, waits, strict=False)]
+        answers: list = []
+        for frame, put, result, wait in zip(frames, taken, results, waits, strict=False):
+            try:
+                answers.append(answer_put(command_of(frame), put[0], 1, result[3], put[2],
+                                          result[2], result[0] + result[1], _PUT_OK,
+                                          waiter if wait else None, wait))
+            except Exception as exc:  # that send's SYSTEM_ERROR; the others as they are
+                answers.append(exc)
+        return answers
 
     @staticmethod
     def _queue_limit(table, topic: str) -> tuple[int, bytes]:

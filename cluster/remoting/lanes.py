@@ -33,7 +33,8 @@ _IS_BYTES = functools.partial(operator.is_, bytes)
 Lane = Callable[["RemotingConnection", tuple], "RemotingCommand | bytes"]
 
 # At most this many requests of one read make a run (a lane's ``run_frames``). A run's answers
-# are made together and leave in one write, so a longer run costs its first sender the time
+# are made together and, when given at once (not waiting for a disk or a slave), leave in one
+# write, so a longer run costs its first sender the time
 # the others take to put (a few µs each) and saves a write, a put and the Python around them
 # for every request it takes. Measured (docs/benchmarks.md, "Speed, session 25"): 16 against
 # 4 cut the broker's CPU a send by ~10 % for the official C++ client and by ~20 % in-process,

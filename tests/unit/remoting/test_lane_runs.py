@@ -126,7 +126,7 @@ def test_answers_a_run_gives_as_failures_are_system_errors():
 
 
 def test_a_lane_that_takes_no_runs_now_is_asked_frame_by_frame_within_the_in_flight_limit():
-    # (a lane whose answers wait, as sends under SYNC_FLUSH do: its run_frames is 0, so the
+    # (a lane that takes no runs, and whose answers wait: its run_frames is 0, so the
     # in-flight limit holds frame by frame)
     from cluster.remoting.connection import FlowControl
 
