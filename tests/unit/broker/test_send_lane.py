@@ -615,9 +615,11 @@ def test_an_answer_that_fails_in_a_run_fails_only_its_send(tmp_path, monkeypatch
 
         processor.answer_put = sometimes
 
-    answers, log, _ = asyncio.run(_run(tmp_path, _plain(16), True, broken_answer, bursts=[8],
-                                       durability=("SYNC_FLUSH", "ASYNC_MASTER")))
+    answers, _, (_, counts) = asyncio.run(_run(
+        tmp_path, _plain(16), True, broken_answer, bursts=[8],
+        durability=("SYNC_FLUSH", "ASYNC_MASTER")))
     codes = {opaque: code for code, opaque, *_ in answers}
     assert sorted(codes) == list(range(1, 17))
+    assert counts[3] == 16  # (the store's puts: every send stored)
     assert codes[11] == ResponseCode.SYSTEM_ERROR
     assert all(codes[opaque] == ResponseCode.SUCCESS for opaque in codes if opaque != 11)
