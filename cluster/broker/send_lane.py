@@ -39,6 +39,7 @@ from cluster.broker.headers import CLIENT_SYS_FLAGS, SendMessageRequestHeader
 from cluster.broker.topic_config import PERM_WRITE
 from cluster.remoting.codec import command_of
 from cluster.remoting.codes import RequestCode
+from cluster.remoting.deferred_answer import DeferredAnswer
 from cluster.remoting.header import HeaderError, decoder_plan, fast_decoder
 from cluster.remoting.lanes import RUN_FRAMES
 from cluster.topic_validator import NOT_ALLOWED_SEND_TOPICS, RETRY_GROUP_TOPIC_PREFIX
@@ -279,12 +280,17 @@ class SendLane:
         answer_put = self._processor.answer_put
         answers: list = []
         for frame, put, result, wait in zip(frames, taken, results, waits, strict=False):
+            command = command_of(frame)
             try:
-                answers.append(answer_put(command_of(frame), put[0], 1, result[3], put[2],
-                                          result[2], result[0] + result[1], _PUT_OK,
-                                          waiter if wait else None, wait))
+                answer = answer_put(command, put[0], 1, result[3], put[2], result[2],
+                                    result[0] + result[1], _PUT_OK, waiter if wait else None,
+                                    wait)
             except Exception as exc:  # that send's SYSTEM_ERROR; the others as they are
                 answers.append(exc)
+                continue
+            if type(answer) is DeferredAnswer and answer.command is None:
+                answer.command = command  # (its connection binds it to this one: made once)
+            answers.append(answer)
         return answers
 
     @staticmethod

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from cluster.remoting.codec import RemotingCommand, command_of
+from cluster.remoting.deferred_answer import DeferredAnswer
 from cluster.remoting.errors import RemotingConnectError
 
 if TYPE_CHECKING:
@@ -109,7 +110,11 @@ class LaneRequests:
                     log.debug("%s left before its answer to request %d", self.remote_address,
                               frames[index][1])
                 continue
-            command = command_of(frames[index])
+            # (an answer that waits may carry its request already: the send lane's, made to
+            # build it; not made a second time)
+            command = answer.command if type(answer) is DeferredAnswer else None
+            if command is None:
+                command = command_of(frames[index])
             if isinstance(answer, BaseException):
                 answer = self._failed(command, answer)
             self._take_result(command, answer, sizes[index])

@@ -26,7 +26,8 @@ from cluster.broker.config import load_broker_config
 from cluster.broker.controller import BrokerController
 from cluster.broker.headers import SendMessageRequestHeader
 from cluster.broker.topic_config import PERM_READ
-from cluster.remoting.codec import FrameDecoder, SerializeType, encode, request
+from cluster.remoting import lanes
+from cluster.remoting.codec import FrameDecoder, SerializeType, command_of, encode, request
 from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.header import decoder_plan
 from common import speedups
@@ -318,6 +319,7 @@ def test_a_run_is_one_put_of_the_store(tmp_path, monkeypatch, durability):
     # SYNC_FLUSH with one flush request for the run, its answers given once it is flushed.
     monkeypatch.setattr(commitlog, "time", FIXED_NOW)
     runs = []
+    written = []  # (how many of each run the store wrote: a file's end may stop one)
     flushes = []
 
     def count_runs(broker):
@@ -326,7 +328,9 @@ def test_a_run_is_one_put_of_the_store(tmp_path, monkeypatch, durability):
 
         def counted(puts):
             runs.append(len(puts))
-            return put_plain_run(puts)
+            results, error = put_plain_run(puts)
+            written.append(len(results))
+            return results, error
 
         def asked(next_offset, wait):
             request = request_flush(next_offset, wait)
@@ -336,6 +340,9 @@ def test_a_run_is_one_put_of_the_store(tmp_path, monkeypatch, durability):
         broker.store.put_plain_run = counted
         broker.store.request_flush = asked
 
+    made = []  # (the connection's own requests made for answers that wait)
+    monkeypatch.setattr(lanes, "command_of", lambda frame: made.append(frame[2]) or
+                        command_of(frame))
     answers, _, _ = asyncio.run(_run(tmp_path, _plain(40), True, count_runs, bursts=[8],
                                      durability=durability))
     assert [code for code, *_ in answers] == [ResponseCode.SUCCESS] * 40
@@ -345,6 +352,10 @@ def test_a_run_is_one_put_of_the_store(tmp_path, monkeypatch, durability):
     if durability[0] == "SYNC_FLUSH":
         assert len(flushes) == len(runs)
         assert all(request is not None and request.flush_ok for _, request in flushes)
+        # A run's waiting answers carry the request the lane made for them: only the sends
+        # that went one by one (the first read's, a file's end) had theirs made by the
+        # connection.
+        assert len(made) == 40 - sum(written)
     else:
         assert flushes == []
 
