@@ -459,6 +459,18 @@ index_put_keys(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 /* ------------------------------------------------------------------------------------------ */
 /* batches: SEND_BATCH_MESSAGE bodies to records                                                */
 
+/* crc(buffer) & 0x7FFFFFFF for a Python buffer: body_crc by either way. */
+static PyObject *
+masked_crc(PyObject *arg, uint32_t (*crc)(const unsigned char *, Py_ssize_t))
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    uint32_t c = crc((const unsigned char *)view.buf, view.len) & 0x7FFFFFFFu;
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(c);
+}
+
 PyDoc_STRVAR(body_crc_doc,
 "body_crc(body) -> int\n\nRocketMQ's body CRC: zlib's CRC-32 with the top bit cleared (storage.record.body_crc),\n"
 "by the way crc_kernel() names.");
@@ -467,12 +479,7 @@ static PyObject *
 body_crc(PyObject *module, PyObject *arg)
 {
     (void)module;
-    Py_buffer view;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
-        return NULL;
-    uint32_t c = crc32_of((const unsigned char *)view.buf, view.len) & 0x7FFFFFFFu;
-    PyBuffer_Release(&view);
-    return PyLong_FromUnsignedLong(c);
+    return masked_crc(arg, crc32_of);
 }
 
 PyDoc_STRVAR(body_crc_table_doc,
@@ -482,12 +489,7 @@ static PyObject *
 body_crc_table(PyObject *module, PyObject *arg)
 {
     (void)module;
-    Py_buffer view;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
-        return NULL;
-    uint32_t c = crc32_of_tables((const unsigned char *)view.buf, view.len) & 0x7FFFFFFFu;
-    PyBuffer_Release(&view);
-    return PyLong_FromUnsignedLong(c);
+    return masked_crc(arg, crc32_of_tables);
 }
 
 PyDoc_STRVAR(crc_kernel_doc,
