@@ -84,7 +84,10 @@ def parse_args(argv):
     parser.add_argument("--out", help="folder for reproducers (the bytes of culprit requests)")
     parser.add_argument("--workdir", help="where the nodes keep their stores (default: a temp folder)")
     parser.add_argument("--code-root", default=ROOT, help="the RocketDesk tree the nodes run from")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.durable and args.no_slave:  # (every send would be SLAVE_NOT_AVAILABLE: no campaign)
+        parser.error("--durable needs the slave: a SYNC_MASTER answers sends once a slave has them")
+    return args
 
 
 class TriageTimeout(Exception):
@@ -400,7 +403,9 @@ class Campaign:
 
     def report(self, elapsed: float) -> None:
         out = sys.stdout
-        print(f"\n== hostile campaign: seed {self.args.seed}, {self.sent} requests in {elapsed:.0f} s "
+        flags = "".join(f" --{name.replace('_', '-')}" for name in ("durable", "no_slave", "big_bodies")
+                        if getattr(self.args, name, False))
+        print(f"\n== hostile campaign: seed {self.args.seed}{flags}, {self.sent} requests in {elapsed:.0f} s "
               f"({self.sent / max(elapsed, 1e-9):.0f}/s), {self.restarts} restarts", file=out)
         print("\n-- requests by code", file=out)
         for name, count in sorted(self.by_code.items()):

@@ -275,6 +275,7 @@ class RemotingConnection(LaneRequests, asyncio.Protocol):
             # sends: cluster/broker/durable_answers.py answers a burst at a time).
             if result.done():  # type: ignore[union-attr]  # (answered already: as at once)
                 if not result.cancelled():  # type: ignore[union-attr]
+                    result.command = command  # type: ignore[union-attr]  # (a failure's reply names it)
                     self._reply(command, self._deferred_response(result))  # type: ignore[arg-type]
                 return
             self._tasks.add(result)  # type: ignore[arg-type]

@@ -28,7 +28,8 @@ class DeferredAnswer:
     def __init__(self) -> None:
         self._binder: _Binder | None = None
         self._cancelled = False
-        self.command: Any = None  # the request (set by its connection)
+        self.command: Any = None  # the request (set by its connection, or by the handler that
+        # made it: the send lane's runs)
         self.size = 0  # the request's frame size, counted against the connection's limits
         self.response: Any = _UNSET
         self.failure: BaseException | None = None

@@ -76,6 +76,27 @@ def test_an_answer_given_before_its_connection_took_it_is_written_when_it_does()
     assert _answers(writes) == [(3, 0, "early")]
 
 
+def test_a_failure_given_before_its_connection_took_it_is_a_system_error_for_its_request():
+    async def scenario():
+        def handler(connection, command):
+            answer = DeferredAnswer()
+            answer.fail(RuntimeError("a bug"))
+            return answer
+
+        connection = RemotingConnection(handler)
+        transport = RecordingTransport()
+        connection.connection_made(transport)
+        connection.data_received(encode(request(1000, opaque=4)))
+        await asyncio.sleep(0)
+        return transport.writes, connection.inflight
+
+    writes, inflight = asyncio.run(scenario())
+    assert inflight == 0
+    [(opaque, code, remark)] = _answers(writes)
+    assert (opaque, code) == (4, 1)  # SYSTEM_ERROR, to the request that failed
+    assert "failed to process" in remark
+
+
 def test_an_answer_after_its_connection_closed_is_dropped():
     async def scenario():
         owed: list[DeferredAnswer] = []
