@@ -1,5 +1,7 @@
 """Shared fixtures: small stores in tmp_path, so file rolls are exercised; a watchdog that ends
-a run whose test hangs where pytest-timeout cannot reach it."""
+a run whose test hangs where pytest-timeout cannot reach it; and at the run's end, whatever
+node process is still up under its temporary folder is ended (an interrupted run skips the
+fixtures' teardown)."""
 
 from __future__ import annotations
 
@@ -146,3 +148,39 @@ def _watch(nodeid: str, limit: float, fd: int, finished: threading.Event) -> Non
         psutil.wait_procs(children, timeout=10)
     finally:
         os._exit(3)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """End the processes left running under this run's temporary folder.
+
+    A run interrupted with Ctrl-C skips the fixtures' teardown, and a cluster a test started
+    through the command line stays up: its nodes are not the run's children (the supervisor
+    detaches them), so nothing else would end them. In a run that was not interrupted the
+    fixtures have ended them already (and fail the test that left one)."""
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    base = getattr(factory, "_basetemp", None)  # (None: no test asked for a folder)
+    if base is None:
+        return
+    end_processes_under(str(base))
+
+
+def end_processes_under(folder: str, grace: float = 5.0) -> list[int]:
+    """Terminate (then kill, after ``grace`` seconds) every process but this one whose command
+    line names ``folder``; their pids."""
+    import psutil
+
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            if process.pid != os.getpid() and folder in " ".join(process.info["cmdline"] or []):
+                process.terminate()
+                found.append(process)
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(found, timeout=grace)
+    for process in alive:
+        try:
+            process.kill()
+        except psutil.Error:
+            pass
+    return [process.pid for process in found]
