@@ -580,26 +580,6 @@ class DefaultMessageStore(MessageLookup):
                 self.commit_log.remove_queue_from_topic_queue_table(topic, queue_id)
 
     # -- runtime information ----------------------------------------------------------------------
-    def positions(self) -> dict[str, int]:
-        """CommitLog positions: max (written), committed, flushed, dispatched, min."""
-        queue = self.commit_log.mapped_file_queue
-        return {
-            "min": self.commit_log.get_min_offset(),
-            "max": queue.get_max_wrote_position(),
-            "committed": queue.get_max_offset(),
-            "flushed": queue.flushed_where,
-            "dispatched": self.reput.reput_from_offset,
-        }
-
-    def queue_offsets(self) -> dict[str, dict[int, tuple[int, int]]]:
-        """Per topic and queue: (min offset, max offset)."""
-        # sorted() copies each dict in one C call, so dispatch adding a queue cannot break it.
-        return {
-            topic: {qid: (q.get_min_offset_in_queue(), q.get_max_offset_in_queue())
-                    for qid, q in sorted(queues.items())}
-            for topic, queues in sorted(self.consume_queue_table.items())
-        }
-
     def runtime_info(self) -> dict[str, str]:
         """RocketMQ's store runtime keys plus RocketDesk's positions and histogram."""
         return store_runtime_info(self)

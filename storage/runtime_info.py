@@ -5,10 +5,22 @@ from __future__ import annotations
 import time
 
 
+def commit_log_positions(store) -> dict[str, int]:
+    """CommitLog positions: max (written), committed, flushed, dispatched, min."""
+    queue = store.commit_log.mapped_file_queue
+    return {
+        "min": store.commit_log.get_min_offset(),
+        "max": queue.get_max_wrote_position(),
+        "committed": queue.get_max_offset(),
+        "flushed": queue.flushed_where,
+        "dispatched": store.reput.reput_from_offset,
+    }
+
+
 def store_runtime_info(store) -> dict[str, str]:
     """RocketMQ's store runtime keys plus RocketDesk's positions and histogram."""
     info = store.stats.runtime_info()
-    positions = store.positions()
+    positions = commit_log_positions(store)
     commit_log = store.commit_log
     in_lock = commit_log.begin_time_in_lock  # read once: the put path clears it concurrently
     info.update({

@@ -57,40 +57,35 @@ def test_an_answer_given_later_is_written_in_that_call_and_no_longer_counted():
     assert "failed to process" in answers[1][2]
 
 
-def test_an_answer_given_before_its_connection_took_it_is_written_when_it_does():
+def _settled_in_its_handler(settle, opaque: int) -> tuple[list[bytes], int]:
+    """What a connection wrote, and still counts in flight, for a request whose handler settles
+    its DeferredAnswer (``settle(answer, command)``) before returning it."""
     async def scenario():
         def handler(connection, command):
             answer = DeferredAnswer()
-            answer.answer(command.make_response(0, "early"))
+            settle(answer, command)
             return answer
 
         connection = RemotingConnection(handler)
         transport = RecordingTransport()
         connection.connection_made(transport)
-        connection.data_received(encode(request(1000, opaque=3)))
+        connection.data_received(encode(request(1000, opaque=opaque)))
         await asyncio.sleep(0)
         return transport.writes, connection.inflight
 
-    writes, inflight = asyncio.run(scenario())
+    return asyncio.run(scenario())
+
+
+def test_an_answer_given_before_its_connection_took_it_is_written_when_it_does():
+    writes, inflight = _settled_in_its_handler(
+        lambda answer, command: answer.answer(command.make_response(0, "early")), 3)
     assert inflight == 0
     assert _answers(writes) == [(3, 0, "early")]
 
 
 def test_a_failure_given_before_its_connection_took_it_is_a_system_error_for_its_request():
-    async def scenario():
-        def handler(connection, command):
-            answer = DeferredAnswer()
-            answer.fail(RuntimeError("a bug"))
-            return answer
-
-        connection = RemotingConnection(handler)
-        transport = RecordingTransport()
-        connection.connection_made(transport)
-        connection.data_received(encode(request(1000, opaque=4)))
-        await asyncio.sleep(0)
-        return transport.writes, connection.inflight
-
-    writes, inflight = asyncio.run(scenario())
+    writes, inflight = _settled_in_its_handler(
+        lambda answer, command: answer.fail(RuntimeError("a bug")), 4)
     assert inflight == 0
     [(opaque, code, remark)] = _answers(writes)
     assert (opaque, code) == (4, 1)  # SYSTEM_ERROR, to the request that failed
