@@ -29,10 +29,22 @@ _unpack_prefix = PREFIX_V4.unpack_from
 BATCH_ROWS = 10_000
 
 
+def _clipped(ms: int) -> int:
+    """A stored time (any int64 for a born time) within what readers hold, as the columnar
+    decoder clips it: the time the export shows, and the one its time filters compare."""
+    return min(max(ms, TIME_RANGE_MS[0]), TIME_RANGE_MS[1])
+
+
 def _micros(ms: int) -> int:
-    """A stored time (any int64 for a born time) in microseconds, within what readers hold
-    (the columnar decoder clips the same way)."""
-    return min(max(ms, TIME_RANGE_MS[0]), TIME_RANGE_MS[1]) * 1000
+    """:func:`_clipped`, in microseconds."""
+    return _clipped(ms) * 1000
+
+
+def _bound_micros(ms: int) -> int:
+    """A time filter's bound in microseconds, for comparing with shown (clipped) times: held
+    just outside what they can be, so that any int64 of milliseconds fits an int64 of
+    microseconds and keeps the same rows."""
+    return min(max(ms, TIME_RANGE_MS[0] - 1), TIME_RANGE_MS[1] + 1) * 1000
 
 
 def _inflated(body: bytes) -> bytes:
@@ -87,8 +99,8 @@ class RowBuilder:
             self.skipped += 1
             return False
         stored = record.store_timestamp
-        if (self.since is not None and stored < self.since) or (
-                self.until is not None and stored >= self.until):
+        if (self.since is not None and _clipped(stored) < self.since) or (
+                self.until is not None and _clipped(stored) >= self.until):
             self.skipped += 1
             return False
         body = record.body
@@ -149,8 +161,8 @@ class RowBuilder:
         if self.filtering and ((self.tags is not None and tags not in self.tags) or (
                 self.keys is not None and not (self.keys & set((keys or "").split(" "))
                                                or props.get("UNIQ_KEY") in self.keys)) or (
-                self.since is not None and store_ts < self.since) or (
-                self.until is not None and store_ts >= self.until)):
+                self.since is not None and _clipped(store_ts) < self.since) or (
+                self.until is not None and _clipped(store_ts) >= self.until)):
             self.skipped += 1
             return total
         if sys_flag & COMPRESSED_FLAG:
@@ -312,9 +324,9 @@ class BatchBuilder:
                 sorted(options.tags), pa.string())), False))
         stored = pc.cast(batch["storeTimestamp"], pa.int64())
         if options.starting_timestamp is not None:
-            keep = pc.and_(keep, pc.greater_equal(stored, options.starting_timestamp * 1000))
+            keep = pc.and_(keep, pc.greater_equal(stored, _bound_micros(options.starting_timestamp)))
         if options.ending_timestamp is not None:
-            keep = pc.and_(keep, pc.less(stored, options.ending_timestamp * 1000))
+            keep = pc.and_(keep, pc.less(stored, _bound_micros(options.ending_timestamp)))
         if options.keys is not None:
             wanted = options.keys
             keys_match = [bool(wanted & set((k or "").split(" "))) or u in wanted

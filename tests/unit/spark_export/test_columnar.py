@@ -16,8 +16,8 @@ from export import columnar
 from export.columnar import ColumnarDecoder, _invalid_start, _properties, _properties_pure
 from export.decode import BatchBuilder, RowBuilder
 from export.options import SourceOptions
-from storage.message import COMPRESSED_FLAG, properties_to_string
-from storage.record import encode_record
+from storage.message import COMPRESSED_FLAG, TIME_RANGE_MS, properties_to_string
+from storage.record import decode_record, encode_record
 
 HOST = socket.inet_aton("127.0.0.1") + (10911).to_bytes(4, "big")
 BORN = socket.inet_aton("10.1.2.3") + (50123).to_bytes(4, "big")
@@ -280,3 +280,45 @@ def test_born_times_past_what_readers_hold_are_exported_at_the_nearest_end(compr
     [batch] = builder.take_batches()
     born = batch.column("bornTimestamp").cast(pa.int64()).to_pylist()
     assert born == [253_402_300_799_999_000, -62_135_596_800_000_000, 1_700_000_000_000_000]
+
+
+@pytest.mark.parametrize(("since", "until"), [
+    (None, TIME_RANGE_MS[1] + 10),          # past the end: a far-future store time is kept
+    (TIME_RANGE_MS[0] - 10, None),          # before the start: a far-past one is kept
+    (TIME_RANGE_MS[1], None),               # at the end: only what shows at the end
+    (None, TIME_RANGE_MS[0] + 1),           # just after the start: only what shows there
+    (1_700_000_000_000, 2**62),
+])
+def test_every_decoder_filters_store_times_past_what_readers_hold_as_it_shows_them(since, until):
+    """A store time outside years 1-9999 is shown at the nearest end; the time filters compare
+    that shown time in every decoder (the record decoders once compared the raw one)."""
+    items = [(b"body", {}, None, f"k{i}", "T") for i in range(3)]
+    options = {"nameServer": "h:1", "topic": "T"}
+    if since is not None:
+        options["startingTimestamp"] = str(since)
+    if until is not None:
+        options["endingTimestamp"] = str(until)
+    kept = {}
+    for compressed in (False, True):  # the columnar cut; the record decoder's raw path
+        data, starts = _buffer(items, compressed=compressed)
+        data = bytearray(data)
+        for start, stored in zip(starts, (2**63 - 1, -2**63, 1_700_000_000_500), strict=True):
+            data[start + 56:start + 64] = stored.to_bytes(8, "big", signed=True)
+        builder = BatchBuilder("broker-a", SourceOptions.parse(options), "T")
+        builder.add(bytes(data), starts, len(data))
+        kept[compressed] = [r["keys"] for b in builder.take_batches() for r in b.to_pylist()]
+        # The full decoder (what neither fast path takes: IPv6 hosts, v2 records) filters alike.
+        rows = RowBuilder("broker-a", SourceOptions.parse(options))
+        for start in starts:
+            rows.add(decode_record(bytes(data), start))
+        kept[compressed, "full"] = rows.take_batch().column("keys").to_pylist()
+        raw = RowBuilder("broker-a", SourceOptions.parse(options))  # (its filtering read)
+        for start in starts:
+            raw.add_raw(bytes(data), start)
+        kept[compressed, "raw"] = raw.take_batch().column("keys").to_pylist()
+    shown = dict(zip(("k0", "k1", "k2"), (TIME_RANGE_MS[1], TIME_RANGE_MS[0], 1_700_000_000_500),
+                     strict=True))
+    want = [k for k, t in shown.items()
+            if (since is None or t >= since) and (until is None or t < until)]
+    assert kept == {False: want, True: want, (False, "full"): want, (True, "full"): want,
+                    (False, "raw"): want, (True, "raw"): want}
