@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 
 import pytest
@@ -11,7 +12,7 @@ from cluster.client.pull import pull_request
 from cluster.remoting.blocking import BlockingRemotingClient
 from cluster.remoting.codec import request
 from cluster.remoting.codes import PullSysFlag, RequestCode, ResponseCode
-from cluster.remoting.errors import RemotingConnectError
+from cluster.remoting.errors import RemoteProtocolError, RemotingConnectError
 from cluster.remoting.server import RemotingServer
 
 
@@ -74,3 +75,50 @@ def test_a_big_body_arrives_whole_and_the_next_answer_after_it(server):
         assert answer.body == body[::-1]
         assert client.invoke(request(1000, {"x": 2}, b"next")).body == b"txen"
 
+
+
+
+def test_bodies_are_read_where_the_caller_says_and_the_servers_own_requests_are_not(server):
+    """The echo server sends a request of its own before each answer: only the answers'
+    bodies go where the caller says, and each answer's body is exactly the buffer given."""
+    buffer = bytearray(64)
+    used: list[int] = []
+
+    def body_into(length: int) -> memoryview:
+        start = sum(used)
+        used.append(length)
+        return memoryview(buffer)[start:start + length]
+
+    with BlockingRemotingClient(server.address, timeout=5) as client:
+        first = client.invoke(request(1000, {"x": 1}, b"abc"), body_into=body_into)
+        second = client.invoke(request(1000, {"x": 2}, b"defg"), body_into=body_into)
+        third = client.invoke(request(1000, {"x": 3}, b"hi"))  # (bytes, as before)
+    assert (bytes(first.body), bytes(second.body), third.body) == (b"cba", b"gfed", b"ih")
+    assert used == [3, 4]
+    assert bytes(buffer[:7]) == b"cbagfed"  # side by side, as a batch's pulls lie
+
+
+@pytest.mark.parametrize("frame", [
+    (2).to_bytes(4, "big") + b"\0\0\0\0",                 # shorter than its header mark
+    (1 << 30).to_bytes(4, "big") + b"\0\0\0\0",           # over the frame limit
+    (8).to_bytes(4, "big") + (200).to_bytes(4, "big"),      # a header longer than its frame
+    (6).to_bytes(4, "big") + (2).to_bytes(4, "big") + b"{]",  # a header that does not parse
+])
+def test_a_malformed_answer_is_a_protocol_error_and_closes_the_connection(frame):
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+
+        def answer_garbage():
+            peer, _ = listener.accept()
+            with peer:
+                peer.recv(1 << 16)
+                peer.sendall(frame)
+                peer.recv(1)  # until the client closes
+
+        thread = threading.Thread(target=answer_garbage, daemon=True)
+        thread.start()
+        client = BlockingRemotingClient(address, timeout=5)
+        with pytest.raises(RemoteProtocolError):
+            client.invoke(request(1000, {"x": 1}))
+        assert client.sock.fileno() == -1  # closed: nothing after it could be told apart
+        thread.join(5)

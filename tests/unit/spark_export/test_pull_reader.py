@@ -1,0 +1,89 @@
+"""The export's pull reader against a real broker on loopback (its event loop in a thread):
+pull responses read straight into a batch's buffer (export.pull_reader.PullBodies)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from cluster.broker.config import load_broker_config
+from cluster.broker.controller import BrokerController
+from export import pull_reader
+from export.options import SourceOptions
+from export.planner import QueueRange
+from tests.unit.broker.test_pull_answers import _connection, _send
+
+COUNT = 300
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    """A started broker holding COUNT messages of News queue 0, bodies of varied sizes."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    async def start():
+        config, store_config, _ = load_broker_config({
+            "brokerName": "reads", "listenPort": "0",
+            "storePathRootDir": str(tmp_path_factory.mktemp("store")),
+            "autoCreateTopicEnable": "true", "brokerIP1": "127.0.0.1",
+            "maxTransferCountOnMessageInMemory": "64",
+        })
+        started = BrokerController(config, store_config)
+        await started.start()
+        started.topics.create_in_send_message_method("News", "TBW102", 1, 0)
+        connection, _ = _connection(started)
+        for i in range(COUNT):
+            connection.data_received(_send("News", _body(i), i + 1))
+        started.store.wait_dispatched()
+        return started
+
+    started = asyncio.run_coroutine_threadsafe(start(), loop).result(30)
+    yield started
+    asyncio.run_coroutine_threadsafe(started.stop(), loop).result(30)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(10)
+    loop.close()
+
+
+def _body(i: int) -> bytes:
+    return bytes([i % 251]) * (1 + (i * 37) % 900)
+
+
+def _read(broker, start: int, end: int, **options) -> list:
+    rng = QueueRange("News", "reads", 0, start, end, broker.server.address)
+    parsed = SourceOptions.parse({"nameServer": "h:1", "topic": "News", **options})
+    return list(pull_reader.read_ranges([rng], parsed))
+
+
+@pytest.mark.parametrize("room", [None, 4096, 1])  # one buffer; a new one every few pulls; each
+def test_a_range_reads_whole_and_in_order_whatever_buffers_its_pulls_land_in(broker, monkeypatch,
+                                                                             room):
+    if room is not None:
+        monkeypatch.setattr(pull_reader.PullBodies, "SIZE", room)
+    batches = _read(broker, 5, 290, pullBatchSize="16")
+    rows = [row for batch in batches for row in batch.to_pylist()]
+    assert [row["queueOffset"] for row in rows] == list(range(5, 290))
+    assert [row["body"] for row in rows] == [_body(i) for i in range(5, 290)]
+    if room is None:
+        assert len(batches) == 1  # every pull's body side by side: cut in one go
+
+
+def test_pull_bodies_lie_side_by_side_until_one_does_not_fit_and_start_afresh_once_released(
+        monkeypatch):
+    monkeypatch.setattr(pull_reader.PullBodies, "SIZE", 10)
+    bodies = pull_reader.PullBodies()
+    first = bodies(4)
+    buffer = bodies.buffer
+    second = bodies(6)
+    assert (bodies.buffer is buffer, bodies.last, bodies.room()) == (True, 4, 0)
+    first[:] = b"abcd"
+    second[:] = b"efghij"
+    assert bytes(buffer) == b"abcdefghij"
+    third = bodies(25)  # bigger than what is left, and than the size: a buffer of its own
+    assert bodies.buffer is not buffer and len(bodies.buffer) == 25 and len(third) == 25
+    bodies.release()
+    assert bodies.buffer is None and bodies.room() == 0
