@@ -55,6 +55,10 @@ class CountingTransport:
         self.written += len(data)
         self.writes += 1
 
+    def writelines(self, frames) -> None:
+        self.written += sum(map(len, frames))
+        self.writes += 1
+
     def get_write_buffer_size(self) -> int:
         return 0
 
@@ -175,7 +179,7 @@ async def measure(args: argparse.Namespace, folder: str) -> None:
         if args.pull:
             shape = f"pulled {args.pull} a request"
         print(f"{args.messages} messages {shape}, {args.size}-byte bodies, "
-              f"loop {loop}, {core}: {cpu / args.messages * 1e6:.1f} µs CPU a message "
+              f"loop {loop}, {core}: {cpu / args.messages * 1e6:.2f} µs CPU a message "
               f"({args.messages / cpu:,.0f} messages/s of one core); {transport.written - before:,} "
               f"answer bytes in {transport.writes} writes; {loop_cpu / args.messages * 1e6:.1f} µs "
               f"of it on the event loop's thread")

@@ -26,7 +26,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
 
-from cluster.remoting.codec import RESPONSE_FLAG, FrameDecoder, RemotingCommand, command_of, encode
+from cluster.remoting.codec import (
+    RESPONSE_FLAG,
+    FrameDecoder,
+    RemotingCommand,
+    command_of,
+    encode,
+    encode_parts,
+)
 from cluster.remoting.deferred_answer import DeferredAnswer
 from cluster.remoting.errors import (
     LocalProtocolError,
@@ -52,6 +59,11 @@ RequestHandler = Callable[["RemotingConnection", RemotingCommand], HandlerResult
 # (RemotingConnection.send_frame); a run's answers join them together, so one write may carry
 # up to CORK_FRAMES - 1 + RUN_FRAMES.
 CORK_FRAMES = int(os.environ.get("ROCKETDESK_CORK_FRAMES", "4"))
+# A body this big (a pull's records) is written as it is, beside its frame's header, and
+# corked frames adding up to this much leave as they are (``writelines``: one writev), not
+# copied into one buffer first: joining a 1 MiB pull answer cost the broker a copy of every
+# record it served (docs/benchmarks.md, session 28).
+WRITE_AS_THEY_ARE = 64 << 10
 
 
 class CloseReason(Enum):
@@ -378,7 +390,11 @@ class RemotingConnection(LaneRequests, asyncio.Protocol):
 
     def send(self, command: RemotingCommand) -> None:
         """Write a command (a response, or a oneway request) without waiting."""
-        self.send_frame(encode(command))
+        head, body = encode_parts(command)
+        if len(body) < WRITE_AS_THEY_ARE:
+            self.send_frame(head + body if body else head)
+        else:
+            self._send_frames([head, body])
 
     def send_frame(self, frame: bytes) -> None:
         """Write an encoded frame (see frame_template.py) without waiting.
@@ -390,6 +406,7 @@ class RemotingConnection(LaneRequests, asyncio.Protocol):
         if transport is None or transport.is_closing():
             raise RemotingConnectError(f"connection to {self.remote_address} is closed")
         corked = self._corked
+        self._corked_bytes += len(frame)
         if corked is None:
             self._corked = [frame]
             if not self._draining:  # else the read's handling ends with the write
@@ -401,7 +418,6 @@ class RemotingConnection(LaneRequests, asyncio.Protocol):
                 # (on another core) starts on them instead of waiting for the whole burst.
                 self._uncork()
                 return
-        self._corked_bytes += len(frame)
         flow = self._flow
         if flow is not None and self._corked_bytes > flow.max_write_buffer:
             self._uncork()
@@ -434,11 +450,16 @@ class RemotingConnection(LaneRequests, asyncio.Protocol):
     def _uncork(self) -> None:
         """Hand the frames written since the last call to the transport, in one write."""
         frames, self._corked = self._corked, None
-        self._corked_bytes = 0
+        corked_bytes, self._corked_bytes = self._corked_bytes, 0
         transport = self._transport
         if not frames or transport is None or transport.is_closing():
             return
-        transport.write(frames[0] if len(frames) == 1 else b"".join(frames))
+        if len(frames) == 1:
+            transport.write(frames[0])
+        elif corked_bytes < WRITE_AS_THEY_ARE:
+            transport.write(b"".join(frames))
+        else:
+            transport.writelines(frames)
         self._check_write_buffer(transport)
 
     def _check_write_buffer(self, transport: asyncio.Transport) -> None:

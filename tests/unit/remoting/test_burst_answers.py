@@ -203,3 +203,34 @@ def test_a_lone_request_leaves_at_once_and_concurrent_ones_share_a_write():
     assert written_in_call == 1
     assert len(writes) == 2  # the lone one, then the others in one write
     assert len(_decoded(writes[1:])) == CORK_FRAMES - 1
+
+
+def test_a_big_body_leaves_as_it_is_beside_its_header_and_small_answers_still_join():
+    """A pull's ~1 MiB answer is not copied to join its header, nor to join the answers corked
+    with it: the transport gets the body object itself (one writev)."""
+    big = bytes(range(256)) * 1024  # 256 KiB
+
+    async def scenario():
+        def handler(connection, command):
+            body = big if command.code == 1001 else b"small"
+            return command.make_response(0, body=body)
+
+        connection = RemotingConnection(handler)
+        transport = RecordingTransport()
+        connection.connection_made(transport)
+        connection.data_received(encode(request(1000, opaque=1)) + encode(request(1001, opaque=2))
+                                 + encode(request(1000, opaque=3)))
+        await asyncio.sleep(0)
+        connection.data_received(encode(request(1000, opaque=4)) + encode(request(1000, opaque=5)))
+        await asyncio.sleep(0)
+        return transport
+
+    transport = asyncio.run(scenario())
+    assert _answers(transport.writes) == [1, 2, 3, 4, 5]
+    [gathered] = transport.gathered  # the first read's answers: big, so as they are
+    assert any(part is big for part in gathered)
+    decoder = FrameDecoder()
+    decoder.feed(b"".join(transport.writes))
+    assert [decoder.next_command().body for _ in range(5)] == [b"small", big, b"small",
+                                                             b"small", b"small"]
+    assert len(transport.writes) == 2  # the second read's small answers: joined, one write

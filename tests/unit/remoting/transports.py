@@ -6,9 +6,14 @@ from __future__ import annotations
 class RecordingTransport:
     def __init__(self) -> None:
         self.writes: list[bytes] = []
+        self.gathered: list[list] = []  # what each writelines (a writev) was given
 
     def write(self, data: bytes) -> None:
         self.writes.append(data)
+
+    def writelines(self, frames) -> None:
+        self.gathered.append(list(frames))
+        self.writes.append(b"".join(frames))
 
     def get_write_buffer_size(self) -> int:
         return 0
