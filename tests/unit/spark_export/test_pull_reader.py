@@ -84,6 +84,7 @@ def test_pull_bodies_lie_side_by_side_until_one_does_not_fit_and_start_afresh_on
     second[:] = b"efghij"
     assert bytes(buffer) == b"abcdefghij"
     third = bodies(25)  # bigger than what is left, and than the size: a buffer of its own
-    assert bodies.buffer is not buffer and len(bodies.buffer) == 25 and len(third) == 25
+    assert bodies.buffer is not buffer
+    assert (len(bodies.buffer), len(third)) == (25, 25)
     bodies.release()
-    assert bodies.buffer is None and bodies.room() == 0
+    assert (bodies.buffer, bodies.room()) == (None, 0)
