@@ -18,7 +18,7 @@
 #define UNIT_SIZE 20
 #define FILLER_SIZE 0x7FFFFFFF
 
-#define GATHER_ARGS 14
+#define GATHER_ARGS 14 /* gather_records's; gather_joined takes the first 12 */
 
 PyDoc_STRVAR(gather_doc,
 "gather_records(units, start, base_offset, mm, file_from, readable, max_phy, memory_limit,\n"
@@ -32,6 +32,117 @@ PyDoc_STRVAR(gather_doc,
 "CommitLog offset of the last unit looked at (-1 for none), and whether the pull is full\n"
 "(storage.get_message.gather_records_pure).");
 
+PyDoc_STRVAR(joined_doc,
+"gather_joined(units, start, base_offset, mm, file_from, readable, max_phy, memory_limit,\n"
+"              max_nums, count, total, limits)\n"
+"    -> (next, max_pulling, full, taken, records)\n\n"
+"gather_records's records as one bytes, the records one after another, and how many it took:\n"
+"a pull's body made in one copy, with no object a record (its queue offsets are not listed).\n"
+"(storage.get_message.gather_joined_pure)");
+
+/* A gather's arguments, read once (both gathers take the same first 12). */
+typedef struct {
+    Py_buffer units, file;
+    long long start, base_offset, file_from, readable, max_phy, memory_limit, max_nums;
+    long long count, total, limits[4];
+} Gather;
+
+/* 0 with both buffers held (release_gather), or -1 with an exception set. */
+static int
+read_gather(PyObject *const *args, Gather *g)
+{
+    if (!PyTuple_Check(args[11]) || PyTuple_GET_SIZE(args[11]) != 4) {
+        PyErr_SetString(PyExc_TypeError, "a gather takes 4 limits");
+        return -1;
+    }
+    long long *fields[9] = {&g->start, &g->base_offset, &g->file_from, &g->readable, &g->max_phy,
+                            &g->memory_limit, &g->max_nums, &g->count, &g->total};
+    const int at[9] = {1, 2, 4, 5, 6, 7, 8, 9, 10};
+    for (int i = 0; i < 9; i++) {
+        *fields[i] = PyLong_AsLongLong(args[at[i]]);
+        if (*fields[i] == -1 && PyErr_Occurred())
+            return -1;
+    }
+    for (int i = 0; i < 4; i++) {
+        g->limits[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(args[11], i));
+        if (g->limits[i] == -1 && PyErr_Occurred())
+            return -1;
+    }
+    if (PyObject_GetBuffer(args[0], &g->units, PyBUF_SIMPLE) < 0)
+        return -1;
+    if (PyObject_GetBuffer(args[3], &g->file, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&g->units);
+        return -1;
+    }
+    if (g->readable > g->file.len)
+        g->readable = g->file.len; /* (never past the mapping, whatever the caller said) */
+    if (g->readable < 0)
+        g->readable = 0;
+    if (g->start < 0)
+        g->start = 0;
+    return 0;
+}
+
+static void
+release_gather(Gather *g)
+{
+    PyBuffer_Release(&g->file);
+    PyBuffer_Release(&g->units);
+}
+
+/* What read_queue's loop decides from unit g->start on, taking nothing yet: the index of the
+ * first unit not taken (every unit before it from g->start is taken or a filler), with
+ * g->count and g->total moved past the taken ones, *max_pulling the CommitLog offset of the
+ * last unit looked at (-1 for none) and *full whether the pull is full. */
+static Py_ssize_t
+walk(Gather *g, long long *max_pulling, int *full)
+{
+    Py_ssize_t n_units = g->units.len / UNIT_SIZE;
+    const unsigned char *u = (const unsigned char *)g->units.buf;
+    *max_pulling = -1;
+    *full = 0;
+    if (g->start >= n_units)
+        return (Py_ssize_t)g->start; /* nothing from there: the first unit not taken is that one */
+    Py_ssize_t i = (Py_ssize_t)g->start;
+    for (; i < n_units; i++) {
+        const unsigned char *unit = u + i * UNIT_SIZE;
+        long long phy = (long long)get_u64(unit);
+        long long size = (int32_t)get_u32(unit + 8);
+        if (size == FILLER_SIZE)
+            continue;
+        if (size <= 0 || phy < g->file_from || phy - g->file_from > g->readable - size)
+            break; /* elsewhere, or damaged: the caller looks at it */
+        *max_pulling = phy;
+        if (g->count > 0) {
+            int in_disk = g->max_phy - phy > g->memory_limit;
+            const long long *limits = g->limits;
+            if (g->count >= g->max_nums
+                || (in_disk ? (g->total + size > limits[2] || g->count >= limits[3])
+                            : (g->total + size > limits[0] || g->count >= limits[1]))) {
+                *full = 1;
+                break;
+            }
+        }
+        g->count++;
+        g->total += size;
+    }
+    return i;
+}
+
+/* The taken unit at index i (walk passed it: inside the file), as (offset in the file, size);
+ * 0 for a filler. */
+static long long
+taken_at(const Gather *g, Py_ssize_t i, long long *size)
+{
+    const unsigned char *unit = (const unsigned char *)g->units.buf + i * UNIT_SIZE;
+    *size = (int32_t)get_u32(unit + 8);
+    if (*size == FILLER_SIZE) {
+        *size = 0;
+        return 0;
+    }
+    return (long long)get_u64(unit) - g->file_from;
+}
+
 static PyObject *
 gather_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -41,86 +152,69 @@ gather_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *records = args[12], *queue_offsets = args[13];
-    if (!PyList_Check(records) || !PyList_Check(queue_offsets) || !PyTuple_Check(args[11])
-        || PyTuple_GET_SIZE(args[11]) != 4) {
-        PyErr_SetString(PyExc_TypeError, "gather_records(): records and offsets lists, 4 limits");
+    if (!PyList_Check(records) || !PyList_Check(queue_offsets)) {
+        PyErr_SetString(PyExc_TypeError, "gather_records(): records and offsets lists");
         return NULL;
     }
-    long long v[9], limits[4];
-    const int at[9] = {1, 2, 4, 5, 6, 7, 8, 9, 10};
-    for (int i = 0; i < 9; i++) {
-        v[i] = PyLong_AsLongLong(args[at[i]]);
-        if (v[i] == -1 && PyErr_Occurred())
-            return NULL;
-    }
-    for (int i = 0; i < 4; i++) {
-        limits[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(args[11], i));
-        if (limits[i] == -1 && PyErr_Occurred())
-            return NULL;
-    }
-    long long start = v[0], base_offset = v[1], file_from = v[2], readable = v[3];
-    long long max_phy = v[4], memory_limit = v[5], max_nums = v[6], count = v[7], total = v[8];
-    Py_buffer units, file;
-    if (PyObject_GetBuffer(args[0], &units, PyBUF_SIMPLE) < 0)
+    Gather g;
+    if (read_gather(args, &g) < 0)
         return NULL;
-    if (PyObject_GetBuffer(args[3], &file, PyBUF_SIMPLE) < 0) {
-        PyBuffer_Release(&units);
-        return NULL;
-    }
-    if (readable > file.len)
-        readable = file.len; /* (never past the mapping, whatever the caller said) */
-    if (readable < 0)
-        readable = 0;
-    Py_ssize_t n_units = units.len / UNIT_SIZE;
-    if (start < 0)
-        start = 0;
-    if (start >= n_units) { /* nothing from there: the first unit not taken is that one */
-        PyBuffer_Release(&file);
-        PyBuffer_Release(&units);
-        return Py_BuildValue("(LLO)", start, -1LL, Py_False);
-    }
-    Py_ssize_t i = (Py_ssize_t)start;
-    const unsigned char *u = (const unsigned char *)units.buf;
-    const char *data = (const char *)file.buf;
-    long long max_pulling = -1;
-    int full = 0, failed = 0;
-    for (; i < n_units; i++) {
-        const unsigned char *unit = u + i * UNIT_SIZE;
-        long long phy = (long long)get_u64(unit);
-        long long size = (int32_t)get_u32(unit + 8);
-        if (size == FILLER_SIZE)
+    long long max_pulling;
+    int full;
+    Py_ssize_t stop = walk(&g, &max_pulling, &full);
+    const char *data = (const char *)g.file.buf;
+    for (Py_ssize_t i = (Py_ssize_t)g.start; i < stop; i++) {
+        long long size;
+        long long at = taken_at(&g, i, &size);
+        if (!size)
             continue;
-        if (size <= 0 || phy < file_from || phy - file_from > readable - size)
-            break; /* elsewhere, or damaged: the caller looks at it */
-        max_pulling = phy;
-        if (count > 0) {
-            int in_disk = max_phy - phy > memory_limit;
-            if (count >= max_nums
-                || (in_disk ? (total + size > limits[2] || count >= limits[3])
-                            : (total + size > limits[0] || count >= limits[1]))) {
-                full = 1;
-                break;
-            }
-        }
-        PyObject *record = PyBytes_FromStringAndSize(data + (phy - file_from), (Py_ssize_t)size);
-        PyObject *queue_offset = record == NULL ? NULL : PyLong_FromLongLong(base_offset + i);
+        PyObject *record = PyBytes_FromStringAndSize(data + at, (Py_ssize_t)size);
+        PyObject *queue_offset = record == NULL ? NULL : PyLong_FromLongLong(g.base_offset + i);
         if (queue_offset == NULL || PyList_Append(records, record) < 0
             || PyList_Append(queue_offsets, queue_offset) < 0) {
             Py_XDECREF(record);
             Py_XDECREF(queue_offset);
-            failed = 1;
-            break;
+            release_gather(&g);
+            return NULL;
         }
         Py_DECREF(record);
         Py_DECREF(queue_offset);
-        count++;
-        total += size;
     }
-    PyBuffer_Release(&file);
-    PyBuffer_Release(&units);
-    if (failed)
+    release_gather(&g);
+    return Py_BuildValue("(nLO)", stop, max_pulling, full ? Py_True : Py_False);
+}
+
+static PyObject *
+gather_joined(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != GATHER_ARGS - 2) {
+        PyErr_Format(PyExc_TypeError, "gather_joined() takes %d arguments", GATHER_ARGS - 2);
         return NULL;
-    return Py_BuildValue("(nLO)", i, max_pulling, full ? Py_True : Py_False);
+    }
+    Gather g;
+    if (read_gather(args, &g) < 0)
+        return NULL;
+    long long count_before = g.count, total_before = g.total, max_pulling;
+    int full;
+    Py_ssize_t stop = walk(&g, &max_pulling, &full);
+    PyObject *joined = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(g.total - total_before));
+    if (joined == NULL) {
+        release_gather(&g);
+        return NULL;
+    }
+    char *out = PyBytes_AS_STRING(joined);
+    const char *data = (const char *)g.file.buf;
+    for (Py_ssize_t i = (Py_ssize_t)g.start; i < stop; i++) {
+        long long size;
+        long long at = taken_at(&g, i, &size);
+        memcpy(out, data + at, (size_t)size);
+        out += size;
+    }
+    release_gather(&g);
+    PyObject *answer = Py_BuildValue("(nLOLN)", stop, max_pulling, full ? Py_True : Py_False,
+                                     g.count - count_before, joined);
+    return answer;
 }
 
 /* An int64 vector argument (a numpy array, an array('q')): 0, or -1 with an exception set. */
@@ -268,6 +362,7 @@ record_starts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
 static PyMethodDef pull_gather_methods[] = {
     {"gather_records", (PyCFunction)(void (*)(void))gather_records, METH_FASTCALL, gather_doc},
+    {"gather_joined", (PyCFunction)(void (*)(void))gather_joined, METH_FASTCALL, joined_doc},
     {"join_ranges", (PyCFunction)(void (*)(void))join_ranges, METH_FASTCALL, join_doc},
     {"record_starts", (PyCFunction)(void (*)(void))record_starts, METH_FASTCALL, starts_doc},
     {NULL, NULL, 0, NULL},

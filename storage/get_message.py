@@ -27,8 +27,13 @@ def read_queue(
     offset: int,
     max_msg_nums: int,
     message_filter: MessageFilter | None = None,
+    joined: bool = False,
 ) -> GetMessageResult:
-    """Read up to ``max_msg_nums`` records of ``topic``/``queue_id`` from logical ``offset``."""
+    """Read up to ``max_msg_nums`` records of ``topic``/``queue_id`` from logical ``offset``.
+    ``joined``, for a pull's answer: ``messages`` holds the records as chunks of one or more
+    records one after another (the compiled gather copies a file's run of them into one
+    bytes), their count in ``joined_count``, and no queue offsets; the body is then the one
+    chunk, never joined again."""
     commit_log = store.commit_log
     max_phy = commit_log.get_max_offset()
     queue = store.find_consume_queue(topic, queue_id, create=False)
@@ -57,6 +62,7 @@ def read_queue(
         return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, next_file, min_offset, max_offset)
     result = GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset, min_offset, max_offset)
     status = GetMessageStatus.NO_MATCHED_MESSAGE
+    taken = 0  # records in result.messages (chunks when joined)
     limits = _TransferLimits(store.config)
     memory_limit = store.memory_limit
     total_bytes = 0
@@ -70,9 +76,10 @@ def read_queue(
         # Most pulls (no filter, or a subscription to "*"): the units point into one CommitLog
         # file; its records are copied out in one call, and the loop below takes over where
         # that stops (a unit elsewhere, the next chunk of units).
-        start, max_pulling, full = _gather_from_file(
-            commit_log, first, offset, max_phy, memory_limit, max_msg_nums, limits, result)
-        if result.messages:
+        start, max_pulling, full, taken = _gather_from_file(
+            commit_log, first, offset, max_phy, memory_limit, max_msg_nums, limits, result,
+            joined)
+        if taken:
             status = GetMessageStatus.FOUND
             total_bytes = sum(map(len, result.messages))
         if full:
@@ -89,8 +96,7 @@ def read_queue(
         if phy < skip_below:
             continue
         in_disk = max_phy - phy > memory_limit
-        if result.messages and limits.full(size, max_msg_nums, total_bytes, len(result.messages),
-                                           in_disk):
+        if taken and limits.full(size, max_msg_nums, total_bytes, taken, in_disk):
             consumed = index
             break
         if message_filter is not None and not message_filter.is_matched_by_consume_queue(tags_code):
@@ -105,35 +111,48 @@ def read_queue(
         if message_filter is not None and not message_filter.is_matched_by_commit_log(data):
             continue
         result.messages.append(data)
-        result.queue_offsets.append(offset + index)
+        if not joined:
+            result.queue_offsets.append(offset + index)
+        taken += 1
         total_bytes += size
         status = GetMessageStatus.FOUND
         skip_below = -1
     if consumed is None:
         consumed = index + 1  # every unit read was looked at
     result.status = status
+    if joined:
+        result.joined_count = taken
     result.next_begin_offset = offset + consumed
     result.suggest_pulling_from_slave = max_phy - max_pulling > memory_limit
     return result
 
 
 def _gather_from_file(commit_log, first: bytes, offset: int, max_phy: int, memory_limit: int,
-                      max_msg_nums: int, limits: _TransferLimits, result: GetMessageResult):
-    """The compiled gather over the CommitLog file the first unit points into:
-    (units taken, the last CommitLog offset looked at or -1, whether the pull is full)."""
-    gather = _gather_records
-    assert gather is not None  # (read_queue asks only when the core is built)
+                      max_msg_nums: int, limits: _TransferLimits, result: GetMessageResult,
+                      joined: bool):
+    """The compiled gather over the CommitLog file the first unit points into: (the index of
+    the first unit not taken, the last CommitLog offset looked at or -1, whether the pull is
+    full, how many records it took); joined, they go into ``result.messages`` as one chunk."""
+    assert _gather_records is not None  # (read_queue asks only when the core is built)
     if len(first) < CQ_UNIT.size:
-        return 0, -1, False
+        return 0, -1, False, 0
     mapped_file = commit_log.mapped_file_queue.find_mapped_file_by_offset(
         CQ_UNIT.unpack_from(first)[0])
     if mapped_file is None or not mapped_file.hold():
-        return 0, -1, False  # (the loop words what is wrong)
+        return 0, -1, False, 0  # (the loop words what is wrong)
     try:
-        return gather(
-            first, 0, offset, mapped_file.mm, mapped_file.file_from_offset,
-            mapped_file.read_position, max_phy, memory_limit, max_msg_nums, 0, 0,
-            limits.as_tuple(), result.messages, result.queue_offsets)
+        args = (first, 0, offset, mapped_file.mm, mapped_file.file_from_offset,
+                mapped_file.read_position, max_phy, memory_limit, max_msg_nums, 0, 0,
+                limits.as_tuple())
+        if joined:
+            assert _gather_joined is not None  # (built with _gather_records)
+            start, max_pulling, full, taken, records = _gather_joined(*args)
+            if taken:
+                result.messages.append(records)
+            return start, max_pulling, full, taken
+        before = len(result.messages)
+        start, max_pulling, full = _gather_records(*args, result.messages, result.queue_offsets)
+        return start, max_pulling, full, len(result.messages) - before
     finally:
         mapped_file.release()
 
@@ -173,6 +192,19 @@ def gather_records_pure(units: bytes, start: int, base_offset: int, mm, file_fro
         total += size
     index = max(start, len(units) // CQ_UNIT.size)
     return index, max_pulling, False
+
+
+def gather_joined_pure(units: bytes, start: int, base_offset: int, mm, file_from: int,
+                       readable: int, max_phy: int, memory_limit: int, max_nums: int,
+                       count: int, total: int,
+                       limits: tuple[int, int, int, int]) -> tuple[int, int, bool, int, bytes]:
+    """:func:`gather_records_pure`'s records one after another in one bytes, and how many:
+    (the index of the first unit not taken, the last CommitLog offset looked at or -1, whether
+    the pull is full, the records taken, those records). The compiled twin copies each once."""
+    records: list[bytes] = []
+    found = gather_records_pure(units, start, base_offset, mm, file_from, readable, max_phy,
+                                memory_limit, max_nums, count, total, limits, records, [])
+    return (*found, len(records), b"".join(records))
 
 
 def _units(queue, offset: int, first: bytes, requested: int, limit: int, skip: int = 0):
@@ -216,3 +248,5 @@ class _TransferLimits:
 # The compiled gather (common/_pull_gather.c) when the core is built; without it the loop of
 # read_queue takes every unit itself (gather_records_pure is its twin for the tests).
 _gather_records = None if speedups.store_core is None else speedups.store_core.gather_records
+_gather_joined = (None if speedups.store_core is None
+                  else getattr(speedups.store_core, "gather_joined", gather_joined_pure))

@@ -485,12 +485,15 @@ class DefaultMessageStore(MessageLookup):
         offset: int,
         max_msg_nums: int,
         message_filter: MessageFilter | None = None,
+        joined: bool = False,
     ) -> GetMessageResult:
-        """Read up to ``max_msg_nums`` records of one queue from logical ``offset`` (``getMessage``)."""
+        """Read up to ``max_msg_nums`` records of one queue from logical ``offset``
+        (``getMessage``); ``joined`` for a pull's answer, whose body is all it needs
+        (storage/get_message.py ``read_queue``)."""
         if self._shutdown:
             raise ServiceNotAvailableError("the message store has shut down")
-        result = read_queue(self, topic, queue_id, offset, max_msg_nums, message_filter)
-        self.stats.record_get(len(result.messages))
+        result = read_queue(self, topic, queue_id, offset, max_msg_nums, message_filter, joined)
+        self.stats.record_get(result.message_count)
         return result
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:

@@ -70,10 +70,13 @@ class GetMessageResult:
     messages: list[bytes] = field(default_factory=list)
     queue_offsets: list[int] = field(default_factory=list)
     suggest_pulling_from_slave: bool = False
+    # A pull's read (read_queue's ``joined``): ``messages`` are chunks of records one after
+    # another, this many records in all, and ``queue_offsets`` is left empty.
+    joined_count: int | None = None
 
     @property
     def message_count(self) -> int:
-        return len(self.messages)
+        return len(self.messages) if self.joined_count is None else self.joined_count
 
     @property
     def buffer_total_size(self) -> int:

@@ -101,7 +101,9 @@ class PullMessageProcessor:
         if sys_flag & PullSysFlag.COMMIT_OFFSET and commit_offset >= 0 and broker.is_master:
             broker.offsets.commit_offset(group, topic, queue_id, commit_offset)
 
-        result = broker.store.get_message(group, topic, queue_id, offset, max_nums, message_filter)
+        # (joined: the answer's body is the records as the store copied them, in one piece)
+        result = broker.store.get_message(group, topic, queue_id, offset, max_nums, message_filter,
+                                          joined=True)
         hold = sys_flag & PullSysFlag.SUSPEND and result.status in (
             GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.NO_MESSAGE_IN_QUEUE,
             GetMessageStatus.NO_MATCHED_LOGIC_QUEUE) and offset == result.max_offset
@@ -124,7 +126,8 @@ class PullMessageProcessor:
         if await broker.pull_hold.wait_for_arrival(
                 topic, queue_id, offset, seconds,
                 functools.partial(store.get_max_offset_in_queue, topic, queue_id)):
-            result = store.get_message(group, topic, queue_id, offset, max_nums, message_filter)
+            result = store.get_message(group, topic, queue_id, offset, max_nums, message_filter,
+                                       joined=True)
         return self._answer(command, group, topic, offset, group_config, result)
 
     def _answer(self, command: RemotingCommand, group: str, topic: str, offset: int,

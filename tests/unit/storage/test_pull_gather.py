@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from export.columnar import _join_pure
 from export.pull_reader import _record_starts_pure
 from storage import get_message as get_message_module
-from storage.get_message import FILLER_SIZE, gather_records_pure
+from storage.get_message import FILLER_SIZE, gather_joined_pure, gather_records_pure
 from storage.message import MessageExtBrokerInner
 from storage.results import TagsFilter
 
@@ -69,6 +69,24 @@ def test_the_gathers_take_the_same_records(pull):
     assert outcomes[0] == outcomes[1]
 
 
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pulls())
+def test_the_joined_gathers_take_the_same_records_in_one_piece(pull):
+    """A pull's body gathered in one piece: the same units taken and the same decisions as the
+    record-by-record gather, the records one after another (compiled and pure)."""
+    units, start, readable, max_phy, memory_limit, max_nums, count, limits = pull
+    mm = bytes(range(256)) * 16
+    total = 100 * count
+    records: list[bytes] = []
+    answer = gather_records_pure(units, start, 1000, mm, 8192, readable, max_phy, memory_limit,
+                                 max_nums, count, total, limits, records, [])
+    want = (*answer, len(records), b"".join(records))
+    gathers = [gather_joined_pure] + ([core.gather_joined] if core is not None else [])
+    for gather in gathers:
+        assert gather(units, start, 1000, mm, 8192, readable, max_phy, memory_limit, max_nums,
+                      count, total, limits) == want
+
+
 # --- the read path with and without it ------------------------------------------------------
 def _filled_store(store_factory, **config):
     store = store_factory(**config)
@@ -112,6 +130,45 @@ def test_the_read_path_answers_alike_with_and_without_the_gather(store_factory, 
     assert _all_pulls(store, max_nums) == with_gather
     if real is not None:
         assert len(gathered) > len(with_gather) // 2  # unfiltered and "*" pulls alike
+
+
+def _answers(store, max_nums: int, joined: bool) -> list[tuple]:
+    """What a pull's answer is made of, for every pull of :func:`_all_pulls`."""
+    answers = []
+    for queue_id in (0, 1, 2):
+        for offset in range(-1, store.get_max_offset_in_queue("Pulls", queue_id) + 2, 7):
+            for message_filter in (None, TagsFilter("*"), TagsFilter("t1")):
+                r = store.get_message("g", "Pulls", queue_id, offset, max_nums, message_filter,
+                                      joined=joined)
+                if joined:
+                    assert r.queue_offsets == []
+                answers.append((queue_id, offset, r.status, r.next_begin_offset, r.min_offset,
+                                r.max_offset, r.suggest_pulling_from_slave, r.body,
+                                r.message_count, r.buffer_total_size))
+    return answers
+
+
+@pytest.mark.parametrize("max_nums", [1, 5, 32, 1000])
+@pytest.mark.parametrize("on_disk", [False, True])
+@pytest.mark.parametrize("gather", ["compiled", "pure", "none"])
+def test_a_pull_read_joined_answers_as_record_by_record(store_factory, monkeypatch, max_nums,
+                                                         on_disk, gather):
+    store = _filled_store(store_factory, max_transfer_count_on_message_in_memory=24,
+                          max_transfer_bytes_on_message_in_memory=3000,
+                          max_transfer_count_on_message_in_disk=6,
+                          max_transfer_bytes_on_message_in_disk=900)
+    if on_disk:
+        store.memory_limit = 5000
+    if gather == "compiled" and core is None:
+        pytest.skip("the compiled core is not built")
+    if gather == "pure":
+        monkeypatch.setattr(get_message_module, "_gather_records", gather_records_pure)
+        monkeypatch.setattr(get_message_module, "_gather_joined", gather_joined_pure)
+    elif gather == "none":
+        monkeypatch.setattr(get_message_module, "_gather_records", None)
+    record_by_record = _answers(store, max_nums, joined=False)
+    assert _answers(store, max_nums, joined=True) == record_by_record
+    assert sum(answer[-2] for answer in record_by_record) > 100  # (records were found)
 
 
 def test_a_pull_into_deleted_files_answers_alike(store_factory, monkeypatch):
