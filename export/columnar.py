@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from common import speedups
+from export.errors import damaged_record
 from export.schema import arrow_schema
 from storage.message import (
     BORNHOST_V6_FLAG,
@@ -83,14 +84,20 @@ class ColumnarDecoder:
             field = np.ascontiguousarray(head[:, offset:offset + width])
             return field.view(dtype).ravel().astype("=" + dtype[1:])
 
+        # Each part must lie within its record's TOTALSIZE (and the record within the data):
+        # a damaged or hostile record must not hand on the bytes after it as its own.
+        record_end = starts + fixed(0, 4, ">i4").astype(np.int64)
         body_len = fixed(84, 4, ">i4").astype(np.int64)
         body_start = starts + _BODY
         topic_at = body_start + body_len
+        _within(head, (body_len < 0) | (topic_at + 1 > record_end) | (record_end > len(buf)))
         topic_len = buf[topic_at].astype(np.int64)
         topic_start = topic_at + 1
         props_at = topic_start + topic_len
+        _within(head, props_at + 2 > record_end)
         props_len = (buf[props_at].astype(np.int64) << 8) | buf[props_at + 1]
         props_start = props_at + 2
+        _within(head, props_start + props_len > record_end)
 
         body_offsets, body_data = _join(view, body_start, body_len)
         body = pa.Array.from_buffers(pa.binary(), n, [None, body_offsets, body_data])
@@ -164,6 +171,13 @@ def gather(buf: np.ndarray, starts: np.ndarray, offset: int, width: int) -> np.n
                            np.full(n, width, np.int64))
     return np.frombuffer(data, np.uint8).reshape(n, width)
 
+
+
+def _within(head: np.ndarray, bad: np.ndarray) -> None:
+    """The first record ``bad`` marks is damaged: its parts run past its size."""
+    if bad.any():
+        first = int(np.argmax(bad))
+        raise damaged_record(int(head[first, 28:36].view(">i8")[0]))
 
 
 def _join(view, starts: np.ndarray, lengths: np.ndarray) -> tuple[pa.Buffer, pa.Buffer]:

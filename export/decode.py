@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 
+from export.errors import damaged_record
 from export.options import SourceOptions
 from export.schema import COLUMNS, arrow_schema
 from storage.message import (
@@ -147,12 +148,19 @@ class RowBuilder:
             self.add(record)
             return record.total_size
         p = pos + _PREFIX
+        end = pos + total  # (each part within it, as the columnar cut checks)
+        if body_len < 0 or p + body_len + 1 > end or end > len(buf):
+            raise damaged_record(phy)
         body = bytes(buf[p : p + body_len])
         p += body_len
         topic_len = buf[p]
         topic = bytes(buf[p + 1 : p + 1 + topic_len]).decode()
         p += 1 + topic_len
+        if p + 2 > end:
+            raise damaged_record(phy)
         props_len = (buf[p] << 8) | buf[p + 1]
+        if p + 2 + props_len > end:
+            raise damaged_record(phy)
         props_text = bytes(buf[p + 2 : p + 2 + props_len]).decode()
         pairs = [item.split("\x01", 1) for item in props_text.split("\x02") if "\x01" in item]
         props = dict(pairs)
@@ -239,9 +247,10 @@ class BatchBuilder:
     """Records collected by location and cut into Arrow batches many at a time.
 
     Readers add runs of records as (buffer, start positions); a batch is decoded when ~10,000
-    records or 64 MiB are waiting. Runs in one buffer (a mapped CommitLog file) are cut
-    together; separate buffers (pull responses) are joined first. The filters the options ask
-    for are applied to the decoded batch as a whole.
+    records or 64 MiB are waiting. Runs in one buffer (a mapped CommitLog file, or the bodies
+    of a batch's pull responses read side by side: export.pull_reader.PullBodies) are cut
+    together, each buffer apart, nothing joined. The filters the options ask for are applied
+    to each decoded batch as a whole.
     """
 
     def __init__(self, broker_name: str, options: SourceOptions, topic: str | None = None) -> None:
@@ -284,13 +293,6 @@ class BatchBuilder:
         self._pending_rows = self._pending_bytes = 0
         groups = [(data, np.concatenate([np.asarray(p, dtype=np.int64) for p in parts]))
                   for data, parts in runs]
-        if len(groups) > 1 and all(isinstance(data, bytes) for data, _ in groups):
-            # Pull responses: one buffer for all, so the batch is cut in one go.
-            shifted, base = [], 0
-            for data, positions in groups:
-                shifted.append(positions + base)
-                base += len(data)
-            groups = [(b"".join(data for data, _ in groups), np.concatenate(shifted))]
         batches = []
         for data, positions in groups:
             buf = np.frombuffer(data, np.uint8)

@@ -15,3 +15,10 @@ class OptionError(ExportError):
 
 class DataLossError(ExportError):
     """Messages the plan counted on are gone (expired files, a queue that vanished)."""
+
+
+def damaged_record(offset: int) -> DataLossError:
+    """A record whose body, topic and properties do not fit the size it gives: the export
+    stops rather than hand on the bytes after it as its own."""
+    return DataLossError(f"the record at CommitLog offset {offset} is damaged: its body, topic "
+                         "and properties run past the size it gives")

@@ -108,10 +108,15 @@ def _pull_range(remoting, rng: QueueRange, options: SourceOptions, builder,
         if answer.code == ResponseCode.SUCCESS:
             body = answer.body
             starts, size = _record_starts(body, rng.end)
+            if size > len(body):  # the last record runs past the answer: never cut past it
+                raise DataLossError(f"{rng.broker_name} answered a pull of {rng.topic} queue "
+                                    f"{rng.queue_id} at offset {offset} with a record cut short")
             if len(starts):
                 # (where the records lie in the buffer the body was read into)
                 builder.add(bodies.buffer, _shifted(starts, bodies.last), size)
-            if builder.full() or bodies.room() < len(body):
+            room = bodies.room() < len(body)
+            del answer, body  # (not kept across the yield: the buffer goes with its batch)
+            if builder.full() or room:
                 yield from builder.take_batches()
                 bodies.release()
         elif answer.code == ResponseCode.PULL_OFFSET_MOVED:

@@ -22,11 +22,11 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from cluster.remoting.codec import (
-    FRAME_MAX,
     HEADER_MARK,
     HEADER_MAX,
     LENGTH,
     RemotingCommand,
+    check_frame_length,
     decode_frame,
     encode,
 )
@@ -64,8 +64,9 @@ class BlockingRemotingClient:
 
     def invoke(self, command: RemotingCommand,
                body_into: BodyInto | None = None) -> RemotingCommand:
-        """Send a request and return its response. With ``body_into``, the response's body is
-        read into ``body_into(length)`` and is that buffer; otherwise it is bytes. A malformed
+        """Send a request and return its response. With ``body_into``, a response's body of
+        any bytes is read into ``body_into(length)`` and is that buffer (a memoryview, not
+        bytes); otherwise, and when empty, it is bytes. A malformed
         frame closes the connection (RemoteProtocolError), as the server side does; so does any
         other failure, which may leave a frame half read."""
         opaque = next(self._opaques) & 0x7FFFFFFF
@@ -74,7 +75,7 @@ class BlockingRemotingClient:
             while True:
                 answer, body_length = self._read_header()
                 ours = answer.is_response and answer.opaque == opaque
-                if ours and body_into is not None:
+                if ours and body_into is not None and body_length:
                     body = body_into(body_length)
                     if len(body) != body_length:
                         raise ValueError(f"body_into({body_length}) gave {len(body)} bytes")
@@ -106,8 +107,7 @@ class BlockingRemotingClient:
         self._read_into(memoryview(prefix))
         (total,) = LENGTH.unpack_from(prefix, 0)
         (mark,) = HEADER_MARK.unpack_from(prefix, LENGTH.size)
-        if total < HEADER_MARK.size or total > FRAME_MAX:
-            raise RemoteProtocolError(f"frame length {total} is outside 4..{FRAME_MAX}")
+        check_frame_length(total)
         header_length = mark & HEADER_MAX
         if header_length > total - HEADER_MARK.size:
             raise RemoteProtocolError(f"header length {header_length} exceeds the frame's "

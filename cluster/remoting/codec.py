@@ -178,6 +178,13 @@ def _encode_binary_header(command: RemotingCommand) -> bytes:
 
 
 # --- decoding ----------------------------------------------------------------------------
+def check_frame_length(total: int, max_frame: int = FRAME_MAX) -> None:
+    """A frame's length (after its 4-byte prefix) must hold its header mark and stay within
+    the limit: RemoteProtocolError otherwise."""
+    if total < 4 or total > max_frame:
+        raise RemoteProtocolError(f"frame length {total} is outside 4..{max_frame}")
+
+
 def decode_frame(frame: bytes | bytearray | memoryview) -> RemotingCommand:
     """Decode one frame without its 4-byte length prefix."""
     if len(frame) < 4:
@@ -531,8 +538,7 @@ class FrameDecoder:
         if len(buffer) - start < 4:
             return None
         (total,) = LENGTH.unpack_from(buffer, start)
-        if total < 4 or total > self.max_frame:
-            raise RemoteProtocolError(f"frame length {total} is outside 4..{self.max_frame}")
+        check_frame_length(total, self.max_frame)
         end = start + 4 + total
         if len(buffer) < end:
             return None
@@ -543,7 +549,8 @@ class FrameDecoder:
 
 __all__ = [
     "COMPILED", "FRAME_MAX", "ONEWAY_FLAG", "PURE", "RESPONSE_FLAG", "FrameDecoder", "HeaderCodec",
-    "RemotingCommand", "SerializeType", "command_of", "decode_frame", "encode", "encode_parts",
+    "RemotingCommand", "SerializeType", "check_frame_length", "command_of", "decode_frame",
+    "encode", "encode_parts",
     "replace",
     "request", "stringify",
 ]

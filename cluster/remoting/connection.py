@@ -59,10 +59,11 @@ RequestHandler = Callable[["RemotingConnection", RemotingCommand], HandlerResult
 # (RemotingConnection.send_frame); a run's answers join them together, so one write may carry
 # up to CORK_FRAMES - 1 + RUN_FRAMES.
 CORK_FRAMES = int(os.environ.get("ROCKETDESK_CORK_FRAMES", "4"))
-# A body this big (a pull's records) is written as it is, beside its frame's header, and
-# corked frames adding up to this much leave as they are (``writelines``: one writev), not
-# copied into one buffer first: joining a 1 MiB pull answer cost the broker a copy of every
-# record it served (docs/benchmarks.md, session 28).
+# A body this big (a pull's records) is corked as it is, beside its frame's header (the two
+# count as two of CORK_FRAMES), and corked frames adding up to this much leave as they are
+# (uvloop's ``writelines``: one writev), not copied into one buffer first: joining a 1 MiB
+# pull answer cost the broker a copy of every record it served (docs/benchmarks.md,
+# session 28).
 WRITE_AS_THEY_ARE = 64 << 10
 
 
@@ -125,6 +126,7 @@ class RemotingConnection(LaneRequests, asyncio.Protocol):
         self._expiry_at = math.inf
         self._opaques = itertools.count(1)
         self._transport: asyncio.Transport | None = None
+        self._gathers = False  # whether its writelines is a writev that keeps flow control
         self._corked: list[bytes] | None = None  # frames waiting for this iteration's write
         self._corked_bytes = 0
         self._draining = False  # handling the frames of one read: their answers leave at its end
@@ -144,6 +146,10 @@ class RemotingConnection(LaneRequests, asyncio.Protocol):
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
+        # uvloop's writelines is one writev of the buffers as they are, with the write buffer's
+        # limits kept. asyncio's own joins them (3.11), or on some 3.12/3.13 releases sends
+        # them without ever pausing the protocol: there, what is corked is joined here.
+        self._gathers = type(transport).__module__.startswith("uvloop")
         peer = transport.get_extra_info("peername")
         if peer:
             self.remote_address = f"{peer[0]}:{peer[1]}"
@@ -456,7 +462,7 @@ class RemotingConnection(LaneRequests, asyncio.Protocol):
             return
         if len(frames) == 1:
             transport.write(frames[0])
-        elif corked_bytes < WRITE_AS_THEY_ARE:
+        elif corked_bytes < WRITE_AS_THEY_ARE or not self._gathers:
             transport.write(b"".join(frames))
         else:
             transport.writelines(frames)

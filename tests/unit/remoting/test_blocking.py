@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from cluster.client.pull import pull_request
+from cluster.remoting import codec
 from cluster.remoting.blocking import BlockingRemotingClient
 from cluster.remoting.codec import request
 from cluster.remoting.codes import PullSysFlag, RequestCode, ResponseCode
@@ -16,15 +17,21 @@ from cluster.remoting.errors import RemoteProtocolError, RemotingConnectError
 from cluster.remoting.server import RemotingServer
 
 
-@pytest.fixture
-def server():
-    loop = asyncio.new_event_loop()
+@pytest.fixture(params=["asyncio", "uvloop"])
+def server(request):
+    # (both loops: a big answer leaves through uvloop's writelines, asyncio's joined)
+    if request.param == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        loop = uvloop.new_event_loop()
+    else:
+        loop = asyncio.new_event_loop()
     ready = threading.Event()
     holder = {}
 
     async def echo(connection, command):
         # A request of the server's own first, which the blocking client must skip.
-        connection.invoke_oneway(request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"g": "x"}))
+        connection.invoke_oneway(codec.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+                                               {"g": "x"}))
         return command.make_response(ResponseCode.SUCCESS, ext_fields={"x": command.field("x")},
                                      body=command.body[::-1])
 

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from export import columnar
 from export.columnar import ColumnarDecoder, _invalid_start, _properties, _properties_pure
 from export.decode import BatchBuilder, RowBuilder
+from export.errors import DataLossError
 from export.options import SourceOptions
 from storage.message import COMPRESSED_FLAG, TIME_RANGE_MS, properties_to_string
 from storage.record import decode_record, encode_record
@@ -172,16 +173,17 @@ def test_records_it_does_not_cut_go_through_the_record_decoder_and_filters_apply
     assert builder.rows == 10
 
 
-def test_pull_responses_are_joined_into_one_batch_with_their_filters():
+def test_runs_in_one_buffer_make_one_batch_each_buffer_its_own_with_their_filters():
     first, first_starts = _buffer([(b"a", {}, None, "k1", "T"), (b"b", {}, None, "k2", "T")])
     second, second_starts = _buffer([(b"c", {}, None, "k3 k1", "T")])
     options = SourceOptions.parse({"nameServer": "h:1", "topic": "T", "keys": "k1"})
     builder = BatchBuilder("broker-a", options, "T")
-    builder.add(first, first_starts, len(first))
+    builder.add(first, first_starts[:1], len(first))
+    builder.add(first, first_starts[1:], len(first))  # (the same buffer: one run, one batch)
     builder.add(second, second_starts, len(second))
     batches = builder.take_batches()
-    assert len(batches) == 1
-    assert [r["body"] for r in batches[0].to_pylist()] == [b"a", b"c"]
+    assert [[r["body"] for r in b.to_pylist()] for b in batches] == [[b"a"], [b"c"]]
+    assert (builder.rows, builder.skipped) == (2, 1)
 
 
 def test_runs_of_mapped_files_are_cut_where_they_are_never_joined():
@@ -322,3 +324,23 @@ def test_every_decoder_filters_store_times_past_what_readers_hold_as_it_shows_th
             if (since is None or t >= since) and (until is None or t < until)]
     assert kept == {False: want, True: want, (False, "full"): want, (True, "full"): want,
                     (False, "raw"): want, (True, "raw"): want}
+
+
+@pytest.mark.parametrize("compressed", [False, True])  # (the columnar cut, the record decoder)
+@pytest.mark.parametrize(("field", "value"), [
+    (84, 10_000),   # a body longer than the record
+    (84, -5),       # a body of negative length
+    (0, 100),       # a TOTALSIZE too small for what the record holds
+])
+def test_a_record_whose_parts_run_past_its_size_stops_the_export(compressed, field, value):
+    """Nothing after a damaged record (the next one, or bytes never received) is handed on
+    as its body, topic or properties."""
+    items = [(b"body", {}, None, "k1", "T"), (b"next", {}, None, "k2", "T")]
+    data, starts = _buffer(items, compressed=compressed)
+    data = bytearray(data)
+    data[starts[0] + field:starts[0] + field + 4] = value.to_bytes(4, "big", signed=True)
+    builder = BatchBuilder("broker-a", SourceOptions.parse({"nameServer": "h:1", "topic": "T"}),
+                           "T")
+    builder.add(bytes(data), starts, len(data))
+    with pytest.raises(DataLossError, match="at CommitLog offset 4096 is damaged"):
+        builder.take_batches()

@@ -4,15 +4,20 @@ pull responses read straight into a batch's buffer (export.pull_reader.PullBodie
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 
 import pytest
 
 from cluster.broker.config import load_broker_config
 from cluster.broker.controller import BrokerController
+from cluster.remoting.codec import FrameDecoder, encode
+from cluster.remoting.codes import ResponseCode
 from export import pull_reader
+from export.errors import DataLossError
 from export.options import SourceOptions
 from export.planner import QueueRange
+from storage.record import encode_record
 from tests.unit.broker.test_pull_answers import _connection, _send
 
 COUNT = 300
@@ -88,3 +93,35 @@ def test_pull_bodies_lie_side_by_side_until_one_does_not_fit_and_start_afresh_on
     assert (len(bodies.buffer), len(third)) == (25, 25)
     bodies.release()
     assert (bodies.buffer, bodies.room()) == (None, 0)
+
+
+def test_a_pull_answer_whose_last_record_is_cut_short_stops_the_export():
+    """A broker (or anything listening there) answering with a record longer than the answer:
+    the reader stops with a sentence, never cutting the bytes after it (the next pull's, or
+    never received) as the record's."""
+    record = encode_record(topic=b"News", body=b"x" * 100, queue_id=0, flag=0, queue_offset=0,
+                           physical_offset=0, sys_flag=0, born_timestamp=1,
+                           born_host=bytes(8), store_timestamp=1, store_host=bytes(8),
+                           properties=b"", reconsume_times=0)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+
+        def answer_short():
+            peer, _ = listener.accept()
+            with peer:
+                decoder = FrameDecoder()
+                while (pull := decoder.next_command()) is None:
+                    decoder.feed(peer.recv(1 << 16))
+                answer = pull.make_response(ResponseCode.SUCCESS,
+                                            ext_fields={"nextBeginOffset": "1"},
+                                            body=record[:-30])
+                peer.sendall(encode(answer))
+                peer.recv(1)  # until the reader closes
+
+        thread = threading.Thread(target=answer_short, daemon=True)
+        thread.start()
+        rng = QueueRange("News", "reads", 0, 0, 1, address)
+        options = SourceOptions.parse({"nameServer": "h:1", "topic": "News"})
+        with pytest.raises(DataLossError, match="with a record cut short"):
+            list(pull_reader.read_ranges([rng], options))
+        thread.join(5)
