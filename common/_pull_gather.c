@@ -203,11 +203,15 @@ gather_joined(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         release_gather(&g);
         return NULL;
     }
-    char *out = PyBytes_AS_STRING(joined);
+    char *out = PyBytes_AS_STRING(joined), *end = out + PyBytes_GET_SIZE(joined);
     const char *data = (const char *)g.file.buf;
     for (Py_ssize_t i = (Py_ssize_t)g.start; i < stop; i++) {
         long long size;
         long long at = taken_at(&g, i, &size);
+        if (!size)
+            continue; /* a filler */
+        if (size > end - out) /* (the units are bytes, unchanged since the walk: never) */
+            break;
         memcpy(out, data + at, (size_t)size);
         out += size;
     }

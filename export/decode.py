@@ -13,6 +13,7 @@ import socket
 from export.errors import damaged_record
 from export.options import SourceOptions
 from export.schema import COLUMNS, arrow_schema
+from storage.errors import RecordError
 from storage.message import (
     BORNHOST_V6_FLAG,
     COMPRESSED_FLAG,
@@ -144,7 +145,10 @@ class RowBuilder:
         if end_offset is not None and queue_offset >= end_offset:
             return 0
         if magic != MESSAGE_MAGIC_CODE or sys_flag & _V6:
-            record = decode_record(buf, pos, check_crc=False)
+            try:
+                record = decode_record(buf, pos, check_crc=False)
+            except RecordError as exc:
+                raise damaged_record(phy) from exc
             self.add(record)
             return record.total_size
         p = pos + _PREFIX
@@ -154,13 +158,14 @@ class RowBuilder:
         body = bytes(buf[p : p + body_len])
         p += body_len
         topic_len = buf[p]
-        topic = bytes(buf[p + 1 : p + 1 + topic_len]).decode()
+        topic_at = p + 1
         p += 1 + topic_len
         if p + 2 > end:
             raise damaged_record(phy)
         props_len = (buf[p] << 8) | buf[p + 1]
         if p + 2 + props_len > end:
             raise damaged_record(phy)
+        topic = bytes(buf[topic_at : topic_at + topic_len]).decode()
         props_text = bytes(buf[p + 2 : p + 2 + props_len]).decode()
         pairs = [item.split("\x01", 1) for item in props_text.split("\x02") if "\x01" in item]
         props = dict(pairs)

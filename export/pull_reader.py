@@ -108,7 +108,9 @@ def _pull_range(remoting, rng: QueueRange, options: SourceOptions, builder,
         if answer.code == ResponseCode.SUCCESS:
             body = answer.body
             starts, size = _record_starts(body, rng.end)
-            if size > len(body):  # the last record runs past the answer: never cut past it
+            if size != len(body) and not _past_the_end(body, size, rng.end):
+                # A record running past the answer (never cut past it), or one the walk could
+                # not read (cut short, no size) whose records would be skipped unseen.
                 raise DataLossError(f"{rng.broker_name} answered a pull of {rng.topic} queue "
                                     f"{rng.queue_id} at offset {offset} with a record cut short")
             if len(starts):
@@ -147,6 +149,15 @@ def _record_starts(body: bytes, end: int):
 
     starts, size = _compiled_starts(body, end)
     return np.frombuffer(starts, np.int64), size
+
+
+def _past_the_end(body, stop: int, end: int) -> bool:
+    """Whether the walk of a pull answer's records stopped at ``stop`` (short of its end) at a
+    whole record's head at or past queue offset ``end``: the range is read, the rest is not
+    wanted. Anything else there is damage."""
+    if stop > len(body) or len(body) - stop < _SIZE_AND_QUEUE_OFFSET.size:
+        return False
+    return _SIZE_AND_QUEUE_OFFSET.unpack_from(body, stop)[1] >= end
 
 
 def _shifted(starts, base: int):

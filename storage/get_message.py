@@ -32,8 +32,8 @@ def read_queue(
     """Read up to ``max_msg_nums`` records of ``topic``/``queue_id`` from logical ``offset``.
     ``joined``, for a pull's answer: ``messages`` holds the records as chunks of one or more
     records one after another (the compiled gather copies a file's run of them into one
-    bytes), their count in ``joined_count``, and no queue offsets; the body is then the one
-    chunk, never joined again."""
+    bytes), their count in ``joined_count``, and no queue offsets; a pull within one file
+    (nearly all) is then one chunk, its body never joined again."""
     commit_log = store.commit_log
     max_phy = commit_log.get_max_offset()
     queue = store.find_consume_queue(topic, queue_id, create=False)
@@ -248,5 +248,15 @@ class _TransferLimits:
 # The compiled gather (common/_pull_gather.c) when the core is built; without it the loop of
 # read_queue takes every unit itself (gather_records_pure is its twin for the tests).
 _gather_records = None if speedups.store_core is None else speedups.store_core.gather_records
+
+
+def _joined_by_records(*args):
+    """gather_joined of a compiled core built before it: its record-by-record gather, joined."""
+    records: list[bytes] = []
+    assert _gather_records is not None
+    found = _gather_records(*args, records, [])
+    return (*found, len(records), b"".join(records))
+
+
 _gather_joined = (None if speedups.store_core is None
-                  else getattr(speedups.store_core, "gather_joined", gather_joined_pure))
+                  else getattr(speedups.store_core, "gather_joined", _joined_by_records))

@@ -95,7 +95,8 @@ def test_pull_bodies_lie_side_by_side_until_one_does_not_fit_and_start_afresh_on
     assert (bodies.buffer, bodies.room()) == (None, 0)
 
 
-def test_a_pull_answer_whose_last_record_is_cut_short_stops_the_export():
+@pytest.mark.parametrize("kept", [20, 150])  # of the second record: under its head; most of it
+def test_a_pull_answer_whose_last_record_is_cut_short_stops_the_export(kept):
     """A broker (or anything listening there) answering with a record longer than the answer:
     the reader stops with a sentence, never cutting the bytes after it (the next pull's, or
     never received) as the record's."""
@@ -113,15 +114,30 @@ def test_a_pull_answer_whose_last_record_is_cut_short_stops_the_export():
                 while (pull := decoder.next_command()) is None:
                     decoder.feed(peer.recv(1 << 16))
                 answer = pull.make_response(ResponseCode.SUCCESS,
-                                            ext_fields={"nextBeginOffset": "1"},
-                                            body=record[:-30])
+                                            ext_fields={"nextBeginOffset": "2"},
+                                            body=record + record[:kept])
                 peer.sendall(encode(answer))
                 peer.recv(1)  # until the reader closes
 
         thread = threading.Thread(target=answer_short, daemon=True)
         thread.start()
-        rng = QueueRange("News", "reads", 0, 0, 1, address)
+        rng = QueueRange("News", "reads", 0, 0, 2, address)
         options = SourceOptions.parse({"nameServer": "h:1", "topic": "News"})
         with pytest.raises(DataLossError, match="with a record cut short"):
             list(pull_reader.read_ranges([rng], options))
         thread.join(5)
+
+
+def test_a_walk_that_stops_at_a_record_past_the_range_is_no_damage():
+    """Records of a pull answer at or past the range's end are not read, and not damage."""
+    def record(queue_offset: int) -> bytes:
+        return encode_record(topic=b"News", body=b"y" * 40, queue_id=0, flag=0,
+                             queue_offset=queue_offset, physical_offset=0, sys_flag=0,
+                             born_timestamp=1, born_host=bytes(8), store_timestamp=1,
+                             store_host=bytes(8), properties=b"", reconsume_times=0)
+    body = record(7) + record(8) + record(9)
+    starts, stop = pull_reader._record_starts(body, 9)
+    assert (len(starts), stop) == (2, 2 * len(record(7)))
+    assert pull_reader._past_the_end(body, stop, 9)
+    assert not pull_reader._past_the_end(body[:stop + 20], stop, 9)  # (a head cut short)
+    assert not pull_reader._past_the_end(body, stop, 10)  # (in the range: not read, damage)
