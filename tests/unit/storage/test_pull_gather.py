@@ -98,6 +98,18 @@ def _filled_store(store_factory, **config):
     return store
 
 
+def _limited_store(store_factory, on_disk: bool):
+    """A filled store with small transfer limits; ``on_disk``: all but its newest records count
+    as on disk (the disk limits apply)."""
+    store = _filled_store(store_factory, max_transfer_count_on_message_in_memory=24,
+                          max_transfer_bytes_on_message_in_memory=3000,
+                          max_transfer_count_on_message_in_disk=6,
+                          max_transfer_bytes_on_message_in_disk=900)
+    if on_disk:
+        store.memory_limit = 5000
+    return store
+
+
 def _all_pulls(store, max_nums: int):
     """Every pull's answer: unfiltered, subscribed to "*" (a consumer's usual), to one tag."""
     outcomes = []
@@ -114,12 +126,7 @@ def _all_pulls(store, max_nums: int):
 @pytest.mark.parametrize("on_disk", [False, True])
 def test_the_read_path_answers_alike_with_and_without_the_gather(store_factory, monkeypatch,
                                                                  max_nums, on_disk):
-    store = _filled_store(store_factory, max_transfer_count_on_message_in_memory=24,
-                          max_transfer_bytes_on_message_in_memory=3000,
-                          max_transfer_count_on_message_in_disk=6,
-                          max_transfer_bytes_on_message_in_disk=900)
-    if on_disk:
-        store.memory_limit = 5000  # all but the newest records count as on disk
+    store = _limited_store(store_factory, on_disk)
     gathered = []
     real = get_message_module._gather_records
     if real is not None:  # (counted: the gather must be what answered most of these)
@@ -153,12 +160,7 @@ def _answers(store, max_nums: int, joined: bool) -> list[tuple]:
 @pytest.mark.parametrize("gather", ["compiled", "pure", "none"])
 def test_a_pull_read_joined_answers_as_record_by_record(store_factory, monkeypatch, max_nums,
                                                          on_disk, gather):
-    store = _filled_store(store_factory, max_transfer_count_on_message_in_memory=24,
-                          max_transfer_bytes_on_message_in_memory=3000,
-                          max_transfer_count_on_message_in_disk=6,
-                          max_transfer_bytes_on_message_in_disk=900)
-    if on_disk:
-        store.memory_limit = 5000
+    store = _limited_store(store_factory, on_disk)
     if gather == "compiled" and core is None:
         pytest.skip("the compiled core is not built")
     if gather == "pure":
