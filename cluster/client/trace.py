@@ -95,6 +95,10 @@ def inner_producer_group(owner_group: str) -> str:
     return f"_INNER_TRACE_PRODUCER-{owner_group}"
 
 
+_STOP = object()  # (TraceDispatcher's queue: send what came before, then end)
+STOP_WAIT_SECONDS = 5.0  # how long a stop waits for the batches before it to be sent
+
+
 class TraceDispatcher:
     """Collects trace records and sends them in batches with its own producer.
 
@@ -117,9 +121,16 @@ class TraceDispatcher:
 
     async def _run(self) -> None:
         while True:
-            batch = [await self.queue.get()]
+            first = await self.queue.get()
+            if first is _STOP:
+                return
+            batch = [first]
             while not self.queue.empty() and len(batch) < 100:
-                batch.append(self.queue.get_nowait())
+                item = self.queue.get_nowait()
+                if item is _STOP:
+                    await self._send(batch)
+                    return
+                batch.append(item)
             await self._send(batch)
 
     async def _send(self, batch) -> None:
@@ -131,12 +142,20 @@ class TraceDispatcher:
             log.debug("trace batch lost: %s", exc)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        """Send what was submitted, then stop. The batch being sent is waited for, not
+        cancelled: a consumer's SubBefore/SubAfter records, taken off the queue a moment
+        before its shutdown, were lost that way under load."""
+        task = self._task
+        if task is not None:
+            with contextlib.suppress(asyncio.QueueFull):  # (full: the wait below times out)
+                self.queue.put_nowait(_STOP)
+            with contextlib.suppress(Exception):  # (wait_for cancels it past the limit)
+                await asyncio.wait_for(task, STOP_WAIT_SECONDS)
         rest = []
         while not self.queue.empty():
-            rest.append(self.queue.get_nowait())
+            item = self.queue.get_nowait()
+            if item is not _STOP:
+                rest.append(item)
         if rest:
             await self._send(rest)
         await self.producer.shutdown()
