@@ -210,15 +210,18 @@ gather_joined(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         long long at = taken_at(&g, i, &size);
         if (!size)
             continue; /* a filler */
-        if (size > end - out) /* (the units are bytes, unchanged since the walk: never) */
-            break;
+        if (size > end - out) { /* (units changed since the walk: never hand out the rest) */
+            release_gather(&g);
+            Py_DECREF(joined);
+            PyErr_SetString(PyExc_RuntimeError, "gather_joined(): the units changed");
+            return NULL;
+        }
         memcpy(out, data + at, (size_t)size);
         out += size;
     }
     release_gather(&g);
-    PyObject *answer = Py_BuildValue("(nLOLN)", stop, max_pulling, full ? Py_True : Py_False,
-                                     g.count - count_before, joined);
-    return answer;
+    return Py_BuildValue("(nLOLN)", stop, max_pulling, full ? Py_True : Py_False,
+                        g.count - count_before, joined);
 }
 
 /* An int64 vector argument (a numpy array, an array('q')): 0, or -1 with an exception set. */

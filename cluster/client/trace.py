@@ -96,7 +96,7 @@ def inner_producer_group(owner_group: str) -> str:
 
 
 _STOP = object()  # (TraceDispatcher's queue: send what came before, then end)
-STOP_WAIT_SECONDS = 5.0  # how long a stop waits for the batches before it to be sent
+STOP_WAIT_SECONDS = 5.0  # how long a stop waits for what was submitted before it to be sent
 
 
 class TraceDispatcher:

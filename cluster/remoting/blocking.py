@@ -66,9 +66,9 @@ class BlockingRemotingClient:
                body_into: BodyInto | None = None) -> RemotingCommand:
         """Send a request and return its response. With ``body_into``, a response's body of
         any bytes is read into ``body_into(length)`` and is that buffer (a memoryview, not
-        bytes); otherwise, and when empty, it is bytes. A malformed
-        frame closes the connection (RemoteProtocolError), as the server side does; so does any
-        other failure, which may leave a frame half read."""
+        bytes); otherwise, and when empty, it is bytes. A malformed frame closes the
+        connection (RemoteProtocolError), as the server side does; so does any other failure,
+        which may leave a frame half read."""
         opaque = next(self._opaques) & 0x7FFFFFFF
         try:
             self.sock.sendall(encode(replace(command, opaque=opaque)))
@@ -87,9 +87,6 @@ class BlockingRemotingClient:
                 if ours:
                     return replace(answer, body=bytes(data))
                 # (a request of the server's own: skipped, as tools skip them)
-        except RemoteProtocolError:
-            self.close()
-            raise
         except TimeoutError as exc:
             self.close()  # (a frame may be half read: nothing after it could be told apart)
             raise RemotingTimeoutError(f"no response from {self.address} to request "
@@ -97,7 +94,7 @@ class BlockingRemotingClient:
         except OSError as exc:
             self.close()
             raise RemotingConnectError(f"connection to {self.address} failed: {exc}") from exc
-        except BaseException:
+        except BaseException:  # (RemoteProtocolError among them)
             self.close()
             raise
 

@@ -550,7 +550,5 @@ class FrameDecoder:
 __all__ = [
     "COMPILED", "FRAME_MAX", "ONEWAY_FLAG", "PURE", "RESPONSE_FLAG", "FrameDecoder", "HeaderCodec",
     "RemotingCommand", "SerializeType", "check_frame_length", "command_of", "decode_frame",
-    "encode", "encode_parts",
-    "replace",
-    "request", "stringify",
+    "encode", "encode_parts", "replace", "request", "stringify",
 ]
