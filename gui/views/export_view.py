@@ -9,6 +9,7 @@ starts when it is first shown, so that a click exports at once rather than after
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -243,6 +244,7 @@ class ExportView(QWidget):
         if not topic or not self.model.namesrv_addr:
             self.model.message.emit("open a cluster and give a topic to export")
             return
+        self._drop_events()
         fd, self.events_path = tempfile.mkstemp(prefix="rocketdesk-export-", suffix=".jsonl")
         os.close(fd)
         self._read = 0
@@ -351,9 +353,18 @@ class ExportView(QWidget):
         elif kind in ("failed", "cancelled"):
             self.status.setText(kind if kind == "cancelled" else f"failed: {event.get('error')}")
 
+    def _drop_events(self) -> None:
+        # The events file is this view's channel from one export's process, read to its end
+        # when that process ends: nothing reads it afterwards, so it must not pile up in /tmp.
+        if self.events_path:
+            with contextlib.suppress(OSError):
+                os.remove(self.events_path)
+            self.events_path = None
+
     def finished(self, code: int, _status) -> None:
         self.timer.stop()
         self.poll_events()
+        self._drop_events()
         self.start_button.setEnabled(True)
         self.cancel_button.setEnabled(False)
         if code == 0 and self.output is not None:

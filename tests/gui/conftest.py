@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import tempfile
 import time
 
 import pytest
@@ -84,3 +85,10 @@ def _no_warm_export_service(monkeypatch):
     """Console tests run each export in its own Spark: a warm export service (a JVM that
     outlives the test) only where a test asks for one and stops it."""
     monkeypatch.setenv("ROCKETDESK_EXPORT_WARM", "0")
+
+
+@pytest.fixture(autouse=True)
+def _temporary_files_in_the_test_folder(tmp_path, monkeypatch):
+    """What a view puts in the temporary folder (an export's events file, even one whose
+    process a test only pretends to start) goes with the test's own folder."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))

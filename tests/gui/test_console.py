@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
@@ -148,12 +149,15 @@ def test_console_runs_a_cluster_topics_messages_charts_and_an_export(qtbot, loop
         export.keys.setText("")
         export.out.setText(str(tmp_path / "console-export"))
         export.start()
+        events = export.events_path
         pump(lambda: export.state == "running", 10)
         loop.run_until_complete(asyncio.sleep(1.0))
         export.cancel()
         pump(lambda: export.state in ("cancelled", "finished", "failed"), 90, "the export to stop")
         assert export.state == "cancelled"
         assert export.start_button.isEnabled()
+        assert events
+        assert not Path(events).exists()  # read to its end, then removed
         assert not (tmp_path / "console-export").exists()
 
         # A consumer group with its lag per queue; the log of a node, searched; the store of the

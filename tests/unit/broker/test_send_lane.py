@@ -273,7 +273,7 @@ def test_a_run_ends_at_the_first_send_it_cannot_take_and_the_rest_go_one_by_one(
 
 
 def test_a_run_the_store_refuses_is_answered_with_the_refusal_and_the_rest_one_by_one(
-        monkeypatch):
+        monkeypatch, tmp_path):
     monkeypatch.setattr(send_lane, "RUN_FRAMES", 16)  # (the default, whatever the environment)
     monkeypatch.setattr(commitlog, "time", FIXED_NOW)
     from storage.errors import DiskNotWritableError
@@ -295,7 +295,7 @@ def test_a_run_the_store_refuses_is_answered_with_the_refusal_and_the_rest_one_b
 
     frames = _plain(9)
     answers, _log, (_queues, counts) = asyncio.run(_run(
-        Path(tempfile.mkdtemp()), frames, True, refuse_one_run, bursts=[1, 4, 4],
+        tmp_path, frames, True, refuse_one_run, bursts=[1, 4, 4],
         file_size=1 << 16))
     assert refused == [4]
     assert [opaque for _, opaque, *_ in answers] == list(range(1, 10))

@@ -314,13 +314,13 @@ def test_a_run_whose_clock_fails_writes_nothing_and_frees_the_lock(
 
 
 @_compiled
-def test_a_run_with_a_transient_store_pool_is_the_pure_ones(store_factory, monkeypatch):
+def test_a_run_with_a_transient_store_pool_is_the_pure_ones(store_factory, monkeypatch, tmp_path):
     # (the pool's write buffer is the pure method's to write: the compiled run hands it over)
     results = []
     for pure in (False, True):
         store = store_factory(mapped_file_size_commit_log=1 << 20,
                               transient_store_pool_enable=True, commit_interval_commit_log=10,
-                              store_path_root_dir=str(Path(tempfile.mkdtemp())))
+                              store_path_root_dir=str(tmp_path / f"pure-{pure}"))
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(commitlog, "time", FIXED_NOW)
             _twins(store, pure, patch)
