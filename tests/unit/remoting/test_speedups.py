@@ -43,6 +43,10 @@ def _load_extension() -> tuple[ModuleType | None, str]:
         return None, str(exc)
 
 
+# Every test here loads the extension itself or runs a fresh interpreter with the mode it
+# names: each does the same whatever this run's mode, so the pure pass leaves them out.
+pytestmark = pytest.mark.twins
+
 core, load_error = _load_extension()
 needs_core = pytest.mark.skipif(core is None, reason="the compiled core is not built")
 RAISES = "raises"  # what the reference did, where it raised

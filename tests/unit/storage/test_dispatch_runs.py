@@ -66,6 +66,7 @@ def runs(draw):
     return entries
 
 
+@pytest.mark.twins
 @compiled
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(runs(), st.integers(0, 1), st.integers(0, 4000))
@@ -75,6 +76,7 @@ def test_the_run_is_measured_alike(entries, shift, short):
     assert core.plain_run(entries, start, readable) == plain_run_pure(entries, start, readable)
 
 
+@pytest.mark.twins
 @compiled
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(runs(), st.integers(0, 3))
@@ -86,6 +88,7 @@ def test_the_units_are_written_alike(entries, position):
     assert fast == pure
 
 
+@pytest.mark.twins
 @compiled
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(runs(), st.sampled_from([1, 3, 17]), st.integers(1, 30), st.integers(1, 40),

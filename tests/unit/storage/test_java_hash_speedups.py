@@ -31,6 +31,7 @@ def _outcome(function, *args, **kwargs):
         return type(exc)
 
 
+@pytest.mark.twins
 @settings(max_examples=1000)
 @given(st.text(_chars, max_size=60), seeds)
 @example("", 0)

@@ -53,6 +53,7 @@ def pulls(draw):
             draw(st.integers(0, 3)), limits)
 
 
+@pytest.mark.twins
 @compiled
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pulls())
@@ -69,6 +70,7 @@ def test_the_gathers_take_the_same_records(pull):
     assert outcomes[0] == outcomes[1]
 
 
+@pytest.mark.twins
 @compiled
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pulls())
@@ -204,6 +206,7 @@ def test_a_pull_into_deleted_files_answers_alike(store_factory, monkeypatch):
 
 
 # --- the export's join of value ranges ------------------------------------------------------
+@pytest.mark.twins
 @compiled
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=200),
@@ -224,6 +227,7 @@ def test_the_joins_of_value_ranges_agree(data, ranges):
 
 
 # --- the export's walk of a pull response's records -----------------------------------------
+@pytest.mark.twins
 @compiled
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.integers(-40, 120), st.integers(-5, 60), st.integers(28, 90)),

@@ -84,6 +84,7 @@ def _encode_both(fields: dict, pos: int) -> tuple[bytearray, bytearray, int, int
     return pure, compiled, total_pure, total_compiled
 
 
+@pytest.mark.twins
 @settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
 @given(record_fields(), st.integers(0, 64))
 def test_the_encoders_write_the_same_record(fields, pos):
@@ -117,6 +118,7 @@ def _pure_outcome(buf, pos, check_crc, read_body):
         return type(exc)
 
 
+@pytest.mark.twins
 @settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
 @given(record_fields(), st.data())
 def test_the_decoders_agree_on_records_and_on_damage(fields, data):
@@ -171,6 +173,7 @@ _prop_chars = st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "DELAY", "\x01", "\x0
                                "é", "\U0001f600", "\ud800", "TAG", "XKEYS"])
 
 
+@pytest.mark.twins
 @settings(max_examples=1500)
 @given(st.lists(_prop_chars, max_size=30).map("".join))
 @example("TAGS\x01a\x02KEYS\x01k1 k2\x02UNIQ_KEY\x01u\x02DELAY\x013\x02")
@@ -184,6 +187,7 @@ def test_the_property_scans_agree(text):
         assert compiled == dispatch_properties_pure(text)
 
 
+@pytest.mark.twins
 @settings(max_examples=1500)
 @given(st.lists(_prop_chars, max_size=30).map("".join))
 @example("")
@@ -206,6 +210,7 @@ def test_normalized_properties_are_their_own_round_trip():
 _key_chars = st.sampled_from(["a", "B", " ", "é", "\u4e2d", "\U0001f600", "#", "0"])
 
 
+@pytest.mark.twins
 @settings(max_examples=200, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.one_of(st.none(), st.text(_key_chars, max_size=8)),
@@ -277,6 +282,7 @@ def _layout_outcome(function, body, cluster, overhead):
         return type(exc)
 
 
+@pytest.mark.twins
 @settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
 @given(_batch_entries, st.sampled_from([None, b"DefaultCluster", "é".encode()]), hosts, hosts,
        st.data())
@@ -305,6 +311,7 @@ def test_the_batch_encoders_write_the_same_records(entries, cluster, born, store
         at += record.total_size
 
 
+@pytest.mark.twins
 @settings(max_examples=600, suppress_health_check=[HealthCheck.too_slow])
 @given(_batch_entries, st.sampled_from([None, b"C"]), st.data())
 def test_the_batch_layouts_agree_on_damaged_bodies(entries, cluster, data):
