@@ -203,6 +203,15 @@ def source_options(args) -> dict[str, str]:
     return options
 
 
+def _jvm_temp_dir(spark) -> str | None:
+    """Where the driver's JVM puts its temporary files (the launcher chooses: rocketdesk/
+    cli_export.py), for the record."""
+    try:
+        return spark._jvm.java.lang.System.getProperty("java.io.tmpdir")
+    except Exception:  # (a session without a local JVM)
+        return None
+
+
 def session(args):
     from pyspark.sql import SparkSession
 
@@ -482,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     spark = None
     try:
         spark = control.spark = session(args)
-        events.emit("session", sparkVersion=spark.version)
+        events.emit("session", sparkVersion=spark.version, tempDir=_jvm_temp_dir(spark))
         return run_job(spark, args, events, control)
     except KeyboardInterrupt:
         events.emit("cancelled")

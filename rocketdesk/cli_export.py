@@ -34,6 +34,7 @@ from rocketdesk.export_service import (
     spark_environment,
     start_service,
     wait_gone,
+    with_temp_folder,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -263,7 +264,8 @@ def _run_warm(args, service: ServiceClient, job_id: str, job_args: list[str], ev
 def _run_cold(args, job_args: list[str], scratch: str, events_path: str) -> int:
     """In a process of its own (``python -m export.job``, or spark-submit for a cluster)."""
     log_path = args.log or os.path.join(scratch, "spark.log")
-    env = spark_environment(local=args.master.startswith("local"))
+    env = with_temp_folder(spark_environment(local=args.master.startswith("local")),
+                           os.path.join(scratch, "tmp"))
     job: subprocess.Popen | None = None
     follower: Follower | None = None
     cancelled = False

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -34,6 +35,20 @@ def spark_environment(local: bool) -> dict[str, str]:
                PYTHONPATH=pythonpath)
     if local:
         env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # nothing listens beyond loopback
+    return env
+
+
+def with_temp_folder(env: dict[str, str], folder: str) -> dict[str, str]:
+    """``env`` with a Spark process's temporary files in ``folder`` (made here), which its
+    caller removes: the driver JVM's (Spark's ``spark-*`` folders, the native libraries lz4 and
+    snappy unpack) and its Pythons'. A JVM that ends without its shutdown hooks (killed with its
+    job's group, or ended with its Python) leaves its own behind, and /tmp would keep them."""
+    os.makedirs(folder, exist_ok=True)
+    # (read by Spark's launcher for the driver's JVM; quoted for a path with spaces, and with
+    # forward slashes, which Java takes on Windows too, as the quotes make a backslash an escape)
+    option = '-Djava.io.tmpdir="' + folder.replace("\\", "/") + '"'
+    env = dict(env, TMPDIR=folder, TEMP=folder, TMP=folder)
+    env["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, [env.get("SPARK_SUBMIT_OPTS"), option]))
     return env
 
 
@@ -136,7 +151,10 @@ def _wait_for_other_starter(starter: int, wait: float) -> tuple[ServiceClient, f
 
 def _start(folder: Path, idle_minutes: float, wait: float) -> tuple[ServiceClient, float]:
     (folder / STATE_FILE).unlink(missing_ok=True)  # a dead service's
-    env = spark_environment(local=True)
+    # The service's temporary files: a dead service's are removed as the next one starts.
+    temp = folder / "service-tmp"
+    shutil.rmtree(temp, ignore_errors=True)
+    env = with_temp_folder(spark_environment(local=True), str(temp))
     command = [sys.executable, "-m", "export.service", "--dir", str(folder),
                "--idle-minutes", str(idle_minutes)]
     if os.environ.get(PARENT_ENV, "").isdigit():

@@ -38,6 +38,7 @@ from cluster.client.message import Message
 from cluster.client.producer import Producer
 from cluster.supervisor.spec import ClusterSpec, GroupSpec
 from cluster.supervisor.supervisor import Supervisor
+from rocketdesk.export_service import with_temp_folder
 
 BULK_READS = {"maxTransferCountOnMessageInMemory": "1024", "maxTransferBytesOnMessageInMemory": "4194304",
               "maxTransferCountOnMessageInDisk": "1024", "maxTransferBytesOnMessageInDisk": "4194304"}
@@ -217,6 +218,8 @@ def run_export_bench(args: argparse.Namespace) -> int:
         seconds = asyncio.run(_load(namesrv, args.messages, args.size))
         print(f"loaded {args.messages:,} x {args.size} B messages in {seconds:.1f} s")
         began = time.perf_counter()
+        # (this process's JVM keeps its temporary files in the scratch folder, removed below)
+        os.environ.update(with_temp_folder(dict(os.environ), str(scratch / "tmp")))
         from pyspark.sql import SparkSession
 
         spark = (SparkSession.builder.master(args.master).config("spark.ui.enabled", "false")
@@ -238,8 +241,9 @@ def run_export_bench(args: argparse.Namespace) -> int:
         for mode, options in modes.items():
             shares[mode] = _export_against_floor(spark, scratch, mode, options, brokers, args)
         for mode, (median, best) in shares.items():
+            rounds = f"{args.rounds} rounds" if args.rounds != 1 else "1 round"
             print(f"export over {mode}: {median:.0%} of Spark's floor on its rows (the median of "
-                  f"{args.rounds} rounds, each against the floor's round run right after it); "
+                  f"{rounds}, each against the floor's round run right after it); "
                   f"best round against best round {best:.0%}")
         spark.stop()
     finally:

@@ -244,11 +244,13 @@ def _cancel_and_check(cluster, folder: Path, when: str, delay: float | None,
         (site / "sitecustomize.py").write_text(
             "from common.platform import processes\nprocesses.STOP_BY_REQUEST = True\n")
         path = os.pathsep.join([str(site), str(ROOT)])
+    temp = folder / "tmp"  # the launcher's temporary folder, its JVM's and its Pythons' within
+    temp.mkdir()
     process = subprocess.Popen(
         [sys.executable, "-m", "rocketdesk.cli", "export", "-n", cluster.state.namesrv_addr, "-t", "Orders",
          "--out", str(out), "--events", str(events), "--partition-size", "2000", "--master", master],
-        cwd=ROOT, env=dict(os.environ, PYTHONPATH=path, SPARK_LOCAL_IP="127.0.0.1"), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+        cwd=ROOT, env=dict(os.environ, PYTHONPATH=path, SPARK_LOCAL_IP="127.0.0.1", TMPDIR=str(temp)),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if delay is not None:
         time.sleep(delay)
     else:
@@ -287,6 +289,12 @@ def _cancel_and_check(cluster, folder: Path, when: str, delay: float | None,
     left = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
             if str(out) in " ".join(p.info["cmdline"] or [])]
     assert not left, left
+    # Spark's temporary files (and the JVM's) went with the export's scratch folder.
+    said = events.read_text().splitlines() if events.exists() else []  # (none if killed early)
+    sessions = [e for e in map(json.loads, said) if e["event"] == "session"]
+    for session in sessions:
+        assert session["tempDir"].startswith(str(temp)), session
+    assert not list(temp.iterdir())
 
 
 def test_export_on_a_spark_standalone_master_and_worker(cluster, tmp_path):

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 pytest.importorskip("pyspark")
@@ -72,6 +73,12 @@ def test_exports_on_the_warm_service_share_one_spark_and_are_listed_as_jobs(clus
         assert "started the warm export service" in first.stderr
         pid = service_pid(home)
         assert pid is not None
+        # Its JVM's temporary files go in a folder of its own, not /tmp (removed as the next
+        # service starts).
+        jvms = [c for c in psutil.Process(pid).children(recursive=True) if "java" in c.name()]
+        assert jvms
+        temp = str(home / "exports" / "service-tmp")
+        assert all(f"-Djava.io.tmpdir={temp}" in c.cmdline() for c in jvms), [c.cmdline() for c in jvms]
         # The next export finds the service by itself and runs on the same Spark application.
         events = tmp_path / "second.jsonl"
         second = rocketdesk(home, "export", "-n", namesrv, "-t", "Warm", "--out",
