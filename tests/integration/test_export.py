@@ -123,13 +123,18 @@ def test_100k_messages_from_2_brokers_x_4_queues_to_parquet_each_exactly_once(cl
 
 
 @pytest.fixture(scope="module")
-def spark():
+def spark(tmp_path_factory):
+    from rocketdesk.export_service import with_temp_folder
+
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     from pyspark.sql import SparkSession
 
-    session = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-               .config("spark.log.level", "WARN").getOrCreate())
+    with pytest.MonkeyPatch.context() as patch:  # (the JVM's temporary files with the test's)
+        for key, value in with_temp_folder({}, str(tmp_path_factory.mktemp("spark-tmp"))).items():
+            patch.setenv(key, value)
+        session = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+                   .config("spark.log.level", "WARN").getOrCreate())
     from export.datasource import RocketMQDataSource
 
     session.dataSource.register(RocketMQDataSource)
