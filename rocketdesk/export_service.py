@@ -10,6 +10,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -149,11 +150,27 @@ def _wait_for_other_starter(starter: int, wait: float) -> tuple[ServiceClient, f
                       f"ready; see {exports_dir() / 'service.log'}")
 
 
+SERVICE_PID_FILE = "service.pid"
+
+
+def _service_temp_folder(parent: Path) -> Path:
+    """A new folder for a service's temporary files (its JVM's and its Pythons'), the folders
+    of services no longer running removed. A running one's stays: a service that was only too
+    busy to answer the starter's ping keeps Spark's local files (shuffle, blocks) there."""
+    parent.mkdir(parents=True, exist_ok=True)
+    for old in parent.iterdir():
+        try:
+            pid = int((old / SERVICE_PID_FILE).read_text())
+        except (OSError, ValueError):
+            pid = 0
+        if not (pid and psutil.pid_exists(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    return Path(tempfile.mkdtemp(dir=parent))
+
+
 def _start(folder: Path, idle_minutes: float, wait: float) -> tuple[ServiceClient, float]:
     (folder / STATE_FILE).unlink(missing_ok=True)  # a dead service's
-    # The service's temporary files: a dead service's are removed as the next one starts.
-    temp = folder / "service-tmp"
-    shutil.rmtree(temp, ignore_errors=True)
+    temp = _service_temp_folder(folder / "service-tmp")
     env = with_temp_folder(spark_environment(local=True), str(temp))
     command = [sys.executable, "-m", "export.service", "--dir", str(folder),
                "--idle-minutes", str(idle_minutes)]
@@ -165,6 +182,7 @@ def _start(folder: Path, idle_minutes: float, wait: float) -> tuple[ServiceClien
             command,
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
             cwd=str(ROOT), **processes.detached())  # outlives this command, like a node
+    (temp / SERVICE_PID_FILE).write_text(str(process.pid))
     while time.monotonic() - began < wait:
         if process.poll() is not None:
             tail = (folder / "service.log").read_text(errors="replace").splitlines()[-5:]

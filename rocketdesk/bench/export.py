@@ -6,13 +6,14 @@ two exports on it): the whole command's seconds and its start-up (launch to the 
 
 Then a scratch cluster (two brokers x 4 queues) is loaded with N messages of S bytes, then one
 local Spark session (``local[2]``) exports them to Parquet, over the pull protocol and from the
-store files, each after a small warm-up read (the first data-source query spins up Spark's
+store files (after one small read over pull: the first data-source query spins up Spark's
 Python planning workers): a warm-up round, then ``--rounds`` measured ones (three by default).
-Each export round is followed by a round of Spark's own floor on the rows the warm-up round
-wrote (rocketdesk/bench/spark_floor.py: the same rows from a source that decodes nothing). A
-round's share is the export's rate over the floor's beside it; the figure is the median share
-(best round against best round is printed too). Each round also says how much CPU the brokers
-spent serving it (next to nothing over store files): they share the machine's cores with Spark.
+Each export round is paired with a round of Spark's own floor on the rows the warm-up round
+wrote (rocketdesk/bench/spark_floor.py: the same rows from a source that decodes nothing), the
+two in alternating order. A round's share is the export's rate over the floor's beside it; the
+figure is the median share (best round against best round is printed too). Each round also
+says how much CPU the brokers spent serving it (next to nothing over store files): they share
+the machine's cores with Spark.
 Brokers are configured to hand out up to 1,024 messages / 4 MiB per pull (RocketMQ's defaults
 are 32 / 256 KiB, meant for consumers, not bulk readers).
 """
@@ -155,22 +156,20 @@ def _cpu_seconds(processes) -> float:
 
 def _export_against_floor(spark, scratch: Path, mode: str, options: dict, brokers,
                           args: argparse.Namespace) -> tuple[float, float]:
-    """Rounds of the export over ``mode``, each followed by a round of Spark's floor on the
-    same rows: (the median of the rounds' shares, best round against best round).
+    """Rounds of the export over ``mode``, each paired with a round of Spark's floor on the
+    same rows: (the median of the pairs' shares, best round against best round).
 
     Each share is taken against the floor's round beside it, not the best of a separate series:
     on a shared VM the rate of both drifts by 10-15 % over minutes, and a floor measured apart
-    (or the best of N, an extreme) moved the share as much as any change to the export did."""
+    (or the best of N, an extreme) moved the share as much as any change to the export did.
+    The pairs alternate which runs first, so a drift within a pair does not favour one side."""
     df = spark.read.format("rocketmq").options(topic="BenchExport", partitionSize="50000",
                                                **options).load()
     floor_df = staged = None
     rows = 0
-    shares: list[float] = []
-    best_export = best_floor = 0.0
-    # Round 0 warms both up (the JVM compiles the write path in its first rounds: a first
-    # round ran at a third of the later ones) and gives the floor its rows; it is not counted.
-    for round_ in range(args.rounds + 1):
-        name = f"round {round_}" if round_ else "warm-up round"
+
+    def export(round_: int, name: str) -> float:
+        nonlocal floor_df, staged, rows
         out = scratch / f"out-{_slug(mode)}-{round_}"
         served = _cpu_seconds(brokers)
         written, rate = _write_parquet(df, out, keep=floor_df is None)
@@ -178,23 +177,42 @@ def _export_against_floor(spark, scratch: Path, mode: str, options: dict, broker
         print(f"export over {mode}, {name}: {written:,} messages to Parquet at "
               f"{rate:,.0f} msg/s ({args.master}); the brokers' CPU "
               f"{served / max(written, 1) * 1e6:.2f} µs a message")
-        if floor_df is None:
+        if floor_df is None:  # (the warm-up round's rows are the floor's)
             floor_df, staged, rows = _floor_source(spark, scratch, mode, out)
-        floor_written, floor = _write_parquet(floor_df, scratch / f"out-floor-{_slug(mode)}-{round_}")
-        if floor_written != rows or written != rows:
-            raise SystemExit(f"{name} wrote {written:,} rows, the floor {floor_written:,}, "
-                             f"of {rows:,} staged")
-        print(f"Spark's floor on the same {floor_written:,} rows, {name}: {floor:,.0f} "
-              f"rows/s to Parquet (a source that decodes nothing): the round's share "
-              f"{rate / floor:.0%}")
+        elif written != rows:
+            raise SystemExit(f"the export's {name} wrote {written:,} rows, not {rows:,}")
+        return rate
+
+    def floor(round_: int, name: str) -> float:
+        written, rate = _write_parquet(floor_df, scratch / f"out-floor-{_slug(mode)}-{round_}")
+        if written != rows:
+            raise SystemExit(f"the floor's {name} wrote {written:,} rows of {rows:,} staged")
+        print(f"Spark's floor on the same {written:,} rows, {name}: {rate:,.0f} rows/s to "
+              "Parquet (a source that decodes nothing)")
+        return rate
+
+    shares: list[float] = []
+    best_export = best_floor = 0.0
+    # Round 0 warms both up (the JVM compiles the write path in its first rounds: a first
+    # round ran at a third to a half of the later ones) and gives the floor its rows; it is
+    # not counted.
+    for round_ in range(args.rounds + 1):
+        name = f"round {round_}" if round_ else "warm-up round"
+        if round_ % 2 == 0 and round_:
+            floor_rate = floor(round_, name)
+            export_rate = export(round_, name)
+        else:
+            export_rate = export(round_, name)
+            floor_rate = floor(round_, name)
+        print(f"{name}: the export's share of the floor {export_rate / floor_rate:.0%}")
         if round_:
-            shares.append(rate / floor)
-            best_export, best_floor = max(best_export, rate), max(best_floor, floor)
-    for name, frame, count in ((f"over {mode}", df, rows), ("of the floor", floor_df, rows)):
+            shares.append(export_rate / floor_rate)
+            best_export, best_floor = max(best_export, export_rate), max(best_floor, floor_rate)
+    for name, frame in ((f"the export over {mode}", df), ("the floor", floor_df)):
         began = time.perf_counter()
         frame.write.format("noop").mode("overwrite").save()
-        print(f"read only {name} (Spark's noop sink): {count / (time.perf_counter() - began):,.0f} "
-              "rows/s")
+        print(f"{name}, read only (Spark's noop sink): "
+              f"{rows / (time.perf_counter() - began):,.0f} rows/s")
     shutil.rmtree(staged, ignore_errors=True)
     return statistics.median(shares), best_export / best_floor
 
@@ -243,7 +261,7 @@ def run_export_bench(args: argparse.Namespace) -> int:
         for mode, (median, best) in shares.items():
             rounds = f"{args.rounds} rounds" if args.rounds != 1 else "1 round"
             print(f"export over {mode}: {median:.0%} of Spark's floor on its rows (the median of "
-                  f"{rounds}, each against the floor's round run right after it); "
+                  f"{rounds}, each against the floor's round run beside it); "
                   f"best round against best round {best:.0%}")
         spark.stop()
     finally:

@@ -86,7 +86,6 @@ def _outcomes(stream: bytes, cuts: list[int], split) -> list:
     return _fed(stream, cuts, split is not None, _commands)
 
 
-@pytest.mark.twins
 @needs_core
 @settings(max_examples=400, deadline=None)
 @given(parts=st.lists(frames(), min_size=1, max_size=6), data=st.data())
@@ -166,7 +165,6 @@ def _plain(frame: tuple) -> tuple:
     return tuple((type(value), value) for value in frame)
 
 
-@pytest.mark.twins
 @needs_core
 @settings(max_examples=400, deadline=None)
 @given(parts=st.lists(run_frames(), min_size=1, max_size=10), limit=st.integers(0, 5),

@@ -76,7 +76,6 @@ def test_the_run_is_measured_alike(entries, shift, short):
     assert core.plain_run(entries, start, readable) == plain_run_pure(entries, start, readable)
 
 
-@pytest.mark.twins
 @compiled
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(runs(), st.integers(0, 3))
@@ -88,7 +87,6 @@ def test_the_units_are_written_alike(entries, position):
     assert fast == pure
 
 
-@pytest.mark.twins
 @compiled
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(runs(), st.sampled_from([1, 3, 17]), st.integers(1, 30), st.integers(1, 40),

@@ -118,7 +118,6 @@ def _pure_outcome(buf, pos, check_crc, read_body):
         return type(exc)
 
 
-@pytest.mark.twins
 @settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
 @given(record_fields(), st.data())
 def test_the_decoders_agree_on_records_and_on_damage(fields, data):
@@ -210,7 +209,6 @@ def test_normalized_properties_are_their_own_round_trip():
 _key_chars = st.sampled_from(["a", "B", " ", "é", "\u4e2d", "\U0001f600", "#", "0"])
 
 
-@pytest.mark.twins
 @settings(max_examples=200, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.one_of(st.none(), st.text(_key_chars, max_size=8)),
@@ -282,7 +280,6 @@ def _layout_outcome(function, body, cluster, overhead):
         return type(exc)
 
 
-@pytest.mark.twins
 @settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
 @given(_batch_entries, st.sampled_from([None, b"DefaultCluster", "é".encode()]), hosts, hosts,
        st.data())
@@ -311,7 +308,6 @@ def test_the_batch_encoders_write_the_same_records(entries, cluster, born, store
         at += record.total_size
 
 
-@pytest.mark.twins
 @settings(max_examples=600, suppress_health_check=[HealthCheck.too_slow])
 @given(_batch_entries, st.sampled_from([None, b"C"]), st.data())
 def test_the_batch_layouts_agree_on_damaged_bodies(entries, cluster, data):

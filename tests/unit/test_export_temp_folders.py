@@ -1,0 +1,36 @@
+"""Where a Spark process started for an export keeps its temporary files (not /tmp, which
+would keep what a JVM killed before its shutdown hooks leaves), and which of them go."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from rocketdesk.export_service import SERVICE_PID_FILE, _service_temp_folder, with_temp_folder
+
+
+def test_the_environment_puts_the_jvms_and_the_pythons_temporary_files_in_the_folder(tmp_path):
+    folder = tmp_path / "with space"
+    env = with_temp_folder({"SPARK_SUBMIT_OPTS": "-Dother=1", "PATH": "/bin"}, str(folder))
+    assert folder.is_dir()
+    assert env["TMPDIR"] == env["TEMP"] == env["TMP"] == str(folder)
+    assert env["PATH"] == "/bin"
+    # (what Spark's launcher adds to the driver JVM's command line, quoted for the space)
+    assert env["SPARK_SUBMIT_OPTS"] == f'-Dother=1 -Djava.io.tmpdir="{folder}"'
+    assert with_temp_folder({}, str(folder))["SPARK_SUBMIT_OPTS"] == f'-Djava.io.tmpdir="{folder}"'
+
+
+def test_a_new_service_folder_removes_those_of_services_gone_and_keeps_a_running_ones(tmp_path):
+    parent = tmp_path / "service-tmp"
+    running, gone, unmarked = (parent / "running", parent / "gone", parent / "unmarked")
+    for folder in (running, gone, unmarked):
+        (folder / "spark-1").mkdir(parents=True)
+    (running / SERVICE_PID_FILE).write_text(str(os.getpid()))
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    (gone / SERVICE_PID_FILE).write_text(str(ended.pid))
+    new = _service_temp_folder(parent)
+    assert sorted(p.name for p in parent.iterdir()) == sorted(["running", new.name])
+    assert (running / "spark-1").is_dir()  # a service too busy to answer keeps its files
+    assert not list(new.iterdir())
