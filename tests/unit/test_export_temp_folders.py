@@ -16,9 +16,11 @@ def test_the_environment_puts_the_jvms_and_the_pythons_temporary_files_in_the_fo
     assert folder.is_dir()
     assert env["TMPDIR"] == env["TEMP"] == env["TMP"] == str(folder)
     assert env["PATH"] == "/bin"
-    # (what Spark's launcher adds to the driver JVM's command line, quoted for the space)
-    assert env["SPARK_SUBMIT_OPTS"] == f'-Dother=1 -Djava.io.tmpdir="{folder}"'
-    assert with_temp_folder({}, str(folder))["SPARK_SUBMIT_OPTS"] == f'-Djava.io.tmpdir="{folder}"'
+    # (what Spark's launcher adds to the driver JVM's command line: quoted for the space, with
+    # forward slashes, which Java takes on Windows too)
+    java = str(folder).replace("\\", "/")
+    assert env["SPARK_SUBMIT_OPTS"] == f'-Dother=1 -Djava.io.tmpdir="{java}"'
+    assert with_temp_folder({}, str(folder))["SPARK_SUBMIT_OPTS"] == f'-Djava.io.tmpdir="{java}"'
 
 
 def test_a_new_service_folder_removes_those_of_services_gone_and_keeps_a_running_ones(tmp_path):

@@ -5,8 +5,9 @@ The choice between the compiled core and the pure code is made once, at import
 (common/speedups.py), so the second run is a fresh interpreter. The twins' own tests compare
 both paths function by function; this catches what they cannot: a caller that only works with
 the compiled core (a C-only argument, a result shape, a fallback that no longer falls back).
-The twins' comparisons (marked ``twins``) load the extension directly, so they would only run
-again exactly as they ran in the first pass: this one leaves them out.
+Twin comparisons marked ``twins`` load the extension directly and call nothing the mode
+selects, so they would only run again exactly as in the first pass: this one leaves them out.
+(Those whose pure side calls a mode-selected function, a hash, the CRC, a codec, stay.)
 """
 
 from __future__ import annotations
