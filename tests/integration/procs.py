@@ -68,10 +68,34 @@ def running(module: str, *args: str, env: dict | None = None, boot_timeout: floa
         process.stdout.close()
 
 
-def free_port() -> int:
-    """A loopback port free right now (for nodes that must come back on the same port)."""
-    import socket
+_HANDED_OUT: set[int] = set()
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+
+def _ephemeral_low() -> int:
+    """Where the kernel starts picking client connections' local ports (Linux's setting; the
+    IANA range's 49152 elsewhere)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as handle:
+            return int(handle.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 49152
+
+
+def free_port() -> int:
+    """A loopback port free right now, and the one after it (a broker's HA port is listenPort
+    + 1), for nodes that must come back on the same ports. Picked below the kernel's ephemeral
+    range: a port the kernel picked could meanwhile become the local port of any client
+    connection, and a broker restarted on it then failed to bind (seen once in a full run)."""
+    import random
+
+    from cluster.supervisor.ports import port_is_free
+
+    low = _ephemeral_low()
+    top = low - 2 if low > 21000 else 60000  # (a kernel that hands out nearly every port: any)
+    for _ in range(500):
+        port = random.randrange(20000, top)
+        pair = {port, port + 1}
+        if not pair & _HANDED_OUT and all(map(port_is_free, pair)):
+            _HANDED_OUT.update(pair)
+            return port
+    raise RuntimeError(f"no two free loopback ports found between 20000 and {top}")
