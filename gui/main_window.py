@@ -279,6 +279,9 @@ class MainWindow(QMainWindow):
               on_error=lambda text: (self.show_message(text), self.create_button.setEnabled(True)))
 
     def closeEvent(self, event) -> None:
+        if not self.export.may_close():  # an export is running, and the user chose to stay
+            event.ignore()
+            return
         QSettings("RocketDesk", "console").setValue("geometry", self.saveGeometry())
         self.model.timer.stop()
         super().closeEvent(event)

@@ -9,6 +9,7 @@ request file (how the console cancels on Windows) cancel the job.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -149,9 +150,9 @@ class Follower:
     """Tails an export's events file: prints progress on stderr, copies the events for
     ``--events``, keeps the summary."""
 
-    def __init__(self, events_path: str, copy_to: str | None) -> None:
+    def __init__(self, events_path: str, copy) -> None:
         self.stream = open(events_path, encoding="utf-8")  # noqa: SIM115
-        self.copy = open(copy_to, "a", buffering=1, encoding="utf-8") if copy_to else None  # noqa: SIM115
+        self.copy = copy  # (opened by run_export before anything started; not closed here)
         self.summary: dict | None = None
         self.ended: str | None = None  # finished, failed or cancelled, once said
         self.driver: int | None = None
@@ -166,7 +167,11 @@ class Follower:
             return False
         self.partial = ""
         if self.copy is not None:
-            self.copy.write(line)
+            try:
+                self.copy.write(line)
+            except OSError as exc:  # (a full disk): the export goes on, unfollowed by the copy
+                print(f"no longer copying the events to --events: {exc}", file=sys.stderr)
+                self.copy = None
         event = json.loads(line)
         text = _human(event)
         if text and (event["event"] != "progress" or time.monotonic() - self.shown > 1):
@@ -186,13 +191,33 @@ class Follower:
 
     def close(self) -> None:
         self.stream.close()
-        if self.copy is not None:
-            self.copy.close()
+
+
+def open_events_copy(path: str | None):
+    """The ``--events`` file, opened before anything starts: a path that cannot be written is
+    an error while there is no job yet, not an export orphaned by its launcher's end. Its first
+    line says the launcher holds it (the console may remove the file's folder from then on: on
+    POSIX the launcher writes on into the file it holds)."""
+    if not path:
+        return None
+    copy = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+    copy.write(json.dumps({"event": "launched", "time": time.time(), "pid": os.getpid()}) + "\n")
+    return copy
 
 
 def run_export(args) -> int:
     _check_java()
     _spark_submit()
+    copy = open_events_copy(args.events)
+    try:
+        return _run_export(args, copy)
+    finally:
+        if copy is not None:
+            with contextlib.suppress(OSError):
+                copy.close()
+
+
+def _run_export(args, copy) -> int:
     local = args.master.startswith("local")
     if args.warm and not local:
         raise ExportError("--warm runs on the local warm service; --master spark://… runs cold")
@@ -215,16 +240,17 @@ def run_export(args) -> int:
     code = 1
     try:
         if service is not None:
-            code = _run_warm(args, service, job_id, job_args, events_path)
+            code = _run_warm(args, service, job_id, job_args, events_path, copy)
         else:
-            code = _run_cold(args, job_args, scratch, events_path)
+            code = _run_cold(args, job_args, scratch, events_path, copy)
         return code
     finally:
         if code in (0, 130) or service is not None:  # a failed cold export's Spark log stays
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _run_warm(args, service: ServiceClient, job_id: str, job_args: list[str], events_path: str) -> int:
+def _run_warm(args, service: ServiceClient, job_id: str, job_args: list[str], events_path: str,
+              copy) -> int:
     """On the warm service: submitted, followed through its events, cancelled by a request."""
     cancelled = False
 
@@ -234,7 +260,7 @@ def _run_warm(args, service: ServiceClient, job_id: str, job_args: list[str], ev
 
     previous = {sig: signal.signal(sig, cancel) for sig in (signal.SIGINT, signal.SIGTERM)}
     watch = processes.watch_stop_requests(lambda: cancel(None, None))  # the console's Cancel on Windows
-    follower = Follower(events_path, args.events)
+    follower = Follower(events_path, copy)
     service_pid = int(service.state["pid"])
     try:
         service.ask("submit", id=job_id, args=job_args)
@@ -261,7 +287,7 @@ def _run_warm(args, service: ServiceClient, job_id: str, job_args: list[str], ev
     return _conclude(args, follower, None)
 
 
-def _run_cold(args, job_args: list[str], scratch: str, events_path: str) -> int:
+def _run_cold(args, job_args: list[str], scratch: str, events_path: str, copy) -> int:
     """In a process of its own (``python -m export.job``, or spark-submit for a cluster)."""
     log_path = args.log or os.path.join(scratch, "spark.log")
     env = with_temp_folder(spark_environment(local=args.master.startswith("local")),
@@ -297,7 +323,7 @@ def _run_cold(args, job_args: list[str], scratch: str, events_path: str) -> int:
     job_process = _held(job.pid)  # (what its group is found through, after it ended too)
     if cancelled:  # the signal came while the job was being started, before it had a pid here
         processes.terminate(job.pid)
-    follower = Follower(events_path, args.events)
+    follower = Follower(events_path, copy)
     try:
         while True:
             if follower.poll():

@@ -1,19 +1,20 @@
 """The export tab: a topic to Parquet, JSON or CSV through `rocketdesk export`, run as a
-subprocess whose JSON events (a side file) drive the progress bar; Cancel asks it to stop
-(SIGTERM; a request file on Windows).
+process of its own (gui/export_launch.py) whose JSON events drive the progress bar; Cancel asks
+it to stop (SIGTERM; a request file on Windows). Closing the console while an export runs asks
+whether it goes on without the console or is cancelled: either way the launcher ends on its own
+terms and cleans up.
 
 Local exports run on the warm export service (``rocketdesk export --warm``), which the tab
 starts when it is first shown, so that a click exports at once rather than after Spark's
-10-20 s start; the service ends with the console. ``ROCKETDESK_EXPORT_WARM=0`` turns that off
-(each export then starts its own Spark, as with a spark:// master)."""
+10-20 s start; the service ends with the console, once no export runs on it.
+``ROCKETDESK_EXPORT_WARM=0`` turns that off (each export then starts its own Spark, as with a
+spark:// master)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
-import tempfile
 import time
 
 from PySide6.QtCore import QProcess, QProcessEnvironment, QStringListModel, Qt, QTimer, QUrl
@@ -27,6 +28,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
+    QMessageBox,
     QProgressBar,
     QPushButton,
     QTableWidgetItem,
@@ -34,8 +36,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from common.platform import processes
 from export.job_record import effective_state, jobs_dir, read_records
+from gui.export_launch import ExportLaunch
 from gui.models.exports import COLUMNS as EXPORT_COLUMNS
 from gui.models.exports import export_rows
 from gui.views.table_items import row_table
@@ -48,18 +50,36 @@ def warm_enabled() -> bool:
     return os.environ.get(WARM_ENV, "1") != "0"
 
 
+PARENT_ENV = "ROCKETDESK_EXPORT_SERVICE_PARENT"
+
+
 def export_environment() -> QProcessEnvironment:
     """The export commands' environment: a warm service they start ends with this console."""
     env = QProcessEnvironment.systemEnvironment()
-    env.insert("ROCKETDESK_EXPORT_SERVICE_PARENT", str(os.getpid()))
+    env.insert(PARENT_ENV, str(os.getpid()))
     return env
+
+
+def ask_on_close(parent, running: str, continuous: bool) -> str:
+    """What becomes of a running export when the console closes: "keep", "cancel" or "stay"."""
+    box = QMessageBox(QMessageBox.Icon.Question, "An export is running",
+                      f"{running}\n\nIt can go on without the console: the Export tab lists it "
+                      "the next time, and can stop it there.", parent=parent)
+    keep = box.addButton("Keep it running", QMessageBox.ButtonRole.AcceptRole)
+    cancel = box.addButton("Stop it" if continuous else "Cancel it",
+                           QMessageBox.ButtonRole.DestructiveRole)
+    stay = box.addButton("Don't close", QMessageBox.ButtonRole.RejectRole)
+    box.setDefaultButton(keep)
+    box.setEscapeButton(stay)
+    box.exec()
+    return {keep: "keep", cancel: "cancel"}.get(box.clickedButton(), "stay")
 
 
 class ExportView(QWidget):
     def __init__(self, model, parent=None) -> None:
         super().__init__(parent)
         self.model = model
-        self.process: QProcess | None = None
+        self.launch: ExportLaunch | None = None
         self.events_path: str | None = None
         self._read = 0
         self.state = "idle"
@@ -244,14 +264,15 @@ class ExportView(QWidget):
         if not topic or not self.model.namesrv_addr:
             self.model.message.emit("open a cluster and give a topic to export")
             return
+        if self.running():
+            self.model.message.emit("an export is running: cancel it, or wait for it to end")
+            return
         self._drop_events()
-        fd, self.events_path = tempfile.mkstemp(prefix="rocketdesk-export-", suffix=".jsonl")
-        os.close(fd)
         self._read = 0
         self.output = None
         args = ["-m", "rocketdesk.cli", "export", "-n", self.model.namesrv_addr, "-t", topic,
                 "--format", self.format.currentText(), "--out", self.out.text(), "--master",
-                self.master.text() or "local[*]", "--events", self.events_path, "--json"]
+                self.master.text() or "local[*]"]
         if warm_enabled() and not self.warm_failed and (self.master.text() or "local[*]").startswith("local"):
             args.append("--warm")
         if self.tags.text().strip() not in ("", "*"):
@@ -264,12 +285,14 @@ class ExportView(QWidget):
             args += ["--to", self.until.text().strip()]
         if self.continuous.isChecked():
             args.append("--continuous")
-        self.process = QProcess(self)
-        self.process.setProcessEnvironment(export_environment())
-        self.process.setProgram(sys.executable)
-        self.process.setArguments(args)
-        self.process.finished.connect(self.finished)
-        self.process.start()
+        self.launch = ExportLaunch(args, {**os.environ, PARENT_ENV: str(os.getpid())})
+        self.events_path = self.launch.events_path
+        try:
+            self.launch.start()
+        except OSError as exc:
+            self._drop_events()
+            self.status.setText(f"the export could not start: {exc}")
+            return
         self.state = "running"
         self.progress.setRange(0, 0)
         self._started = time.monotonic()
@@ -280,18 +303,45 @@ class ExportView(QWidget):
         self.cancel_button.setEnabled(True)
         self.timer.start()
 
+    def running(self) -> bool:
+        return self.launch is not None and self.launch.running()
+
     def cancel(self) -> None:
-        if self.process is not None and self.process.state() != QProcess.ProcessState.NotRunning:
+        if self.running():
             self.state = "cancelling"
             self.status.setText("cancelling…")
-            # SIGTERM (a request file on Windows, where QProcess.terminate posts a WM_CLOSE
-            # that a console program never sees): the job cancels Spark's work and cleans up.
-            if self.process.processId() > 0:  # (0 while it is still starting)
-                processes.terminate(self.process.processId())
-            else:
-                self.process.kill()  # not started yet: nothing of it to clean up
+            # SIGTERM (a request file on Windows): the job cancels Spark's work and cleans up.
+            self.launch.terminate()
+
+    def may_close(self) -> bool:
+        """Asked when the console closes. A running export goes on without the console or is
+        cancelled (its launcher cleans up either way: nothing kills it), or the console stays."""
+        if not self.running():
+            return True
+        topic = self.topic.text().strip() or "a topic"
+        done = (f" ({self.progress.value():,} of {self.progress.maximum():,} messages so far)"
+                if self._planned and self.progress.maximum() > 1 else "")
+        continuous = self.continuous.isChecked()
+        what = (f"The export of {topic} keeps its folder up to date with the topic." if continuous
+                else f"The export of {topic} is running{done}.")
+        choice = ask_on_close(self, what, continuous)
+        if choice == "stay":
+            return False
+        if choice == "cancel":
+            self.launch.terminate()
+        self.timer.stop()
+        self.launch.let_go()  # (it writes on into the files it holds; nobody reads them)
+        self.launch = self.events_path = None
+        return True
 
     def poll_events(self) -> None:
+        """The timer's tick: the events written since the last, then whether the launcher ended."""
+        self._read_events()
+        code = self.launch.poll() if self.launch is not None else None
+        if code is not None:
+            self.finished(code)
+
+    def _read_events(self) -> None:
         if not self.events_path:
             return
         if self.state == "running" and not self._planned:
@@ -356,14 +406,15 @@ class ExportView(QWidget):
     def _drop_events(self) -> None:
         # The events file is this view's channel from one export's process, read to its end
         # when that process ends: nothing reads it afterwards, so it must not pile up in /tmp.
-        if self.events_path:
-            with contextlib.suppress(OSError):
-                os.remove(self.events_path)
-            self.events_path = None
+        if self.launch is not None:
+            self.launch.remove()
+            self.launch = None
+        self.events_path = None
 
-    def finished(self, code: int, _status) -> None:
+    def finished(self, code: int) -> None:
         self.timer.stop()
-        self.poll_events()
+        self._read_events()  # the last ones, written just before it ended
+        error = self.launch.last_error() if self.launch is not None else ""
         self._drop_events()
         self.start_button.setEnabled(True)
         self.cancel_button.setEnabled(False)
@@ -378,7 +429,5 @@ class ExportView(QWidget):
         else:
             self.state = "failed"
             if "failed" not in self.status.text():
-                self.status.setText("the export failed: " + bytes(self.process.readAllStandardError())
-                                    .decode(errors="replace").strip().splitlines()[-1:][0]
-                                    if self.process else "the export failed")
+                self.status.setText(f"the export failed: {error}" if error else "the export failed")
         self.model.message.emit(f"export {self.state}")

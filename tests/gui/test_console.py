@@ -160,6 +160,32 @@ def test_console_runs_a_cluster_topics_messages_charts_and_an_export(qtbot, loop
         assert not Path(events).exists()  # read to its end, then removed
         assert not (tmp_path / "console-export").exists()
 
+        # Another export, let go as its view closes (what "Keep it running" does when the
+        # console closes): it goes on without the view, verified to the end, and its launcher
+        # cleans up as when it is followed (its scratch, Spark's temporary files).
+        import os
+
+        from export.job_record import jobs_dir, read_records
+        from gui.views import export_view
+
+        launcher_tmp = tmp_path / "launcher-tmp"
+        launcher_tmp.mkdir()
+        tmpdir = os.environ.get("TMPDIR")
+        monkeypatch.setenv("TMPDIR", str(launcher_tmp))  # (read at the start only)
+        monkeypatch.setattr(export_view, "ask_on_close", lambda *_: "keep")
+        kept = export_view.ExportView(window.model)
+        kept.topic.setText("ConsoleTopic")
+        kept.out.setText(str(tmp_path / "kept-export"))
+        kept.start()
+        if tmpdir is None:
+            monkeypatch.delenv("TMPDIR")
+        else:
+            monkeypatch.setenv("TMPDIR", tmpdir)
+        launch = kept.launch
+        assert kept.may_close()
+        kept.deleteLater()
+        del kept
+
         # A consumer group with its lag per queue; the log of a node, searched; the store of the
         # broker browsed from its files; the dark theme.
         from cluster.client.consumer import PushConsumer
@@ -264,6 +290,13 @@ def test_console_runs_a_cluster_topics_messages_charts_and_an_export(qtbot, loop
              and node_row(window, f"namesrv {namesrv}") is not None, 20, "the external view")
         window.model.attach(supervisor.state.name, supervisor)
         pump(lambda: node_row(window, "namesrv-0") is not None, 20, "the managed view again")
+
+        # The export let go has ended on its own (before the broker it reads from is killed).
+        pump(lambda: launch.poll() is not None, 180, "the export let go to end")
+        assert launch.poll() == 0, (read_records(str(jobs_dir())), list(launcher_tmp.rglob("*")))
+        [record] = [r for r in read_records(str(jobs_dir())) if r.get("out") == str(tmp_path / "kept-export")]
+        assert record["state"] == "finished" and record["exported"] == record["total"] >= 3, record
+        assert list(launcher_tmp.iterdir()) == []
 
         # Kill the broker from the node table: it is marked down.
         window.nodes.select("broker-a-0")

@@ -485,11 +485,15 @@ def test_local_exports_run_on_the_warm_spark_the_tab_starts_and_that_ends_with_t
     monkeypatch.setenv("ROCKETDESK_EXPORT_WARM", "1")
     started = []
 
-    def fake_start(process):
+    def fake_start(process):  # the warm-up's `rocketdesk export service start`
         env = process.processEnvironment()
         started.append((process.arguments(), env.value("ROCKETDESK_EXPORT_SERVICE_PARENT")))
 
+    def fake_launch(launch):  # an export's `rocketdesk export`
+        started.append((launch.args, launch.env.get("ROCKETDESK_EXPORT_SERVICE_PARENT")))
+
     monkeypatch.setattr(export_view.QProcess, "start", fake_start)
+    monkeypatch.setattr(export_view.ExportLaunch, "start", fake_launch)
     model = ClusterModel()
     model.external = "127.0.0.1:9876"
     view = ExportView(model)
@@ -549,7 +553,7 @@ def test_the_export_tab_lists_every_export_and_stops_a_continuous_one(qtbot, loo
 
     # A continuous export from the form: the button stops it, the status says how far behind.
     started = []
-    monkeypatch.setattr(export_view.QProcess, "start", lambda process: started.append(process.arguments()))
+    monkeypatch.setattr(export_view.ExportLaunch, "start", lambda launch: started.append(launch.args))
     view.topic.setText("Live")
     view.continuous.setChecked(True)
     assert view.cancel_button.text() == "Stop"
@@ -588,3 +592,89 @@ def test_the_exports_table_follows_the_running_export_with_its_progress_line(qtb
     assert view.status.text().startswith("exported 47,628 of 381,024")
     row = [view.jobs.item(0, c).text() for c in range(view.jobs.columnCount())]
     assert any("47,628" in cell for cell in row), row
+
+
+def test_closing_the_console_during_an_export_asks_whether_it_goes_on_and_never_kills_it(
+        qtbot, loop, home, monkeypatch):
+    """The window's close with an export running: "Don't close" keeps the window; "Keep it
+    running" closes it and the export's process goes on, out of the console's session and
+    writing to no pipe of the console's, after the window is gone too; "Cancel it" asks the
+    process to stop. The export's process here is a stand-in that waits to be ended (the real
+    launcher, let go with a real export, is in test_console)."""
+    import gc
+    import os
+    import sys
+
+    from PySide6.QtWidgets import QApplication
+
+    from gui.export_launch import ExportLaunch
+    from gui.main_window import MainWindow
+    from gui.views import export_view
+
+    class StandIn(ExportLaunch):  # holds its events file half a second in, as a launcher would
+        def __init__(self, args, env):
+            super().__init__(["-c", "import json, sys, time; time.sleep(0.5); f = open(sys.argv[2], 'a'); "
+                              "f.write(json.dumps({'event': 'launched'}) + chr(10)); f.flush(); "
+                              "time.sleep(120)"], env)
+
+    monkeypatch.setattr(export_view, "ExportLaunch", StandIn)
+    answers, asked = [], []
+
+    def answer(parent, running, continuous):
+        asked.append(running)
+        return answers.pop(0)
+
+    monkeypatch.setattr(export_view, "ask_on_close", answer)
+
+    def window_exporting():
+        window = MainWindow()
+        qtbot.addWidget(window)
+        window.model.external = "127.0.0.1:9876"
+        window.show()
+        window.export.topic.setText("Orders")
+        window.export.start()
+        launch = window.export.launch
+        assert launch.running()
+        return window, launch
+
+    idle = MainWindow()
+    qtbot.addWidget(idle)
+    idle.show()
+    assert idle.close()  # nothing running: no question
+    assert asked == []
+
+    window, launch = window_exporting()
+    answers[:] = ["stay", "keep"]
+    assert not window.close()
+    assert window.isVisible() and launch.running() and os.path.isdir(launch.folder)
+    assert asked == ["The export of Orders is running."]
+    assert window.close()
+    assert launch.running()
+    assert not os.path.exists(launch.folder)  # the console's files of it: nobody reads them now
+    window.deleteLater()
+    QApplication.processEvents()
+    del window
+    gc.collect()
+    assert launch.running()  # a QProcess would have been killed with its window
+    if sys.platform.startswith("linux"):
+        assert os.getsid(launch.pid) != os.getsid(0)  # a terminal's hangup does not reach it
+        for fd in (1, 2):
+            assert not os.readlink(f"/proc/{launch.pid}/fd/{fd}").startswith("pipe:")
+    launch.terminate()
+    assert launch.process.wait(20) != 0
+
+    window, launch = window_exporting()
+    answers[:] = ["cancel"]
+    assert window.close()
+    assert launch.process.wait(20) != 0  # asked to stop (SIGTERM; a request file on Windows)
+    assert not os.path.exists(launch.folder)
+
+    # A launcher that does not hold its events file yet keeps its folder: removed from under
+    # it, the file could not be opened and the launcher would end before the export began.
+    late = ExportLaunch(["-c", "import time; time.sleep(120)"], dict(os.environ))
+    late.start()
+    assert not late.let_go(wait=0.3)
+    assert os.path.isdir(late.folder) and late.running()
+    late.terminate()
+    late.process.wait(20)
+    late.remove()

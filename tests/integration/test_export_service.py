@@ -86,7 +86,9 @@ def test_exports_on_the_warm_service_share_one_spark_and_are_listed_as_jobs(clus
         assert second.returncode == 0, second.stderr[-3000:]
         one, two = json.loads(first.stdout), json.loads(second.stdout)
         assert one["sparkApplication"] == two["sparkApplication"]
-        assert json.loads(events.read_text().splitlines()[0])["warm"] is True
+        said = [json.loads(line) for line in events.read_text().splitlines()]
+        assert said[0]["event"] == "launched"
+        assert said[1]["event"] == "started" and said[1]["warm"] is True
         for summary, folder in ((one, "first"), (two, "second")):
             assert summary["planned"] == summary["exported"] == TOTAL
             assert summary["verified"] is True

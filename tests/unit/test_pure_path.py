@@ -12,6 +12,7 @@ selects, so they would only run again exactly as in the first pass: this one lea
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -24,6 +25,15 @@ from tests.conftest import ROOT
 pytestmark = pytest.mark.slow
 
 
+def _workers() -> list[str]:
+    """Two pytest processes, a test file each at a time, where there are two cores: this test's
+    own process only waits meanwhile, and the unit tests hold each other up in nothing but the
+    CPU (their ports are the kernel's picks, their folders their own)."""
+    if (os.cpu_count() or 1) < 2 or importlib.util.find_spec("xdist") is None:
+        return []
+    return ["-n", "2", "--dist", "loadfile"]
+
+
 @pytest.mark.skipif(speedups.core is None, reason="this is the pure run already (or the core "
                     "is not built: the whole suite is on the pure path)")
 @pytest.mark.timeout(1500)
@@ -33,7 +43,7 @@ def test_the_unit_suite_passes_on_the_pure_path():
                           capture_output=True, text=True, timeout=60, check=True).stdout
     assert "pure Python (ROCKETDESK_PURE=1)" in said, said
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                          "-m", "not twins", os.path.join("tests", "unit")],
+                          *_workers(), "-m", "not twins", os.path.join("tests", "unit")],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1400,
                          check=False)
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]

@@ -125,3 +125,56 @@ def test_an_events_record_is_saved_before_its_line_is_written(tmp_path):
     emitter.close()
     assert lines_when_saved[-1] == ""  # saved while the line was not there yet
     assert '"exported": 10' in events.read_text()
+
+
+def test_an_events_file_that_cannot_be_written_stops_the_export_before_a_job_starts(tmp_path):
+    """Opened first: a launcher that failed on it after starting its job ended and left the
+    job running alone, with no one to clean up after it."""
+    import os
+    import subprocess
+    import sys
+
+    import psutil
+
+    from tests.conftest import ROOT
+
+    env = dict(os.environ, ROCKETDESK_HOME=str(tmp_path / "home"), ROCKETDESK_EXPORT_WARM="0")
+    done = subprocess.run([sys.executable, "-m", "rocketdesk.cli", "export", "-n", "127.0.0.1:1",
+                           "-t", "Orders", "--out", str(tmp_path / "out"), "--cold", "--events",
+                           str(tmp_path / "no-such-folder" / "events.jsonl")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    started = [p for p in psutil.process_iter(["cmdline"])
+               if str(tmp_path / "out") in " ".join(p.info["cmdline"] or [])]
+    for process in started:  # (the job an older launcher left behind, ended here)
+        process.kill()
+    assert done.returncode == 1
+    assert "no-such-folder" in done.stderr
+    assert started == []  # no job was started
+
+
+def test_the_follower_says_the_launcher_holds_the_copy_and_survives_a_copy_it_cannot_write(
+        tmp_path, capsys):
+    from rocketdesk.cli_export import Follower, open_events_copy
+
+    copy_path = tmp_path / "copy.jsonl"
+    copy = open_events_copy(str(copy_path))
+    assert json.loads(copy_path.read_text())["event"] == "launched"  # before any job's line
+    events = tmp_path / "events.jsonl"
+    events.write_text(json.dumps({"event": "planned", "total": 3, "queues": 1}) + "\n")
+    follower = Follower(str(events), copy)
+    assert follower.poll()
+    assert [json.loads(line)["event"] for line in copy_path.read_text().splitlines()] == [
+        "launched", "planned"]
+
+    class Full:
+        def write(self, line):
+            raise OSError(28, "No space left on device")
+
+    follower.copy = Full()
+    with events.open("a") as more:
+        more.write(json.dumps({"event": "finished", "exported": 3, "verified": True}) + "\n")
+    assert follower.poll()  # the export is followed to its end without the copy
+    assert follower.summary["exported"] == 3 and follower.copy is None
+    assert "no longer copying the events" in capsys.readouterr().err
+    follower.close()
+    copy.close()
