@@ -44,13 +44,16 @@ from export.job_record import JobRecord
 log = logging.getLogger("export.service")
 STATE_FILE = "service.json"
 MAX_REQUEST = 1 << 20  # a request line: an export's arguments, never megabytes
+PARENT_GRACE = 10.0  # seconds without a request before a service whose console has gone ends
 
 
 class ExportService:
     def __init__(self, folder: str, master: str = "local[*]", idle_seconds: float = 1800,
                  parent_pid: int | None = None) -> None:
         self.folder = folder
-        self.parent_pid = parent_pid  # the console that started it: the service ends with it
+        # The consoles it serves (the one that started it, and those that found it running):
+        # it ends once all of them have.
+        self.parents: set[int] = {parent_pid} if parent_pid is not None else set()
         self.master = master
         self.idle_seconds = idle_seconds
         self.token = secrets.token_hex(16)
@@ -132,12 +135,21 @@ class ExportService:
             if idle:
                 log.info("no export for %.0f minutes: ending", self.idle_seconds / 60)
                 self.stop()
-            elif self.parent_pid is not None and not psutil.pid_exists(self.parent_pid):
-                with self.lock:
-                    busy = bool(self.jobs)
-                if not busy:  # exports from the command line finish first
-                    log.info("the console that started it (pid %d) has gone: ending", self.parent_pid)
-                    self.stop()
+            elif self.consoles_gone():
+                log.info("the consoles it served (pids %s) have gone: ending",
+                         ", ".join(map(str, sorted(self.parents))))
+                self.stop()
+
+    def consoles_gone(self) -> bool:
+        """Whether it served consoles and all have ended, with no export running and no request
+        for PARENT_GRACE. Exports finish first: from the command line, and the one a closing
+        console left running, whose launcher may not have submitted it yet (it asks within a
+        second of finding the service)."""
+        with self.lock:
+            parents, busy = set(self.parents), bool(self.jobs)
+            quiet = time.monotonic() - self.last_activity
+        return bool(parents) and not busy and quiet > PARENT_GRACE and not any(
+            map(psutil.pid_exists, parents))
 
     def stop(self) -> None:
         if self.stopping.is_set():
@@ -179,6 +191,13 @@ class ExportService:
             if asked:  # a streaming query's stop waits for its batch: not in this answer
                 threading.Thread(target=control.interrupt, daemon=True).start()
             return {"ok": True, "cancelled": asked}
+        if op == "adopt":  # a console found it running: it serves that console too
+            pid = int(request["pid"])
+            with self.lock:
+                if self.parents:  # (one started on its own, from the command line, stays so)
+                    self.parents.add(pid)
+                consoles = sorted(self.parents)
+            return {"ok": True, "consoles": consoles}
         if op == "stop":
             self.stop()
             return {"ok": True}

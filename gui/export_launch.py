@@ -22,6 +22,7 @@ from common.platform import processes
 
 # How long a console closing waits for a launcher it has just started to open its files.
 LET_GO_WAIT = 10.0
+_LET_GO: list[subprocess.Popen] = []  # launchers let go, left running as the console ends
 
 
 class ExportLaunch:
@@ -80,14 +81,17 @@ class ExportLaunch:
         """The console closes and leaves the launcher running: its folder goes once the
         launcher holds its files (up to ``wait`` seconds: it may have only just started).
         False when the folder had to stay: a launcher not yet holding the events file would
-        find no folder to open it in, and end before starting the export."""
+        find no folder to open it in, and end before starting the export (and on Windows,
+        which refuses to delete the files it holds)."""
         deadline = time.monotonic() + wait
         while self.running() and not self.holds_its_files() and time.monotonic() < deadline:
             time.sleep(0.05)
         if self.running() and not self.holds_its_files():
             return False
+        if self.process is not None and self.process.poll() is None:
+            _LET_GO.append(self.process)  # (a Popen collected while its process runs warns)
         self.remove()
-        return True
+        return not os.path.exists(self.folder)  # (Windows keeps the files the launcher holds)
 
     def remove(self) -> None:
         """Remove the folder: once the launcher has ended, or let go holding its files.

@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -25,7 +26,7 @@ import psutil
 
 from common.platform import processes
 from export.errors import ExportError
-from export.job_record import jobs_dir
+from export.job_record import JobRecord, jobs_dir
 from rocketdesk.cli_admin import parse_time
 from rocketdesk.cli_cluster import namesrv_of
 from rocketdesk.export_service import (
@@ -158,6 +159,7 @@ class Follower:
         self.driver: int | None = None
         self.shown = 0.0
         self.partial = ""
+        self.next_look = time.monotonic() + UNLINKED_LOOK_SECONDS
 
     def poll(self) -> bool:
         """Read what has arrived; False when nothing had."""
@@ -166,6 +168,8 @@ class Follower:
             self.partial = line
             return False
         self.partial = ""
+        if time.monotonic() > self.next_look:
+            self._drop_unlinked_outputs()
         if self.copy is not None:
             try:
                 self.copy.write(line)
@@ -185,12 +189,38 @@ class Follower:
             self.driver = int(event["pid"])
         return True
 
+    def _drop_unlinked_outputs(self) -> None:
+        # A console that closed and let this export run removed the files it followed it
+        # through: this process holds them, deleted, and a continuous export would grow them
+        # for as long as it runs, with nobody to read them.
+        self.next_look = time.monotonic() + UNLINKED_LOOK_SECONDS
+        if self.copy is not None and _unlinked(self.copy):
+            with contextlib.suppress(OSError):
+                self.copy.close()
+            self.copy = None
+        if _unlinked(sys.stderr):
+            sys.stderr.flush()
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stderr.fileno())
+
     def drain(self) -> None:
         while self.poll():
             pass
 
     def close(self) -> None:
         self.stream.close()
+
+
+UNLINKED_LOOK_SECONDS = 10.0
+
+
+def _unlinked(stream) -> bool:
+    """Whether ``stream`` writes to a regular file no longer in any folder (POSIX; never on
+    Windows, which deletes no file in use)."""
+    try:
+        status = os.fstat(stream.fileno())
+    except (OSError, ValueError):  # (no descriptor: captured, closed)
+        return False
+    return stat.S_ISREG(status.st_mode) and status.st_nlink == 0
 
 
 def open_events_copy(path: str | None):
@@ -206,21 +236,45 @@ def open_events_copy(path: str | None):
 
 
 def run_export(args) -> int:
-    _check_java()
-    _spark_submit()
-    copy = open_events_copy(args.events)
+    copy = open_events_copy(args.events)  # first: the console waits for its line when it closes
+    local = args.master.startswith("local")
+    if args.warm and not local:
+        raise ExportError("--warm runs on the local warm service; --master spark://… runs cold")
+    job_id = new_job_id()
     try:
-        return _run_export(args, copy)
+        _check_java()
+        _spark_submit()
+        return _run_export(args, copy, job_id)
+    except (ExportError, OSError) as exc:
+        _record_failure(args, job_id, exc, copy)
+        raise
     finally:
         if copy is not None:
             with contextlib.suppress(OSError):
                 copy.close()
 
 
-def _run_export(args, copy) -> int:
+def _record_failure(args, job_id: str, error: Exception, copy) -> None:
+    """An export that failed before its job started (no Java, a service that would not start
+    or refused it) still gets its job record, failed with the reason: the Exports table is
+    where one left running by a closed console is looked for, its launcher's output gone."""
+    path = jobs_dir() / f"{job_id}.json"
+    if path.exists():  # the job started and keeps its own record
+        return
+    message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    with contextlib.suppress(OSError):
+        jobs_dir().mkdir(parents=True, exist_ok=True)
+        JobRecord(str(path), {"topics": [args.topic], "out": os.path.abspath(args.out),
+                              "format": args.format, "master": args.master,
+                              "incremental": args.incremental, "continuous": args.continuous,
+                              "pid": os.getpid()}).on_event("failed", {"error": message})
+    if copy is not None:
+        with contextlib.suppress(OSError):
+            copy.write(json.dumps({"event": "failed", "time": time.time(), "error": message}) + "\n")
+
+
+def _run_export(args, copy, job_id: str) -> int:
     local = args.master.startswith("local")
-    if args.warm and not local:
-        raise ExportError("--warm runs on the local warm service; --master spark://… runs cold")
     service = None
     if local and not args.cold:
         if args.warm:
@@ -230,7 +284,6 @@ def _run_export(args, copy) -> int:
                       "start at once (`rocketdesk export service stop` ends it)", file=sys.stderr)
         else:
             service = find_service()
-    job_id = new_job_id()
     jobs_dir().mkdir(parents=True, exist_ok=True)
     job_args = [*job_arguments(args), "--record", str(jobs_dir() / f"{job_id}.json")]
     scratch = tempfile.mkdtemp(prefix="rocketdesk-export-")

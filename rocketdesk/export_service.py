@@ -101,7 +101,19 @@ def find_service() -> ServiceClient | None:
 
 def start_service(idle_minutes: float = 30.0, wait: float = 180.0) -> tuple[ServiceClient, float]:
     """The running service, or a new one started and waited for until warm; (client, seconds
-    spent waiting). Its output goes to ``exports/service.log``."""
+    spent waiting). Its output goes to ``exports/service.log``. For a console
+    (``ROCKETDESK_EXPORT_SERVICE_PARENT``) a service that ends with its consoles ends with this
+    one too, not with the one that started it while this one still runs."""
+    client, waited = _start_or_find(idle_minutes, wait)
+    if os.environ.get(PARENT_ENV, "").isdigit():
+        try:
+            client.ask("adopt", pid=int(os.environ[PARENT_ENV]))
+        except (OSError, ExportError):
+            pass  # a service from before "adopt" (it ends with the console that started it)
+    return client, waited
+
+
+def _start_or_find(idle_minutes: float, wait: float) -> tuple[ServiceClient, float]:
     running = find_service()
     if running is not None:
         return running, 0.0
@@ -125,7 +137,7 @@ def start_service(idle_minutes: float = 30.0, wait: float = 180.0) -> tuple[Serv
         if starter and psutil.pid_exists(starter):
             return _wait_for_other_starter(starter, wait)
         marker.unlink(missing_ok=True)  # its starter is gone
-        return start_service(idle_minutes, wait)
+        return _start_or_find(idle_minutes, wait)
     with os.fdopen(fd, "w") as handle:
         handle.write(str(os.getpid()))
     try:
@@ -141,7 +153,12 @@ def _wait_for_other_starter(starter: int, wait: float) -> tuple[ServiceClient, f
         if client is not None:
             return client, time.monotonic() - began
         if not psutil.pid_exists(starter):
-            break  # it finished (then the service answers) or gave up
+            # It finished (then the service answers), gave up, or was ended while the service
+            # it started warms up (a console's warm-up, closed with it): then that service.
+            warming = _warming_service()
+            if warming is None or warming == starter:
+                break
+            starter = warming
         time.sleep(0.2)
     client = find_service()
     if client is not None:
@@ -151,6 +168,18 @@ def _wait_for_other_starter(starter: int, wait: float) -> tuple[ServiceClient, f
 
 
 SERVICE_PID_FILE = "service.pid"
+
+
+def _warming_service() -> int | None:
+    """The pid of a service process running but not (yet) answering, if there is one."""
+    for folder in (exports_dir() / "service-tmp").glob("*"):
+        try:
+            pid = int((folder / SERVICE_PID_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        if psutil.pid_exists(pid):
+            return pid
+    return None
 
 
 def _service_temp_folder(parent: Path) -> Path:

@@ -6,7 +6,7 @@ terms and cleans up.
 
 Local exports run on the warm export service (``rocketdesk export --warm``), which the tab
 starts when it is first shown, so that a click exports at once rather than after Spark's
-10-20 s start; the service ends with the console, once no export runs on it.
+10-20 s start; the service ends with the consoles that used it, once no export runs on it.
 ``ROCKETDESK_EXPORT_WARM=0`` turns that off (each export then starts its own Spark, as with a
 spark:// master)."""
 
@@ -64,7 +64,7 @@ def ask_on_close(parent, running: str, continuous: bool) -> str:
     """What becomes of a running export when the console closes: "keep", "cancel" or "stay"."""
     box = QMessageBox(QMessageBox.Icon.Question, "An export is running",
                       f"{running}\n\nIt can go on without the console: the Export tab lists it "
-                      "the next time, and can stop it there.", parent=parent)
+                      "the next time you open the console, and can stop it there.", parent=parent)
     keep = box.addButton("Keep it running", QMessageBox.ButtonRole.AcceptRole)
     cancel = box.addButton("Stop it" if continuous else "Cancel it",
                            QMessageBox.ButtonRole.DestructiveRole)
@@ -72,7 +72,9 @@ def ask_on_close(parent, running: str, continuous: bool) -> str:
     box.setDefaultButton(keep)
     box.setEscapeButton(stay)
     box.exec()
-    return {keep: "keep", cancel: "cancel"}.get(box.clickedButton(), "stay")
+    choice = {keep: "keep", cancel: "cancel"}.get(box.clickedButton(), "stay")
+    box.deleteLater()
+    return choice
 
 
 class ExportView(QWidget):
@@ -86,6 +88,10 @@ class ExportView(QWidget):
         self._started = 0.0
         self._planned = False
         self._on_warm = False
+        self._topic = ""
+        self._continuous = False
+        self._exported = 0
+        self._total: int | None = None
         self.output: str | None = None
         layout = QVBoxLayout(self)
         form = QFormLayout()
@@ -285,6 +291,8 @@ class ExportView(QWidget):
             args += ["--to", self.until.text().strip()]
         if self.continuous.isChecked():
             args.append("--continuous")
+        self._topic, self._continuous = topic, self.continuous.isChecked()
+        self._exported, self._total = 0, None
         self.launch = ExportLaunch(args, {**os.environ, PARENT_ENV: str(os.getpid())})
         self.events_path = self.launch.events_path
         try:
@@ -316,23 +324,33 @@ class ExportView(QWidget):
     def may_close(self) -> bool:
         """Asked when the console closes. A running export goes on without the console or is
         cancelled (its launcher cleans up either way: nothing kills it), or the console stays."""
-        if not self.running():
+        if self.launch is None:
             return True
-        topic = self.topic.text().strip() or "a topic"
-        done = (f" ({self.progress.value():,} of {self.progress.maximum():,} messages so far)"
-                if self._planned and self.progress.maximum() > 1 else "")
-        continuous = self.continuous.isChecked()
-        what = (f"The export of {topic} keeps its folder up to date with the topic." if continuous
-                else f"The export of {topic} is running{done}.")
-        choice = ask_on_close(self, what, continuous)
+        # The question runs an event loop of its own: no tick may end the export under it.
+        self.timer.stop()
+        self.poll_events()  # (one that ended since the last tick is read to its end now)
+        launch = self.launch
+        if launch is None:
+            return True
+        if self.state == "cancelling":  # asked already: it ends on its own
+            choice = "keep"
+        else:
+            choice = ask_on_close(self, self._running_text(), self._continuous)
         if choice == "stay":
+            self.timer.start()
             return False
         if choice == "cancel":
-            self.launch.terminate()
-        self.timer.stop()
-        self.launch.let_go()  # (it writes on into the files it holds; nobody reads them)
+            launch.terminate()
+        launch.let_go()  # (it writes on into the files it holds; nobody reads them)
         self.launch = self.events_path = None
         return True
+
+    def _running_text(self) -> str:
+        if self._continuous:
+            return f"The export of {self._topic} keeps its folder up to date with the topic."
+        done = (f" ({self._exported:,} of {self._total:,} messages so far)"
+                if self._total is not None else "")
+        return f"The export of {self._topic} is running{done}."
 
     def poll_events(self) -> None:
         """The timer's tick: the events written since the last, then whether the launcher ended."""
@@ -375,6 +393,7 @@ class ExportView(QWidget):
             self._on_warm = bool(event.get("warm"))
         elif kind == "planned":
             self._planned = True
+            self._total = event["total"]
             self.progress.setRange(0, max(event["total"], 1))
             self.status.setText(f"{event['total']:,} messages to export")
         elif kind == "progress" and event.get("lag") is not None:  # a continuous export
@@ -382,6 +401,7 @@ class ExportView(QWidget):
             self.status.setText(f"kept up to date: {event['exported']:,} messages exported so far, "
                                 f"{event['lag']:,} behind the topic")
         elif kind == "progress" and event.get("total"):
+            self._exported = event["exported"]
             self.progress.setValue(event["exported"])
             eta = event.get("etaSeconds")
             self.status.setText(f"exported {event['exported']:,} of {event['total']:,}, "
@@ -418,9 +438,11 @@ class ExportView(QWidget):
         self._drop_events()
         self.start_button.setEnabled(True)
         self.cancel_button.setEnabled(False)
-        if code == 0 and self.output is not None:
-            # It finished before the cancel reached it: the output is complete, so say so.
+        if code == 0:
+            # (also when it finished before a cancel reached it: the output is complete)
             self.state = "finished"
+            if self.output is None:  # its last events were not copied here (a full disk)
+                self.status.setText("the export finished: the Exports table below has its summary")
         elif self.state == "cancelling" or code == 130:
             self.state = "cancelled"
             self.progress.setRange(0, 1)

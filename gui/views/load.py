@@ -171,7 +171,9 @@ class LoadView(QWidget):
     def stop_all(self) -> None:
         for load in self.loads.values():
             if load.process.state() != QProcess.ProcessState.NotRunning:
-                if load.process.processId() > 0:  # (QProcess.terminate: see export_view)
+                # SIGTERM, or a request file on Windows, where QProcess.terminate posts a
+                # WM_CLOSE that a console program never sees.
+                if load.process.processId() > 0:
                     processes.terminate(load.process.processId())
                 else:
                     load.process.kill()  # still starting: nothing of it to stop in order

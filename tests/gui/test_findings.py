@@ -603,7 +603,9 @@ def test_closing_the_console_during_an_export_asks_whether_it_goes_on_and_never_
     launcher, let go with a real export, is in test_console)."""
     import gc
     import os
+    import signal
     import sys
+    import time
 
     from PySide6.QtWidgets import QApplication
 
@@ -622,7 +624,15 @@ def test_closing_the_console_during_an_export_asks_whether_it_goes_on_and_never_
 
     def answer(parent, running, continuous):
         asked.append(running)
-        return answers.pop(0)
+        choice = answers.pop(0)
+        if choice == "keep, once it has ended":  # while the question is up, the loop runs on
+            parent.launch.terminate()
+            parent.launch.process.wait(20)
+            for _ in range(10):
+                QApplication.processEvents()
+                time.sleep(0.05)
+            choice = "keep"
+        return choice
 
     monkeypatch.setattr(export_view, "ask_on_close", answer)
 
@@ -646,7 +656,7 @@ def test_closing_the_console_during_an_export_asks_whether_it_goes_on_and_never_
     window, launch = window_exporting()
     answers[:] = ["stay", "keep"]
     assert not window.close()
-    assert window.isVisible() and launch.running() and os.path.isdir(launch.folder)
+    assert (window.isVisible(), launch.running(), os.path.isdir(launch.folder)) == (True, True, True)
     assert asked == ["The export of Orders is running."]
     assert window.close()
     assert launch.running()
@@ -666,7 +676,23 @@ def test_closing_the_console_during_an_export_asks_whether_it_goes_on_and_never_
     window, launch = window_exporting()
     answers[:] = ["cancel"]
     assert window.close()
-    assert launch.process.wait(20) != 0  # asked to stop (SIGTERM; a request file on Windows)
+    assert launch.process.wait(20) == -signal.SIGTERM  # asked to stop, not killed
+    assert not os.path.exists(launch.folder)
+
+    # One that ended since the tab last looked, or that is being cancelled: no question.
+    window, launch = window_exporting()
+    launch.terminate()
+    launch.process.wait(20)
+    assert window.close()
+    assert not os.path.exists(launch.folder)
+    window, launch = window_exporting()
+    window.export.cancel()
+    assert window.close()
+    assert launch.process.wait(20) == -signal.SIGTERM
+    assert len(asked) == 3  # (stay, keep, cancel above: none since)
+    window, launch = window_exporting()
+    answers[:] = ["keep, once it has ended"]
+    assert window.close()
     assert not os.path.exists(launch.folder)
 
     # A launcher that does not hold its events file yet keeps its folder: removed from under
@@ -674,7 +700,7 @@ def test_closing_the_console_during_an_export_asks_whether_it_goes_on_and_never_
     late = ExportLaunch(["-c", "import time; time.sleep(120)"], dict(os.environ))
     late.start()
     assert not late.let_go(wait=0.3)
-    assert os.path.isdir(late.folder) and late.running()
+    assert (os.path.isdir(late.folder), late.running()) == (True, True)
     late.terminate()
     late.process.wait(20)
     late.remove()

@@ -88,7 +88,7 @@ def test_exports_on_the_warm_service_share_one_spark_and_are_listed_as_jobs(clus
         assert one["sparkApplication"] == two["sparkApplication"]
         said = [json.loads(line) for line in events.read_text().splitlines()]
         assert said[0]["event"] == "launched"
-        assert said[1]["event"] == "started" and said[1]["warm"] is True
+        assert (said[1]["event"], said[1]["warm"]) == ("started", True)
         for summary, folder in ((one, "first"), (two, "second")):
             assert summary["planned"] == summary["exported"] == TOTAL
             assert summary["verified"] is True
@@ -156,19 +156,30 @@ def test_exports_on_the_warm_service_share_one_spark_and_are_listed_as_jobs(clus
         rocketdesk(home, "export", "service", "stop")
 
 
-def test_a_service_started_for_a_console_ends_with_it(cluster, tmp_path):
+def test_a_service_started_for_a_console_ends_with_it_once_the_export_it_left_running_is_done(
+        cluster, tmp_path):
+    """A console closing with "Keep it running" leaves its export's launcher to submit the
+    export to the service the console started, maybe seconds later: the service waits for it
+    (it ends only once no request has come for a while), runs it to the end, then ends."""
     home = tmp_path / "home"
     console = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    parent = {"ROCKETDESK_EXPORT_SERVICE_PARENT": str(console.pid)}
     try:
-        started = rocketdesk(home, "export", "service", "start",
-                             env={"ROCKETDESK_EXPORT_SERVICE_PARENT": str(console.pid)})
+        started = rocketdesk(home, "export", "service", "start", env=parent)
         assert started.returncode == 0, started.stderr[-3000:]
         pid = service_pid(home)
         assert pid is not None
     finally:
         console.kill()
         console.wait()
-    assert wait_gone(pid, 30), "the service outlived the console that started it"
+    time.sleep(3)  # a launcher slow to start: the service looks for its console every 2 s
+    kept = rocketdesk(home, "export", "-n", cluster.state.namesrv_addr, "-t", "Warm", "--out",
+                      str(tmp_path / "kept"), "--warm", env=parent)
+    assert kept.returncode == 0, kept.stderr[-3000:]
+    assert "started the warm export service" not in kept.stderr  # the console's, still there
+    record = json.loads(rocketdesk(home, "export", "list", "--json").stdout)[0]
+    assert (record["state"], record["exported"], record["service"]) == ("finished", TOTAL, True), record
+    assert wait_gone(pid, 45), "the service outlived the console that started it"
     assert service_pid(home) is None
 
 

@@ -36,3 +36,39 @@ def test_a_new_service_folder_removes_those_of_services_gone_and_keeps_a_running
     assert sorted(p.name for p in parent.iterdir()) == sorted(["running", new.name])
     assert (running / "spark-1").is_dir()  # a service too busy to answer keeps its files
     assert not list(new.iterdir())
+
+
+def test_a_starter_ended_while_its_service_warms_up_leaves_the_waiters_waiting_for_that_service(
+        tmp_path, monkeypatch):
+    """A console's warm-up (``export service start``) ends with the console, maybe before its
+    service answers: an export the console left running waits for that service, not for a
+    starter that is gone (and fails only when no service process runs at all)."""
+    import pytest
+
+    from export.errors import ExportError
+    from rocketdesk import export_service
+
+    monkeypatch.setenv("ROCKETDESK_HOME", str(tmp_path))
+    starter = subprocess.Popen([sys.executable, "-c", "pass"])
+    starter.wait()  # the warm-up, ended
+    monkeypatch.setattr(export_service, "find_service", lambda: None)  # nothing answers yet
+    with pytest.raises(ExportError, match="did not become ready"):
+        export_service._wait_for_other_starter(starter.pid, wait=5)
+
+    service = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        folder = tmp_path / "exports" / "service-tmp" / "abc"
+        folder.mkdir(parents=True)
+        (folder / SERVICE_PID_FILE).write_text(str(service.pid))
+        asked = []
+
+        def answers_on_the_fifth_ask():
+            asked.append(1)
+            return "the service" if len(asked) >= 5 else None
+
+        monkeypatch.setattr(export_service, "find_service", answers_on_the_fifth_ask)
+        client, _ = export_service._wait_for_other_starter(starter.pid, wait=30)
+        assert client == "the service"
+    finally:
+        service.kill()
+        service.wait()

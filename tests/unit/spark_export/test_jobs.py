@@ -61,6 +61,40 @@ def test_the_service_refuses_bad_requests_before_spark_is_asked(tmp_path):
     assert service.jobs == {}
 
 
+def test_a_service_for_consoles_ends_once_every_console_it_served_has_and_it_is_quiet(tmp_path):
+    pytest.importorskip("pyspark")
+    import subprocess
+    import sys
+
+    from export import service as service_module
+    from export.service import ExportService
+
+    first = subprocess.Popen([sys.executable, "-c", "pass"])
+    first.wait()  # the console that started it, closed
+    second = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        service = ExportService(str(tmp_path), parent_pid=first.pid)
+        ask = lambda **r: service.answer({"token": service.token, **r})  # noqa: E731
+        assert not service.consoles_gone()  # a request just now (its start): not quiet yet
+        service.last_activity -= service_module.PARENT_GRACE + 1
+        assert service.consoles_gone()
+        assert ask(op="adopt", pid=second.pid)["consoles"] == sorted([first.pid, second.pid])
+        service.last_activity -= service_module.PARENT_GRACE + 1
+        assert not service.consoles_gone()  # the second console still runs
+        service.jobs["kept"] = object()  # an export running, its consoles all gone
+    finally:
+        second.kill()
+        second.wait()
+    assert not service.consoles_gone()
+    service.jobs.clear()
+    assert service.consoles_gone()
+    alone = ExportService(str(tmp_path))  # started from the command line: ends when idle only
+    alone.answer({"token": alone.token, "op": "adopt", "pid": second.pid})
+    alone.last_activity -= service_module.PARENT_GRACE + 1
+    assert alone.parents == set()
+    assert not alone.consoles_gone()
+
+
 def test_cancel_says_what_happened_even_without_waiting(tmp_path, monkeypatch, capsys):
     import os
 
@@ -142,7 +176,7 @@ def test_an_events_file_that_cannot_be_written_stops_the_export_before_a_job_sta
     done = subprocess.run([sys.executable, "-m", "rocketdesk.cli", "export", "-n", "127.0.0.1:1",
                            "-t", "Orders", "--out", str(tmp_path / "out"), "--cold", "--events",
                            str(tmp_path / "no-such-folder" / "events.jsonl")],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False)
     started = [p for p in psutil.process_iter(["cmdline"])
                if str(tmp_path / "out") in " ".join(p.info["cmdline"] or [])]
     for process in started:  # (the job an older launcher left behind, ended here)
@@ -154,6 +188,8 @@ def test_an_events_file_that_cannot_be_written_stops_the_export_before_a_job_sta
 
 def test_the_follower_says_the_launcher_holds_the_copy_and_survives_a_copy_it_cannot_write(
         tmp_path, capsys):
+    import os
+
     from rocketdesk.cli_export import Follower, open_events_copy
 
     copy_path = tmp_path / "copy.jsonl"
@@ -170,11 +206,47 @@ def test_the_follower_says_the_launcher_holds_the_copy_and_survives_a_copy_it_ca
         def write(self, line):
             raise OSError(28, "No space left on device")
 
+    # A copy whose file was removed (a console closed, letting the export run) is dropped.
+    os.remove(copy_path)
+    follower.next_look = 0
+    with events.open("a") as more:
+        more.write(json.dumps({"event": "progress", "exported": 1, "total": 3}) + "\n")
+    assert follower.poll()
+    assert follower.copy is None
+    assert copy.closed
     follower.copy = Full()
     with events.open("a") as more:
         more.write(json.dumps({"event": "finished", "exported": 3, "verified": True}) + "\n")
     assert follower.poll()  # the export is followed to its end without the copy
-    assert follower.summary["exported"] == 3 and follower.copy is None
+    assert (follower.summary["exported"], follower.copy) == (3, None)
     assert "no longer copying the events" in capsys.readouterr().err
     follower.close()
     copy.close()
+
+
+def test_an_export_that_fails_before_its_job_starts_is_listed_failed_with_the_reason(tmp_path):
+    """No job, so no job record of the job's own: the launcher makes it, so that an export a
+    closed console left running is found failed in the Exports table rather than nowhere."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    home = tmp_path / "home"
+    events = tmp_path / "events.jsonl"
+    (tmp_path / "bin").mkdir()
+    env = {key: value for key, value in os.environ.items() if key != "JAVA_HOME"}
+    env.update(ROCKETDESK_HOME=str(home), PATH=str(tmp_path / "bin"))  # no java on it
+    done = subprocess.run([sys.executable, "-m", "rocketdesk.cli", "export", "-n", "127.0.0.1:1",
+                           "-t", "Orders", "--out", str(tmp_path / "out"), "--cold", "--events",
+                           str(events)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 1
+    assert "Spark needs Java" in done.stderr
+    [record] = read_records(str(home / "exports" / "jobs"))
+    assert (record["state"], record["topics"], record["out"]) == ("failed", ["Orders"], str(tmp_path / "out"))
+    assert record["error"].startswith("Spark needs Java")
+    said = [json.loads(line) for line in events.read_text().splitlines()]
+    assert [e["event"] for e in said] == ["launched", "failed"]
+    assert said[1]["error"] == record["error"]
