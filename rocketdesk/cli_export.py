@@ -25,6 +25,7 @@ from pathlib import Path
 import psutil
 
 from common.platform import processes
+from common.platform.files import BINARY
 from export.errors import ExportError
 from export.job_record import JobRecord, jobs_dir
 from rocketdesk.cli_admin import parse_time
@@ -200,7 +201,9 @@ class Follower:
             self.copy = None
         if _unlinked(sys.stderr):
             sys.stderr.flush()
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stderr.fileno())
+            null = os.open(os.devnull, os.O_WRONLY | BINARY)
+            os.dup2(null, sys.stderr.fileno())
+            os.close(null)
 
     def drain(self) -> None:
         while self.poll():
