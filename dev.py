@@ -72,7 +72,11 @@ def main(argv: list[str]) -> int:
         args = [str(venv_tool(check))] + (["check", "."] if check == "ruff" else [])
         if subprocess.call(args) != 0:
             return 1
-    return hand_over([str(venv_tool("python")), "-m", "pytest", *rest])
+    # On workers, a test module to each (tests/conftest.py): see dev.sh.
+    return hand_over([str(venv_tool("python")), "-m", "pytest", *PARALLEL, *rest])
+
+
+PARALLEL = ["--numprocesses", "auto", "--maxprocesses", "4", "--dist", "loadgroup"]
 
 
 def hand_over(args: list[str]) -> int:

@@ -95,6 +95,21 @@ def pytest_configure(config):
     config._hang_report_fd = os.dup(2)
 
 
+# `./dev.sh test` runs the suite on pytest-xdist's workers by groups (`--dist loadgroup`). A
+# test module is a group of its own: its module-scoped cluster or Spark session is set up
+# once, on one worker. Modules whose clusters take RocketMQ's default ports when they are free
+# (the `single` profile: 9876, 10911, 8081) share the group DEFAULT_PORTS, so that two of them
+# never check the same port free at once on two workers and then both bind it.
+DEFAULT_PORTS = "rocketmq-default-ports"
+
+
+@pytest.hookimpl(tryfirst=True)  # (before xdist's own hook reads the groups)
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(name=item.nodeid.split("::")[0]))
+
+
 def _timeout_of(item) -> float:
     """The test's pytest-timeout limit: its marker, else the command line, else the ini."""
     marker = item.get_closest_marker("timeout")

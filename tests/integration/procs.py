@@ -92,8 +92,14 @@ def free_port() -> int:
 
     low = _ephemeral_low()
     top = low - 2 if low > 21000 else 60000  # (a kernel that hands out nearly every port: any)
+    # Each of the run's workers (pytest-xdist: gw0, gw1, …) picks in a slice of its own: two
+    # picking one port free at once would both hand it out.
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    span = (top - 20000) // max(workers, 1)
+    first = 20000 + span * (int(worker) if worker.isdigit() else 0)
     for _ in range(500):
-        port = random.randrange(20000, top)
+        port = random.randrange(first, first + span - 1)
         pair = {port, port + 1}
         if not pair & _HANDED_OUT and all(map(port_is_free, pair)):
             _HANDED_OUT.update(pair)

@@ -13,9 +13,9 @@ import time
 import psutil
 import pytest
 
-from tests.conftest import process_gone
+from tests.conftest import DEFAULT_PORTS, process_gone
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group(name=DEFAULT_PORTS)]
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

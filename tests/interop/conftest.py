@@ -10,15 +10,41 @@ their own folders (never in the project's environment) and run in subprocesses:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
+from common.platform.file_lock import try_lock
+from common.platform.files import BINARY
+
 CACHE = os.environ.get("ROCKETDESK_INTEROP_CACHE") or os.path.join(
     os.path.expanduser("~"), ".cache", "rocketdesk", "interop")
+
+
+@contextlib.contextmanager
+def _installing(wait: float = 1200.0):
+    """One installer at a time: the suite's workers (pytest-xdist) may reach for the same
+    client at once, and a folder one removes and refills must not be the other's."""
+    os.makedirs(CACHE, exist_ok=True)
+    fd = os.open(os.path.join(CACHE, ".installing"), os.O_RDWR | os.O_CREAT | BINARY, 0o600)
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                try_lock(fd)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        yield
+    finally:
+        os.close(fd)  # (the lock goes with it)
 
 
 def _pip_target(target: str, requirement: str) -> None:
@@ -45,7 +71,8 @@ def _install() -> dict[str, str]:
 @pytest.fixture(scope="session")
 def cpp_clients() -> dict[str, str]:
     """Folders to put on PYTHONPATH for each client core."""
-    return _install()
+    with _installing():
+        return _install()
 
 
 def _install_py5() -> str:
@@ -62,4 +89,5 @@ def _install_py5() -> str:
 @pytest.fixture(scope="session")
 def py5_client() -> str:
     """The folder to put on PYTHONPATH for the official 5.x client."""
-    return _install_py5()
+    with _installing():
+        return _install_py5()
