@@ -72,7 +72,7 @@ def main(argv: list[str]) -> int:
         args = [str(venv_tool(check))] + (["check", "."] if check == "ruff" else [])
         if subprocess.call(args) != 0:
             return 1
-    # On workers, a test module to each (tests/conftest.py): see dev.sh.
+    # On workers, a test module to each: see dev.sh.
     return hand_over([str(venv_tool("python")), "-m", "pytest", *PARALLEL, *rest])
 
 

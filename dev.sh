@@ -46,10 +46,10 @@ case "$command" in
     "$venv/bin/lint-imports"
     "$venv/bin/mypy"
     # On pytest-xdist's workers, one per core up to four, a test module to each (its cluster or
-    # Spark session set up once; tests/conftest.py groups them): the suite's processes wait on
-    # sockets and subprocesses much of the time, so two cores run it in about 60 % of the time
-    # one pytest takes. `./dev.sh test -n 0` runs it in one process.
-    exec "$venv/bin/python" -m pytest --numprocesses auto --maxprocesses 4 --dist loadgroup "$@"
+    # Spark session set up once): the suite's processes wait on sockets and subprocesses much
+    # of the time, so two cores run it in about 60 % of the time one pytest takes. Its clusters
+    # take no default ports (tests/conftest.py). `./dev.sh test -n 0` runs it in one process.
+    exec "$venv/bin/python" -m pytest --numprocesses auto --maxprocesses 4 --dist loadfile "$@"
     ;;
   *)
     echo "usage: ./dev.sh run|test [args]" >&2

@@ -14,6 +14,13 @@ import time
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# `./dev.sh test` runs the test modules on pytest-xdist's workers, side by side: clusters that
+# took RocketMQ's default ports when free (a `single` profile's 9876 and 10911, any cluster's
+# proxy at 8081) could find one free on two workers at once and both plan on it. Every cluster
+# of the suite takes free ports (the nodes started here inherit this); test_supervisor.py
+# checks the preference itself.
+os.environ["ROCKETDESK_DEFAULT_PORTS"] = "0"
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
@@ -93,21 +100,6 @@ HANG_MARGIN = float(os.environ.get("ROCKETDESK_TEST_HANG_MARGIN", "120"))
 def pytest_configure(config):
     # A copy of the real stderr, taken before any test's output is captured.
     config._hang_report_fd = os.dup(2)
-
-
-# `./dev.sh test` runs the suite on pytest-xdist's workers by groups (`--dist loadgroup`). A
-# test module is a group of its own: its module-scoped cluster or Spark session is set up
-# once, on one worker. Modules whose clusters take RocketMQ's default ports when they are free
-# (the `single` profile: 9876, 10911, 8081) share the group DEFAULT_PORTS, so that two of them
-# never check the same port free at once on two workers and then both bind it.
-DEFAULT_PORTS = "rocketmq-default-ports"
-
-
-@pytest.hookimpl(tryfirst=True)  # (before xdist's own hook reads the groups)
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(name=item.nodeid.split("::")[0]))
 
 
 def _timeout_of(item) -> float:

@@ -40,6 +40,15 @@ POLL = 0.05
 DEFAULT_NAMESRV_PORT = 9876
 DEFAULT_BROKER_PORT = 10911
 DEFAULT_PROXY_PORT = 8081  # RocketMQ proxy's gRPC port
+DEFAULT_PORTS_ENV = "ROCKETDESK_DEFAULT_PORTS"
+
+
+def defaults_wanted() -> bool:
+    """Whether new clusters may take RocketMQ's default ports when free (the `single`
+    profile's name server and broker, any cluster's first proxy). ``ROCKETDESK_DEFAULT_PORTS=0``
+    keeps them for something else: a real RocketMQ started later, or clusters started side by
+    side, which could each find a default port free at once and both plan on it."""
+    return os.environ.get(DEFAULT_PORTS_ENV, "1") != "0"
 
 
 class Supervisor:
@@ -73,12 +82,13 @@ class Supervisor:
         state = ClusterState(name=name, dir=str(folder), cluster=spec.cluster, spec_toml=spec.to_toml())
         supervisor = cls(state)
         taken: set[int] = set()
+        defaults = spec.prefer_default_ports and defaults_wanted()
         for index in range(spec.namesrv):
-            prefer = DEFAULT_NAMESRV_PORT if spec.prefer_default_ports and index == 0 else None
+            prefer = DEFAULT_NAMESRV_PORT if defaults and index == 0 else None
             supervisor._add_node(NodeState(name=f"namesrv-{index}", kind="namesrv",
                                            port=free_port(prefer, taken), dir=""))
         for number, group in enumerate(spec.groups):
-            prefer = DEFAULT_BROKER_PORT if spec.prefer_default_ports and number == 0 else None
+            prefer = DEFAULT_BROKER_PORT if defaults and number == 0 else None
             supervisor._plan_group(group, taken, prefer)
         supervisor._add_proxy_node(taken)
         supervisor.write_confs()
@@ -94,7 +104,7 @@ class Supervisor:
     def _add_proxy_node(self, taken: set[int]) -> NodeState:
         """The 5.x clients' gRPC endpoint: on 8081 when free, as RocketMQ's proxy."""
         number = sum(1 for n in self.state.nodes if n.kind == "proxy")
-        prefer = DEFAULT_PROXY_PORT if number == 0 else None
+        prefer = DEFAULT_PROXY_PORT if number == 0 and defaults_wanted() else None
         return self._add_node(NodeState(name=f"proxy-{number}", kind="proxy",
                                         port=free_port(prefer, taken), dir="", role="PROXY"))
 

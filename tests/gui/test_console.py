@@ -12,9 +12,9 @@ from PySide6.QtCore import Qt
 
 from common.platform import processes
 from gui.main_window import MainWindow
-from tests.conftest import DEFAULT_PORTS, process_gone
+from tests.conftest import process_gone
 
-pytestmark = [pytest.mark.gui, pytest.mark.integration, pytest.mark.xdist_group(name=DEFAULT_PORTS)]
+pytestmark = [pytest.mark.gui, pytest.mark.integration]
 
 
 _last: dict = {}

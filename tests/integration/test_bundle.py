@@ -12,9 +12,9 @@ import time
 import psutil
 import pytest
 
-from tests.conftest import DEFAULT_PORTS, ROOT
+from tests.conftest import ROOT
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group(name=DEFAULT_PORTS)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

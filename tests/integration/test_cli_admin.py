@@ -10,11 +10,10 @@ import sys
 import pytest
 
 from cluster.client.consumer import PushConsumer
-from tests.conftest import DEFAULT_PORTS
 from tests.integration.test_client import run
 from tests.integration.test_supervisor import ROOT, rd  # noqa: F401 - the fixture
 
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group(name=DEFAULT_PORTS)]
+pytestmark = pytest.mark.integration
 
 
 async def cli(env, *args, ok=True):

@@ -13,9 +13,9 @@ import time
 import psutil
 import pytest
 
-from tests.conftest import DEFAULT_PORTS, process_gone
+from tests.conftest import process_gone
 
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group(name=DEFAULT_PORTS)]
+pytestmark = pytest.mark.integration
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -144,3 +144,22 @@ def test_mistakes_get_a_sentence_and_an_exit_code(rd):
     wrong_node = rd("kill", "broker-z-0", check=False)
     assert wrong_node.returncode == 1
     assert "has no node 'broker-z-0'" in wrong_node.stderr
+
+
+def test_a_new_cluster_takes_rocketmqs_default_ports_when_free_unless_told_not_to(tmp_path, monkeypatch):
+    """The `single` profile's name server and broker, and a cluster's first proxy, on 9876,
+    10911 and 8081 when those are free (a client's defaults then just work); never with
+    ROCKETDESK_DEFAULT_PORTS=0, which the rest of the suite runs under."""
+    from cluster.supervisor.ports import port_is_free
+    from cluster.supervisor.spec import load_profile
+    from cluster.supervisor.supervisor import DEFAULT_PORTS_ENV, Supervisor
+
+    defaults = {"namesrv": 9876, "broker": 10911, "proxy": 8081}
+    free = {kind: port_is_free(port) for kind, port in defaults.items()}
+    monkeypatch.delenv(DEFAULT_PORTS_ENV)
+    planned = Supervisor.create(load_profile("single"), "defaults", root=tmp_path)  # (nothing runs)
+    ports = {node.kind: node.port for node in planned.state.nodes}
+    assert {kind: ports[kind] == port for kind, port in defaults.items()} == free
+    monkeypatch.setenv(DEFAULT_PORTS_ENV, "0")
+    elsewhere = Supervisor.create(load_profile("single"), "elsewhere", root=tmp_path)
+    assert not {node.port for node in elsewhere.state.nodes} & set(defaults.values())
