@@ -192,7 +192,10 @@ class ExportService:
                 threading.Thread(target=control.interrupt, daemon=True).start()
             return {"ok": True, "cancelled": asked}
         if op == "adopt":  # a console found it running: it serves that console too
-            pid = int(request["pid"])
+            pid = request.get("pid")
+            # (the watch hands every one to psutil, which raises on a pid no C long holds)
+            if type(pid) is not int or not 0 < pid < 1 << 31:
+                return {"ok": False, "error": f"bad request: a console's pid, not {pid!r}"[:200]}
             with self.lock:
                 if self.parents:  # (one started on its own, from the command line, stays so)
                     self.parents.add(pid)

@@ -264,13 +264,13 @@ def _record_failure(args, job_id: str, error: Exception, copy) -> None:
     path = jobs_dir() / f"{job_id}.json"
     if path.exists():  # the job started and keeps its own record
         return
+    from export.job import record_fields  # (only here: every other command goes without it)
+
     message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    fields = {**record_fields(args, pid=os.getpid()), "topics": [args.topic]}  # (one, as given)
     with contextlib.suppress(OSError):
         jobs_dir().mkdir(parents=True, exist_ok=True)
-        JobRecord(str(path), {"topics": [args.topic], "out": os.path.abspath(args.out),
-                              "format": args.format, "master": args.master,
-                              "incremental": args.incremental, "continuous": args.continuous,
-                              "pid": os.getpid()}).on_event("failed", {"error": message})
+        JobRecord(str(path), fields).on_event("failed", {"error": message})
     if copy is not None:
         with contextlib.suppress(OSError):
             copy.write(json.dumps({"event": "failed", "time": time.time(), "error": message}) + "\n")

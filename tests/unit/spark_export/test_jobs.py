@@ -78,6 +78,11 @@ def test_a_service_for_consoles_ends_once_every_console_it_served_has_and_it_is_
         assert not service.consoles_gone()  # a request just now (its start): not quiet yet
         service.last_activity -= service_module.PARENT_GRACE + 1
         assert service.consoles_gone()
+        for hostile in ("12", 12.5, True, None, 0, -1, 1 << 31, 10**30, [1]):
+            assert ask(op="adopt", pid=hostile)["ok"] is False, hostile
+        assert service.parents == {first.pid}
+        service.last_activity -= service_module.PARENT_GRACE + 1
+        assert service.consoles_gone()  # (no hostile pid reached psutil)
         assert ask(op="adopt", pid=second.pid)["consoles"] == sorted([first.pid, second.pid])
         service.last_activity -= service_module.PARENT_GRACE + 1
         assert not service.consoles_gone()  # the second console still runs
