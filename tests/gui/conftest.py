@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import tempfile
 import time
@@ -39,6 +40,30 @@ class BoundedEventLoop(qasync.QEventLoop):
 
     def run_until_complete(self, future, limit: float = LOOP_WAIT_LIMIT):
         return super().run_until_complete(asyncio.wait_for(future, limit))
+
+
+@pytest.fixture(autouse=True)
+def _garbage_collected_on_the_gui_thread(qapp):
+    """Python's cycle collector runs on whichever thread allocates when a generation fills up,
+    and a Qt object it finds in garbage is deleted right there. A pytest-xdist worker runs other
+    modules' tests before and after these, and a thread one of them leaves running can be that
+    thread: a widget deleted on it while the GUI thread processes events crashes the process
+    (seen once: a worker's segfault inside pytest-qt's processEvents after a test). So while a
+    GUI test runs only explicit collections happen, and what the test left (pytest-qt has
+    closed and deleteLater()ed its widgets by now) is deleted here, on the GUI thread, before
+    another thread could collect it. (The console process itself runs no other Python thread.)"""
+    from PySide6.QtCore import QCoreApplication, QEvent
+
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+        gc.collect()
+        QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+        if was_enabled:
+            gc.enable()
 
 
 @pytest.fixture
