@@ -47,11 +47,13 @@ def _garbage_collected_on_the_gui_thread(qapp):
     """Python's cycle collector runs on whichever thread allocates when a generation fills up,
     and a Qt object it finds in garbage is deleted right there. A pytest-xdist worker runs other
     modules' tests before and after these, and a thread one of them leaves running can be that
-    thread: a widget deleted on it while the GUI thread processes events crashes the process
-    (seen once: a worker's segfault inside pytest-qt's processEvents after a test). So while a
-    GUI test runs only explicit collections happen, and what the test left (pytest-qt has
-    closed and deleteLater()ed its widgets by now) is deleted here, on the GUI thread, before
-    another thread could collect it. (The console process itself runs no other Python thread.)"""
+    thread (grpc's aio poller, which the proxy's tests leave in the process, makes Python objects). A
+    widget deleted there while the GUI thread processes events crashes the process (seen once:
+    a worker's segfault inside pytest-qt's processEvents after a test, with such a thread in
+    its dump). So while a GUI test runs only explicit collections happen, and what the test
+    left (pytest-qt has closed and deleteLater()ed its widgets by now) is deleted here, on the
+    GUI thread, before another thread could collect it. (The console process runs no other
+    Python thread.)"""
     from PySide6.QtCore import QCoreApplication, QEvent
 
     was_enabled = gc.isenabled()
