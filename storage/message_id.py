@@ -111,10 +111,19 @@ class UniqIdGenerator:
         # a generator never get the same number (and need no lock of ours for it).
         self._counter = itertools.count(1)
         self._month_start = self._next_month_start = 0
+        # The last millisecond's head, (ms, text): sends in one millisecond share it, so most
+        # ids format only their counter. One tuple, swapped whole: threads never pair one
+        # millisecond with another's text.
+        self._last_head: tuple[int, str] = (-1, "")
 
     def next_id(self, now_ms: int | None = None) -> str:
         """A new id; unique within this process for 65,536 ids per millisecond."""
-        return f"{self._head(now_ms)}{next(self._counter) & 0xFFFF:04X}"
+        if now_ms is None:
+            now_ms = int(time.time() * 1000)
+        last = self._last_head
+        if last[0] != now_ms:
+            last = self._last_head = (now_ms, self._head(now_ms))
+        return f"{last[1]}{next(self._counter) & 0xFFFF:04X}"
 
     def next_ids(self, count: int, now_ms: int | None = None) -> list[str]:
         """``count`` new ids of one millisecond (a batch's), as ``next_id`` makes them one by

@@ -171,3 +171,12 @@ def test_ids_made_for_a_batch_are_those_made_one_by_one():
     expected = [one_by_one.next_id(now) for _ in range(70_000)]
     assert batched.next_ids(70_000, now) == expected  # the counter wraps past 65,535 alike
     assert batched.next_id(now) == one_by_one.next_id(now)
+
+
+@given(st.lists(st.integers(_ms(2024, 1, 1), _ms(2026, 12, 31)), min_size=1, max_size=40))
+def test_each_id_carries_its_own_millisecond_whatever_came_before(stamps):
+    """One generator, the clock moving on, standing still, going back, across months: every id
+    says its own millisecond (the head of the last one is kept only for that same one)."""
+    generator = UniqIdGenerator("10.1.2.3")
+    for now in stamps + stamps[::-1]:
+        assert uniq_id_timestamp(generator.next_id(now), now) == now
