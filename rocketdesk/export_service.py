@@ -173,13 +173,28 @@ SERVICE_PID_FILE = "service.pid"
 def _warming_service() -> int | None:
     """The pid of a service process running but not (yet) answering, if there is one."""
     for folder in (exports_dir() / "service-tmp").glob("*"):
-        try:
-            pid = int((folder / SERVICE_PID_FILE).read_text())
-        except (OSError, ValueError):
-            continue
-        if psutil.pid_exists(pid):
+        pid = _service_running(folder)
+        if pid is not None:
             return pid
     return None
+
+
+def _service_running(folder: Path) -> int | None:
+    """The pid in a service's temporary folder, if that service still runs. The pid alone
+    would do until the system hands it to another process: one started after the file was
+    written is not the service (a waiter would wait minutes on it, and its folder would stay)."""
+    marker = folder / SERVICE_PID_FILE
+    try:
+        pid = int(marker.read_text())
+        if pid <= 0:  # (0 is the kernel's on Linux: it "exists")
+            return None
+        written = marker.stat().st_mtime
+        started = psutil.Process(pid).create_time()
+    except (OSError, ValueError, OverflowError, psutil.Error):
+        return None
+    # (the service starts just before its starter writes the file; a second for the clocks'
+    # resolutions: psutil's start time is in clock ticks)
+    return pid if started <= written + 1.0 else None
 
 
 def _service_temp_folder(parent: Path) -> Path:
@@ -188,11 +203,7 @@ def _service_temp_folder(parent: Path) -> Path:
     busy to answer the starter's ping keeps Spark's local files (shuffle, blocks) there."""
     parent.mkdir(parents=True, exist_ok=True)
     for old in parent.iterdir():
-        try:
-            pid = int((old / SERVICE_PID_FILE).read_text())
-        except (OSError, ValueError):
-            pid = 0
-        if not (pid and psutil.pid_exists(pid)):
+        if _service_running(old) is None:
             shutil.rmtree(old, ignore_errors=True)
     return Path(tempfile.mkdtemp(dir=parent))
 

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import psutil
+
 from rocketdesk.export_service import SERVICE_PID_FILE, _service_temp_folder, with_temp_folder
 
 
@@ -32,6 +34,16 @@ def test_a_new_service_folder_removes_those_of_services_gone_and_keeps_a_running
     ended = subprocess.Popen([sys.executable, "-c", "pass"])
     ended.wait()
     (gone / SERVICE_PID_FILE).write_text(str(ended.pid))
+    # A pid the system has handed on: a process started after the file was written (a
+    # reused pid) is not the service; nor is a pid that is no pid.
+    reused = parent / "reused"
+    (reused / "spark-1").mkdir(parents=True)
+    (reused / SERVICE_PID_FILE).write_text(str(os.getpid()))
+    an_hour_before = psutil.Process().create_time() - 3600
+    os.utime(reused / SERVICE_PID_FILE, (an_hour_before, an_hour_before))
+    for name, text in (("zero", "0"), ("negative", "-5"), ("huge", str(2**70)), ("text", "abc")):
+        (parent / name).mkdir()
+        (parent / name / SERVICE_PID_FILE).write_text(text)
     new = _service_temp_folder(parent)
     assert sorted(p.name for p in parent.iterdir()) == sorted(["running", new.name])
     assert (running / "spark-1").is_dir()  # a service too busy to answer keeps its files
@@ -57,9 +69,15 @@ def test_a_starter_ended_while_its_service_warms_up_leaves_the_waiters_waiting_f
 
     service = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
+        reused = tmp_path / "exports" / "service-tmp" / "reused"
+        reused.mkdir(parents=True)
+        (reused / SERVICE_PID_FILE).write_text(str(os.getpid()))  # its pid since handed on
+        os.utime(reused / SERVICE_PID_FILE, (0, 0))
+        assert export_service._warming_service() is None  # (nothing to wait for)
         folder = tmp_path / "exports" / "service-tmp" / "abc"
-        folder.mkdir(parents=True)
+        folder.mkdir()
         (folder / SERVICE_PID_FILE).write_text(str(service.pid))
+        assert export_service._warming_service() == service.pid
         asked = []
 
         def answers_on_the_fifth_ask():
