@@ -98,7 +98,7 @@ class ClusterModel(QObject):
             raise ConsoleError("give a name-server address (host:port;host:port)")
         for address in addresses:
             host, _, port = address.rpartition(":")
-            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            if not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
                 raise ConsoleError(f"{address!r} is not host:port")
         prober = Prober(timeout=2.0)
         try:
@@ -126,6 +126,14 @@ class ClusterModel(QObject):
         self.cluster_changed.emit(f"external {self.external}")
         self.timer.start()
         self.refresh()
+
+    def require_admin(self) -> AdminClient:
+        """The admin client of the cluster on screen; ConsoleError, with a sentence, while none
+        is open (the first cluster still starting, or one that failed to)."""
+        if self.admin is None:
+            raise ConsoleError("no cluster is open yet: start one, pick one, or connect to a "
+                               "name server first")
+        return self.admin
 
     def _new_admin(self) -> None:
         old = self.admin

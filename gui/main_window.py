@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
 
 from cluster.supervisor.spec import profile_names
 from gui.cluster_model import ClusterModel
-from gui.tasks import spawn
+from gui.tasks import spawn, user_message
 from gui.views.charts import ChartsView
 from gui.views.export_view import ExportView
 from gui.views.groups import GroupsView
@@ -34,6 +34,7 @@ class MainWindow(QMainWindow):
         super().__init__()
         self.setWindowTitle("RocketDesk")
         self.model = model or ClusterModel(self)
+        self._shown_cluster = ""  # the cluster on screen, as the picker names it
         toolbar = QToolBar("cluster")
         toolbar.setObjectName("clusterToolbar")
         self.addToolBar(toolbar)
@@ -146,6 +147,10 @@ class MainWindow(QMainWindow):
 
     def stop_cluster(self) -> None:
         """Stop every node of the open cluster, once the user has said yes (as for one node)."""
+        if self.model.supervisor is None:
+            self.show_message("the cluster on screen is not run by RocketDesk here (connected "
+                              "by its name servers), or none is open: nothing to stop")
+            return
         name = self.clusters.currentText() or "the cluster"
         if not self.nodes.confirm(f"Stop every node of {name}? Its clients lose it until it is "
                                   "started again."):
@@ -238,13 +243,20 @@ class MainWindow(QMainWindow):
             self.clusters.setCurrentText(current)
 
     def open_cluster(self, name: str) -> None:
-        if name:
+        if not name:
+            return
+        try:
             self.model.attach(name)
+        except Exception as exc:  # removed meanwhile (`rocketdesk rm`), or its files unreadable
+            self.show_message(user_message(exc))
+            self.reload_clusters()  # what is there now, showing the cluster still on screen
+            self.clusters.setCurrentText(self._shown_cluster)
 
     def _cluster_opened(self, name: str) -> None:
         self.reload_clusters()
         if not name.startswith("external "):
             self.clusters.setCurrentText(name)
+        self._shown_cluster = name
         self.topics.refresh()
         self.groups.refresh()
 

@@ -8,6 +8,7 @@ the status bar, never a traceback.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -59,6 +60,24 @@ def spawn(coro: Awaitable, on_done: Callable | None = None,
 
     task.add_done_callback(finished)
     return task
+
+
+def user_action(method: Callable) -> Callable:
+    """For a view's slot that a click, a key or a choice runs: what it raises becomes the
+    console's sentence (the view's ``model.message``), not a traceback Qt prints on stderr while
+    the window shows nothing. The slot is given only as many of the signal's arguments as the
+    method takes besides ``self`` (a button's ``clicked`` passes ``checked``)."""
+    takes = method.__code__.co_argcount - 1
+
+    @functools.wraps(method)
+    def slot(self, *args):
+        try:
+            return method(self, *args[:takes])
+        except Exception as exc:
+            self.model.message.emit(user_message(exc))
+            return None
+
+    return slot
 
 
 def running_tasks() -> int:

@@ -36,6 +36,7 @@ class Window:
         self.count = self.failures = 0
         self.histogram = [0] * (len(RT_BUCKETS) + 1)
         self.max_rt = 0.0
+        self.last_error: str | None = None  # the second's last failure, in its own words
 
     def record(self, ok: bool, rt_ms: float, count: int = 1) -> None:
         if ok:
@@ -81,8 +82,10 @@ async def produce(args) -> None:
                         ok = result.status is SendStatus.SEND_OK
                     else:
                         ok = (await producer.send(messages[0])).status is SendStatus.SEND_OK
-                except Exception:
+                except Exception as exc:
                     ok = False
+                    window.last_error = str(exc).strip().splitlines()[0] if str(exc).strip() \
+                        else type(exc).__name__
                 window.record(ok, (time.perf_counter() - began) * 1000, len(messages))
                 if per_sender:
                     await asyncio.sleep(max(0.0, len(messages) / per_sender - (time.perf_counter() - began)))
@@ -133,7 +136,8 @@ async def _report(current, faults, duration: float, stop: asyncio.Event) -> None
             pass
         window = current()
         emit(event="second", tps=window.count, failures=window.failures, maxRt=round(window.max_rt, 2),
-             histogram=window.histogram, buckets=RT_BUCKETS, faults=faults())
+             histogram=window.histogram, buckets=RT_BUCKETS, faults=faults(),
+             error=window.last_error)
         window.__init__()
         if duration and time.monotonic() - began >= duration:
             stop.set()

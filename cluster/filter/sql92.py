@@ -105,7 +105,11 @@ def _tokens(text: str) -> list[tuple[str, object, int]]:
         if kind == "string":
             tokens.append(("literal", raw[1:-1].replace("''", "'"), start))
         elif kind == "number":
-            tokens.append(("literal", float(raw) if any(c in raw for c in ".eE") else int(raw), start))
+            try:
+                number = float(raw) if any(c in raw for c in ".eE") else int(raw)
+            except ValueError:  # over Python's 4,300 digits (Java's parse fails long before)
+                raise FilterSyntaxError(f"the number at position {start} is too long") from None
+            tokens.append(("literal", number, start))
         elif kind == "word" and raw.upper() in _KEYWORDS:
             upper = raw.upper()
             if upper in ("TRUE", "FALSE"):

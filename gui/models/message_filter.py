@@ -75,7 +75,7 @@ def _follow(document, steps):
 def _literal(text: str):
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return text.strip("'")  # a bare word, or 'single quoted': a string
 
 
@@ -113,7 +113,7 @@ class JsonCondition:
     def holds(self, body: bytes) -> bool:
         try:
             document = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):  # (nested deeper than Python's stack: as not JSON)
             return False  # not JSON: no path in it
         found = _follow(document, self.steps)
         if found is _MISSING:

@@ -24,7 +24,7 @@ from cluster.topic_validator import validate_group_name
 from gui.models.groups import COLUMN_TIPS as GROUP_TIPS
 from gui.models.groups import COLUMNS as GROUP_COLUMNS
 from gui.models.groups import group_row
-from gui.tasks import spawn
+from gui.tasks import spawn, user_action
 from gui.views.table_items import SortableItem, row_table, selected_name
 
 DLQ_COLUMNS = ["original topic", "keys", "tags", "reconsumed", "msgId", "body", "receipt"]
@@ -215,9 +215,9 @@ class GroupsView(QWidget):
             spawn(self._load(group), on_error=self.model.message.emit)
 
     async def _load(self, group: str) -> None:
-        stats = await self.model.admin.consume_stats(group)
+        stats = await self.model.require_admin().consume_stats(group)
         try:
-            connections = await self.model.admin.consumer_connections(group)
+            connections = await self.model.require_admin().consumer_connections(group)
         except Exception:
             connections = {}
         if self.selected_group() != group:
@@ -268,17 +268,18 @@ class GroupsView(QWidget):
 
     async def _preview(self, group: str, topic: str, ms: int) -> None:
         """Where each queue would move, without moving it."""
-        moves = await self.model.admin.preview_reset_by_time(group, topic, ms)
+        moves = await self.model.require_admin().preview_reset_by_time(group, topic, ms)
         lines = [f"{mq.broker_name} queue {mq.queue_id}: {now} -> {target}"
                  for mq, now, target in moves]
         self.preview.setText("preview (nothing changed yet):\n" + "\n".join(lines))
 
+    @user_action
     def apply_reset(self) -> None:
         group, topic = self.selected_group(), self.reset_topic.text().strip()
         if not group or not topic:
             self.model.message.emit("select a group and give the topic to reset")
             return
-        spawn(self.model.admin.reset_offset_by_time(group, topic, self._reset_ms()),
+        spawn(self.model.require_admin().reset_offset_by_time(group, topic, self._reset_ms()),
               on_done=lambda offsets: (self.model.message.emit(
                   f"offsets of {group} on {topic} reset ({len(offsets)} queues)"), self.show_group()),
               on_error=self.model.message.emit)
@@ -295,7 +296,7 @@ class GroupsView(QWidget):
         from cluster.client.pull import read_queue
         from cluster.client.route import MessageQueue
 
-        instance = self.model.admin.instance
+        instance = self.model.require_admin().instance
         topic = f"%DLQ%{group}"
         route = await instance.fetch_route(topic)
         found = []
@@ -349,6 +350,7 @@ class GroupsView(QWidget):
                 self.dead.setItem(row, 6, QTableWidgetItem(receipt))
         self.model.message.emit(f"redrove {len(rows)} message(s)")
 
+    @user_action
     def create_group(self) -> None:
         group = self.new_group.text().strip()
         if self.model.admin is None:
@@ -368,15 +370,16 @@ class GroupsView(QWidget):
             self.new_group.clear()
             spawn(self._load_groups(), on_done=listed, on_error=self.model.message.emit)
 
-        spawn(self.model.admin.create_group(group), on_done=created,
+        spawn(self.model.require_admin().create_group(group), on_done=created,
               on_error=self.model.message.emit)
 
+    @user_action
     def delete_group(self) -> None:
         group = self.selected_group()
         if not group:
             self.model.message.emit("select a group to delete")
             return
-        spawn(self.model.admin.delete_group(group),
+        spawn(self.model.require_admin().delete_group(group),
               on_done=lambda _: (self.model.message.emit(f"group {group} deleted"), self.refresh()),
               on_error=self.model.message.emit)
 

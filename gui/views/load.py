@@ -98,6 +98,7 @@ class LoadView(QWidget):
         stop.clicked.connect(self.stop_all)
         controls.addWidget(stop)
         self.running = QLabel("no load running")
+        self.running.setWordWrap(True)  # (a failing load says why, at length)
         controls.addWidget(self.running)
         controls.addStretch(1)
         layout.addLayout(controls, 1)
@@ -152,7 +153,10 @@ class LoadView(QWidget):
         self._update_running()
 
     def start_producer(self) -> None:
-        args = ["producer", "-t", self.topic.text(), "--rate", str(self.rate.value()), "-w",
+        if not self.topic.text().strip():
+            self.model.message.emit("give the topic to send to")
+            return
+        args = ["producer", "-t", self.topic.text().strip(), "--rate", str(self.rate.value()), "-w",
                 str(self.threads.value()), "-s", str(self.size.value()), "--batch", str(self.batch.value()),
                 "--mode", self.mode.currentText()]
         if self.keys.isChecked():
@@ -164,7 +168,10 @@ class LoadView(QWidget):
         self._start(f"producer {len([n for n in self.loads if n.startswith('producer')]) + 1}", args)
 
     def start_consumer(self) -> None:
-        args = ["consumer", "-t", self.topic.text(), "-g", self.group.text(), "--slow-ms",
+        if not self.topic.text().strip() or not self.group.text().strip():
+            self.model.message.emit("give the topic to consume and the consumer group")
+            return
+        args = ["consumer", "-t", self.topic.text().strip(), "-g", self.group.text().strip(), "--slow-ms",
                 str(self.slow.value()), "--fail-every", str(self.fail_every.value())]
         self._start(f"consumer {len([n for n in self.loads if n.startswith('consumer')]) + 1}", args)
 
@@ -179,10 +186,27 @@ class LoadView(QWidget):
                     load.process.kill()  # still starting: nothing of it to stop in order
 
     def _finished(self, load: LoadProcess) -> None:
+        process = load.process
+        if process.exitStatus() == QProcess.ExitStatus.NormalExit and process.exitCode() != 0:
+            # (a stop asked for ends it with 0): say why, in the process's own last line
+            said = bytes(process.readAllStandardError()).decode("utf-8", "replace").strip()
+            why = said.splitlines()[-1] if said else f"exit code {process.exitCode()}"
+            self.model.message.emit(f"{load.name} ended: {why}")
         self._update_running()
 
     def _update_running(self) -> None:
-        live = [n for n, lp in self.loads.items() if lp.process.state() != QProcess.ProcessState.NotRunning]
+        live = []
+        for name, lp in self.loads.items():
+            if lp.process.state() == QProcess.ProcessState.NotRunning:
+                continue
+            latest = lp.seconds[-1] if lp.seconds else {}
+            failed = latest.get("failures") or 0
+            if failed:  # a load whose every send fails must not look like a quiet one
+                error = latest.get("error")
+                live.append(f"{name} ({failed:,} failed in the last second"
+                            f"{': ' + error if error else ''})")
+            else:
+                live.append(name)
         self.running.setText("running: " + ", ".join(live) if live else "no load running")
 
     def _read(self, load: LoadProcess) -> None:
@@ -196,6 +220,7 @@ class LoadView(QWidget):
             if event.get("event") == "second":
                 load.seconds.append(event)
                 self._redraw(load, event)
+                self._update_running()
 
     def _redraw(self, load: LoadProcess, latest: dict) -> None:
         now = time.time()

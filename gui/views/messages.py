@@ -37,7 +37,7 @@ from gui.models.display import (
     trace_timeline,
 )
 from gui.models.message_filter import ResultFilter
-from gui.tasks import ConsoleError, spawn
+from gui.tasks import ConsoleError, spawn, user_action
 from gui.views.filter_bar import FilterBar
 from gui.views.table_items import row_table
 from storage.inspector import format_timestamp, record_to_json
@@ -186,7 +186,7 @@ class MessageFinder(QWidget):
         resend_group = QPushButton("Resend to the group")
         resend_group.clicked.connect(self.resend_to_group)
         save_body = QPushButton("Save full body…")
-        save_body.clicked.connect(self.save_body)
+        save_body.clicked.connect(lambda: self.save_body(None))  # (not clicked's checked)
         export = QPushButton("Export results…")
         export.clicked.connect(lambda: self.export_results(None))
         track = QPushButton("Which groups consumed it?")
@@ -272,13 +272,14 @@ class MessageFinder(QWidget):
                                 "their producer's commit or rollback, or for the broker's check-back")
 
     # -- find, browse, tail ------------------------------------------------------------------------
+    @user_action
     def find(self) -> None:
         topic, key = self.query_topic.text().strip(), self.query_key.text().strip()
         if not topic or not key:
             self.model.message.emit("give a topic and a key to search for")
             return
         self._stop_scans()
-        self._find_task = spawn(self.model.admin.query_by_key(topic, key, PAGE),
+        self._find_task = spawn(self.model.require_admin().query_by_key(topic, key, PAGE),
                                 on_done=self._show_results, on_error=self.model.message.emit)
 
     def browse(self) -> None:
@@ -342,7 +343,7 @@ class MessageFinder(QWidget):
         were."""
         from cluster.client.pull import TOOLS_GROUP, PullStatus, pull_message
 
-        instance = self.model.admin.instance
+        instance = self.model.require_admin().instance
         found = []
         positions = dict(starts)
         for mq in list(positions):
@@ -478,7 +479,7 @@ class MessageFinder(QWidget):
         elif mode == "pretty JSON":
             try:
                 text = json.dumps(json.loads(raw), indent=2, ensure_ascii=False)[: self.BODY_SHOWN]
-            except ValueError:
+            except (ValueError, RecursionError):  # (nested deeper than Python's stack)
                 text = "(the body is not JSON)\n" + shown.decode("utf-8", "replace")
         elif is_text(shown):
             text = shown.decode("utf-8")
@@ -488,6 +489,7 @@ class MessageFinder(QWidget):
                                 for i in range(0, len(shown), 16)))
         return text + (f"\n… {more:,} more bytes (save the full body to see them)" if more > 0 else "")
 
+    @user_action
     def save_body(self, path: str | None = None) -> None:
         record = self.selected_record()
         if record is None:
@@ -500,6 +502,7 @@ class MessageFinder(QWidget):
                 handle.write(record.body)
             self.model.message.emit(f"{len(record.body):,} bytes saved to {path}")
 
+    @user_action
     def export_results(self, path: str | None) -> None:
         """The result set as JSON lines (.json) or CSV (.csv), as `store dump` writes records."""
         if path is None:
@@ -522,6 +525,7 @@ class MessageFinder(QWidget):
                     handle.write(json.dumps(row, ensure_ascii=False) + "\n")
         self.model.message.emit(f"{len(rows)} message(s) exported to {path}")
 
+    @user_action
     def resend_to_group(self) -> None:
         """CONSUME_MESSAGE_DIRECTLY: one online consumer of the group consumes it again."""
         record, group = self.selected_record(), self.resend_group.text().strip()
@@ -530,11 +534,11 @@ class MessageFinder(QWidget):
             return
 
         async def run():
-            connections = await self.model.admin.consumer_connections(group)
+            connections = await self.model.require_admin().consumer_connections(group)
             clients = [c["clientId"] for c in connections.get("connectionSet", [])]
             if not clients:
                 raise ConsoleError(f"no consumer of {group} is online")
-            return await self.model.admin.consume_message_directly(group, clients[0], record.msg_id)
+            return await self.model.require_admin().consume_message_directly(group, clients[0], record.msg_id)
 
         spawn(run(), on_done=lambda r: self.model.message.emit(
             f"receipt from {group}: {r.get('consumeResult')} in {r.get('spentTimeMills', '?')} ms"),
@@ -546,6 +550,7 @@ class MessageFinder(QWidget):
             if not quiet:
                 self.model.message.emit("scan cancelled")
 
+    @user_action
     def track(self) -> None:
         record = self.selected_record()
         if record is None:
@@ -560,8 +565,10 @@ class MessageFinder(QWidget):
             self.detail.appendPlainText("\nconsumer groups:\n" + "\n".join(lines))
             self.last_track = track
 
-        spawn(self.model.admin.message_track(record), on_done=show, on_error=self.model.message.emit)
+        spawn(self.model.require_admin().message_track(record), on_done=show,
+              on_error=self.model.message.emit)
 
+    @user_action
     def trace(self) -> None:
         """The message's trace as a timeline (producers and consumers that had tracing on)."""
         record = self.selected_record()
@@ -575,7 +582,7 @@ class MessageFinder(QWidget):
             self.detail.appendPlainText("\ntrace:\n" + "\n".join(trace_timeline(events)))
             self.last_trace = events
 
-        spawn(self.model.admin.message_trace(record.uniq_key or ""), on_done=show,
+        spawn(self.model.require_admin().message_trace(record.uniq_key or ""), on_done=show,
               on_error=self.model.message.emit)
 
     def resend(self) -> None:

@@ -24,7 +24,7 @@ from gui.models.display import broker_addrs_text
 from gui.models.topics import COLUMN_TIPS as TOPIC_TIPS
 from gui.models.topics import COLUMNS as TOPIC_COLUMNS
 from gui.models.topics import matches, topic_row
-from gui.tasks import spawn
+from gui.tasks import spawn, user_action
 from gui.views.messages import MessageFinder, send_traced
 from gui.views.table_items import SortableItem, row_table, selected_name
 
@@ -207,6 +207,7 @@ class TopicsView(QWidget):
                 self.topics.selectRow(row)
                 return
 
+    @user_action
     def create_topic(self) -> None:
         name = self.new_topic.text().strip()
         if not name:
@@ -214,7 +215,7 @@ class TopicsView(QWidget):
             return
         queues = self.queues.value()
         perm = int(self.perm.currentText().split("(")[1].rstrip(")"))
-        spawn(self.model.admin.create_topic(name, queues, queues, perm),
+        spawn(self.model.require_admin().create_topic(name, queues, queues, perm),
               on_done=lambda _: (self.model.message.emit(f"topic {name} created with {queues} queues"),
                                  self.refresh()),
               on_error=self.model.message.emit)
@@ -236,9 +237,9 @@ class TopicsView(QWidget):
         spawn(self._topic_detail(topic), on_done=show, on_error=self.model.message.emit)
 
     async def _topic_detail(self, topic: str) -> str:
-        route = await self.model.admin.topic_route(topic)
-        stats = await self.model.admin.topic_stats(topic)
-        groups = await self.model.admin.groups_of_topic(topic)
+        route = await self.model.require_admin().topic_route(topic)
+        stats = await self.model.require_admin().topic_stats(topic)
+        groups = await self.model.require_admin().groups_of_topic(topic)
         lines = [f"{q['brokerName']}: {q['readQueueNums']} read / {q['writeQueueNums']} write queues, "
                  f"perm {q['perm']}" for q in route["queueDatas"]]
         lines += [broker_addrs_text(b["brokerName"], b.get("brokerAddrs") or {})
@@ -257,19 +258,19 @@ class TopicsView(QWidget):
             return
         self.export_requested.emit(topic, "")
 
+    @user_action
     def show_pending_transactions(self) -> None:
         """Half messages waiting for END_TRANSACTION or a check-back, in the results table."""
-        if self.model.admin is None:
-            return
-        spawn(self.model.admin.pending_half_messages(), on_done=self.finder.show_pending,
+        spawn(self.model.require_admin().pending_half_messages(), on_done=self.finder.show_pending,
               on_error=self.model.message.emit)
 
+    @user_action
     def delete_topic(self) -> None:
         name = self.selected_topic()
         if name is None:
             self.model.message.emit("select a topic to delete")
             return
-        spawn(self.model.admin.delete_topic(name),
+        spawn(self.model.require_admin().delete_topic(name),
               on_done=lambda _: (self.model.message.emit(f"topic {name} deleted"), self.refresh()),
               on_error=self.model.message.emit)
 

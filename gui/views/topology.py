@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 
 from cluster.supervisor.errors import SpecError
 from cluster.supervisor.spec import ClusterSpec, spec_from_dict
+from cluster.supervisor.state import cluster_names
 
 GROUP_COLUMNS = ["broker name", "master role", "flush", "slaves", "CommitLog file (MiB)"]
 
@@ -99,8 +100,12 @@ class TopologyDialog(QDialog):
 
     def accept_if_valid(self) -> None:
         try:
-            self.spec()
+            spec = self.spec()
         except SpecError as exc:
             self.problem.setText(str(exc))
+            return
+        if spec.name in cluster_names():  # (starting it would reopen that one, not this design)
+            self.problem.setText(f"a cluster named {spec.name} exists already: give this one "
+                                 "another name, or pick that one in the Cluster list")
             return
         self.accept()
