@@ -91,6 +91,9 @@ def _scan(data: memoryview, size: int, start: int, check_crc: bool, limit: int) 
             (store_ts,) = _I64.unpack_from(data, pos + 48 + (20 if sys_flag & BORNHOST_V6_FLAG else 8))
             p = pos + 48 + (20 if sys_flag & BORNHOST_V6_FLAG else 8) + 8
             p += (20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8) + 12
+            if p + 4 > pos + total:  # (a flipped flag bit in a short last record: cut there)
+                return ScanResult(pos, False, "field lengths do not match TOTALSIZE", count,
+                                  last_ts)
             (body_len,) = _I32.unpack_from(data, p)
             body_start = p + 4
         else:

@@ -152,3 +152,24 @@ def test_recovery_checks_ipv6_records_too(tmp_path):
         assert record.store_host == ("::1", 10911)
     finally:
         store.shutdown()
+
+
+def test_a_short_last_record_whose_flags_say_ipv6_is_cut_not_a_failed_start():
+    """A flipped host flag in a short record near the file's end: its IPv6 fields would end
+    past the record (and past the file), so it is cut there as any record that does not add up,
+    rather than failing the store's start with a struct error."""
+    import struct
+
+    from storage.record import MESSAGE_MAGIC_CODE
+    from storage.recovery import _scan
+
+    size = 4096
+    data = bytearray(size)
+    pos = size - 100
+    for sys_flag in (0x10, 0x20, 0x30):
+        data[pos:] = bytes(100)
+        struct.pack_into(">iI", data, pos, 96, MESSAGE_MAGIC_CODE)
+        struct.pack_into(">i", data, pos + 36, sys_flag)
+        result = _scan(memoryview(data), size, pos, True, size)
+        assert (result.valid_end, result.reached_end) == (pos, False)
+        assert result.problem == "field lengths do not match TOTALSIZE"
