@@ -90,6 +90,41 @@ class IndexFile:
         if self.index_count == 0:
             self.index_count = 1
         self._entries_base = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
+        self._relink_past_header()
+
+    def _relink_past_header(self) -> None:
+        """Point every slot that names an entry past the header's count back at the newest
+        entry under it. Entries and slots go into the mapping as keys arrive, the header only at
+        flush: a process killed in between leaves slots naming entries the header does not count.
+        Dispatch indexes those keys again from the header's count on; a slot left naming one of
+        them would make the rewritten entry its own predecessor (or lose its chain), and every
+        older key in that slot could no longer be found. A clean shutdown leaves none: then
+        this reads one entry."""
+        count = self.index_count
+        entry = count
+        chunk = 4096  # entries read at a time (pread: holes read as zeros, see read_raw)
+        while entry < self.index_num:
+            raw = self.mapped_file.read_raw(self._entries_base + entry * INDEX_ENTRY_SIZE,
+                                            min(chunk, self.index_num - entry) * INDEX_ENTRY_SIZE)
+            for offset in range(0, len(raw), INDEX_ENTRY_SIZE):
+                key_hash, phy, time_diff, prev = INDEX_ENTRY.unpack_from(raw, offset)
+                if not (key_hash or phy or time_diff or prev):
+                    return  # (the first never written: the rest were not either)
+                self._relink_slot(key_hash, count)
+            entry += chunk
+
+    def _relink_slot(self, key_hash: int, count: int) -> None:
+        slot_pos = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
+        (slot_value,) = HASH_SLOT.unpack(self.mapped_file.read_raw(slot_pos, HASH_SLOT_SIZE))
+        newest = slot_value
+        while newest >= count:  # an entry past the header: the one before it in the chain
+            raw = self.mapped_file.read_raw(
+                self._entries_base + newest * INDEX_ENTRY_SIZE, INDEX_ENTRY_SIZE)
+            prev = INDEX_ENTRY.unpack(raw)[3] if len(raw) == INDEX_ENTRY_SIZE else 0
+            newest = prev if 0 < prev < newest else 0  # (a chain only ever runs down)
+        if newest != slot_value:
+            self.mapped_file.ensure_allocated(slot_pos + HASH_SLOT_SIZE)
+            HASH_SLOT.pack_into(self.mm, slot_pos, newest)
 
     @property
     def path(self) -> str:

@@ -277,3 +277,29 @@ def test_index_files_a_query_holds_are_deleted_once_it_lets_go(tmp_path):
     assert os.listdir(tmp_path / "index") == [os.path.basename(middle.mapped_file.path)]
     assert OWED.under(str(tmp_path)) == []
     service.shutdown()
+
+
+@pytest.mark.parametrize("slots", [1, 7])
+def test_keys_indexed_after_the_last_flush_are_indexed_again_after_a_kill_and_older_ones_stay(
+        tmp_path, slots):
+    """Entries and slots reach the mapping as keys come, the header at flush. A process killed
+    between the two leaves slots naming entries the header does not count; dispatch indexes
+    those keys again, and every key is found afterwards, older ones of the same slot too."""
+    folder = str(tmp_path / "index")
+    service = IndexService(folder, slots, 64)
+    service.load(True, 0)
+    base = 1_700_000_000_000
+    for i in range(10):
+        service.build_index("T", f"k{i}", None, 100 * i, base + i)
+    service.flush()
+    for i in range(10, 16):
+        service.build_index("T", f"k{i}", None, 100 * i, base + i)
+    service.close()  # killed: the header still counts the first ten keys
+    again = IndexService(folder, slots, 64)
+    again.load(False, base + 60_000)  # (the checkpoint is past the file: it is kept)
+    assert again.last_indexed_offset == 900
+    for i in range(10, 16):  # dispatch, from the header's end on
+        again.build_index("T", f"k{i}", None, 100 * i, base + i)
+    for i in range(16):
+        assert again.query_offset("T", f"k{i}", 8, 0, base + 100)[0] == [100 * i], i
+    again.shutdown()
