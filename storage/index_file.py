@@ -322,12 +322,15 @@ class IndexService:
         self.index_files: list[IndexFile] = []
         self._lock = threading.Lock()
         self.last_indexed_offset = -1  # CommitLog offset of the newest message indexed
+        # Where the oldest file dropped at load began (its keys must be indexed again), or None.
+        self.dropped_from: int | None = None
 
     def load(self, last_exit_ok: bool, index_msg_timestamp: int) -> None:
         """Map existing files; after a crash, drop files with entries newer than the checkpoint."""
         if not os.path.isdir(self.store_path):
             return
         files = []
+        self.dropped_from = None
         for name in sorted(os.listdir(self.store_path)):
             path = os.path.join(self.store_path, name)
             if not name.isdigit():
@@ -342,6 +345,8 @@ class IndexService:
             index_file = IndexFile(path, self.hash_slot_num, self.index_num)
             if not last_exit_ok and index_file.end_timestamp > index_msg_timestamp:
                 log.info("dropping index file %s: newer than the checkpoint", name)
+                if self.dropped_from is None:  # (the oldest dropped: where its keys begin)
+                    self.dropped_from = index_file.begin_phy_offset
                 index_file.destroy(0)
                 continue
             files.append(index_file)
@@ -355,6 +360,14 @@ class IndexService:
         """Offset past which messages still need indexing (for recovery)."""
         files = self.index_files
         return files[-1].end_phy_offset if files else 0
+
+    def reindex_from(self) -> int | None:
+        """Where dispatch must start after a crash for the index to hold every key: past the
+        last file kept, or where the files dropped as newer than the checkpoint began (None:
+        no file at all, nothing was indexed)."""
+        if self.index_files:
+            return self.index_files[-1].end_phy_offset
+        return self.dropped_from
 
     def use_page_warmer(self, warmer) -> None:
         """Have ``warmer`` (page_warmer.py, or None) populate the hash slots of the file being

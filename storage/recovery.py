@@ -200,8 +200,9 @@ def recover_store(store) -> None:
     reput_from = max(store._max_physic_offset_in_consume_queues(), 0)
     if not store.last_exit_ok and files:
         reput_from = min(reput_from, files[start_index].file_from_offset)
-    if store.config.message_index_enable and store.index_service.index_files:
-        reput_from = min(reput_from, store.index_service.end_phy_offset())
+    reindex_from = store.index_service.reindex_from()
+    if store.config.message_index_enable and reindex_from is not None:
+        reput_from = min(reput_from, reindex_from)
     reput_from = max(reput_from, minimum)
     store.reput.reput_from_offset = min(reput_from, valid_end)
     store.reput.already_dispatched = store.dispatchers.already_dispatched

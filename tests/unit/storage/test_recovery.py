@@ -173,3 +173,35 @@ def test_a_short_last_record_whose_flags_say_ipv6_is_cut_not_a_failed_start():
         result = _scan(memoryview(data), size, pos, True, size)
         assert (result.valid_end, result.reached_end) == (pos, False)
         assert result.problem == "field lengths do not match TOTALSIZE"
+
+
+def test_an_index_file_dropped_as_newer_than_the_checkpoint_is_built_again(tmp_path):
+    """The index file's header reached the disk, the checkpoint that covers it did not (a
+    crash between the two writes of a flush round): recovery drops the file, and dispatch
+    builds its keys again from where it began, so every key is found after the restart."""
+    import struct
+    import time
+
+    config = small_config(tmp_path, mapped_file_size_commit_log=4096)
+    store = _reopen(config)
+    for i in range(30):
+        store.put_message(make_message(body=f"body-{i}".encode() * 20, keys=f"k{i}"))
+    store.wait_dispatched()
+    assert len(store.commit_log.mapped_file_queue.mapped_files) >= 2
+    store.index_service.flush()
+    checkpoint = os.path.join(config.store_path_root_dir, "checkpoint")
+    _crash(store)
+    with open(checkpoint, "r+b") as f:
+        # The CommitLog and the queues flushed past every message (the scan starts at the last
+        # file), the index's time older than every entry of its file.
+        later = int(time.time() * 1000) + 60_000
+        f.write(struct.pack(">qqq", later, later, 1))
+    store = _reopen(config)
+    try:
+        assert store.index_service.dropped_from == 0
+        for i in (0, 15, 29):
+            [found] = store.query_message("TopicTest", f"k{i}", 4).messages
+            [record] = iter_records(found, check_crc=True)
+            assert record.queue_offset == i
+    finally:
+        store.shutdown()
