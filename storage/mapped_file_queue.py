@@ -61,13 +61,33 @@ class MappedFileQueue:
                 continue
             if name.isdigit() and os.path.isfile(path):
                 names.append(name)
-        for name in _without_emptied_ends(self.store_path, names):
+        names = _without_emptied_ends(self.store_path, names)
+        self._check_sequence(names)
+        for name in names:
             path = os.path.join(self.store_path, name)
             mapped_file = MappedFile(path, self.mapped_file_size,
                                      allocate_ahead=self.allocate_ahead)
             mapped_file.set_positions(self.mapped_file_size)
             files.append(mapped_file)
         self.mapped_files = files  # readahead on all: recovery reads them (advise_writing after)
+
+    def _check_sequence(self, names: list[str]) -> None:
+        """Refuse to start on files that are not one run of segments: each named by its
+        20-digit start offset, a multiple of the file size, each starting where the one before
+        ends. A stray all-digit file taken as the last segment would have new records written
+        at offsets unrelated to the log's end, which dispatch never reaches."""
+        size = self.mapped_file_size
+        expected = None
+        for name in names:
+            offset = int(name)
+            if offset_to_file_name(offset) != name or offset % size:
+                raise StoreError(f"{os.path.join(self.store_path, name)} is not a segment of this "
+                                 f"store (segments are named by their 20-digit start offset, a "
+                                 f"multiple of {size:,}): move it out of the folder")
+            if expected is not None and offset != expected:
+                raise StoreError(f"{self.store_path} misses the segment at {expected:,} (before "
+                                 f"{name}): the files after a gap cannot be read in order")
+            expected = offset + size
 
     # -- finding files -------------------------------------------------------------------------
     def get_first_mapped_file(self) -> MappedFile | None:

@@ -125,6 +125,29 @@ def test_load_maps_existing_segments_and_removes_unfinished_ones(tmp_path):
     again.shutdown()
 
 
+@pytest.mark.parametrize(("stray", "says"), [
+    ("00000000000000000100", "is not a segment"),  # not a multiple of the file size
+    ("100", "is not a segment"),  # not 20 digits
+    (offset_to_file_name(3 * SIZE), "misses the segment at 8,192"),  # after a gap
+])
+def test_load_refuses_a_folder_whose_files_are_not_one_run_of_segments(tmp_path, stray, says):
+    """A stray all-digit file of the segment size taken as the last segment would have new
+    records written at offsets unrelated to the log's end: the store does not start, and says
+    which file."""
+    queue = MappedFileQueue(str(tmp_path), SIZE)
+    queue.get_last_mapped_file_or_create(0).append(b"a" * SIZE)
+    queue.get_last_mapped_file_or_create(0).append(b"b")
+    queue.shutdown()
+    (tmp_path / stray).write_bytes(b"x" * SIZE)
+    again = MappedFileQueue(str(tmp_path), SIZE)
+    with pytest.raises(StoreError, match=says):
+        again.load()
+    (tmp_path / stray).unlink()
+    again.load()
+    assert [f.file_from_offset for f in again] == [0, SIZE]
+    again.shutdown()
+
+
 # --- reference counting ---------------------------------------------------------------------------
 def test_destroy_returns_false_while_a_reader_holds_the_file_and_deletes_it_after_release(tmp_path):
     mapped = _file(tmp_path)
