@@ -169,7 +169,10 @@ class DefaultMessageStore(MessageLookup):
             if not os.path.isdir(topic_dir):
                 continue
             for queue_name in os.listdir(topic_dir):
-                if not queue_name.isdigit():
+                # A queue's folder is its id as Java writes an int ("007" or "²" would be
+                # opened as another folder, or fail int()): anything else is not a queue.
+                if not (queue_name.isascii() and queue_name.isdigit()) \
+                        or str(int(queue_name)) != queue_name:
                     continue
                 queue = ConsumeQueue(topic, int(queue_name), root,
                                      self.config.mapped_file_size_consume_queue)

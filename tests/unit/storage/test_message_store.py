@@ -315,3 +315,21 @@ def test_put_statistics_count_each_topic_the_slowest_put_and_each_latency_bucket
     assert info["putMessageTimesTotal"] == "39"
     assert info["putMessageSizeTotal"] == "4800"
     assert info["putMessageEntireTimeMax"] == "12"
+
+
+def test_folders_in_a_topics_queue_folder_that_are_not_queue_ids_are_left_alone(store_factory):
+    """A queue's folder is named by its id as an int is written: "007" is not queue 7 (it would
+    have opened the folder "7" instead), and "²" is not a number to int()."""
+    from tests.conftest import make_message
+
+    store = store_factory()
+    for _ in range(3):
+        store.put_message(make_message(queue_id=7))
+    store.wait_dispatched()
+    store.shutdown()
+    topic_dir = os.path.join(store.config.consume_queue_dir, "TopicTest")
+    for odd in ("007", "²", "x1"):
+        os.makedirs(os.path.join(topic_dir, odd))
+    again = store_factory()
+    assert sorted(again.consume_queue_table["TopicTest"]) == [7]
+    assert again.get_max_offset_in_queue("TopicTest", 7) == 3
