@@ -406,7 +406,9 @@ def test_a_deleted_topic_leaves_no_detail_and_a_log_or_stop_says_what_happens(qt
         stopped.append(True)
 
     monkeypatch.setattr(window.model, "stop_cluster", stop_cluster)
+    window.model.supervisor = object()  # (a cluster RocketDesk runs: there is one to stop)
     window.stop_cluster()  # answered no
+    window.model.supervisor = None
     loop.run_until_complete(asyncio.sleep(0.02))
     assert len(asked) == 1
     assert "Stop every node" in asked[0]
