@@ -540,6 +540,11 @@ class CommitLog:
         with self.put_lock:
             queue = self.mapped_file_queue
             last = queue.get_last_mapped_file()
+            if last is None and start_offset % queue.mapped_file_size:
+                # (a master starts a new slave at one of its files' start: a file made here for
+                # any other offset would stay, and the slave would report it on every connect)
+                raise StoreError(f"replicated data for an empty CommitLog starts at "
+                                 f"{start_offset}, not at the start of a file")
             if last is None or last.is_full():
                 mapped_file = queue.get_last_mapped_file_or_create(start_offset)
             else:

@@ -192,8 +192,17 @@ class HAConnection(asyncio.Protocol):
             try:
                 data = store.get_commit_log_data(self.next_transfer_from, batch)
             except OffsetOutOfRangeError as exc:
-                # Deleted under the slave (it fell behind the oldest file) or not yet there.
-                log.warning("HA: nothing to send %s at %d: %s", self.addr, self.next_transfer_from, exc)
+                if self.next_transfer_from < store.get_min_phy_offset():
+                    # Deleted under a slave that fell behind (retention, a full disk): it can
+                    # never catch up, and must not go on counting as a slave in sync.
+                    service.reject(self, self.next_transfer_from,
+                                   f"the slave stands at {self.next_transfer_from}, before the "
+                                   f"master's oldest file ({store.get_min_phy_offset()}): the "
+                                   "bytes it needs were deleted")
+                    self.close()
+                    return
+                # Not there yet (a file being made): the next look finds it.
+                log.debug("HA: nothing to send %s at %d: %s", self.addr, self.next_transfer_from, exc)
                 data = b""
             if data:
                 # One write, one segment: a header written alone left in a segment of its own

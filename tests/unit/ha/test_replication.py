@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 
 from cluster.ha.master import HAService
@@ -334,3 +335,83 @@ def test_a_peer_that_stops_reading_loses_its_place_and_does_not_hold_up_stop(tmp
 
     asyncio.run(main())
     master_store.shutdown()
+
+
+def test_a_slave_left_behind_by_deleted_files_is_refused_not_kept_waiting(tmp_path):
+    """A slave reading slowly stands in a file that cleanup deletes meanwhile: the master ends
+    its connection and says why, and it no longer counts as a slave in sync (it kept the
+    connection, in TRANSFER, sending heartbeats for ever)."""
+    master_store = open_store(tmp_path / "m", mapped_file_size_commit_log=64 * 1024)
+    for i in range(300):
+        master_store.put_message(make_message(body=bytes([i % 251]) * 1000))
+    first_end = len(_one_record(tmp_path))
+
+    async def main():
+        ha = HAService(master_store, master_store.config, "127.0.0.1", 0)
+        await ha.start()
+        slow = socket.socket()
+        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # (before connect: a small window)
+        slow.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(slow, ("127.0.0.1", ha.port))
+        try:
+            slow.send(encode_report(first_end))  # a slave holding the first record
+            await until(lambda: ha.connection_count() == 1)
+            await asyncio.sleep(0.3)  # the master stalls on the slave's full window
+            [connection] = ha.connections
+            assert connection.next_transfer_from < master_store.get_max_phy_offset()
+            deleted = master_store.commit_log.mapped_file_queue.delete_expired_file_by_time(
+                0, 0, 0, True)  # every file but the last
+            assert deleted >= 2
+            assert master_store.get_min_phy_offset() > connection.next_transfer_from
+            while True:  # the slave reads on: the master looks for the next bytes
+                try:
+                    if not slow.recv(1 << 16):
+                        break
+                except BlockingIOError:
+                    await asyncio.sleep(0.01)
+                except ConnectionResetError:
+                    break
+                if connection.state == "REJECTED":
+                    break
+            await until(lambda: ha.connection_count() == 0)
+            [rejected] = ha.runtime_info()["rejectedSlaves"]
+            assert "were deleted" in rejected["reason"]
+            assert not ha.is_slave_ok(master_store.get_max_phy_offset())
+        finally:
+            slow.close()
+            await ha.stop()
+
+    asyncio.run(main())
+    master_store.shutdown()
+
+
+def test_an_empty_slave_makes_no_file_for_a_first_frame_off_a_file_start(tmp_path):
+    """A master (or anyone on its port) whose first frame to an empty slave starts elsewhere
+    than at a file's start: the slave ends the connection and its CommitLog stays empty (a file
+    made for that offset stayed, and the slave reported it on every connect after)."""
+    slave_store = open_store(tmp_path / "s")
+
+    async def main():
+        sent = asyncio.Event()
+
+        async def fake_master(reader, writer):
+            await reader.readexactly(8)
+            writer.write(encode_transfer_header(10**12 + 7, 4) + b"\x00\x00\x00\x01")
+            await writer.drain()
+            sent.set()
+            await reader.read()
+            writer.close()
+
+        server, client = await slave_of(fake_master, slave_store)
+        try:
+            await asyncio.wait_for(sent.wait(), 10)
+            await until(lambda: client.last_error is not None)
+        finally:
+            await client.stop()
+            server.close()
+
+    asyncio.run(main())
+    assert slave_store.get_max_phy_offset() == 0
+    folder = slave_store.config.commit_log_dir
+    assert not os.path.isdir(folder) or os.listdir(folder) == []
+    slave_store.shutdown()
