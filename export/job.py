@@ -227,6 +227,13 @@ def session(args):
     return spark
 
 
+# CSV as RFC 4180 says (a quote in a value doubled, not backslashed: what Excel, pandas and
+# Python's csv read), with a header; a value holding a line break is quoted and spans lines,
+# so reading it back needs multiLine.
+CSV_OPTIONS = {"header": "true", "escape": '"'}
+CSV_READ_OPTIONS = {**CSV_OPTIONS, "multiLine": "true"}
+
+
 def for_format(df, fmt: str):
     """CSV holds neither binary nor maps: the body goes as base64, properties as JSON text."""
     if fmt != "csv":
@@ -303,10 +310,13 @@ class Progress(threading.Thread):
 
 
 def run_batch(spark, args, events: Events, control: JobControl) -> dict:
+    _check_out_is_free(args.out)  # (again before the move: before Spark's work, not after it)
     options = source_options(args)
-    ranges = plan(SourceOptions.parse(options))
+    # Empty queues too: the reader resolves these offsets again, and a queue they did not name
+    # it would read from its earliest to its latest (rows the plan left out, or read before).
+    ranges = plan(SourceOptions.parse(options), keep_empty=True)
     total = sum(r.count for r in ranges)
-    events.emit("planned", total=total, queues=len(ranges),
+    events.emit("planned", total=total, queues=sum(1 for r in ranges if r.count),
                 startingOffsets=offsets_json(ranges, "start"), endingOffsets=offsets_json(ranges, "end"))
     if control.requested:  # cancelled while planning: no Spark job of the group to cancel yet
         raise KeyboardInterrupt
@@ -330,16 +340,15 @@ def run_batch(spark, args, events: Events, control: JobControl) -> dict:
         if folders:
             writer = writer.partitionBy(*folders)
         if args.format == "csv":
-            writer = writer.option("header", "true")
+            writer = writer.options(**CSV_OPTIONS)
         writer.save(staging)
     finally:
         progress.stopped.set()
     seconds = time.monotonic() - began
     events.emit("verifying")
     check = verify(spark, staging, args.format, total, filtered=_filtered(args))
+    _check_out_is_free(args.out)
     if os.path.exists(args.out):
-        if os.listdir(args.out):
-            raise ExportError(f"{args.out} exists and is not empty; choose another --out")
         os.rmdir(args.out)
     if not control.settle():
         raise KeyboardInterrupt  # cancelled while verifying: the staging folder goes
@@ -357,6 +366,11 @@ def run_batch(spark, args, events: Events, control: JobControl) -> dict:
             "rate": round(check["exported"] / seconds) if seconds else None}
 
 
+def _check_out_is_free(out: str) -> None:
+    if os.path.isdir(out) and os.listdir(out):
+        raise ExportError(f"{out} exists and is not empty; choose another --out")
+
+
 def _filtered(args) -> bool:
     return bool(args.tags not in ("*", "") or args.keys or args.starting_timestamp is not None
                 or args.ending_timestamp is not None)
@@ -367,7 +381,7 @@ def verify(spark, path: str, fmt: str, planned: int, filtered: bool) -> dict:
     the count is what the brokers' offsets said)."""
     reader = spark.read.format(fmt)
     if fmt == "csv":
-        reader = reader.option("header", "true")
+        reader = reader.options(**CSV_READ_OPTIONS)
     df = reader.load(path)
     rows = df.count()
     distinct = df.select("topic", "brokerName", "queueId", "queueOffset").distinct().count()
@@ -403,7 +417,7 @@ def run_streaming(spark, args, events: Events, control: JobControl) -> dict:
     if folders:
         writer = writer.partitionBy(*folders)
     if args.format == "csv":
-        writer = writer.option("header", "true")
+        writer = writer.options(**CSV_OPTIONS)
     query = control.query = writer.start()
     if control.requested:  # cancelled while it was starting
         query.stop()
@@ -440,7 +454,7 @@ def run_streaming(spark, args, events: Events, control: JobControl) -> dict:
     seconds = time.monotonic() - began
     reader = spark.read.format(args.format)
     if args.format == "csv":
-        reader = reader.option("header", "true")
+        reader = reader.options(**CSV_READ_OPTIONS)
     # Spark reads a streaming output through its commit log: files of a batch cut short by a
     # stop are not part of it (the batch runs again on resume).
     everything = reader.load(args.out) if os.path.exists(args.out) else None

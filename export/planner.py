@@ -97,9 +97,11 @@ class QueueBounds:
 
 
 def resolve(bounds: list[QueueBounds], options: SourceOptions,
-            by_time=None) -> list[QueueRange]:
+            by_time=None, keep_empty: bool = False) -> list[QueueRange]:
     """Turn each queue's min/max and the options into ``[start, end)``; ``by_time(bounds, ms)``
-    gives the first offset stored at or after ``ms`` (None: time bounds filter rows only)."""
+    gives the first offset stored at or after ``ms`` (None: time bounds filter rows only).
+    ``keep_empty`` keeps queues with nothing to read, as ``[start, start)``: a plan handed on
+    as offsets must name them, or a reader that resolves it again reads them whole."""
     ranges = []
     for b in bounds:
         start = _pick(options.starting, b.topic, b.broker_name, b.queue_id, EARLIEST)
@@ -110,6 +112,12 @@ def resolve(bounds: list[QueueBounds], options: SourceOptions,
             start = max(start, by_time(b, options.starting_timestamp))
         if options.ending_timestamp is not None and by_time is not None:
             end = min(end, by_time(b, options.ending_timestamp))
+        end = min(end, b.max_offset)
+        if end <= start:  # nothing asked for here (so nothing lost either)
+            if keep_empty:
+                ranges.append(QueueRange(b.topic, b.broker_name, b.queue_id, start, start,
+                                         b.address))
+            continue
         if start < b.min_offset:
             if options.fail_on_data_loss:
                 raise DataLossError(
@@ -117,15 +125,16 @@ def resolve(bounds: list[QueueBounds], options: SourceOptions,
                     f"the oldest kept is {b.min_offset} (older files expired); set "
                     "failOnDataLoss=false to start at the oldest")
             start = b.min_offset
-        end = min(end, b.max_offset)
         if end > start:
             ranges.append(QueueRange(b.topic, b.broker_name, b.queue_id, start, end, b.address))
+        elif keep_empty:
+            ranges.append(QueueRange(b.topic, b.broker_name, b.queue_id, start, start, b.address))
     return ranges
 
 
 # -- from brokers -----------------------------------------------------------------------------------
-def plan_from_brokers(options: SourceOptions) -> list[QueueRange]:
-    return asyncio.run(_plan_from_brokers(options))
+def plan_from_brokers(options: SourceOptions, keep_empty: bool = False) -> list[QueueRange]:
+    return asyncio.run(_plan_from_brokers(options, keep_empty))
 
 
 async def broker_bounds(options: SourceOptions, client) -> list[QueueBounds]:
@@ -160,7 +169,7 @@ async def broker_bounds(options: SourceOptions, client) -> list[QueueBounds]:
     return bounds
 
 
-async def _plan_from_brokers(options: SourceOptions) -> list[QueueRange]:
+async def _plan_from_brokers(options: SourceOptions, keep_empty: bool = False) -> list[QueueRange]:
     from cluster.client.instance import MQClientInstance
     from cluster.remoting.codec import request
     from cluster.remoting.codes import RequestCode
@@ -178,13 +187,13 @@ async def _plan_from_brokers(options: SourceOptions) -> list[QueueRange]:
                     {"topic": b.topic, "queueId": b.queue_id, "timestamp": ms}), 5)
                 by_time[(b.topic, b.broker_name, b.queue_id, ms)] = int(answer.field("offset") or 0)
         return resolve(bounds, options,
-                       lambda b, ms: by_time[(b.topic, b.broker_name, b.queue_id, ms)])
+                       lambda b, ms: by_time[(b.topic, b.broker_name, b.queue_id, ms)], keep_empty)
     finally:
         await client.shutdown()
 
 
 # -- from a store directory --------------------------------------------------------------------------
-def plan_from_store(options: SourceOptions) -> list[QueueRange]:
+def plan_from_store(options: SourceOptions, keep_empty: bool = False) -> list[QueueRange]:
     from export.store_reader import StoreQueue
 
     bounds = []
@@ -199,8 +208,12 @@ def plan_from_store(options: SourceOptions) -> list[QueueRange]:
             low, high = queue.bounds()
             bounds.append(QueueBounds(topic, LOCAL_BROKER, int(name), low, high))
     # Time bounds filter rows: a store directory has no broker to binary-search for us.
-    return resolve(bounds, options, by_time=None)
+    return resolve(bounds, options, by_time=None, keep_empty=keep_empty)
 
 
-def plan(options: SourceOptions) -> list[QueueRange]:
-    return plan_from_store(options) if options.path else plan_from_brokers(options)
+def plan(options: SourceOptions, keep_empty: bool = False) -> list[QueueRange]:
+    """The ranges to read; with ``keep_empty`` also the queues with nothing to read (see
+    :func:`resolve`)."""
+    if options.path:
+        return plan_from_store(options, keep_empty)
+    return plan_from_brokers(options, keep_empty)

@@ -92,6 +92,12 @@ class PullBodies:
         self.used = self.last = 0
 
 
+# PULL_RETRY_IMMEDIATELY also says "skip to nextBeginOffset" for records that are gone, not
+# only for records no tag matched: the remark (the store's status, as RocketMQ words it) tells
+# which. A slave answers so where a master would say PULL_OFFSET_MOVED.
+_GONE = frozenset({"MESSAGE_WAS_REMOVING", "OFFSET_TOO_SMALL"})
+
+
 def _pull_range(remoting, rng: QueueRange, options: SourceOptions, builder,
                 bodies: PullBodies) -> Iterator:
     offset = rng.start
@@ -121,7 +127,9 @@ def _pull_range(remoting, rng: QueueRange, options: SourceOptions, builder,
             if builder.full() or room:
                 yield from builder.take_batches()
                 bodies.release()
-        elif answer.code == ResponseCode.PULL_OFFSET_MOVED:
+        elif answer.code == ResponseCode.PULL_OFFSET_MOVED or (
+                answer.code == ResponseCode.PULL_RETRY_IMMEDIATELY
+                and (answer.remark or "").strip() in _GONE):
             if options.fail_on_data_loss:
                 raise DataLossError(f"{rng.topic} {rng.broker_name} queue {rng.queue_id}: offset "
                                     f"{offset} is gone (moved to {next_offset})")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import struct
 
 import numpy as np
@@ -201,3 +202,23 @@ def test_the_unit_check_refuses_what_is_no_message_record(case):
                           "shorter than any record": ([330], [8])}[case]
     with pytest.raises(DataLossError, match="holds no"):
         _check_units(memoryview(view), np.array(positions), np.array(lengths), 1000)
+
+
+def test_a_plan_handed_on_as_offsets_names_its_empty_queues_and_the_reader_reads_only_it():
+    """A job plans, then hands its plan to the reader as offsets JSON; the reader resolves it
+    again against what the queues hold by then. A queue with nothing to read at planning (at
+    its end already, or empty) is named in the JSON at where it stood: the reader leaves it
+    alone, rather than reading it from its earliest (rows read by the export before, or that
+    arrived after the plan)."""
+    at_planning = [QueueBounds("T", "a", 0, 0, 300), QueueBounds("T", "a", 1, 0, 100),
+                   QueueBounds("T", "a", 2, 0, 0)]
+    asked = opts(startingOffsets='{"T": {"a": {"0": 200, "1": 100}}}')
+    planned = resolve(at_planning, asked, keep_empty=True)
+    assert [(r.queue_id, r.start, r.end) for r in planned] == [(0, 200, 300), (1, 100, 100),
+                                                                (2, 0, 0)]
+    assert resolve(at_planning, asked) == [r for r in planned if r.count]
+    handed_on = opts(startingOffsets=json.dumps(offsets_json(planned, "start")),
+                     endingOffsets=json.dumps(offsets_json(planned, "end")))
+    later = [QueueBounds("T", "a", 0, 0, 320), QueueBounds("T", "a", 1, 0, 130),
+             QueueBounds("T", "a", 2, 5, 9)]  # more sent; queue 2's first file expired
+    assert [(r.queue_id, r.start, r.end) for r in resolve(later, handed_on)] == [(0, 200, 300)]

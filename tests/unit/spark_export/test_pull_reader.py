@@ -141,3 +141,40 @@ def test_a_walk_that_stops_at_a_record_past_the_range_is_no_damage():
     assert pull_reader._past_the_end(body, stop, 9)
     assert not pull_reader._past_the_end(body[:stop + 20], stop, 9)  # (a head cut short)
     assert not pull_reader._past_the_end(body, stop, 10)  # (in the range: not read, damage)
+
+
+@pytest.mark.parametrize(("remark", "gone"), [
+    ("MESSAGE_WAS_REMOVING", True),  # its CommitLog file expired under the read
+    ("OFFSET_TOO_SMALL", True),  # a slave's word for what a master calls PULL_OFFSET_MOVED
+    ("NO_MATCHED_MESSAGE", False),  # no record matched the tags: skipped, as asked
+])
+def test_records_a_broker_skips_because_they_are_gone_are_data_loss_not_a_tag_miss(remark, gone):
+    """PULL_RETRY_IMMEDIATELY says "go on at nextBeginOffset" both for records no tag matched
+    and for records that are gone; the store's status in the remark tells which. Gone records
+    end the export (failOnDataLoss, the default), or are skipped when it is false."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+
+        def answer_retry():
+            peer, _ = listener.accept()
+            with peer:
+                decoder = FrameDecoder()
+                while (pull := decoder.next_command()) is None:
+                    decoder.feed(peer.recv(1 << 16))
+                answer = pull.make_response(ResponseCode.PULL_RETRY_IMMEDIATELY, remark,
+                                            ext_fields={"nextBeginOffset": "32"})
+                peer.sendall(encode(answer))
+                peer.recv(1)  # until the reader closes
+
+        for fail_on_data_loss in ("true", "false"):
+            thread = threading.Thread(target=answer_retry, daemon=True)
+            thread.start()
+            rng = QueueRange("News", "reads", 0, 0, 32, address)
+            options = SourceOptions.parse({"nameServer": "h:1", "topic": "News",
+                                           "failOnDataLoss": fail_on_data_loss})
+            if gone and fail_on_data_loss == "true":
+                with pytest.raises(DataLossError, match="offset 0 is gone"):
+                    list(pull_reader.read_ranges([rng], options))
+            else:
+                assert list(pull_reader.read_ranges([rng], options)) == []
+            thread.join(5)
