@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -121,6 +122,10 @@ class ClusterState:
 
     @classmethod
     def load(cls, name: str) -> ClusterState:
+        if not _one_folder(name):  # ("..", a path: never a folder outside clusters/)
+            raise ClusterNotFoundError(
+                f"there is no cluster named {name!r}: cluster names are letters, digits, '-' "
+                "and '_' (see `rocketdesk clusters`)")
         path = clusters_dir() / name / "cluster.json"
         try:
             data = json.loads(read_text(path))  # (the supervisor may be replacing it)
@@ -129,6 +134,22 @@ class ClusterState:
                 f"there is no cluster named {name!r} (see `rocketdesk clusters`)") from None
         nodes = [NodeState(**n) for n in data.pop("nodes", [])]
         return cls(nodes=nodes, **data)
+
+
+# What a cluster may be called (spec.py checks a spec's name the same way): a plain folder name
+# on every system, never "..", a path or a drive.
+CLUSTER_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def is_cluster_name(name: str) -> bool:
+    return bool(CLUSTER_NAME.fullmatch(name))
+
+
+def _one_folder(name: str) -> bool:
+    """A name that is one folder inside clusters/ (a cluster made before names were checked
+    may hold a dot): not empty, ".", "..", a path or a drive."""
+    return (name not in ("", ".", "..") and Path(name).name == name
+            and not any(c in name for c in "/\\:"))
 
 
 def cluster_names() -> list[str]:

@@ -24,12 +24,13 @@ from cluster.supervisor.errors import (
     ClusterExistsError,
     NodeFailedError,
     NodeNotFoundError,
+    SpecError,
     SupervisorError,
 )
 from cluster.supervisor.ports import free_port, port_is_free
 from cluster.supervisor.probe import Prober
 from cluster.supervisor.spec import ClusterSpec, GroupSpec, spec_from_dict
-from cluster.supervisor.state import ClusterState, NodeState, clusters_dir
+from cluster.supervisor.state import ClusterState, NodeState, clusters_dir, is_cluster_name
 from common.platform import processes
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,9 @@ class Supervisor:
         """Lay out a new cluster from ``spec``: ports, folders, .conf files. Nothing runs yet.
         ``root`` replaces the user's clusters folder (benchmarks use a scratch one)."""
         name = name or spec.name
+        if not is_cluster_name(name):
+            raise SpecError(f"cluster name {name!r} may use letters, digits, '-' and '_' only "
+                            "(up to 64)")
         folder = (root or clusters_dir()) / name
         if (folder / "cluster.json").exists():
             raise ClusterExistsError(f"a cluster named {name!r} exists already; "
