@@ -12,9 +12,9 @@ import os
 import shutil
 import time
 
-from platformdirs import user_data_dir
-
+from cluster.supervisor.state import data_root
 from storage.config import MessageStoreConfig
+from storage.errors import StoreError
 from storage.inspector import iter_store_records, record_to_json
 from storage.message import (
     TRANSACTION_PREPARED_TYPE,
@@ -26,14 +26,28 @@ from storage.message_id import UniqIdGenerator
 from storage.message_store import DefaultMessageStore
 from storage.record import BatchEntry, MessageRecord, encode_batch_body
 
+# In a folder the demo wrote: it writes there again (a new store, the old one removed); any
+# other folder that holds something is the user's, never removed.
+DEMO_MARKER = ".rocketdesk-demo-store"
+
 
 def default_demo_dir() -> str:
-    return os.path.join(user_data_dir("rocketdesk", appauthor=False), "demo-store")
+    return str(data_root() / "demo-store")
 
 
 def write_demo_store(root: str, orders: int = 200) -> DefaultMessageStore:
-    """A store with orders, a batch, a delayed and a prepared transactional message."""
-    shutil.rmtree(root, ignore_errors=True)
+    """A store with orders, a batch, a delayed and a prepared transactional message, in
+    ``root``: a new or empty folder, or one the demo wrote before (StoreError otherwise)."""
+    if os.path.isdir(root) and os.listdir(root):
+        if not os.path.exists(os.path.join(root, DEMO_MARKER)):
+            raise StoreError(f"{root} holds files the demo did not write; give a new or an "
+                             "empty folder (--dir)")
+        shutil.rmtree(root)
+    elif os.path.exists(root) and not os.path.isdir(root):
+        raise StoreError(f"{root} is a file; give a new or an empty folder (--dir)")
+    os.makedirs(root, exist_ok=True)
+    with open(os.path.join(root, DEMO_MARKER), "w", encoding="utf-8") as marker:
+        marker.write("written by `rocketdesk demo`, which replaces this folder when run again\n")
     config = MessageStoreConfig(store_path_root_dir=root,
                                 mapped_file_size_commit_log=256 * 1024,
                                 mapped_file_size_consume_queue=20 * 1000)

@@ -125,6 +125,9 @@ def iter_store_records(
     if not os.path.isdir(root):
         raise StoreError(f"{root} is not a directory")
     paths = segment_files(commit_log_dir(root))
+    if not paths and not os.path.isdir(os.path.join(root, "consumequeue")):
+        # (a dump of a wrong folder printed nothing and succeeded, as an empty store would)
+        raise StoreError(f"{root} holds no RocketMQ store (no commitlog/ or consumequeue/ folder)")
     running = os.path.exists(os.path.join(root, "abort"))
     for number, path in enumerate(paths):
         segment = _ReadOnlyFile(path)

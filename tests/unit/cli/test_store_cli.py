@@ -91,6 +91,26 @@ def test_bad_directory_is_a_sentence_not_a_traceback(tmp_path):
     assert result.returncode == 1
     assert result.stderr.startswith("rocketdesk: ")
     assert "Traceback" not in result.stderr
+    (tmp_path / "not-a-store").mkdir()
+    for command in ("inspect", "dump"):  # (dump printed nothing and succeeded)
+        result = rocketdesk("store", command, str(tmp_path / "not-a-store"))
+        assert result.returncode == 1, command
+        assert "holds no RocketMQ store" in result.stderr
+
+
+def test_demo_never_removes_a_folder_it_did_not_write(tmp_path):
+    """`demo --dir` on a folder of the user's: refused, with a sentence, the files kept (the
+    folder was deleted whole); on its own folder, it writes the store again."""
+    mine = tmp_path / "project"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    result = rocketdesk("demo", "--dir", str(mine))
+    assert result.returncode == 1
+    assert "holds files the demo did not write" in result.stderr
+    assert (mine / "notes.txt").read_text() == "mine"
+    for _ in range(2):
+        again = rocketdesk("demo", "--dir", str(tmp_path / "demo"))
+        assert again.returncode == 0, again.stdout + again.stderr
 
 
 def test_demo_writes_and_inspects_a_store(tmp_path):
