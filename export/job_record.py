@@ -34,13 +34,28 @@ class JobRecord:
     def __init__(self, path: str, fields: dict) -> None:
         self.path = path
         self.data = {"id": Path(path).stem, "state": "running", "created": time.time(), **fields}
+        self._note_pid_start()
         self._write()
+
+    def _note_pid_start(self) -> None:
+        """The recorded process's start time beside its pid: a pid the system has since handed
+        to another process (the export was killed, the machine restarted) is then told apart,
+        and never signalled by a cancel."""
+        data = self.data
+        if data.get("pid") and "pidStarted" not in data:
+            import psutil
+
+            try:
+                data["pidStarted"] = psutil.Process(int(data["pid"])).create_time()
+            except (psutil.Error, ValueError, TypeError, OverflowError):
+                pass
 
     def on_event(self, event: str, values: dict) -> None:
         data = self.data
         data["updated"] = time.time()
         if event == "started":
             data.setdefault("pid", values.get("pid"))
+            self._note_pid_start()
         elif event == "planned":
             data["total"] = values.get("total")
             data["exported"] = 0
@@ -79,8 +94,12 @@ def effective_state(record: dict) -> str:
     import psutil
 
     try:
-        alive = psutil.Process(int(record["pid"])).status() != psutil.STATUS_ZOMBIE
-    except (psutil.Error, ValueError, TypeError):  # gone, or not a pid at all
+        process = psutil.Process(int(record["pid"]))
+        alive = process.status() != psutil.STATUS_ZOMBIE
+        started = record.get("pidStarted")
+        if alive and isinstance(started, int | float):  # (records written before: pid alone)
+            alive = abs(process.create_time() - started) < 1.0  # not a pid handed on
+    except (psutil.Error, ValueError, TypeError, OverflowError):  # gone, or not a pid at all
         alive = False
     return state if alive else "lost"
 

@@ -123,6 +123,21 @@ def test_cancel_says_what_happened_even_without_waiting(tmp_path, monkeypatch, c
     assert main(["export", "list"]) == 0
     assert "lost" in capsys.readouterr().out
 
+    # A record left by an export killed long ago, whose pid the system has since handed to
+    # another process (this one, standing in): lost, and a cancel signals nothing.
+    import json
+
+    handed_on = jobs / "20261126-080000-eeeeee.json"
+    JobRecord(str(handed_on), {"topics": ["T"], "pid": os.getpid()})
+    record = json.loads(handed_on.read_text())
+    assert abs(record["pidStarted"] - __import__("psutil").Process().create_time()) < 1
+    record["pidStarted"] -= 3600  # (the export's process started an hour before this one)
+    handed_on.write_text(json.dumps(record))
+    asked.clear()
+    assert main(["export", "cancel", "20261126-080000-eeeeee", "--wait", "0"]) == 0
+    assert asked == []
+    assert "is lost already" in capsys.readouterr().out
+
 
 def test_a_spark_cluster_job_gets_its_arguments_from_a_file_no_shell_reads(tmp_path):
     # On Windows spark-submit is a .cmd: cmd.exe would take a retry topic's % and a tag
