@@ -7,6 +7,7 @@ any further broker.conf keys. Built-in profiles live in ``resources/profiles``.
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -46,17 +47,25 @@ class ClusterSpec:
     description: str = ""
 
     def to_toml(self) -> str:
-        lines = [f'name = "{self.name}"', f'description = "{self.description}"',
-                 f"namesrv = {self.namesrv}", f'cluster = "{self.cluster}"',
+        q = _toml_string
+        lines = [f"name = {q(self.name)}", f"description = {q(self.description)}",
+                 f"namesrv = {self.namesrv}", f"cluster = {q(self.cluster)}",
                  f"prefer_default_ports = {str(self.prefer_default_ports).lower()}"]
         for group in self.groups:
-            lines += ["", "[[groups]]", f'name = "{group.name}"',
-                      f'master_role = "{group.master_role}"', f'flush = "{group.flush}"',
+            lines += ["", "[[groups]]", f"name = {q(group.name)}",
+                      f"master_role = {q(group.master_role)}", f"flush = {q(group.flush)}",
                       f"slaves = {group.slaves}", f"commitlog_file_size = {group.commitlog_file_size}"]
             if group.conf:
                 lines.append("[groups.conf]")
-                lines += [f'{k} = "{v}"' for k, v in group.conf.items()]
+                lines += [f"{q(k)} = {q(v)}" for k, v in group.conf.items()]
         return "\n".join(lines) + "\n"
+
+
+def _toml_string(value: str) -> str:
+    """A TOML basic string: JSON's escapes are TOML's (quotes, backslashes, control characters;
+    a Windows path or a quoted word in a description went in raw and broke the file), but for
+    DEL, which TOML wants escaped and JSON leaves."""
+    return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
 def parse_size(value, where: str) -> int:
@@ -119,8 +128,11 @@ def _group(raw: dict, where: str) -> GroupSpec:
     if role == "SYNC_MASTER" and slaves == 0:
         raise SpecError(f"{where}: a SYNC_MASTER without a slave would answer SLAVE_NOT_AVAILABLE "
                         "to every send; give it a slave or make it ASYNC_MASTER")
+    raw_conf = raw.get("conf") or {}
+    if not isinstance(raw_conf, dict):
+        raise SpecError(f"{where}.conf must be a table of broker settings ([groups.conf])")
     conf = {str(k): str(v).lower() if isinstance(v, bool) else str(v)
-            for k, v in (raw.get("conf") or {}).items()}
+            for k, v in raw_conf.items()}
     reserved = sorted(set(conf) & _RESERVED)
     if reserved:
         raise SpecError(f"{where}: {', '.join(reserved)} are set by the supervisor, not in conf")

@@ -12,7 +12,7 @@ import json
 import os
 import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import platformdirs
@@ -132,8 +132,14 @@ class ClusterState:
         except FileNotFoundError:
             raise ClusterNotFoundError(
                 f"there is no cluster named {name!r} (see `rocketdesk clusters`)") from None
-        nodes = [NodeState(**n) for n in data.pop("nodes", [])]
-        return cls(nodes=nodes, **data)
+        # Fields this version does not know (a newer one wrote the file) are left out rather
+        # than failing every command; a file that is not a cluster's at all is said as such.
+        try:
+            nodes = [NodeState(**_known(NodeState, n)) for n in data.pop("nodes", [])]
+            return cls(nodes=nodes, **_known(cls, data))
+        except (TypeError, AttributeError) as exc:
+            raise ClusterNotFoundError(f"{path} is not a cluster's state file this version can "
+                                       f"read ({exc})") from None
 
 
 # What a cluster may be called (spec.py checks a spec's name the same way): a plain folder name
@@ -150,6 +156,11 @@ def _one_folder(name: str) -> bool:
     may hold a dot): not empty, ".", "..", a path or a drive."""
     return (name not in ("", ".", "..") and Path(name).name == name
             and not any(c in name for c in "/\\:"))
+
+
+def _known(kind, data: dict) -> dict:
+    names = {f.name for f in fields(kind)}
+    return {key: value for key, value in data.items() if key in names}
 
 
 def cluster_names() -> list[str]:
