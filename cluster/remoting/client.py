@@ -17,8 +17,8 @@ CONNECT_TIMEOUT = 3.0
 def split_address(address: str) -> tuple[str, int]:
     """``host:port`` (IPv6 hosts may be bracketed) -> (host, port)."""
     host, sep, port = address.strip().rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"{address!r} is not host:port")
+    if not sep or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
+        raise ValueError(f"{address!r} is not host:port (a port from 1 to 65535)")
     return host.strip("[]"), int(port)
 
 
@@ -40,7 +40,10 @@ class RemotingClient:
             connection = self._connections.get(address)
             if connection is not None and connection.is_open:
                 return connection
-            host, port = split_address(address)
+            try:
+                host, port = split_address(address)
+            except ValueError as exc:  # (a typo in an address is the user's, said as such)
+                raise RemotingConnectError(str(exc)) from None
             loop = asyncio.get_running_loop()
             try:
                 async with asyncio.timeout(CONNECT_TIMEOUT):
