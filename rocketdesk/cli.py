@@ -13,6 +13,7 @@ import sys
 
 from common.errors import RocketDeskError
 from common.platform import allocator
+from rocketdesk.cli_numbers import positive
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
@@ -163,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     dump.add_argument("--topic", help="only this topic")
     dump.add_argument("--queue", type=int, help="only this queue id")
     dump.add_argument("--from-offset", type=int, default=0, help="start at this CommitLog offset")
-    dump.add_argument("--limit", type=int, help="stop after this many records")
+    dump.add_argument("--limit", type=positive, help="stop after this many records")
     dump.add_argument("--no-crc", action="store_true", help="skip body CRC verification")
     dump.set_defaults(func=_store_dump)
 

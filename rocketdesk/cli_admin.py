@@ -15,6 +15,7 @@ from cluster.client.message import Message
 from cluster.client.producer import Producer
 from cluster.remoting.errors import RemotingError
 from rocketdesk.cli_cluster import namesrv_of
+from rocketdesk.cli_numbers import positive
 from rocketdesk.display import run_async
 from storage.inspector import record_to_json
 from storage.record import MessageRecord
@@ -291,9 +292,9 @@ def add_commands(commands) -> None:
     for name, text in (("create", "create a topic on every master"), ("update", "change a topic")):
         parser = verb(topics, name, topic_create, text)
         parser.add_argument("topic")
-        parser.add_argument("-q", "--queues", type=int, default=8, help="read and write queues")
+        parser.add_argument("-q", "--queues", type=positive, default=8, help="read and write queues")
         parser.add_argument("-r", "--read-queues", type=int)
-        parser.add_argument("-w", "--write-queues", type=int)
+        parser.add_argument("-w", "--write-queues", type=positive)
         parser.add_argument("-p", "--perm", type=int, default=6, help="2 write, 4 read, 6 both")
         parser.add_argument("-o", "--order", action="store_true", help="an ordered topic")
         parser.add_argument("-c", "--broker-cluster", help="only the masters of this broker cluster")

@@ -15,6 +15,7 @@ from cluster.supervisor.figures import human_bytes
 from cluster.supervisor.spec import GroupSpec, load_profile, load_spec, profile_names
 from cluster.supervisor.state import ClusterState, cluster_names
 from cluster.supervisor.supervisor import Supervisor
+from rocketdesk.cli_numbers import positive
 from rocketdesk.display import run_async
 
 DEFAULT_PROFILE = "single"
@@ -228,7 +229,7 @@ def add_commands(commands) -> None:
     logs = named(commands.add_parser("logs", help="a node's log"))
     logs.add_argument("node")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
-    logs.add_argument("-n", "--lines", type=int, default=50)
+    logs.add_argument("-n", "--lines", type=positive, default=50)
     logs.set_defaults(func=_logs)
 
     for verb, handler, text in (("kill", _kill, "SIGKILL a node, as a crash would"),

@@ -9,6 +9,7 @@ import time
 from common.platform import processes
 from export.errors import ExportError
 from export.job_record import ENDED, effective_state, jobs_dir, read_records
+from rocketdesk.cli_numbers import positive
 from rocketdesk.export_service import find_service, start_service, stop_service
 
 SUBCOMMANDS = ("list", "show", "cancel", "service")
@@ -151,7 +152,7 @@ def add_command(commands) -> None:
         "export-jobs", help="exports as jobs (run as `rocketdesk export list|show|cancel|service`)")
     actions = parser.add_subparsers(dest="export_action", metavar="ACTION", required=True)
     listing = actions.add_parser("list", help="running and finished exports, newest first")
-    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument("--limit", type=positive, default=50)
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(func=list_exports)
     show = actions.add_parser("show", help="one export: progress, output, checks, offsets covered")

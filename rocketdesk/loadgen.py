@@ -19,6 +19,7 @@ from cluster.client.message import Message, SendStatus
 from cluster.client.producer import Producer
 from cluster.remoting import event_loop
 from common.platform import processes
+from rocketdesk.cli_numbers import positive
 
 # Upper bounds (ms) of the response-time buckets; the last one is open.
 RT_BUCKETS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000]
@@ -151,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-g", "--group", default="rocketdesk-loadgen")
     p.add_argument("--rate", type=float, default=0, help="messages/s in all (0: as fast as possible)")
-    p.add_argument("-w", "--threads", type=int, default=4)
-    p.add_argument("-s", "--size", type=int, default=1024)
+    p.add_argument("-w", "--threads", type=positive, default=4)
+    p.add_argument("-s", "--size", type=positive, default=1024)
     p.add_argument("-k", "--keys", action="store_true")
     p.add_argument("--tags")
     p.add_argument("--batch", type=int, default=0)

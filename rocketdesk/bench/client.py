@@ -17,6 +17,7 @@ from cluster.client.consumer import ConsumeStatus, PushConsumer
 from cluster.client.message import Message, SendStatus
 from cluster.client.producer import Producer
 from cluster.remoting import event_loop
+from rocketdesk.cli_numbers import positive
 
 
 def _target(parser: argparse.ArgumentParser) -> None:
@@ -35,8 +36,8 @@ def _resolve(args: argparse.Namespace) -> None:
 def add_producer_arguments(parser: argparse.ArgumentParser) -> None:
     _target(parser)
     parser.add_argument("-t", "--topic", default="BenchmarkTest")
-    parser.add_argument("-w", "--threads", type=int, default=64, help="concurrent senders")
-    parser.add_argument("-s", "--size", type=int, default=1024, help="body size in bytes")
+    parser.add_argument("-w", "--threads", type=positive, default=64, help="concurrent senders")
+    parser.add_argument("-s", "--size", type=positive, default=1024, help="body size in bytes")
     parser.add_argument("-k", "--keys", action="store_true", help="give every message a key")
     parser.add_argument("--tags", default=None, help="tag for every message")
     parser.add_argument("--batch", type=int, default=0, help="messages per batch request (0: single)")

@@ -39,6 +39,7 @@ from cluster.client.message import Message
 from cluster.client.producer import Producer
 from cluster.supervisor.spec import ClusterSpec, GroupSpec
 from cluster.supervisor.supervisor import Supervisor
+from rocketdesk.cli_numbers import positive
 from rocketdesk.export_service import with_temp_folder
 
 BULK_READS = {"maxTransferCountOnMessageInMemory": "1024", "maxTransferBytesOnMessageInMemory": "4194304",
@@ -46,8 +47,8 @@ BULK_READS = {"maxTransferCountOnMessageInMemory": "1024", "maxTransferBytesOnMe
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--messages", type=int, default=400_000)
-    parser.add_argument("-s", "--size", type=int, default=1024)
+    parser.add_argument("--messages", type=positive, default=400_000)
+    parser.add_argument("-s", "--size", type=positive, default=1024)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--rounds", type=int, default=3,
                         help="measured exports per mode, each beside a round of Spark's floor "

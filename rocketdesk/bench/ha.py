@@ -16,13 +16,14 @@ from cluster.remoting import event_loop
 from cluster.supervisor.spec import ClusterSpec, GroupSpec
 from cluster.supervisor.supervisor import Supervisor
 from rocketdesk.bench.client import producer_bench
+from rocketdesk.cli_numbers import positive
 
 MODES = {"sync": ("SYNC_MASTER", "SYNC_FLUSH"), "async": ("ASYNC_MASTER", "ASYNC_FLUSH")}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-w", "--threads", type=int, default=64, help="concurrent synchronous senders")
-    parser.add_argument("-s", "--size", type=int, default=1024, help="body size in bytes")
+    parser.add_argument("-w", "--threads", type=positive, default=64, help="concurrent synchronous senders")
+    parser.add_argument("-s", "--size", type=positive, default=1024, help="body size in bytes")
     parser.add_argument("--duration", type=float, default=10, help="seconds per mode")
     parser.add_argument("-t", "--topic", default="BenchmarkHA",
                         help="topic (auto-created with 8 queues; BenchmarkTest has 1,024)")

@@ -51,6 +51,7 @@ from rocketdesk.bench.peer_servers import (
     open_jetstream,
     open_redis_streams,
 )
+from rocketdesk.cli_numbers import positive
 
 log = logging.getLogger(__name__)
 
@@ -318,7 +319,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "of starting one (host:port)")
     parser.add_argument("-t", "--topic", default="BenchmarkPeers",
                         help="topic (also the JetStream stream and subject, and the Redis key)")
-    parser.add_argument("-s", "--size", type=int, default=1024, help="body size in bytes")
+    parser.add_argument("-s", "--size", type=positive, default=1024, help="body size in bytes")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per shape and system")
     parser.add_argument("--warmup", type=float, default=1.0,
                         help="seconds of uncounted load before each measurement")

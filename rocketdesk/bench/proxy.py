@@ -34,14 +34,15 @@ from cluster.client.producer import Producer
 from cluster.proxy.schema import Code, pb, services
 from cluster.supervisor.spec import load_profile
 from cluster.supervisor.supervisor import Supervisor
+from rocketdesk.cli_numbers import positive
 
 TOPIC_4X, TOPIC_5X = "BenchRemoting", "BenchGrpc"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-w", "--workers", type=int, default=32,
+    parser.add_argument("-w", "--workers", type=positive, default=32,
                         help="concurrent senders, and 5.x receivers (default 32)")
-    parser.add_argument("-s", "--size", type=int, default=1024, help="body size (default 1024)")
+    parser.add_argument("-s", "--size", type=positive, default=1024, help="body size (default 1024)")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds a send run lasts")
     parser.set_defaults(func=run_proxy_bench)
 

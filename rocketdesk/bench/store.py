@@ -27,6 +27,7 @@ import time
 
 from cluster.broker.bridge import LoopBridge
 from cluster.remoting import event_loop
+from rocketdesk.cli_numbers import positive
 from storage.config import FlushDiskType, MessageStoreConfig
 from storage.message import MessageExtBatch, MessageExtBrokerInner
 from storage.message_id import UniqIdGenerator, host_to_bytes
@@ -38,14 +39,14 @@ BORN_HOST = ("127.0.0.1", 50000)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--messages", type=int, default=1_000_000,
+    parser.add_argument("--messages", type=positive, default=1_000_000,
                         help="messages for the async, recovery and query runs (default 1,000,000)")
-    parser.add_argument("--size", type=int, default=1024, help="body size in bytes (default 1024)")
-    parser.add_argument("--writers", type=int, default=64,
+    parser.add_argument("--size", type=positive, default=1024, help="body size in bytes (default 1024)")
+    parser.add_argument("--writers", type=positive, default=64,
                         help="concurrent writers for the SYNC_FLUSH run (default 64)")
     parser.add_argument("--sync-seconds", type=float, default=5.0,
                         help="how long the SYNC_FLUSH run lasts (default 5)")
-    parser.add_argument("--queues", type=int, default=8, help="queues of the topic (default 8)")
+    parser.add_argument("--queues", type=positive, default=8, help="queues of the topic (default 8)")
     parser.add_argument("--batch", type=int, default=32,
                         help="messages a batch for the batched ASYNC_FLUSH run (default 32; 0: none)")
     parser.add_argument("--file-size", type=int, default=1024**3,

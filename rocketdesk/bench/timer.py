@@ -23,6 +23,7 @@ from types import SimpleNamespace
 import psutil
 
 from cluster.broker.timer import TimerMessageService
+from rocketdesk.cli_numbers import positive
 from storage.config import FlushDiskType, MessageStoreConfig
 from storage.message import TIMER_TOPIC, MessageExtBatch
 from storage.message_id import UniqIdGenerator
@@ -34,9 +35,9 @@ BATCH = 256
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--messages", type=int, default=1_000_000,
+    parser.add_argument("--messages", type=positive, default=1_000_000,
                         help="pending timer messages (default 1,000,000)")
-    parser.add_argument("--size", type=int, default=128, help="body size in bytes (default 128)")
+    parser.add_argument("--size", type=positive, default=128, help="body size in bytes (default 128)")
     parser.add_argument("--spread", type=int, default=3 * 24 * 3600,
                         help="seconds the delivery times spread over (default 3 days, the most)")
     parser.add_argument("--due", type=int, default=100_000,
