@@ -13,7 +13,8 @@ from datetime import datetime
 from cluster.client.admin import AdminClient
 from cluster.client.message import Message
 from cluster.client.producer import Producer
-from cluster.remoting.errors import RemotingError
+from cluster.remoting.codes import ResponseCode
+from cluster.remoting.errors import BrokerResponseError, RemotingError
 from rocketdesk.cli_cluster import namesrv_of
 from rocketdesk.cli_numbers import positive
 from rocketdesk.display import run_async
@@ -81,6 +82,8 @@ async def topic_delete(args) -> int:
 async def topic_status(args) -> int:
     async with _admin(args) as admin:
         stats = await admin.topic_stats(args.topic)
+        if not stats:
+            await admin.topic_route(args.topic)  # no queues: a topic that is not there says so
     rows = [{"brokerName": mq.broker_name, "queueId": mq.queue_id, **v}
             for mq, v in sorted(stats.items(), key=lambda i: (i[0].broker_name, i[0].queue_id))]
     lines = [f"{'broker':<16}{'queue':>6}{'min offset':>12}{'max offset':>12}  last updated"]
@@ -190,8 +193,12 @@ async def message_query_id(args) -> int:
     async with _admin(args) as admin:
         found = []
         if args.topic:
-            found = [r for r in await admin.query_by_key(args.topic, args.msg_id, 32)
-                     if r.uniq_key == args.msg_id]
+            try:
+                found = [r for r in await admin.query_by_key(args.topic, args.msg_id, 32)
+                         if r.uniq_key == args.msg_id]
+            except BrokerResponseError as exc:
+                if exc.response_code != ResponseCode.TOPIC_NOT_EXIST:
+                    raise  # (no such topic: the offset msgId may still name a message)
         if not found:
             try:
                 found = [await admin.view_message(args.msg_id)]

@@ -311,7 +311,9 @@ class AdminClient:
         end = int(time.time() * 1000) + 60_000 if end is None else end
         found: list[MessageRecord] = []
         route = await self.instance.fetch_route(topic)
-        for address in (route.master_addrs().values() if route else []):
+        if route is None:  # (as RocketMQ's queryMessage: not "no message has that key")
+            raise BrokerResponseError(ResponseCode.TOPIC_NOT_EXIST, f"no route for topic {topic}")
+        for address in route.master_addrs().values():
             response = await self._broker(address, request(RequestCode.QUERY_MESSAGE, {
                 "topic": topic, "key": key, "maxNum": max_num, "beginTimestamp": begin,
                 "endTimestamp": end}), ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
