@@ -85,7 +85,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, options: SourceOptions) -> None:
         self.source_options = options
-        self._target: dict | None = None
+        self._target: tuple[dict, dict] | None = None
 
     def _bounds(self) -> list[QueueBounds]:
         if self.source_options.path:
@@ -115,8 +115,10 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             offsets[r.topic][r.broker_name][str(r.queue_id)] = r.start
         return offsets
 
-    def _latest(self) -> dict:
-        return _table(self._bounds(), lambda b: b.max_offset)
+    def _latest(self) -> tuple[dict, dict]:
+        """Each queue's end and its earliest kept offset, as the brokers (or files) say now."""
+        bounds = self._bounds()
+        return _table(bounds, lambda b: b.max_offset), _table(bounds, lambda b: b.min_offset)
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._latest()
@@ -126,14 +128,24 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(limit) if limit else super().getDefaultReadLimit()
 
     def latestOffset(self, start: dict, limit) -> dict:
-        latest = self._target if self._target is not None else self._latest()
-        end = {t: {b: dict(q) for b, q in brokers.items()} for t, brokers in latest.items()}
-        # Queues that appeared since the start begin at what start says, or at their end.
-        for topic, brokers in end.items():
+        latest, earliest = self._target if self._target is not None else self._latest()
+        # Every queue the start names keeps its place, those the route leaves out for now
+        # too (a broker group down a moment, dropped from the route): the ones after it begin
+        # where it stood when it comes back, not at its end then.
+        end = {t: {b: dict(q) for b, q in brokers.items()} for t, brokers in start.items()}
+        for topic, brokers in latest.items():
             for broker, queues in brokers.items():
-                for queue_id, offset in queues.items():
-                    begin = start.get(topic, {}).get(broker, {}).get(queue_id, offset)
-                    queues[queue_id] = max(begin, offset)
+                for queue_id, newest in queues.items():
+                    begin = start.get(topic, {}).get(broker, {}).get(queue_id)
+                    if begin is None:
+                        # A queue first seen since the start (more queues, a new broker group):
+                        # from its earliest, as Kafka's source reads a new partition, never
+                        # from its end (what it holds already would be skipped). This batch
+                        # names it there; the next one reads it.
+                        stop = earliest[topic][broker][queue_id]
+                    else:
+                        stop = max(begin, newest)
+                    end.setdefault(topic, {}).setdefault(broker, {})[queue_id] = stop
         if isinstance(limit, ReadMaxRows):
             end = cap_rows(start, end, limit.max_rows)
         return end
