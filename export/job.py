@@ -172,6 +172,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--ending-timestamp", type=int)
     parser.add_argument("--tags", default="*")
     parser.add_argument("--keys")
+    parser.add_argument("--skip-lost", action="store_true",
+                        help="failOnDataLoss=false: skip messages deleted before they were read")
     parser.add_argument("--format", choices=["parquet", "json", "csv"], default="parquet")
     parser.add_argument("--partition-by", default="")
     parser.add_argument("--partition-size", type=int, default=50_000)
@@ -200,6 +202,8 @@ def source_options(args) -> dict[str, str]:
         options["endingTimestamp"] = str(args.ending_timestamp)
     if args.keys:
         options["keys"] = args.keys
+    if getattr(args, "skip_lost", False):
+        options["failOnDataLoss"] = "false"
     return options
 
 

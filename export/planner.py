@@ -123,7 +123,7 @@ def resolve(bounds: list[QueueBounds], options: SourceOptions,
                 raise DataLossError(
                     f"{b.topic} {b.broker_name} queue {b.queue_id}: offset {start} was asked for but "
                     f"the oldest kept is {b.min_offset} (older files expired); set "
-                    "failOnDataLoss=false to start at the oldest")
+                    "failOnDataLoss=false (`rocketdesk export --skip-lost`) to start at the oldest")
             start = b.min_offset
         if end > start:
             ranges.append(QueueRange(b.topic, b.broker_name, b.queue_id, start, end, b.address))

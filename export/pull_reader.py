@@ -132,7 +132,9 @@ def _pull_range(remoting, rng: QueueRange, options: SourceOptions, builder,
                 and (answer.remark or "").strip() in _GONE):
             if options.fail_on_data_loss:
                 raise DataLossError(f"{rng.topic} {rng.broker_name} queue {rng.queue_id}: offset "
-                                    f"{offset} is gone (moved to {next_offset})")
+                                    f"{offset} is gone (moved to {next_offset}); set "
+                                    "failOnDataLoss=false (`rocketdesk export --skip-lost`) "
+                                    "to go on past it")
         elif answer.code == ResponseCode.PULL_NOT_FOUND and next_offset <= offset:
             return  # nothing more before the end (the queue shrank?)
         elif answer.code not in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY):

@@ -141,6 +141,8 @@ def job_arguments(args) -> list[str]:
         job_args += ["--keys", args.keys]
     if args.partition_by:
         job_args += ["--partition-by", args.partition_by]
+    if args.skip_lost:
+        job_args.append("--skip-lost")
     if args.incremental:
         job_args.append("--incremental")
     if args.continuous:
@@ -471,6 +473,10 @@ def add_command(commands) -> None:
                         help="folders by date, hour (of the store time, UTC), tag or any output "
                              "column, Hive style: e.g. date,hour or tag or brokerName,queueId")
     parser.add_argument("--partition-size", type=int, default=50_000, help="messages per Spark task")
+    parser.add_argument("--skip-lost", action="store_true",
+                        help="go on past messages deleted before they were read (their CommitLog "
+                             "files expired) instead of failing: an export that fell behind the "
+                             "brokers' retention resumes at what is left")
     streaming = parser.add_mutually_exclusive_group()
     streaming.add_argument("--incremental", action="store_true",
                            help="only what is new since the last run into the same --out")

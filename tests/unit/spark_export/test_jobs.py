@@ -270,3 +270,21 @@ def test_an_export_that_fails_before_its_job_starts_is_listed_failed_with_the_re
     said = [json.loads(line) for line in events.read_text().splitlines()]
     assert [e["event"] for e in said] == ["launched", "failed"]
     assert said[1]["error"] == record["error"]
+
+
+def test_skip_lost_reaches_the_source_as_fail_on_data_loss_false():
+    """An export that fell behind the brokers' retention can go on (`--skip-lost`): the job
+    gets it, and the rocketmq source is told failOnDataLoss=false; without it, it fails."""
+    import argparse
+
+    from export.job import parse_args, source_options
+    from export.options import SourceOptions
+    from rocketdesk.cli_export import add_command, job_arguments
+
+    commands = argparse.ArgumentParser().add_subparsers()
+    add_command(commands)
+    for asked, fails in ((["--skip-lost"], False), ([], True)):
+        cli = commands.choices["export"].parse_args(["-n", "127.0.0.1:9876", "-t", "T",
+                                                     "--out", "/tmp/x", *asked])
+        job = parse_args(job_arguments(cli))
+        assert SourceOptions.parse(source_options(job)).fail_on_data_loss is fails
