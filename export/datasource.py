@@ -20,6 +20,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
 
 from export.datasource_math import cap_rows
+from export.errors import ExportError
 from export.options import SourceOptions
 from export.planner import QueueBounds, QueueRange, pack, plan, resolve, split
 from export.schema import SCHEMA_DDL
@@ -165,9 +166,15 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.source_options.path:
             return None
         cache = getattr(self, "_addresses", None)
-        if cache is None:
+        if cache is None or (topic, broker) not in cache:
+            # (again on a miss: a broker group back in the route, or new, since the last look)
             cache = self._addresses = {(b.topic, b.broker_name): b.address for b in self._bounds()}
-        return cache.get((topic, broker))
+        address = cache.get((topic, broker))
+        if address is None:
+            raise ExportError(f"{broker} holds {topic} queues this export must read, and the "
+                              "name servers do not route to it now: run the export again "
+                              "once it is back (it resumes where it stopped)")
+        return address
 
     def read(self, partition):
         yield from _read(partition, self.source_options)

@@ -39,7 +39,9 @@ def write_demo_store(root: str, orders: int = 200) -> DefaultMessageStore:
     """A store with orders, a batch, a delayed and a prepared transactional message, in
     ``root``: a new or empty folder, or one the demo wrote before (StoreError otherwise)."""
     if os.path.isdir(root) and os.listdir(root):
-        if not os.path.exists(os.path.join(root, DEMO_MARKER)):
+        # (the default folder is the demo's own: one written before the marker has none)
+        own = os.path.abspath(root) == os.path.abspath(default_demo_dir())
+        if not own and not os.path.exists(os.path.join(root, DEMO_MARKER)):
             raise StoreError(f"{root} holds files the demo did not write; give a new or an "
                              "empty folder (--dir)")
         shutil.rmtree(root)

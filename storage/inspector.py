@@ -117,6 +117,13 @@ def commit_log_dir(root: str) -> str:
     return os.path.join(root, "commitlog")
 
 
+def _looks_like_a_store(root: str) -> bool:
+    """A store with no CommitLog file yet: its queues' folder, or the checkpoint a started
+    broker writes before its first message."""
+    return (os.path.isdir(os.path.join(root, "consumequeue"))
+            or os.path.isfile(os.path.join(root, "checkpoint")))
+
+
 def iter_store_records(
     root: str, *, check_crc: bool = True, problems: list[str] | None = None,
     notes: list[str] | None = None, from_offset: int = 0,
@@ -125,7 +132,7 @@ def iter_store_records(
     if not os.path.isdir(root):
         raise StoreError(f"{root} is not a directory")
     paths = segment_files(commit_log_dir(root))
-    if not paths and not os.path.isdir(os.path.join(root, "consumequeue")):
+    if not paths and not _looks_like_a_store(root):
         # (a dump of a wrong folder printed nothing and succeeded, as an empty store would)
         raise StoreError(f"{root} holds no RocketMQ store (no commitlog/ or consumequeue/ folder)")
     running = os.path.exists(os.path.join(root, "abort"))
@@ -172,7 +179,7 @@ def inspect_store(root: str, *, check_crc: bool = True) -> Inspection:
     paths = segment_files(commit_log_dir(root))
     if not os.path.isdir(root):
         raise StoreError(f"{root} is not a directory")
-    if not paths and not os.path.isdir(os.path.join(root, "consumequeue")):
+    if not paths and not _looks_like_a_store(root):
         raise StoreError(f"{root} holds no RocketMQ store (no commitlog/ or consumequeue/ folder)")
     result.commit_log_files = [os.path.basename(p) for p in paths]
     sizes = {os.path.getsize(p) for p in paths}

@@ -324,7 +324,7 @@ class MessageFinder(QWidget):
         Returns a page and where the next one starts."""
         from cluster.client.route import MessageQueue
 
-        admin = self.model.admin
+        admin = self.model.require_admin()
         queues = await admin.readable_queues(topic, broker)  # (routes fresh for the pulls too)
         if minutes:
             import time as _time
@@ -416,7 +416,7 @@ class MessageFinder(QWidget):
 
         from cluster.client.pull import TOOLS_GROUP, PullStatus, pull_message
 
-        admin = self.model.admin
+        admin = self.model.require_admin()
         instance = admin.instance
         queues = await admin.readable_queues(topic)
         positions = {mq: await admin.max_offset(mq) for mq in queues}

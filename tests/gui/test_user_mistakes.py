@@ -31,7 +31,7 @@ def _button(view, text: str):
     return button
 
 
-def test_asking_the_cluster_before_one_is_open_says_so(qtbot, said):
+def test_asking_the_cluster_before_one_is_open_says_so(qtbot, loop, said):
     """The first cluster is still starting (or failed to): a find, a topic created or deleted,
     a group created, a reset, the pending transactions."""
     from gui.views.groups import GroupsView
@@ -51,6 +51,17 @@ def test_asking_the_cluster_before_one_is_open_says_so(qtbot, said):
     topics.show_pending_transactions()
     assert sentences
     assert sentences[-1].startswith(NO_CLUSTER)
+
+    # Browse and live tail: their coroutines ask for the cluster, and say there is none.
+    import asyncio
+
+    topics.finder.browse_broker.setText("broker-a")
+    topics.finder.browse()
+    loop.run_until_complete(asyncio.sleep(0.1))
+    assert sentences[-1].startswith(NO_CLUSTER)
+    topics.finder.tail_button.setChecked(True)
+    loop.run_until_complete(asyncio.sleep(0.1))
+    assert sentences[-1].startswith(f"the live tail stopped: {NO_CLUSTER}")
 
     groups = GroupsView(model)
     qtbot.addWidget(groups)

@@ -96,9 +96,17 @@ def test_bad_directory_is_a_sentence_not_a_traceback(tmp_path):
         result = rocketdesk("store", command, str(tmp_path / "not-a-store"))
         assert result.returncode == 1, command
         assert "holds no RocketMQ store" in result.stderr
+    # A broker's store before its first message: a checkpoint, no CommitLog file yet.
+    store = DefaultMessageStore(small_config(tmp_path / "started"))
+    store.load()
+    store.start()
+    store.shutdown()
+    for command in ("inspect", "dump"):
+        result = rocketdesk("store", command, str(tmp_path / "started"))
+        assert result.returncode == 0, (command, result.stderr)
 
 
-def test_demo_never_removes_a_folder_it_did_not_write(tmp_path):
+def test_demo_never_removes_a_folder_it_did_not_write(tmp_path, monkeypatch):
     """`demo --dir` on a folder of the user's: refused, with a sentence, the files kept (the
     folder was deleted whole); on its own folder, it writes the store again."""
     mine = tmp_path / "project"
@@ -111,6 +119,13 @@ def test_demo_never_removes_a_folder_it_did_not_write(tmp_path):
     for _ in range(2):
         again = rocketdesk("demo", "--dir", str(tmp_path / "demo"))
         assert again.returncode == 0, again.stdout + again.stderr
+    # Its default folder, as an older version left it (no marker): still its own.
+    older = tmp_path / "home" / "demo-store"
+    (older / "commitlog").mkdir(parents=True)
+    monkeypatch.setenv("ROCKETDESK_HOME", str(tmp_path / "home"))
+    default = rocketdesk("demo")
+    assert default.returncode == 0, default.stdout + default.stderr
+    assert str(older) in default.stdout
 
 
 def test_demo_writes_and_inspects_a_store(tmp_path):

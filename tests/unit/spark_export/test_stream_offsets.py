@@ -21,19 +21,22 @@ def _read(reader, start, end) -> list[tuple]:
 
 
 def test_a_broker_group_out_of_the_route_a_moment_is_read_on_from_where_it_stood(monkeypatch):
-    bounds = [QueueBounds("T", "a", 0, 0, 80)]  # broker b: down, out of the route
+    bounds = [QueueBounds("T", "a", 0, 0, 80, "a:10911")]  # broker b: down, out of the route
     reader = _reader(monkeypatch, bounds)
     start = {"T": {"a": {"0": 50}, "b": {"0": 50}}}
     first = reader.latestOffset(start, None)
     assert first == {"T": {"a": {"0": 80}, "b": {"0": 50}}}
     assert _read(reader, start, first) == [("a", 0, 50, 80)]
-    bounds[:] = [QueueBounds("T", "a", 0, 0, 80), QueueBounds("T", "b", 0, 0, 90)]  # back
-    second = reader.latestOffset(first, None)
+    bounds[:] = [QueueBounds("T", "a", 0, 0, 80, "a:10911"),
+                 QueueBounds("T", "b", 0, 0, 90, "b:10911")]
+    second = reader.latestOffset(first, None)  # back
     assert _read(reader, first, second) == [("b", 0, 50, 90)]  # (its 50..80 were skipped)
+    [[back]] = [p.ranges for p in reader.partitions(first, second)]
+    assert back.address == "b:10911"  # (looked up again: not in the route at the first look)
 
 
 def test_a_queue_that_appears_is_read_from_its_earliest(monkeypatch):
-    bounds = [QueueBounds("T", "a", 0, 0, 10), QueueBounds("T", "a", 1, 3, 20)]
+    bounds = [QueueBounds("T", "a", 0, 0, 10, "a:10911"), QueueBounds("T", "a", 1, 3, 20, "a:10911")]
     reader = _reader(monkeypatch, bounds)
     start = {"T": {"a": {"0": 10}}}  # queue 1 came since (the topic grew)
     first = reader.latestOffset(start, None)
