@@ -145,11 +145,21 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         # names it there; the next one reads it.
                         stop = earliest[topic][broker][queue_id]
                     else:
-                        stop = max(begin, newest)
+                        stop = max(begin, min(newest, self._ending(topic, broker, queue_id)))
                     end.setdefault(topic, {}).setdefault(broker, {})[queue_id] = stop
         if isinstance(limit, ReadMaxRows):
             end = cap_rows(start, end, limit.max_rows)
         return end
+
+    def _ending(self, topic: str, broker: str, queue_id: str) -> float:
+        """Where endingOffsets (JSON) stops a queue: its offset, or no limit (latest, -1, or a
+        queue it does not name). An incremental or continuous export with ``--to`` offsets
+        reads up to them, then has nothing new."""
+        ending = self.source_options.ending
+        if not isinstance(ending, dict):
+            return float("inf")
+        offset = ending.get(topic, {}).get(broker, {}).get(int(queue_id))
+        return float("inf") if offset is None or offset < 0 else offset
 
     def partitions(self, start: dict, end: dict):
         ranges = []

@@ -43,3 +43,14 @@ def test_a_queue_that_appears_is_read_from_its_earliest(monkeypatch):
     assert first["T"]["a"]["1"] == 3  # named at its earliest
     second = reader.latestOffset(first, None)
     assert _read(reader, first, second) == [("a", 1, 3, 20)]
+
+
+def test_ending_offsets_stop_an_incremental_export_where_they_say(monkeypatch):
+    bounds = [QueueBounds("T", "a", 0, 0, 100, "a:1"), QueueBounds("T", "a", 1, 0, 100, "a:1")]
+    reader = RocketMQStreamReader(SourceOptions.parse({
+        "nameServer": "h:1", "topic": "T", "endingOffsets": '{"T": {"a": {"0": 40, "1": -1}}}'}))
+    monkeypatch.setattr(reader, "_bounds", lambda: list(bounds))
+    start = {"T": {"a": {"0": 10, "1": 10}}}
+    end = reader.latestOffset(start, None)
+    assert end == {"T": {"a": {"0": 40, "1": 100}}}
+    assert reader.latestOffset(end, None) == end  # nothing new for it: done
