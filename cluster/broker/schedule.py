@@ -76,8 +76,24 @@ class ScheduleMessageService:
 
     def start(self) -> None:
         self.load()
+        self._clamp_to_queues()
         self.started_ms = int(time.time() * 1000)
         self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def _clamp_to_queues(self) -> None:
+        """No level's offset past its queue's end (RocketMQ's correctDelayOffset). The offsets
+        are written every few seconds; a crash or a cut tail can cost a schedule queue messages
+        they counted, and the delayed messages put next take those queue offsets again: left
+        ahead, they would never be delivered. (At start, recovery's dispatch is complete.)"""
+        store = self.broker.store
+        for level, saved in list(self.offsets.items()):
+            queue = store.find_consume_queue(SCHEDULE_TOPIC, level - 1, create=False)
+            end = queue.get_max_offset_in_queue() if queue is not None else 0
+            if saved > end:
+                log.warning("delay level %d: offset %d is past its queue's end %d; from %d on",
+                            level, saved, end, end)
+                self.offsets[level] = end
+                self._dirty = True
 
     async def stop(self) -> None:
         if self._task is not None:

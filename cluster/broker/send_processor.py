@@ -193,7 +193,10 @@ class SendMessageProcessor:
             group_config = broker.subscription_groups.find(group)
             if max_times is None:
                 max_times = group_config.retry_max_times if group_config else 16
-            if reconsume_times > max_times:
+            # (>=, as RocketMQ 4.x and as CONSUMER_SEND_MSG_BACK: an orderly consumer that gives
+            # up sends its message back with reconsumeTimes == maxReconsumeTimes, and with >
+            # it came back from %RETRY% every round, never reaching the DLQ)
+            if reconsume_times >= max_times:
                 topic = DLQ_GROUP_TOPIC_PREFIX + group
                 if broker.topics.create_in_send_message_back_method(
                         topic, 1, PERM_READ | PERM_WRITE) is None:

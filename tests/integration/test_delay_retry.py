@@ -121,3 +121,43 @@ def test_a_consumer_that_always_fails_drives_a_message_into_the_dlq(tmp_path):
                 assert "%RETRY%cg-dlq" in await admin.topic_list()
 
         run(main(), timeout=120)
+
+
+def test_delay_offsets_past_their_queues_end_are_brought_back_at_start(tmp_path):
+    """The delay offsets are written every few seconds: a crash can leave them ahead of a
+    schedule queue that recovery cut short. At start they come back to the queue's end, and a
+    message delayed afterwards is delivered (it took a queue offset below the saved one, and
+    was never delivered)."""
+    env = {"HOME": str(tmp_path)}
+    port = free_port()
+    config = tmp_path / "broker-a" / "config"
+    config.mkdir(parents=True)
+    (config / "delayOffset.json").write_text('{"offsetTable":{1:10}}')  # (RocketMQ's own form)
+    with running("cluster.namesrv", "-p", "0", env=env) as ns:
+        conf = broker_conf(tmp_path, ns.address, listenPort=str(port), messageDelayLevel="1s")
+        with running("cluster.broker", "-c", conf, env=env):
+            async def main():
+                async with Producer("pg-delay", ns.address) as producer:
+                    sent = await producer.send(Message("Delayed", b"late", keys="late",
+                                                       delay_time_level=1))
+                    assert sent.status is SendStatus.SEND_OK
+                got: list[str] = []
+                consumer = PushConsumer("cg-delay", ns.address,
+                                        consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+                consumer.subscribe("Delayed", "*")
+
+                async def listener(messages):
+                    got.extend(m.keys for m in messages)
+
+                consumer.register_listener(listener)
+                await consumer.start()
+                try:
+                    for _ in range(200):
+                        if got:
+                            break
+                        await asyncio.sleep(0.05)
+                finally:
+                    await consumer.shutdown()
+                return got
+
+            assert run(main()) == ["late"]
