@@ -79,8 +79,9 @@ class MappedFileQueue:
         size = self.mapped_file_size
         expected = None
         for name in names:
-            offset = int(name)
-            if offset_to_file_name(offset) != name or offset % size:
+            # (str.isdigit() is true of "²" too, which int() refuses)
+            offset = int(name) if name.isascii() else -1
+            if offset < 0 or offset_to_file_name(offset) != name or offset % size:
                 raise StoreError(f"{os.path.join(self.store_path, name)} is not a segment of this "
                                  f"store (segments are named by their 20-digit start offset, a "
                                  f"multiple of {size:,}): move it out of the folder")

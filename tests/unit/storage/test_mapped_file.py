@@ -128,6 +128,7 @@ def test_load_maps_existing_segments_and_removes_unfinished_ones(tmp_path):
 @pytest.mark.parametrize(("stray", "says"), [
     ("00000000000000000100", "is not a segment"),  # not a multiple of the file size
     ("100", "is not a segment"),  # not 20 digits
+    ("0000000000000000000²", "is not a segment"),  # a digit to str.isdigit, not to int()
     (offset_to_file_name(3 * SIZE), "misses the segment at 8,192"),  # after a gap
 ])
 def test_load_refuses_a_folder_whose_files_are_not_one_run_of_segments(tmp_path, stray, says):
