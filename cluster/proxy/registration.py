@@ -27,6 +27,8 @@ CONSUMER_TYPES = {pb.PUSH_CONSUMER: "PUSH_CONSUMER", pb.SIMPLE_CONSUMER: "SIMPLE
 LANGUAGES = {"JAVA": "JAVA", "CPP": "CPP", "DOT_NET": "DOTNET", "GOLANG": "GO", "RUST": "RUST",
              "PYTHON": "PYTHON", "PHP": "PHP", "NODE_JS": "NODE_JS", "RUBY": "RUBY"}
 ANSWER_TIMEOUT = 2.5  # under the 3 s a broker waits for a relayed answer
+# Waits for the route of a topic just created (the 10 s heartbeat round comes after them).
+RETRY_DELAYS = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
 
 
 def heartbeat_body(client: Client) -> bytes:
@@ -48,9 +50,31 @@ class ClientRegistration:
     def _masters(self) -> list[str]:
         return [addrs[0] for addrs in self.service.instance.broker_addrs.values() if 0 in addrs]
 
-    async def register(self, client: Client) -> None:
+    async def routed(self, client: Client) -> bool:
+        """Look up the routes of the client's topics (which teaches the instance their
+        masters); False while one of them has no route at the name servers yet."""
+        routed = True
+        for topic in list(client.subscriptions):
+            try:
+                routed = await self.service.routes.get(topic) is not None and routed
+            except RemotingError:
+                routed = False
+        return routed
+
+    async def register(self, client: Client, retry: bool = False) -> None:
+        """Heartbeat the client to every master known, its topics' routes looked up first.
+        With ``retry``, wait a few seconds for a topic that has no route yet: a broker
+        registers a new topic with the name servers a moment after creating it, and a client
+        that subscribes in between would stay unknown to the brokers (absent from its group,
+        out of the console's reach) until the next round of heartbeats."""
         if client.client_type not in CONSUMER_TYPES or not client.group:
             return
+        routed = await self.routed(client)
+        for delay in RETRY_DELAYS if retry else ():
+            if routed or self.service.clients.clients.get(client.client_id) is not client:
+                break
+            await asyncio.sleep(delay)
+            routed = await self.routed(client)
         language = LANGUAGES.get(client.language.upper(), "OTHER")
         for address in self._masters():
             command = request(RequestCode.HEART_BEAT, body=heartbeat_body(client),

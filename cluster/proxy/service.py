@@ -281,14 +281,10 @@ class MessagingService(SendingMixin, ReceivingMixin, LitePullMixin,
         elif settings.WhichOneof("pub_sub") == "subscription":
             sub = settings.subscription
             client.group = sub.group.name
-            for entry in sub.subscriptions:  # learns the brokers that hold the group's config
-                try:
-                    await self.routes.get(entry.topic.name)
-                except RemotingError:
-                    pass
             client.subscriptions = {e.topic.name: (e.expression.type, e.expression.expression)
                                     for e in sub.subscriptions}
-            self._spawn(self.registration.register(client))
+            await self.registration.routed(client)  # learns the brokers of the group's config
+            self._spawn(self.registration.register(client, retry=True))
             answer.subscription.CopyFrom(sub)
             answer.subscription.fifo = await self._is_fifo(client.group)
             answer.subscription.receive_batch_size = 32

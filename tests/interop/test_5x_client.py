@@ -21,6 +21,7 @@ from cluster.client.message import Message
 from cluster.client.producer import Producer
 from cluster.client.pull import PullConsumer
 from cluster.proxy.schema import Code, pb, services
+from cluster.remoting.errors import BrokerResponseError
 from cluster.supervisor.spec import load_profile
 from cluster.supervisor.supervisor import Supervisor
 
@@ -360,6 +361,59 @@ def test_the_official_cpp_4x_client_and_a_5x_client_on_one_topic_and_group(
     assert sorted((e["body"], e["tags"]) for e in received) == [("5x-0", "tagB"), ("5x-1", "tagB")]
 
 
+def consumer_settings(group: str, topic: str) -> pb.Settings:
+    """What a simple consumer of ``topic`` (all tags) in ``group`` says over Telemetry."""
+    return pb.Settings(client_type=pb.SIMPLE_CONSUMER, subscription=pb.Subscription(
+        group=pb.Resource(name=group), subscriptions=[pb.SubscriptionEntry(
+            topic=pb.Resource(name=topic),
+            expression=pb.FilterExpression(type=pb.TAG, expression="*"))]))
+
+
+async def listed(client: AdminClient, group: str, client_id: str, wait: float = 5) -> dict:
+    """The group's connections once they list ``client_id`` (waiting up to ``wait`` s)."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            connections = await client.consumer_connections(group)
+            if client_id in [c["clientId"] for c in connections["connectionSet"]]:
+                return connections
+        except BrokerResponseError:
+            if time.monotonic() > deadline:
+                raise
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{client_id} is not listed in {group}: {connections}")
+        await asyncio.sleep(0.1)
+
+
+def test_a_5x_consumer_of_a_topic_not_routed_yet_joins_its_group_once_it_is(cluster):
+    """A broker tells the name servers of a new topic a moment after creating it; a 5.x client
+    that subscribes in between is heartbeated to the brokers as soon as the route is there, not
+    left out of its group (and out of the console's reach) until a later round."""
+    import queue
+
+    channel = grpc.insecure_channel(cluster.state.proxy_addr)
+    stub = services.MessagingServiceStub(channel)
+    outgoing: queue.Queue = queue.Queue()
+    outgoing.put(pb.TelemetryCommand(settings=consumer_settings("CID-late", "T5Late")))
+    stream = stub.Telemetry(iter(outgoing.get, None), timeout=60, metadata=[
+        ("x-mq-client-id", "late-client@1"), ("x-mq-language", "PYTHON")])
+    try:
+        answer = next(stream)  # the proxy has looked the topic up: there is no route yet
+        assert answer.WhichOneof("command") == "settings"
+        make_topic(cluster, "T5Late")
+
+        async def console():
+            async with AdminClient(cluster.state.namesrv_addr) as client:
+                return await listed(client, "CID-late", "late-client@1", wait=8)
+
+        connections = asyncio.run(console())
+    finally:
+        outgoing.put(None)
+        channel.close()
+    [entry] = connections["connectionSet"]
+    assert (entry["language"], entry["consumeType"]) == ("PYTHON", "CONSUME_POP")
+
+
 def test_consoles_see_5x_clients_and_reach_them_over_telemetry(cluster):
     """A 5.x consumer (here a raw gRPC client) is listed in its group with its language and
     type; the console's consume-directly and running-info requests reach it over Telemetry."""
@@ -377,11 +431,7 @@ def test_consoles_see_5x_clients_and_reach_them_over_telemetry(cluster):
         while (item := outgoing.get()) is not None:
             yield item
 
-    settings = pb.Settings(client_type=pb.SIMPLE_CONSUMER, subscription=pb.Subscription(
-        group=pb.Resource(name="CID-seen"), subscriptions=[pb.SubscriptionEntry(
-            topic=pb.Resource(name="T5Seen"),
-            expression=pb.FilterExpression(type=pb.TAG, expression="*"))]))
-    outgoing.put(pb.TelemetryCommand(settings=settings))
+    outgoing.put(pb.TelemetryCommand(settings=consumer_settings("CID-seen", "T5Seen")))
     stream = stub.Telemetry(commands(), metadata=meta)
     answered: list = []
 
@@ -408,12 +458,7 @@ def test_consoles_see_5x_clients_and_reach_them_over_telemetry(cluster):
     try:
         async def console():
             async with AdminClient(cluster.state.namesrv_addr) as client:
-                for _ in range(50):
-                    try:
-                        connections = await client.consumer_connections("CID-seen")
-                        break
-                    except Exception:
-                        await asyncio.sleep(0.1)
+                connections = await listed(client, "CID-seen", "seen-client@1")
                 async with Producer("PID-seen", cluster.state.namesrv_addr) as producer:
                     await producer.send(Message("T5Seen", b"look", keys="seen-key"))
                 [record] = await client.query_by_key("T5Seen", "seen-key")
