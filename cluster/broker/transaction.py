@@ -7,7 +7,8 @@ the half message's queue offset) marks it ended. A half message still open trans
 after it was born is checked back, as RocketMQ does it: it is put back into the half queue as a
 copy with ``TRANSACTION_CHECK_TIMES`` one higher, and CHECK_TRANSACTION_STATE about the copy
 goes to a live producer of its group; the copy is checked again transactionCheckInterval later,
-and once it has been checked transactionCheckMax times it is rolled back. How far the
+and once it has been checked transactionCheckMax times it is given up: never checked again nor
+delivered, unless its producer still ends it (see transaction_progress). How far the
 check-back has come is kept as RocketMQ keeps it (see transaction_progress), so a restart
 neither forgets the check counts nor reads the whole history again.
 """
@@ -49,7 +50,10 @@ from storage.message import (
 from storage.results import AppendMessageResult
 
 log = logging.getLogger(__name__)
-OP_TAG = "d"
+OP_TAG = "d"  # RocketMQ's: the op message ends the half message its body names
+# Ours: the op message gives the transaction up after its last check (RocketMQ just moves
+# on; its check-back skips op messages with any other tag). It names the origin too.
+GIVEN_UP_TAG = "given-up"
 # Half messages read per check round at most: the round runs on the broker's event loop.
 MAX_READS_PER_ROUND = 2000
 
@@ -119,14 +123,22 @@ class TransactionalMessageService:
             prepared_transaction_offset=record.commit_log_offset)
         self.broker.store.put_message_nowait(msg)
 
-    def _write_op(self, half_offset: int) -> None:
+    def _write_op(self, half_offset: int, given_up_origin: int | None = None) -> None:
+        """The op message that ends ``half_offset``, or with ``given_up_origin`` gives up the
+        transaction it holds."""
         self.broker.topics.create_in_send_message_back_method(TRANS_OP_HALF_TOPIC, 1,
                                                                PERM_READ | PERM_WRITE)
         props = {"TAGS": OP_TAG}
+        if given_up_origin is not None:
+            props = {"TAGS": GIVEN_UP_TAG,
+                     PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET: str(given_up_origin)}
         result, _ = self.broker.store.put_message_nowait(MessageExtBrokerInner(
             topic=TRANS_OP_HALF_TOPIC, body=str(half_offset).encode(), queue_id=0, properties=props,
             properties_string=properties_to_string(props), born_timestamp=int(time.time() * 1000)))
-        self.load().on_op(result.append.logics_offset, half_offset)
+        if given_up_origin is None:
+            self.load().on_op(result.append.logics_offset, half_offset)
+        else:
+            self.load().on_given_up(result.append.logics_offset, half_offset, given_up_origin)
 
     # -- where the check-back stands --------------------------------------------------------------
     def load(self) -> TransactionProgress:
@@ -151,11 +163,18 @@ class TransactionalMessageService:
                 if unit is None:
                     continue
                 try:
-                    body = store.look_message_by_offset(unit.commit_log_offset, unit.size).body
+                    op = store.look_message_by_offset(unit.commit_log_offset, unit.size)
                 except StoreError:
                     continue
-                if body.isdigit():
-                    progress.on_op(offset, int(body))
+                if not (op.body.isascii() and op.body.isdigit()):
+                    continue
+                props = string_to_properties(op.properties_string)
+                if props.get("TAGS") == GIVEN_UP_TAG:
+                    origin = java_integer(props.get(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET, ""))
+                    progress.on_given_up(offset, int(op.body),
+                                         origin if origin is not None else int(op.body))
+                else:
+                    progress.on_op(offset, int(op.body))
             progress.op_read = max(progress.op_read, queue.get_max_offset_in_queue())
         self.progress = progress
         self._register_open()
@@ -197,8 +216,7 @@ class TransactionalMessageService:
         queue = store.find_consume_queue(TRANS_HALF_TOPIC, 0, create=False)
         if queue is None:
             return
-        if progress.half_offset < queue.get_min_offset_in_queue():
-            progress.jump_to(queue.get_min_offset_in_queue())
+        progress.jump_to(queue.get_min_offset_in_queue())
         reads = 0
         for offset in range(max(start, progress.half_offset), queue.get_max_offset_in_queue()):
             if progress.is_settled(offset) and not settled_too:
@@ -270,17 +288,17 @@ class TransactionalMessageService:
             elif now_ms - record.store_timestamp < config.transaction_check_interval:
                 continue  # checked (put back) less than transactionCheckInterval ago
             if times >= config.transaction_check_max:
-                log.warning("half message %d (first stored at %d) checked %d times: rolled back",
-                            offset, origin, times)
-                for ended in progress.to_end(offset, origin):
-                    self._write_op(ended)
+                log.warning("half message %d (first stored at %d) checked %d times: given up, "
+                            "unless its producer still ends it", offset, origin, times)
+                for held in progress.to_end(offset, origin):
+                    self._write_op(held, origin)
                 continue
             copy = self._put_back(record, props, origin, times + 1)
             if copy is None:
                 continue
             progress.put_back(offset, origin, copy.logics_offset)
             # Counted whether or not a producer is there to ask, as in RocketMQ: a transaction
-            # whose producer group is gone for good is rolled back after its checks.
+            # whose producer group is gone for good is given up after its checks.
             asked += self._ask(copy, props)
         self._persist_progress()
         return asked

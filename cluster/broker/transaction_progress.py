@@ -4,7 +4,7 @@ RocketMQ keeps this as two consumer offsets of the system group ``CID_RMQ_SYS_TR
 the half queue (every half message below it is settled) and one on the op queue (every op
 message below it concerns a settled half message). A half message is settled when an op
 message ends it (commit or rollback), when the check-back puts it back as a newer copy with
-``TRANSACTION_CHECK_TIMES`` one higher, or when it is rolled back after its last check. Both
+``TRANSACTION_CHECK_TIMES`` one higher, or when it is given up after its last check. Both
 offsets live in consumerOffset.json, so the check-back resumes where it stopped after a restart
 and never reads the whole history again; the check count travels in the copies, so it survives
 a restart too.
@@ -13,6 +13,12 @@ A transaction may be held by several half messages over its life (the original a
 copies); each copy names the original's offset in ``TRAN_PREPARED_QUEUE_OFFSET``, its
 *origin*. An END_TRANSACTION for any of them ends the transaction once: the producer's own late
 answer for the original and the answer to a check of a copy cannot both commit it.
+
+A transaction checked ``transactionCheckMax`` times is *given up*: settled for the check-back,
+which never asks about it again, but not ended. As in RocketMQ, a producer's END_TRANSACTION
+that comes later still commits or rolls it back, once. A given-up op message (its own tag)
+records it, and the op queue's progress stays at the oldest given-up transaction not ended
+since, so that a restart reads that op again and still knows.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ class TransactionProgress:
         self.settled: dict[int, int | None] = {}
         self.live: dict[int, set[int]] = {}  # origin -> its unsettled half offsets
         self.origin_of: dict[int, int] = {}
+        # Given-up half offset -> (its origin, the op message that gave it up).
+        self.given_up: dict[int, tuple[int, int]] = {}
 
     def is_settled(self, offset: int) -> bool:
         return offset < self.half_offset or offset in self.settled
@@ -34,8 +42,17 @@ class TransactionProgress:
     def on_op(self, op_offset: int, half_offset: int) -> None:
         """An op message (read at load, or just written) ends ``half_offset``."""
         self.op_read = max(self.op_read, op_offset + 1)
+        self.given_up.pop(half_offset, None)
         if half_offset >= self.half_offset:
             self._settle(half_offset, op_offset)
+
+    def on_given_up(self, op_offset: int, half_offset: int, origin: int) -> None:
+        """A given-up op message (read at load, or just written): ``half_offset``, holding the
+        transaction first stored at ``origin``, is checked no more but may still be ended."""
+        self.op_read = max(self.op_read, op_offset + 1)
+        self.given_up[half_offset] = (origin, op_offset)
+        if half_offset >= self.half_offset:
+            self._settle(half_offset, None)
 
     def register(self, offset: int, origin: int) -> None:
         """A half message seen in the queue, holding the transaction first stored at ``origin``.
@@ -62,8 +79,9 @@ class TransactionProgress:
 
     def to_end(self, offset: int, origin: int) -> list[int]:
         """The half offsets an END_TRANSACTION for ``offset`` ends (an op message for each);
-        empty when its transaction is settled already (ended, or rolled back after its checks)."""
+        empty when its transaction has ended already. A given-up transaction has not."""
         offsets = set(self.live.get(origin, ()))
+        offsets.update(o for o, (their_origin, _) in self.given_up.items() if their_origin == origin)
         if not self.is_settled(offset):
             # Open, registered or not: a half message the check-back has not reached yet (it
             # stopped early, or the message arrived since) can only be an original, since
@@ -79,7 +97,10 @@ class TransactionProgress:
         return self.half_offset
 
     def jump_to(self, offset: int) -> None:
-        """The queue's files below ``offset`` expired: nothing there can be checked any more."""
+        """The queue's files below ``offset`` expired: nothing there can be checked, nor ended
+        by a late answer, any more."""
+        for gone in [o for o in self.given_up if o < offset]:
+            del self.given_up[gone]
         if offset <= self.half_offset:
             return
         for gone in [o for o in self.origin_of if o < offset]:
@@ -89,8 +110,10 @@ class TransactionProgress:
         self.half_offset = offset
 
     def op_offset(self) -> int:
-        """The op queue's progress: below it, every op message concerns a settled half offset."""
+        """The op queue's progress: below it, every op message concerns a settled half offset
+        and none gave up a transaction that may still end."""
         pending = [op for op in self.settled.values() if op is not None]
+        pending.extend(op for _, op in self.given_up.values())
         return min(pending, default=self.op_read)
 
     def _settle(self, offset: int, op_offset: int | None) -> None:

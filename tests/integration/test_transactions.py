@@ -101,14 +101,14 @@ def test_commit_rollback_and_check_back(tmp_path):
                         break
                     await asyncio.sleep(0.05)
                 assert sorted(received) == ["checked", "committed"]
-                # "never-decided" is checked transactionCheckMax times, then rolled back.
+                # "never-decided" is checked transactionCheckMax times, then given up.
                 for _ in range(200):
                     async with AdminClient(ns.address) as admin:
                         if not await admin.pending_half_messages():
                             break
                     await asyncio.sleep(0.1)
                 else:
-                    raise AssertionError("never-decided was not rolled back after its checks")
+                    raise AssertionError("never-decided was not given up after its checks")
                 assert sorted(received) == ["checked", "committed"]
                 async with AdminClient(ns.address) as admin:
                     info = await admin.broker_runtime_info(broker.address)
@@ -202,7 +202,7 @@ def test_check_counts_survive_a_restart_and_a_late_answer_commits_once(tmp_path)
 
                 async def rolled_back():
                     return not await pending_by_key()
-                await wait_for(rolled_back, "'abandoned' to be rolled back after its checks")
+                await wait_for(rolled_back, "'abandoned' to be given up after its checks")
                 async with AdminClient(ns.address) as admin:
                     assert not [r for r in await admin.query_by_key("Payments", "abandoned")
                                 if r.topic == "Payments"]

@@ -33,7 +33,7 @@ def test_a_message_sent_after_the_last_scan_can_be_ended():
     assert progress.to_end(3, 3) == []
 
 
-def test_a_rolled_back_transaction_is_not_ended_again():
+def test_an_ended_transaction_is_not_ended_again():
     progress = TransactionProgress(0, 0)
     progress.register(0, 0)
     progress.on_op(0, 0)  # the rollback after its last check
@@ -65,8 +65,34 @@ def test_expired_files_move_the_half_offset_past_what_they_held():
     assert progress.to_end(0, 0) == []
 
 
+def test_a_given_up_transaction_is_checked_no_more_but_a_late_answer_ends_it_once():
+    progress = TransactionProgress(0, 0)
+    progress.register(0, 0)
+    progress.put_back(0, 0, 3)
+    progress.on_given_up(0, 3, 0)  # op 0 gives the copy at 3 up after its last check
+    assert progress.is_settled(3)
+    assert progress.advance() == 1
+    assert progress.op_offset() == 0  # a restart reads the give-up again
+    assert progress.to_end(0, 0) == [3]  # the producer's late answer, for the original
+    progress.on_op(1, 3)
+    assert progress.to_end(0, 0) == progress.to_end(3, 0) == []
+    assert progress.op_offset() == 1  # (until the half offset passes 3, as for any op)
+
+
+def test_a_given_up_transaction_whose_files_expired_holds_the_op_offset_no_more():
+    progress = TransactionProgress(10, 0)
+    progress.on_given_up(0, 3, 3)  # read at load: given up below the half offset
+    progress.on_op(1, 5)
+    assert progress.op_offset() == 0
+    assert progress.to_end(3, 3) == [3]
+    progress.jump_to(4)  # the half queue's first file, holding 3, expired
+    assert progress.op_offset() == 2
+    assert progress.to_end(3, 3) == []
+
+
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["send", "check", "end", "round"]), st.integers(0, 30)),
+@given(st.lists(st.tuples(st.sampled_from(["send", "check", "give up", "end", "round"]),
+                          st.integers(0, 30)),
                 max_size=80))
 def test_against_a_model_every_transaction_ends_at_most_once(steps):
     """Transactions are sent, checked (put back), ended by any of their half messages, in any
@@ -74,7 +100,7 @@ def test_against_a_model_every_transaction_ends_at_most_once(steps):
     restart from the two persisted offsets knows every open one."""
     progress = TransactionProgress(0, 0)
     queue: list[int] = []  # half queue: offset -> origin
-    ops: list[int] = []  # op queue: op offset -> half offset
+    ops: list[tuple[int, int | None]] = []  # op queue: (half offset, origin if a give-up)
     ended: set[int] = set()  # origins ended
     for action, n in steps:
         if action == "send" or not queue:
@@ -86,12 +112,19 @@ def test_against_a_model_every_transaction_ends_at_most_once(steps):
             progress.register(offset, origin)
             queue.append(origin)
             progress.put_back(offset, origin, len(queue) - 1)
+        elif action == "give up" and not progress.is_settled(offset) \
+                and offset == max(o for o in range(len(queue)) if queue[o] == origin):
+            progress.register(offset, origin)  # its last check was its last holder's
+            for half in progress.to_end(offset, origin):
+                ops.append((half, origin))
+                progress.on_given_up(len(ops) - 1, half, origin)
         elif action == "end":
             to_end = progress.to_end(offset, origin)
-            assert bool(to_end) == (origin not in ended)  # an open one ends, and only once
+            # An open one ends, given up or not, and only once.
+            assert bool(to_end) == (origin not in ended)
             ended.add(origin)
             for half in to_end:
-                ops.append(half)
+                ops.append((half, None))
                 progress.on_op(len(ops) - 1, half)
         elif action == "round":
             for scanned in range(progress.half_offset, len(queue)):
@@ -103,12 +136,17 @@ def test_against_a_model_every_transaction_ends_at_most_once(steps):
         # What a restart would rebuild from the persisted offsets.
         again = TransactionProgress(progress.half_offset, progress.op_offset())
         for op_offset in range(progress.op_offset(), len(ops)):
-            again.on_op(op_offset, ops[op_offset])
+            half, given_up = ops[op_offset]
+            if given_up is None:
+                again.on_op(op_offset, half)
+            else:
+                again.on_given_up(op_offset, half, given_up)
         for o in range(again.half_offset, len(queue)):
             again.register(o, queue[o])  # settled ones too: they tell what they superseded
         for origin in set(queue):
             holders = [o for o in range(len(queue)) if queue[o] == origin]
             if origin in ended:
                 assert all(again.to_end(o, origin) == [] for o in holders)
-            else:
+            else:  # (given up or not: a late answer still ends it)
                 assert again.to_end(holders[-1], origin) == [holders[-1]]
+                assert again.to_end(holders[0], origin)
