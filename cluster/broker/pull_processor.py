@@ -93,8 +93,10 @@ class PullMessageProcessor:
         refusal = group_refusal(command, group, group_config, broker.subscription_groups)
         if refusal is not None:
             return refusal
-        expression = self._subscription(header, sys_flag, group, topic)
-        expression_type = (header.expression_type or self._expression_type(group, topic)).upper()
+        subscription = self._subscription(command, header, sys_flag, group_config)
+        if isinstance(subscription, RemotingCommand):
+            return subscription
+        expression, expression_type = subscription
         message_filter = subscription_filter(broker, command, expression_type, expression)
         if isinstance(message_filter, RemotingCommand):
             return message_filter
@@ -145,18 +147,34 @@ class PullMessageProcessor:
         return command.make_response(code, None if code == ResponseCode.SUCCESS else result.status.value,
                                      ext_fields=fields, body=body)
 
-    def _expression_type(self, group: str, topic: str) -> str:
-        info = self.broker.consumers.find(group)
-        sub = info.subscriptions.get(topic) if info else None
-        return sub.expression_type if sub else "TAG"
-
-    def _subscription(self, header: PullMessageRequestHeader, sys_flag: int, group: str,
-                      topic: str) -> str:
+    def _subscription(self, command: RemotingCommand, header: PullMessageRequestHeader,
+                      sys_flag: int, group_config) -> tuple[str, str] | RemotingCommand:
+        """(expression, its type) to filter with: the request's own, or, without the
+        SUBSCRIPTION flag (how 4.x Java push consumers pull by default), what the group's
+        heartbeats registered; or the answer refusing the pull. As RocketMQ: a consumer that
+        pulls before its heartbeat (right after a broker restarts) gets SUBSCRIPTION_NOT_EXIST
+        and pulls again later, never the whole queue unfiltered; one whose subscription
+        changed since the broker heard of it gets SUBSCRIPTION_NOT_LATEST."""
+        info = self.broker.consumers.find(header.consumer_group)
+        registered = info.subscriptions.get(header.topic) if info else None
         if sys_flag & PullSysFlag.SUBSCRIPTION:
-            return header.subscription or "*"
-        info = self.broker.consumers.find(group)
-        sub = info.subscriptions.get(topic) if info else None
-        return sub.sub_string if sub else "*"
+            kind = header.expression_type or (registered.expression_type if registered else "TAG")
+            return header.subscription or "*", kind.upper()
+        if info is None:
+            return command.make_response(ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                                         "the consumer's group info not exist")
+        if info.message_model == "BROADCASTING" and not group_config.consume_broadcast_enable:
+            return command.make_response(
+                ResponseCode.NO_PERMISSION,
+                f"the consumer group[{header.consumer_group}] can not consume by broadcast way")
+        if registered is None:
+            return command.make_response(ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                                         "the consumer's subscription not exist")
+        if registered.sub_version < header.sub_version:
+            return command.make_response(ResponseCode.SUBSCRIPTION_NOT_LATEST,
+                                         "the consumer's subscription not latest")
+        kind = header.expression_type or registered.expression_type or "TAG"
+        return registered.sub_string or "*", kind.upper()
 
     def _suggest_broker(self, result, group_config) -> int:
         # As RocketMQ: with slaveReadEnable, lagging consumers (reading what is probably no

@@ -12,8 +12,11 @@ import threading
 import time
 from dataclasses import replace
 
+import pytest
+
 from cluster.broker.config import load_broker_config
 from cluster.broker.controller import BrokerController
+from cluster.broker.subscription_group import SubscriptionGroupConfig
 from cluster.client.pull import pull_request
 from cluster.remoting.codec import encode, request
 from cluster.remoting.codes import RequestCode, ResponseCode
@@ -153,6 +156,50 @@ def test_an_arrival_from_the_dispatch_thread_absorbed_by_a_queued_report_still_w
         assert store.get_max_offset_in_queue("News", 0) == 1
         assert await _until(lambda: answers.writes, 3), "the held pull was not woken"
         assert _only_answer(answers) == (ResponseCode.SUCCESS, 7, "1")
+
+    _on_a_broker(tmp_path, scenario)
+
+
+def _consumer_heartbeat(topic: str, sub_version: int, model: str = "CLUSTERING") -> bytes:
+    return json.dumps({"clientID": "c1", "producerDataSet": [], "consumerDataSet": [{
+        "groupName": "cg", "consumeType": "CONSUME_PASSIVELY", "messageModel": model,
+        "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET", "unitMode": False,
+        "subscriptionDataSet": [{
+            "topic": topic, "subString": "TagA", "expressionType": "TAG", "tagsSet": ["TagA"],
+            "codeSet": [], "subVersion": sub_version, "classFilterMode": False}]}]}).encode()
+
+
+@pytest.mark.parametrize(("heartbeat", "pulled_version", "expected"), [
+    (None, 1, ResponseCode.SUBSCRIPTION_NOT_EXIST),  # right after a restart: no heartbeat yet
+    (("Other", 1, "CLUSTERING"), 1, ResponseCode.SUBSCRIPTION_NOT_EXIST),  # not this topic
+    (("News", 1, "CLUSTERING"), 2, ResponseCode.SUBSCRIPTION_NOT_LATEST),  # changed since
+    (("News", 1, "BROADCASTING"), 1, ResponseCode.NO_PERMISSION),  # broadcast not allowed
+    (("News", 2, "CLUSTERING"), 1, ResponseCode.PULL_RETRY_IMMEDIATELY),  # served: no TagA
+], ids=["no heartbeat", "other topic", "stale", "broadcast", "registered"])
+def test_a_pull_without_a_subscription_is_served_only_by_the_one_its_group_registered(
+        tmp_path, heartbeat, pulled_version, expected):
+    # A 4.x Java push consumer pulls with no subscription of its own. Without one registered
+    # the broker served the whole queue unfiltered: an SQL92 or TAG consumer got what its
+    # expression excludes. RocketMQ refuses the pull; the consumer pulls again later.
+    async def scenario(broker):
+        broker.subscription_groups.update(
+            SubscriptionGroupConfig("cg", consume_broadcast_enable=False))
+        producer, _sent = _connection(broker)
+        producer.data_received(_send("News", b"first", 1))
+        assert await _until(lambda: broker.store.get_max_offset_in_queue("News", 0) == 1, 5)
+        frames = b""
+        if heartbeat is not None:
+            frames += encode(request(RequestCode.HEART_BEAT, body=_consumer_heartbeat(*heartbeat),
+                                     opaque=7))
+        frames += encode(request(RequestCode.PULL_MESSAGE, {
+            "consumerGroup": "cg", "topic": "News", "queueId": 0, "queueOffset": 0,
+            "maxMsgNums": 32, "sysFlag": 0, "commitOffset": 0, "suspendTimeoutMillis": 0,
+            "subVersion": pulled_version}, opaque=8))
+        consumer, answers = _connection(broker)
+        consumer.data_received(frames)
+        assert await _until(lambda: 8 in {a[1] for a in _answers(b"".join(answers.writes))}, 3)
+        [pulled] = [a for a in _answers(b"".join(answers.writes)) if a[1] == 8]
+        assert pulled[0] == expected, pulled
 
     _on_a_broker(tmp_path, scenario)
 
