@@ -105,6 +105,8 @@ class ScheduleMessageService:
     async def _run(self) -> None:
         if self.escape is None and self.broker.config.enable_slave_acting_master:
             await self._take_over_from_slaves()
+            # (a slave's offsets may count messages this store's queues lost in a crash)
+            self._clamp_to_queues()
         await self._wait_for_dispatch()
         last_persist = time.monotonic()
         while True:
