@@ -265,10 +265,18 @@ class ConsumeQueue:
             if unit is None or unit.size == 0x7FFFFFFF or unit.commit_log_offset + unit.size <= phy_offset:
                 break
             keep -= 1
-        if keep == max_index:
-            return
+        if keep < max_index:
+            self._keep_units(keep)
+
+    def drop_last_unit(self) -> None:
+        """Forget the last unit (recovery found it torn): dispatch writes it again."""
+        if self.get_max_offset_in_queue() > self.get_min_offset_in_queue():
+            self._keep_units(self.get_max_offset_in_queue() - 1)
+
+    def _keep_units(self, keep: int) -> None:
+        """Cut the queue after its first ``keep`` units (logical offsets below ``keep``)."""
         self._truncate_logic_to(keep * CQ_STORE_UNIT_SIZE)
-        unit = self.get_unit(keep - 1) if keep > low else None
+        unit = self.get_unit(keep - 1) if keep > self.get_min_offset_in_queue() else None
         self.max_physic_offset = unit.commit_log_offset + unit.size if unit else -1
 
     def correct_min_offset(self, phy_min_offset: int) -> None:

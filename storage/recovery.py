@@ -7,6 +7,9 @@
   first message is older than the checkpoint (everything before it was flushed with its derived
   views), check every record from there with its CRC, re-dispatch them (ConsumeQueue and index
   skip what they already hold), cut the torn or corrupt tail, drop units that point past it.
+  Each ConsumeQueue's last unit is checked against its record too: after an OS crash it may be
+  torn across a page or sector (its offset written, its tags code not), and dispatch would
+  skip it as held.
 
 A torn or corrupt tail is truncated and zeroed: it is never served and can never come back.
 """
@@ -18,6 +21,8 @@ import struct
 import zlib
 from dataclasses import dataclass
 
+from storage.dispatch import dispatch_request_of
+from storage.errors import StoreError
 from storage.mapped_file import MappedFile
 from storage.message import BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG
 from storage.record import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2
@@ -165,6 +170,37 @@ def abnormal_start_index(files: list[MappedFile], min_timestamp: int) -> int:
     return 0
 
 
+def _drop_torn_last_units(store) -> int | None:
+    """Drop each ConsumeQueue's last unit when it is not what dispatch would write for the
+    record it names; the lowest CommitLog offset of those records (where dispatch must start
+    to build them again), or None. Only a queue's last unit can be torn: the units after it
+    were zeros, or the queue's own recovery would have kept them."""
+    lowest: int | None = None
+    levels = store.reput.delay_levels_ms
+    for topic, queues in store.consume_queue_table.items():
+        for queue_id, queue in queues.items():
+            index = queue.get_max_offset_in_queue() - 1
+            unit = queue.get_unit(index)
+            if unit is None or unit.size == 0x7FFFFFFF:
+                continue
+            try:
+                record = store.look_message_by_offset(unit.commit_log_offset)
+                wanted = dispatch_request_of(record, levels)
+                whole = (wanted.topic, wanted.queue_id, wanted.consume_queue_offset,
+                         wanted.msg_size, wanted.tags_code) == (
+                    topic, queue_id, index, unit.size, unit.tags_code)
+            except (StoreError, ValueError, UnicodeDecodeError):
+                whole = False
+            if whole:
+                continue
+            log.warning("%s-%d: the last unit (%d) does not match its record; built again",
+                        topic, queue_id, index)
+            queue.drop_last_unit()
+            if unit.commit_log_offset >= 0:
+                lowest = unit.commit_log_offset if lowest is None else min(lowest, unit.commit_log_offset)
+    return lowest
+
+
 def recover_store(store) -> None:
     """Recover a loaded ``DefaultMessageStore``: CommitLog end, ConsumeQueues, index, dispatch."""
     for queues in store.consume_queue_table.values():
@@ -197,9 +233,12 @@ def recover_store(store) -> None:
             consume_queue.correct_min_offset(minimum)
     # Dispatch resumes where the derived views end; after a crash, from where the recovery scan
     # started, so units and keys lost with the process are built again (both skip duplicates).
+    torn_from = None if store.last_exit_ok else _drop_torn_last_units(store)
     reput_from = max(store._max_physic_offset_in_consume_queues(), 0)
     if not store.last_exit_ok and files:
         reput_from = min(reput_from, files[start_index].file_from_offset)
+    if torn_from is not None:
+        reput_from = min(reput_from, torn_from)
     reindex_from = store.index_service.reindex_from()
     if store.config.message_index_enable and reindex_from is not None:
         reput_from = min(reput_from, reindex_from)
