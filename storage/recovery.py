@@ -170,18 +170,20 @@ def abnormal_start_index(files: list[MappedFile], min_timestamp: int) -> int:
     return 0
 
 
-def _drop_torn_last_units(store) -> int | None:
+def _drop_torn_last_units(store, scan_start: int) -> int | None:
     """Drop each ConsumeQueue's last unit when it is not what dispatch would write for the
     record it names; the lowest CommitLog offset of those records (where dispatch must start
     to build them again), or None. Only a queue's last unit can be torn: the units after it
-    were zeros, or the queue's own recovery would have kept them."""
+    were zeros, or the queue's own recovery would have kept them. And only one naming a record
+    from ``scan_start`` (where the crash recovery began) on: the checkpoint says the units of
+    earlier records were flushed (and an idle queue's last record may be long deleted)."""
     lowest: int | None = None
     levels = store.reput.delay_levels_ms
     for topic, queues in store.consume_queue_table.items():
         for queue_id, queue in queues.items():
             index = queue.get_max_offset_in_queue() - 1
             unit = queue.get_unit(index)
-            if unit is None or unit.size == 0x7FFFFFFF:
+            if unit is None or unit.size == 0x7FFFFFFF or unit.commit_log_offset < scan_start:
                 continue
             try:
                 record = store.look_message_by_offset(unit.commit_log_offset)
@@ -196,8 +198,7 @@ def _drop_torn_last_units(store) -> int | None:
             log.warning("%s-%d: the last unit (%d) does not match its record; built again",
                         topic, queue_id, index)
             queue.drop_last_unit()
-            if unit.commit_log_offset >= 0:
-                lowest = unit.commit_log_offset if lowest is None else min(lowest, unit.commit_log_offset)
+            lowest = unit.commit_log_offset if lowest is None else min(lowest, unit.commit_log_offset)
     return lowest
 
 
@@ -233,7 +234,9 @@ def recover_store(store) -> None:
             consume_queue.correct_min_offset(minimum)
     # Dispatch resumes where the derived views end; after a crash, from where the recovery scan
     # started, so units and keys lost with the process are built again (both skip duplicates).
-    torn_from = None if store.last_exit_ok else _drop_torn_last_units(store)
+    torn_from = None
+    if not store.last_exit_ok and files:
+        torn_from = _drop_torn_last_units(store, files[start_index].file_from_offset)
     reput_from = max(store._max_physic_offset_in_consume_queues(), 0)
     if not store.last_exit_ok and files:
         reput_from = min(reput_from, files[start_index].file_from_offset)

@@ -232,3 +232,24 @@ def test_a_last_unit_torn_by_an_os_crash_is_built_again_from_its_record(tmp_path
         assert result.message_count == 6
     finally:
         store.shutdown()
+
+
+def test_an_idle_queue_whose_last_record_expired_keeps_its_units_after_a_crash(tmp_path):
+    # Its last unit names a record the CommitLog no longer holds: no reason to doubt the unit,
+    # and dropping it would hand its queue offset to the next message.
+    config = small_config(tmp_path, mapped_file_size_commit_log=4 * 1024)
+    store = DefaultMessageStore(config)
+    store.load()
+    store.start()
+    store.put_message(make_message(topic="Idle", body=b"x" * 100))
+    for _ in range(60):  # fills a dozen CommitLog files
+        store.put_message(make_message(body=b"y" * 200))
+    store.wait_dispatched()
+    _crash(store)
+    os.remove(_commitlog_path(config))  # the Idle message's file expired
+    store = _reopen(config)
+    try:
+        assert store.get_max_offset_in_queue("Idle", 0) == 1
+        assert store.put_message(make_message(topic="Idle")).append.logics_offset == 1
+    finally:
+        store.shutdown()
