@@ -562,6 +562,15 @@ class CommitLog:
         if self.on_append is not None:
             self.on_append()
 
+    def note_store_timestamp(self, offset: int, store_timestamp: int) -> None:
+        """A record in the file holding ``offset``, written there already, was stored at
+        ``store_timestamp``: what dispatch learns of a slave's replicated bytes, which carry no
+        time of their own to the file. The flush's checkpoint time moves on with it, so that a
+        slave's recovery after a crash starts near its end, not at its first file."""
+        mapped_file = self.mapped_file_queue.find_mapped_file_by_offset(offset)
+        if mapped_file is not None and store_timestamp > mapped_file.store_timestamp:
+            mapped_file.store_timestamp = store_timestamp
+
     # -- queue offsets ---------------------------------------------------------------------------
     def set_topic_queue_offset(self, topic: str, queue_id: int, offset: int) -> None:
         self.topic_queue_table[(topic, queue_id)] = offset

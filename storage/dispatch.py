@@ -342,6 +342,8 @@ class ReputMessageService(ServiceThread):
                 break
             advanced = self._dispatch_buffer(data, start)
             count += advanced
+            if advanced:  # (a put notes its own time; replicated bytes are timed from here)
+                commit_log.note_store_timestamp(start, self.last_store_timestamp)
             self._tell_listeners()  # a window at a time: a long catch-up keeps pulls informed
             if self.reput_from_offset == start:
                 break  # a record is still being written (replication) or the log is corrupt

@@ -333,3 +333,26 @@ def test_folders_in_a_topics_queue_folder_that_are_not_queue_ids_are_left_alone(
     again = store_factory()
     assert sorted(again.consume_queue_table["TopicTest"]) == [7]
     assert again.get_max_offset_in_queue("TopicTest", 7) == 3
+
+
+def test_a_slaves_checkpoint_time_follows_what_it_replicated_and_flushed(store_factory, tmp_path):
+    # Replicated bytes carry no store time to the file: the slave's checkpoint kept a CommitLog
+    # time of 0, and every restart after a crash checked the whole CommitLog again.
+    from storage.config import BrokerRole
+
+    master = DefaultMessageStore(small_config(tmp_path / "master"))
+    master.load()
+    master.start()
+    try:
+        for i in range(5):
+            master.put_message(make_message(body=f"m{i}".encode()))
+        data = bytes(master.commit_log.get_data(0)[0])
+    finally:
+        master.shutdown()
+    stored = [r.store_timestamp for r in iter_records(data)]
+    slave = store_factory(broker_role=BrokerRole.SLAVE)
+    slave.commit_log.append_data(0, data)
+    assert slave.wait_dispatched()
+    assert slave.get_max_offset_in_queue("TopicTest", 0) == 5
+    slave.flush_service.on_shutdown()  # a thorough flush, as every few seconds
+    assert slave.checkpoint.physic_msg_timestamp == stored[-1]
