@@ -46,6 +46,9 @@ class HAConnection(asyncio.Protocol):
         self.slave_request_offset = -1
         self.slave_ack_offset = -1
         self.next_transfer_from = -1
+        # Where the slave's CommitLog begins: a new slave is sent the master's last file only,
+        # and its acknowledgements say nothing of the bytes before it.
+        self.held_from = 0
         now = time.monotonic()
         self.last_read = now
         self.last_write = now
@@ -152,6 +155,9 @@ class HAConnection(asyncio.Protocol):
                 service.reject(self, offset, problem)
                 return False
             self.slave_request_offset = offset
+            if offset == 0:  # a new slave starts from the master's last file
+                max_offset = service.store.get_max_phy_offset()
+                self.held_from = max(0, max_offset - max_offset % service.config.mapped_file_size_commit_log)
             self.state = "TRANSFER"
             service.rejected.pop(self.addr.rsplit(":", 1)[0], None)
             self._first_report.set_result(None)
@@ -160,7 +166,7 @@ class HAConnection(asyncio.Protocol):
             service.reject(self, offset, "the slave acknowledged bytes the master never wrote")
             return False
         self.slave_ack_offset = offset
-        service.notify_transfer_some(offset)
+        service.notify_transfer_some(offset, self.held_from)
         return True
 
     # -- transfers -------------------------------------------------------------------------------
@@ -180,8 +186,7 @@ class HAConnection(asyncio.Protocol):
         config = service.config
         if self.slave_request_offset == 0:
             # A new slave starts from the master's last file, not from the beginning of time.
-            max_offset = store.get_max_phy_offset()
-            self.next_transfer_from = max(0, max_offset - max_offset % config.mapped_file_size_commit_log)
+            self.next_transfer_from = self.held_from
         else:
             self.next_transfer_from = self.slave_request_offset
         batch = config.ha_transfer_batch_size

@@ -44,12 +44,19 @@ class ReplicaWaiters:
             heapq.heappush(self._heap, (next_offset, next(self._seq), time.monotonic() + timeout, future))
         return future
 
-    def notify(self, acked: int) -> None:
+    def notify(self, acked: int, held_from: int = 0) -> None:
+        """A slave holds the CommitLog from ``held_from`` up to ``acked``: release the sends
+        that end in that range. Those that end before it stay for a slave that holds them."""
         heap = self._heap
+        kept = []
         while heap and heap[0][0] <= acked:
-            future = heapq.heappop(heap)[3]
-            if not future.done():
-                future.set_result(True)
+            item = heapq.heappop(heap)
+            if item[0] <= held_from:
+                kept.append(item)
+            elif not item[3].done():
+                item[3].set_result(True)
+        for item in kept:
+            heapq.heappush(heap, item)
 
     def expire(self, now: float) -> int:
         """Fail the waiters past their deadline; returns how many."""
@@ -185,10 +192,11 @@ class HAService:
         connection.state = "REJECTED"
         self.rejected[host] = RejectedSlave(connection.addr, offset, reason, int(time.time() * 1000))
 
-    def notify_transfer_some(self, offset: int) -> None:
-        if offset > self.push_to_slave_max_offset:
-            self.push_to_slave_max_offset = offset
-            self.waiters.notify(offset)
+    def notify_transfer_some(self, offset: int, held_from: int = 0) -> None:
+        """A slave acknowledged ``offset``, holding the CommitLog from ``held_from``."""
+        self.push_to_slave_max_offset = max(self.push_to_slave_max_offset, offset)
+        # (every slave's: one that is behind may still be the only one holding a send)
+        self.waiters.notify(offset, held_from)
 
     def wakeup(self) -> None:
         """New CommitLog data: wake the writers (safe from any thread)."""

@@ -102,6 +102,44 @@ def test_a_new_slave_starts_at_the_masters_last_file(tmp_path):
     master_store.shutdown()
 
 
+def test_a_new_slaves_acknowledgements_release_no_send_before_its_first_file(tmp_path):
+    # A SYNC_MASTER send waiting for a copy of bytes in an earlier file must not be told a
+    # slave holds them because a new slave, sent only the last file, acknowledged past them.
+    master_store = open_store(tmp_path / "m")
+    for _i in range(40):
+        master_store.put_message(make_message(body=b"x" * 300))
+    file_size = master_store.config.mapped_file_size_commit_log
+    end = master_store.get_max_phy_offset()
+    last_file = end // file_size * file_size
+
+    async def main():
+        ha = HAService(master_store, master_store.config, "127.0.0.1", 0)
+        await ha.start()
+        earlier = ha.wait_for_replica(last_file - 100)  # a send that ended in an earlier file
+        later = ha.wait_for_replica(end)  # one that ended in the last file
+        reader, writer = await asyncio.open_connection("127.0.0.1", ha.port)
+        try:
+            writer.write(encode_report(0))  # a new, empty slave
+            frames = TransferReader()
+            got = []
+            while not got:
+                got = frames.feed(await reader.read(65536))
+            writer.write(encode_report(end))  # it holds everything it was sent
+            assert await asyncio.wait_for(later, 5) is True
+            assert not earlier.done()
+            # An older slave that holds the earlier file acknowledges less, and releases it.
+            _old_reader, old_writer = await asyncio.open_connection("127.0.0.1", ha.port)
+            old_writer.write(encode_report(last_file - 50))
+            assert await asyncio.wait_for(earlier, 5) is True
+            old_writer.close()
+        finally:
+            writer.close()
+            await ha.stop()
+
+    asyncio.run(main())
+    master_store.shutdown()
+
+
 def test_a_slave_ahead_of_the_master_is_refused_and_reported(tmp_path):
     master_store = open_store(tmp_path / "m")
     master_store.put_message(make_message())
