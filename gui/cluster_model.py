@@ -19,6 +19,7 @@ from cluster.supervisor.spec import ClusterSpec, load_profile
 from cluster.supervisor.state import cluster_names
 from cluster.supervisor.supervisor import Supervisor
 from cluster.topic_validator import is_system_topic
+from common.addresses import split_address
 from gui.models.display import ColorRegistry
 from gui.tasks import ConsoleError, spawn
 
@@ -97,9 +98,10 @@ class ClusterModel(QObject):
         if not addresses:
             raise ConsoleError("give a name-server address (host:port;host:port)")
         for address in addresses:
-            host, _, port = address.rpartition(":")
-            if not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
-                raise ConsoleError(f"{address!r} is not host:port")
+            try:
+                split_address(address)
+            except ValueError as exc:
+                raise ConsoleError(str(exc)) from None
         prober = Prober(timeout=2.0)
         try:
             for address in addresses:

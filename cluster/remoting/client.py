@@ -9,17 +9,10 @@ from cluster.remoting.codec import RemotingCommand
 from cluster.remoting.connection import RemotingConnection, RequestHandler
 from cluster.remoting.errors import RemotingConnectError
 from cluster.remoting.frame_template import PreparedRequest
+from common.addresses import split_address
 
 DEFAULT_TIMEOUT = 3.0  # mqClientApiTimeout
 CONNECT_TIMEOUT = 3.0
-
-
-def split_address(address: str) -> tuple[str, int]:
-    """``host:port`` (IPv6 hosts may be bracketed) -> (host, port)."""
-    host, sep, port = address.strip().rpartition(":")
-    if not sep or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
-        raise ValueError(f"{address!r} is not host:port (a port from 1 to 65535)")
-    return host.strip("[]"), int(port)
 
 
 class RemotingClient:

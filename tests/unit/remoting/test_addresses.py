@@ -6,8 +6,9 @@ import asyncio
 
 import pytest
 
-from cluster.remoting.client import RemotingClient, split_address
+from cluster.remoting.client import RemotingClient
 from cluster.remoting.errors import RemotingConnectError
+from common.addresses import split_address
 
 
 @pytest.mark.parametrize(("address", "parsed"), [
@@ -18,7 +19,7 @@ def test_host_and_port(address, parsed):
 
 
 @pytest.mark.parametrize("address", ["127.0.0.1", "127.0.0.1:", "h:0", "h:65536", "h:99999",
-                                     "h:²", "h:-1", "h:x"])
+                                     "h:²", "h:-1", "h:x", ":9876", "[]:9876"])
 def test_an_address_that_is_not_host_and_port_is_said_before_any_connect(address):
     with pytest.raises(ValueError, match="is not host:port"):
         split_address(address)
