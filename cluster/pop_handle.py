@@ -14,6 +14,10 @@ from dataclasses import dataclass
 from cluster.remoting.errors import RemotingError
 
 POP_RETRY_PREFIX = "%RETRY%"
+# How far past its checkpoint's start a popped message can lie: one read's scan (a sparse tag
+# is looked for through 16,000 units, storage/get_message.py) plus its 32 messages, rounded up.
+# A handle naming an offset further on was never given out.
+MAX_OFFSET_SPAN = 16_384
 RETRY_FLAG_NORMAL, RETRY_FLAG_RETRY = "0", "1"
 
 
@@ -60,7 +64,7 @@ class ExtraInfo:
             numbers = [int(parts[i]) for i in (0, 1, 2, 3, 6, 7)]
         except ValueError:
             raise ExtraInfoError(f"extraInfo {text[:80]!r} is not a POP handle") from None
-        if any(n < 0 for n in numbers) or numbers[5] < numbers[0]:
+        if any(n < 0 for n in numbers) or not 0 <= numbers[5] - numbers[0] < MAX_OFFSET_SPAN:
             raise ExtraInfoError(f"extraInfo {text[:80]!r} is not a POP handle")
         start, pop_time, invisible, revive_qid, queue_id, offset = numbers
         return cls(start, pop_time, invisible, revive_qid, parts[4] == RETRY_FLAG_RETRY, parts[5],

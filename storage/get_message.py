@@ -19,6 +19,9 @@ from storage.results import GetMessageResult, GetMessageStatus, MessageFilter
 
 FILLER_SIZE = 0x7FFFFFFF
 
+# Units a filtered read looks through at most (RocketMQ's maxFilterMessageCount is 16,000).
+FILTER_SCAN_UNITS = 16_000
+
 
 def read_queue(
     store,
@@ -53,7 +56,7 @@ def read_queue(
                                 max_offset)
     # With a filter, look further so that a sparse tag still fills a pull; units are read in
     # growing chunks, so a pull that fills at once does not unpack 16,000 of them.
-    max_filter = max(16000, max_msg_nums) if message_filter else max_msg_nums
+    max_filter = max(FILTER_SCAN_UNITS, max_msg_nums) if message_filter else max_msg_nums
     requested = min(max_filter, max(4 * max_msg_nums, 64))
     first = queue.get_units_raw(offset, requested)
     if not first:

@@ -32,6 +32,7 @@ from cluster.broker.pop_revive import max_attempts, now_ms
 from cluster.broker.pull_processor import group_refusal, subscription_filter
 from cluster.broker.send_processor import refusal_code
 from cluster.pop_handle import (
+    MAX_OFFSET_SPAN,
     ExtraInfo,
     ExtraInfoError,
     offset_info,
@@ -361,7 +362,9 @@ class PopMessageProcessor:
             "reviveQid": str(REVIVE_QUEUE_ID)})
 
 
-MAX_BATCH_ACK_BITS = 32 * 64  # a checkpoint holds at most one POP's 32 messages; bits beyond are refused
+# Bit i acks startOffset + i: a checkpoint's messages lie within one read's scan of its start
+# (a sparse tag's may be thousands of units on); bits beyond it are refused.
+MAX_BATCH_ACK_BITS = MAX_OFFSET_SPAN
 
 
 def parse_batch_ack(body: bytes, broker_name: str) -> list[tuple[str, str, bool, int, int, int,

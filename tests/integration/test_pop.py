@@ -249,3 +249,42 @@ def test_fifo_pop_holds_the_queue_and_redelivers_only_what_was_not_acked(tmp_pat
 
     with running("cluster.broker", "-c", broker_conf(tmp_path, namesrv)) as broker:
         asyncio.run(main(broker.address))
+
+
+def test_a_message_popped_far_past_its_checkpoints_start_is_acked(tmp_path, namesrv):
+    # A sparse tag: the one message of tag A sits 2,500 units past where the POP began to read.
+    # The ack's bit set (a 5.x client's, as the proxy builds it) reaches that far; it was
+    # refused as longer than a checkpoint, and the message came back after its invisible time.
+    from cluster.proxy.receiving import batch_ack_body
+
+    async def main(broker):
+        client = RemotingClient()
+        try:
+            for first in range(0, 2500, 100):
+                answers = await asyncio.gather(*(client.invoke(broker, send_v2(
+                    "PopSparse", f"b{n}".encode(), queue_id=0, tags="B"))
+                    for n in range(first, first + 100)))
+                assert all(a.code == ResponseCode.SUCCESS for a in answers)
+            await _send_tagged(client, broker, "PopSparse", b"the-one", "A")
+            answer = await client.invoke(broker, pop("PopSparse", invisible_ms=1500, exp="A"))
+            [(extra, record)] = handles(answer)
+            assert record.body == b"the-one"
+            handle = ExtraInfo.parse(extra)
+            assert handle.offset - handle.start_offset == 2500
+            body = batch_ack_body("broker-a", "CID-pop", "PopSparse", {
+                (False, 0, handle.start_offset, handle.pop_time, handle.invisible_time):
+                    [handle.offset - handle.start_offset]})
+            done = await client.invoke(broker, request(RequestCode.BATCH_ACK_MESSAGE, body=body))
+            assert done.code == ResponseCode.SUCCESS, done.remark
+            again = await client.invoke(broker, pop("PopSparse", poll_ms=3000, exp="A"), timeout=6)
+            return [r.body for _, r in handles(again)] if again.code == ResponseCode.SUCCESS else []
+        finally:
+            await client.close()
+
+    with running("cluster.broker", "-c", broker_conf(tmp_path, namesrv)) as broker:
+        assert asyncio.run(main(broker.address)) == []  # acked: not handed out again
+
+
+async def _send_tagged(client, broker, topic, body, tags):
+    answer = await client.invoke(broker, send_v2(topic, body, queue_id=0, tags=tags))
+    assert answer.code == ResponseCode.SUCCESS, answer.remark

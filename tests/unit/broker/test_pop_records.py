@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from cluster.broker.pop_checkpoint import AckRecord, PopCheckPoint
 from cluster.pop_handle import (
+    MAX_OFFSET_SPAN,
     ExtraInfo,
     ExtraInfoError,
     offset_info,
@@ -33,11 +34,22 @@ def test_extra_info_round_trips(start, pop_time, invisible, retry, broker, queue
 @pytest.mark.parametrize("text", [
     "", "1 2 3", "a b c d e f g h", "1 2 3 0 2 broker 0 5", "1 2 3 0 0  0 5",
     "5 2 3 0 0 broker 0 4",  # an offset before its checkpoint's start
+    "0 99999999999999 0 0 0 broker 0 40000000",  # past any read's scan: a forged handle
     "-1 2 3 0 0 broker 0 5", "1 2 3 0 0 broker 0 5 6", "1 2 3 0 0 broker 0 99999999999999999999x",
 ])
 def test_a_handle_nobody_gave_out_is_refused(text):
     with pytest.raises(ExtraInfoError):
         ExtraInfo.parse(text)
+
+
+def test_a_handle_may_lie_as_far_past_its_start_as_one_filtered_read_looks():
+    from storage.get_message import FILTER_SCAN_UNITS
+
+    assert FILTER_SCAN_UNITS + 32 <= MAX_OFFSET_SPAN  # (a POP hands out 32 at most)
+    far = ExtraInfo(7, 1, 30_000, 0, False, "b", 0, 7 + FILTER_SCAN_UNITS + 31)
+    assert ExtraInfo.parse(far.encode()) == far
+    with pytest.raises(ExtraInfoError):
+        ExtraInfo.parse(ExtraInfo(7, 1, 30_000, 0, False, "b", 0, 7 + MAX_OFFSET_SPAN).encode())
 
 
 @given(st.text(max_size=80))
