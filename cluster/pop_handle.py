@@ -31,7 +31,17 @@ def pop_retry_topic(group: str, topic: str) -> str:
 
 
 def popped_topic(group: str, topic: str, retry: bool) -> str:
-    return pop_retry_topic(group, topic) if retry else topic
+    """The topic a popped message was read from. A client may name the retry topic itself
+    (RocketMQ's Java push consumer and its proxy put it in an ack's header): kept as it is."""
+    if retry and not topic.startswith(pop_retry_topic(group, "")):
+        return pop_retry_topic(group, topic)
+    return topic
+
+
+def subscribed_topic(group: str, topic: str) -> str:
+    """The topic a POP consumer subscribed, when ``topic`` is its retry topic; else ``topic``."""
+    prefix = pop_retry_topic(group, "")
+    return topic[len(prefix):] if topic.startswith(prefix) and len(topic) > len(prefix) else topic
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,7 @@ from cluster.broker.headers import (
 )
 from cluster.broker.pop_checkpoint import REVIVE_QUEUE_ID, PopCheckPoint
 from cluster.broker.pop_revive import max_attempts, now_ms
-from cluster.broker.pull_processor import group_refusal, subscription_filter
+from cluster.broker.pull_processor import group_refusal, internal_refusal, subscription_filter
 from cluster.broker.send_processor import refusal_code
 from cluster.pop_handle import (
     MAX_OFFSET_SPAN,
@@ -115,6 +115,9 @@ class PopMessageProcessor:
         if not broker.is_master or broker.pop_revive is None:
             return command.make_response(ResponseCode.NO_PERMISSION,
                                          "a slave does not hand out POP messages; use the master")
+        refusal = internal_refusal(command, group, topic)  # (a POP moves the group's offset)
+        if refusal is not None:
+            return refusal
         topic_config = broker.topics.select(topic)
         if topic_config is None:
             return command.make_response(ResponseCode.TOPIC_NOT_EXIST,
@@ -268,11 +271,37 @@ class PopMessageProcessor:
         return store.get_max_offset_in_queue(topic, queue_id)
 
     # -- ACK_MESSAGE / CHANGE_MESSAGE_INVISIBLETIME -----------------------------------------------
+    def _ack_refusal(self, command: RemotingCommand, group: str, topic: str,
+                     queue_id: int, offsets=()) -> RemotingCommand | None:
+        """The answer refusing an ack or an invisible-time change (RocketMQ's codes), or None.
+        Unlike a POP it looks no group up: an ack naming a group nobody made changes nothing,
+        and must not make one (a group's config written per made-up name)."""
+        broker = self.broker
+        if not broker.is_master or broker.pop_revive is None:
+            return command.make_response(ResponseCode.NO_PERMISSION,
+                                         "a slave takes no POP acks; use the master")
+        topic_config = broker.topics.select(topic)
+        if topic_config is None:
+            return command.make_response(ResponseCode.TOPIC_NOT_EXIST,
+                                         f"topic[{topic}] not exist, apply first please!")
+        if not 0 <= queue_id < topic_config.read_queue_nums:
+            return command.make_response(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:"
+                f"[{topic_config.read_queue_nums}]")
+        store = broker.store
+        low = store.get_min_offset_in_queue(topic, queue_id)
+        high = store.get_max_offset_in_queue(topic, queue_id)
+        for offset in offsets:
+            if not low <= offset <= high:
+                return command.make_response(
+                    ResponseCode.NO_MESSAGE,
+                    f"offset {offset} is outside the queue ({low}..{high})")
+        return None
+
     def _handle(self, command: RemotingCommand, header: AckMessageRequestHeader):
         """The checkpoint key an ack names, or the answer refusing it."""
-        refusal = self._refusal(command, header.consumer_group, header.topic)
-        if refusal is not None:
-            return None, refusal
+        group = header.consumer_group
         try:
             extra = ExtraInfo.parse(header.extra_info)
         except ExtraInfoError as exc:
@@ -282,9 +311,11 @@ class PopMessageProcessor:
                 ResponseCode.MESSAGE_ILLEGAL,
                 f"extraInfo names queue {extra.queue_id} of {extra.broker_name}, not queue "
                 f"{header.queue_id} of this broker")
-        topic = popped_topic(header.consumer_group, header.topic, extra.retry)
-        return (header.consumer_group, topic, header.queue_id, extra.start_offset,
-                extra.pop_time), None
+        topic = popped_topic(group, header.topic, extra.retry)
+        refusal = self._ack_refusal(command, group, topic, header.queue_id, (header.offset,))
+        if refusal is not None:
+            return None, refusal
+        return (group, topic, header.queue_id, extra.start_offset, extra.pop_time), None
 
     @checked(AckMessageRequestHeader)
     async def ack(self, connection, command: RemotingCommand,
@@ -320,10 +351,13 @@ class PopMessageProcessor:
             problem = validate_group_name(group) or validate_topic_name(topic)
             if problem:
                 return command.make_response(ResponseCode.MESSAGE_ILLEGAL, problem)
-            refusal = self._refusal(command, group, topic)
+            popped = popped_topic(group, topic, retry)
+            # (offsets out of the queue are no one's: they change nothing, as in a single ack
+            # that names them, and do not cost the batch its other acks)
+            refusal = self._ack_refusal(command, group, popped, queue_id)
             if refusal is not None:
                 return refusal
-            key = (group, popped_topic(group, topic, retry), queue_id, start, pop_time)
+            key = (group, popped, queue_id, start, pop_time)
             try:
                 for offset in offsets:
                     self._ack_one(key, offset)
@@ -349,7 +383,11 @@ class PopMessageProcessor:
                 ResponseCode.NO_MESSAGE,
                 "the message was acked already or its invisible time ran out")
         # A checkpoint of its own, written before the old one lets go of the message: a crash
-        # in between delivers it twice rather than never.
+        # in between delivers it twice rather than never. Its key must be new: in the
+        # millisecond of the POP (or of another change) it would be the old checkpoint's, which
+        # the ack below would then take away with all its messages.
+        while revive.find((ck.group, ck.topic, ck.queue_id, header.offset, pop_time)) is not None:
+            pop_time += 1
         moved = PopCheckPoint(ck.group, ck.topic, ck.queue_id, header.offset, [header.offset],
                               pop_time, header.invisible_time)
         try:

@@ -32,7 +32,7 @@ from cluster.broker.pop_checkpoint import (
     revive_topic,
 )
 from cluster.broker.topic_config import PERM_READ, PERM_WRITE
-from cluster.pop_handle import POP_RETRY_PREFIX, pop_retry_topic
+from cluster.pop_handle import POP_RETRY_PREFIX, pop_retry_topic, subscribed_topic
 from cluster.remoting.header import INT32_MAX
 from cluster.topic_validator import DLQ_GROUP_TOPIC_PREFIX
 from storage.errors import StoreError
@@ -235,6 +235,10 @@ class PopReviveService:
         origin = None
         if ck.topic.startswith(POP_RETRY_PREFIX):
             origin = string_to_properties(record.properties_string).get(PROPERTY_RETRY_TOPIC)
+            # A message put straight into the retry topic has no RETRY_TOPIC: the topic its
+            # group subscribed is in the retry topic's name (a retry topic of the retry topic
+            # would be read by nobody).
+            origin = origin or subscribed_topic(ck.group, ck.topic)
         attempts = record.reconsume_times + 1  # deliveries so far, the one that timed out included
         group_config = broker.subscription_groups.find(ck.group)
         limit = max_attempts(group_config.retry_max_times if group_config else -1)

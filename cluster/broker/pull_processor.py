@@ -35,6 +35,24 @@ def group_refusal(command: RemotingCommand, group: str, group_config,
     return None
 
 
+# The broker's own consumers: the POP revive service, the transaction check-back. Their
+# offsets are how far those services have come; a client reading as them would move them
+# (a POP as the revive group made every in-flight checkpoint be forgotten at the next start).
+INTERNAL_GROUP_PREFIX = "CID_RMQ_SYS_"
+INTERNAL_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC",
+                             "RMQ_SYS_TRANS_OP_HALF_TOPIC"})
+
+
+def internal_refusal(command: RemotingCommand, group: str, topic: str) -> RemotingCommand | None:
+    """The answer refusing a client's read as one of the broker's own consumers, or of the
+    queues only the broker's services read (revive log, timer, schedule, transactions)."""
+    if group.startswith(INTERNAL_GROUP_PREFIX) or topic in INTERNAL_TOPICS \
+            or topic.startswith("rmq_sys_REVIVE_LOG") or topic == "rmq_sys_wheel_timer":
+        return command.make_response(ResponseCode.NO_PERMISSION,
+                                     f"{group} may not consume {topic}: the broker's own queue")
+    return None
+
+
 def subscription_filter(broker, command: RemotingCommand, expression_type: str, expression: str):
     """The store filter of a subscription (TAG or SQL92), or the answer refusing it (shared by
     PULL_MESSAGE and POP_MESSAGE)."""
@@ -89,6 +107,10 @@ class PullMessageProcessor:
                 ResponseCode.SYSTEM_ERROR,
                 f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:"
                 f"[{topic_config.read_queue_nums}]")
+        if sys_flag & PullSysFlag.COMMIT_OFFSET:  # (reading them moves nothing; tools do)
+            refusal = internal_refusal(command, group, topic)
+            if refusal is not None:
+                return refusal
         group_config = broker.subscription_groups.find(group)
         refusal = group_refusal(command, group, group_config, broker.subscription_groups)
         if refusal is not None:
