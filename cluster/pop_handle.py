@@ -96,17 +96,29 @@ def parse_start_offsets(text: str) -> dict[tuple[bool, int], int]:
     return result
 
 
-def order_count_info(entries: list[tuple[int, int, int]]) -> str:
-    """``orderCountInfo`` of a FIFO POP: ``0 queueId offset count`` per message whose earlier
-    deliveries ran out (count of them), joined by ';'."""
-    return ";".join(f"{RETRY_FLAG_NORMAL} {queue_id} {offset} {count}"
-                    for queue_id, offset, count in entries)
+def order_count_info(queues: list[tuple[int, list[int]]],
+                     counts: list[tuple[int, int, int]]) -> str:
+    """``orderCountInfo`` of a FIFO POP, as RocketMQ's clients parse it (three fields an entry,
+    joined by ';'): ``0 qo<queueId>%<offset> <count>`` for each message handed out again
+    (``counts``: queue id, offset, deliveries that ran out before), then ``0 <queueId> <count>``
+    for each queue handed out of (``queues``: queue id, its offsets), the fewest of its
+    messages' (what older clients read)."""
+    earlier = {(queue_id, offset): count for queue_id, offset, count in counts}
+    entries = [f"{RETRY_FLAG_NORMAL} qo{queue_id}%{offset} {count}"
+               for queue_id, offset, count in counts]
+    entries += [f"{RETRY_FLAG_NORMAL} {queue_id} "
+                f"{min((earlier.get((queue_id, o), 0) for o in offsets), default=0)}"
+                for queue_id, offsets in queues]
+    return ";".join(entries)
 
 
 def parse_order_counts(text: str) -> dict[tuple[int, int], int]:
-    """(queueId, offset) -> deliveries that ran out before, from a POP answer's orderCountInfo."""
+    """(queueId, offset) -> deliveries that ran out before, from a POP answer's orderCountInfo
+    (its per-message entries; the per-queue ones add nothing to them)."""
     result = {}
     for part in filter(None, (text or "").split(";")):
-        _flag, queue_id, offset, count = part.split(" ")
-        result[(int(queue_id), int(offset))] = int(count)
+        fields = part.split(" ")
+        if len(fields) == 3 and fields[1].startswith("qo") and "%" in fields[1]:
+            queue_id, _, offset = fields[1][2:].partition("%")
+            result[(int(queue_id), int(offset))] = int(fields[2])
     return result

@@ -25,13 +25,22 @@ QueueKey = tuple[str, str, int]  # group, topic, queue
 class OrderLock:
     offsets: list[int]
     next_offset: int  # where the group reads once every offset here is acked
-    pop_time: int
+    pop_time: int  # the POP's: every handle of this delivery carries it
     deadline: int
     acked: set[int] = field(default_factory=set)
+    # Offsets whose invisible time a client changed -> when they become visible (RocketMQ's
+    # per-offset next visible time): shorter or longer than the POP's.
+    visible: dict[int, int] = field(default_factory=dict)
+    attempt_id: str = ""  # the POP's attemptId: its retry (a lost answer) is not a new delivery
 
     @property
     def done(self) -> bool:
         return all(o in self.acked for o in self.offsets)
+
+    def holds_until(self) -> int:
+        """The queue is held while any unacked message of it is still invisible."""
+        return max((self.visible.get(o, self.deadline) for o in self.offsets
+                    if o not in self.acked), default=self.deadline)
 
     def committed(self) -> int:
         """The group's offset after the acked prefix of the handed-out offsets."""
@@ -51,18 +60,23 @@ class OrderInfoManager:
         self._dirty = False
 
     # -- the rules ----------------------------------------------------------------------------
-    def available(self, key: QueueKey, now: int) -> bool:
+    def available(self, key: QueueKey, now: int, attempt_id: str | None = None) -> bool:
         """Whether the group may pop the queue now; a lock that ran out is released here, its
-        unacked offsets counted as one more delivery each."""
+        unacked offsets counted as one more delivery each. A POP retrying the attempt that
+        took the lock (the same ``attempt_id``: its answer was lost) may take the queue at
+        once, and its delivery is not counted again (RocketMQ's checkBlock)."""
         lock = self.locks.get(key)
         if lock is None:
             return True
-        if lock.deadline > now and not lock.done:
+        retried = bool(attempt_id) and attempt_id == lock.attempt_id
+        if lock.holds_until() > now and not lock.done and not retried:
             return False
         counts = self.counts.setdefault(key, {})
         for offset in lock.offsets:
-            if offset not in lock.acked:
+            if offset not in lock.acked and not retried:
                 counts[offset] = counts.get(offset, 0) + 1
+        if not counts:
+            del self.counts[key]
         committed = lock.committed()
         ahead = {o for o in lock.acked if o > committed}
         if ahead:
@@ -80,19 +94,24 @@ class OrderInfoManager:
         return offset in self.acked_ahead.get(key, ())
 
     def lock(self, key: QueueKey, offsets: list[int], next_offset: int, pop_time: int,
-             invisible_time: int, acked: set[int] | None = None) -> None:
+             invisible_time: int, acked: set[int] | None = None, attempt_id: str = "") -> None:
         """Hold the queue for ``offsets`` (``acked``: those among them acked before)."""
         self.locks[key] = OrderLock(offsets, next_offset, pop_time, pop_time + invisible_time,
-                                    set(acked or ()))
+                                    set(acked or ()), attempt_id=attempt_id)
         self._dirty = True
 
-    def holds(self, key: QueueKey, offset: int) -> bool:
+    def holds(self, key: QueueKey, offset: int, pop_time: int | None = None) -> bool:
+        """Whether the lock holds ``offset`` unacked (for the delivery of ``pop_time``)."""
         lock = self.locks.get(key)
-        return lock is not None and offset in lock.offsets and offset not in lock.acked
+        return (lock is not None and offset in lock.offsets and offset not in lock.acked
+                and (pop_time is None or pop_time == lock.pop_time))
 
-    def ack(self, key: QueueKey, offset: int) -> int | None:
-        """Ack one message; the group's new offset, or None if the lock does not hold it."""
-        if not self.holds(key, offset):
+    def ack(self, key: QueueKey, offset: int, pop_time: int | None = None) -> int | None:
+        """Ack one message of the delivery of ``pop_time``; the group's new offset, or None if
+        the lock does not hold it. An ack from an earlier delivery (its time ran out, the
+        queue was popped again) is not this one's: taken, it would let the queue go while the
+        new holder still works on it, and the order would break (RocketMQ ignores it too)."""
+        if not self.holds(key, offset, pop_time):
             return None
         lock = self.locks[key]
         lock.acked.add(offset)
@@ -127,14 +146,17 @@ class OrderInfoManager:
                 del self.counts[key]
             self._dirty = True
 
-    def extend(self, key: QueueKey, offset: int, deadline: int) -> bool:
-        """A changed invisible time: the lock holds at least until ``deadline``."""
-        if not self.holds(key, offset):
-            return False
+    def change_invisible(self, key: QueueKey, offset: int, pop_time: int,
+                         visible_at: int) -> int | None:
+        """A changed invisible time of one message of the delivery of ``pop_time``: it becomes
+        visible at ``visible_at``, sooner or later than before; the delivery's pop time, or
+        None when the lock does not hold it."""
+        if not self.holds(key, offset, pop_time):
+            return None
         lock = self.locks[key]
-        lock.deadline = max(lock.deadline, deadline)
+        lock.visible[offset] = visible_at
         self._dirty = True
-        return True
+        return lock.pop_time
 
     def in_flight_by_queue(self, group: str) -> dict[tuple[str, int], int]:
         return {(topic, queue): len(lock.offsets) - len(lock.acked)
@@ -152,7 +174,10 @@ class OrderInfoManager:
                 self.locks[key] = OrderLock([int(o) for o in entry["offsets"]],
                                             int(entry["nextOffset"]), int(entry["popTime"]),
                                             int(entry["deadline"]),
-                                            {int(o) for o in entry.get("acked", [])})
+                                            {int(o) for o in entry.get("acked", [])},
+                                            {int(o): int(t) for o, t in
+                                             (entry.get("visible") or {}).items()},
+                                            str(entry.get("attemptId") or ""))
             except (KeyError, ValueError, TypeError):
                 continue
         for entry in data.get("counts") or []:
@@ -173,7 +198,9 @@ class OrderInfoManager:
         self._dirty = False
         locks = [{"group": g, "topic": t, "queueId": q, "offsets": lock.offsets,
                   "nextOffset": lock.next_offset, "popTime": lock.pop_time,
-                  "deadline": lock.deadline, "acked": sorted(lock.acked)}
+                  "deadline": lock.deadline, "acked": sorted(lock.acked),
+                  "visible": {str(o): t for o, t in lock.visible.items()},
+                  "attemptId": lock.attempt_id}
                  for (g, t, q), lock in self.locks.items()]
         counts = [{"group": g, "topic": t, "queueId": q,
                    "counts": {str(o): c for o, c in self.counts.get((g, t, q), {}).items()},

@@ -17,6 +17,7 @@ queue's checkpoint starts (startOffsetInfo), plus the offsets handed out (msgOff
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import itertools
@@ -98,17 +99,30 @@ class PopMessageProcessor:
         try:
             answer = self._pop_once(header, message_filter)
             if answer is None and header.poll_time > 0:
-                retry = pop_retry_topic(header.consumer_group, header.topic)
-                if await broker.pull_hold.wait_for_topics(
-                        [header.topic, retry], min(header.poll_time / 1000, MAX_HOLD_SECONDS)):
-                    answer = self._pop_once(header, message_filter)
+                answer = await self._polled(header, message_filter)
+                if answer is None:
+                    return command.make_response(ResponseCode.POLLING_TIMEOUT, "no new message")
         except PutMessageError as exc:  # the store refused the checkpoint (disk full, …)
             return command.make_response(refusal_code(exc), str(exc))
-            if answer is None:
-                return command.make_response(ResponseCode.POLLING_TIMEOUT, "no new message")
         if answer is None:
             return command.make_response(ResponseCode.PULL_NOT_FOUND, "no new message")
         return command.make_response(ResponseCode.SUCCESS, ext_fields=answer[0], body=answer[1])
+
+    async def _polled(self, header: PopMessageRequestHeader, message_filter):
+        """Long polling: look again whenever a message lands in the topic or its retry topic,
+        or a FIFO queue of it is let go, and once more when the time is up (RocketMQ's
+        wake-up); None if nothing came. A FIFO queue also frees itself when its lock's time
+        runs out, which nothing announces: an orderly POP looks at least once a second."""
+        hold = self.broker.pull_hold
+        topics = [header.topic, pop_retry_topic(header.consumer_group, header.topic)]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(header.poll_time / 1000, MAX_HOLD_SECONDS)
+        while (left := deadline - loop.time()) > 0:
+            await hold.wait_for_topics(topics, min(left, 1.0) if header.order else left)
+            answer = self._pop_once(header, message_filter)
+            if answer is not None:
+                return answer
+        return None
 
     def _refusal(self, command: RemotingCommand, group: str, topic: str) -> RemotingCommand | None:
         broker = self.broker
@@ -164,10 +178,12 @@ class PopMessageProcessor:
         handed: list[tuple[bool, int, str]] = []
         orderly = header.order
         counts: list[tuple[int, int, int]] = []
+        orderly_queues: list[tuple[int, list[int]]] = []
         for topic, queue_id, retry in self._queues(header):
             if len(messages) >= wanted:
                 break
-            if orderly and not broker.pop_order.available((group, topic, queue_id), pop_time):
+            if orderly and not broker.pop_order.available((group, topic, queue_id), pop_time,
+                                                          header.attempt_id):
                 continue  # a FIFO queue waits for the acks of what it handed out
             offset = self._start_offset(group, topic, queue_id, retry or header.init_mode ==
                                         CONSUME_INIT_MODE_MIN)
@@ -180,8 +196,10 @@ class PopMessageProcessor:
                     if taken:
                         broker.pop_order.lock((group, topic, queue_id), held,
                                               result.next_begin_offset, pop_time,
-                                              header.invisible_time, acked)
+                                              header.invisible_time, acked,
+                                              header.attempt_id or "")
                         messages.extend(taken)
+                        orderly_queues.append((queue_id, taken_offsets))
                         starts.append((False, queue_id, str(taken_offsets[0])))
                         handed.append((False, queue_id, ",".join(map(str, taken_offsets))))
                         continue
@@ -212,8 +230,8 @@ class PopMessageProcessor:
         fields = {"popTime": str(pop_time), "invisibleTime": str(header.invisible_time),
                   "reviveQid": str(REVIVE_QUEUE_ID), "restNum": "0",
                   "startOffsetInfo": offset_info(starts), "msgOffsetInfo": offset_info(handed)}
-        if counts:
-            fields["orderCountInfo"] = order_count_info(counts)
+        if orderly_queues:
+            fields["orderCountInfo"] = order_count_info(orderly_queues, counts)
         return fields, b"".join(messages)
 
     def _orderly(self, group: str, topic: str, queue_id: int, result,
@@ -334,9 +352,11 @@ class PopMessageProcessor:
         came back (or was acked) changes nothing and is not an error: the consumer cannot do
         better, and RocketMQ answers it the same way."""
         broker = self.broker
-        committed = broker.pop_order.ack(key[:3], offset)
+        committed = broker.pop_order.ack(key[:3], offset, key[4])
         if committed is not None:
             broker.offsets.commit_offset(key[0], key[1], key[2], committed)
+            if broker.pull_hold is not None and broker.pop_order.available(key[:3], now_ms()):
+                broker.pull_hold.wake_topic(key[1])  # a FIFO queue let go: POPs held on it
         else:
             broker.pop_revive.ack(key, offset)
 
@@ -373,9 +393,14 @@ class PopMessageProcessor:
             return refusal
         revive = self.broker.pop_revive
         pop_time = now_ms()
-        if self.broker.pop_order.extend(key[:3], header.offset, pop_time + header.invisible_time):
+        visible_at = pop_time + header.invisible_time
+        held_since = self.broker.pop_order.change_invisible(key[:3], header.offset, key[4],
+                                                            visible_at)
+        if held_since is not None:
+            # FIFO, as RocketMQ answers it: the delivery's pop time stays (its other handles
+            # carry it), the invisible time counts from it.
             return command.make_response(ResponseCode.SUCCESS, ext_fields={
-                "popTime": str(pop_time), "invisibleTime": str(header.invisible_time),
+                "popTime": str(held_since), "invisibleTime": str(visible_at - held_since),
                 "reviveQid": str(REVIVE_QUEUE_ID)})
         ck = revive.find(key)
         if ck is None or header.offset not in ck.offsets or header.offset in ck.acked:

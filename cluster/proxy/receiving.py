@@ -115,6 +115,9 @@ class ReceivingMixin:
                   "pollTime": max(0, poll_ms - POLL_MARGIN_MS), "bornTime": int(time.time() * 1000),
                   "initMode": 1, "expType": exp_type, "exp": expression.expression or "*",
                   "order": await self._is_fifo(group)}
+        if request_.HasField("attempt_id") and request_.attempt_id:
+            # A FIFO receive retried after a lost answer: the broker hands the same out again.
+            fields["attemptId"] = request_.attempt_id[:128]
         popping = asyncio.ensure_future(self._invoke(
             broker_name, request(RequestCode.POP_MESSAGE, fields),
             timeout=poll_ms / 1000 + REQUEST_TIMEOUT))
@@ -156,7 +159,7 @@ class ReceivingMixin:
             stamp.delivery_timestamp.FromMilliseconds(int(time.time() * 1000))
             yield stamp
         finally:
-            if delivered < len(handed) and "orderCountInfo" not in header:
+            if delivered < len(handed):  # (FIFO too: a shorter invisible time frees the queue)
                 self._spawn(self._release(group, topic, [e for _, e in handed[delivered:]]))
 
     def _release_later(self, future, group: str, topic: str, broker_name: str) -> None:
@@ -172,7 +175,7 @@ class ReceivingMixin:
                              int(header.get("reviveQid", "0")), r.topic != topic, broker_name,
                              r.queue_id, r.queue_offset)
                    for r in iter_records(response.body)]
-        if handles and "orderCountInfo" not in header:
+        if handles:
             self._spawn(self._release(group, topic, handles))
 
     def _spawn(self, coro) -> None:

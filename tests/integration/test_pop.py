@@ -234,9 +234,11 @@ def test_fifo_pop_holds_the_queue_and_redelivers_only_what_was_not_acked(tmp_pat
             again = await client.invoke(broker, pop("PopFifo", group="CID-fifo", order=True))
             redelivered = handles(again)
             assert [r.body for _, r in redelivered] == [b"m0", b"m2"]
-            counts = again.ext_fields.get("orderCountInfo", "")
-            assert counts.count(";") == 1
-            assert counts.endswith(" 1")
+            # As RocketMQ's clients parse it: each message's count, then the queue's fewest.
+            m0, m2 = (r.queue_offset for _, r in redelivered)
+            queue_id = redelivered[0][1].queue_id
+            assert again.ext_fields["orderCountInfo"] == (
+                f"0 qo{queue_id}%{m0} 1;0 qo{queue_id}%{m2} 1;0 {queue_id} 1")
             for extra, record in redelivered:
                 await client.invoke(broker, ack("PopFifo", extra, record, group="CID-fifo"))
             stats = await client.invoke(broker, request(RequestCode.GET_CONSUME_STATS, {

@@ -139,3 +139,141 @@ def test_a_pop_as_the_brokers_own_consumers_is_refused_and_moves_nothing(store_f
         "expType": "TAG", "exp": "*", "order": False})))
     assert hostile.code == ResponseCode.NO_PERMISSION
     assert broker.offsets.query_offset("CID_RMQ_SYS_REVIVE_GROUP", revive_topic, 0) == before
+
+
+def _fifo(broker):
+    from cluster.broker.subscription_group import SubscriptionGroupConfig
+
+    broker.subscription_groups.update(SubscriptionGroupConfig("CID-r",
+                                                              consume_message_orderly=True))
+
+
+def _handles(answer):
+    """(extraInfo, queue offset) of what a POP answer handed out, as a client builds them."""
+    from cluster.pop_handle import parse_start_offsets
+    from storage.record import iter_records
+
+    starts = parse_start_offsets(answer.ext_fields["startOffsetInfo"])
+    pop_time, invisible = int(answer.ext_fields["popTime"]), int(answer.ext_fields["invisibleTime"])
+    return [(ExtraInfo(starts[(False, r.queue_id)], pop_time, invisible, 0, False, "broker-a",
+                       r.queue_id, r.queue_offset).encode(), r.queue_offset)
+            for r in iter_records(answer.body)]
+
+
+def _ack(processor, extra, offset):
+    return asyncio.run(processor.ack(None, request(RequestCode.ACK_MESSAGE, {
+        "consumerGroup": "CID-r", "topic": "PopT", "queueId": 0, "extraInfo": extra,
+        "offset": offset}))).code
+
+
+def _change(processor, extra, offset, invisible_ms):
+    return asyncio.run(processor.change_invisible_time(None, request(
+        RequestCode.CHANGE_MESSAGE_INVISIBLETIME, {
+            "consumerGroup": "CID-r", "topic": "PopT", "queueId": 0, "extraInfo": extra,
+            "offset": offset, "invisibleTime": invisible_ms})))
+
+
+def test_a_fifo_ack_from_a_delivery_that_ran_out_does_not_free_the_next_one(
+        store_factory, tmp_path, monkeypatch):
+    # Consumer A's time ran out, B popped the queue again; A's late ack let the queue go while
+    # B still worked on it, and C got the next message: the order broke.
+    from cluster.broker import pop_processor
+
+    clock = [1_700_000_000_000]
+    monkeypatch.setattr(pop_processor, "now_ms", lambda: clock[0])
+    broker, processor = _setup(store_factory, tmp_path, b"m0", b"m1")
+    _fifo(broker)
+    first = _handles(asyncio.run(processor.pop(None, _pop(1000, order=True, maxMsgNums=1))))
+    clock[0] += 1500
+    second = asyncio.run(processor.pop(None, _pop(60_000, order=True, maxMsgNums=1)))
+    assert _handles(second)[0][1] == first[0][1]  # the same message, delivered again
+    assert _ack(processor, *first[0]) == ResponseCode.SUCCESS  # (answered, as RocketMQ does)
+    third = asyncio.run(processor.pop(None, _pop(60_000, order=True, maxMsgNums=1)))
+    assert third.code == ResponseCode.PULL_NOT_FOUND  # still held by the second delivery
+    assert _ack(processor, *_handles(second)[0]) == ResponseCode.SUCCESS
+    fourth = asyncio.run(processor.pop(None, _pop(60_000, order=True, maxMsgNums=1)))
+    assert [o for _, o in _handles(fourth)] == [1]
+
+
+def test_a_fifo_message_made_visible_sooner_frees_the_queue_sooner(store_factory, tmp_path,
+                                                                    monkeypatch):
+    # The lock only ever grew: a consumer could not hand a message back early (and the
+    # proxy's release of messages a cancelled receive never delivered did nothing).
+    from cluster.broker import pop_processor
+
+    clock = [1_700_000_000_000]
+    monkeypatch.setattr(pop_processor, "now_ms", lambda: clock[0])
+    broker, processor = _setup(store_factory, tmp_path, b"m0", b"m1")
+    _fifo(broker)
+    [(extra, offset)] = _handles(asyncio.run(processor.pop(None, _pop(60_000, order=True,
+                                                                     maxMsgNums=1))))
+    clock[0] += 100
+    changed = _change(processor, extra, offset, 1000)
+    assert changed.code == ResponseCode.SUCCESS
+    # As RocketMQ answers: the delivery's pop time, the invisible time counted from it.
+    assert changed.ext_fields["popTime"] == str(1_700_000_000_000)
+    assert changed.ext_fields["invisibleTime"] == "1100"
+    clock[0] += 1500
+    again = asyncio.run(processor.pop(None, _pop(60_000, order=True, maxMsgNums=1)))
+    assert [o for _, o in _handles(again)] == [offset]  # handed out again, 58 s early
+    counts = again.ext_fields["orderCountInfo"]
+    assert counts == f"0 qo0%{offset} 1;0 0 1"  # three fields an entry, as clients parse
+
+
+def test_order_counts_read_back_as_rocketmqs_clients_read_them():
+    from cluster.pop_handle import order_count_info, parse_order_counts
+
+    text = order_count_info([(0, [5, 6]), (3, [9])], [(0, 5, 2)])
+    assert text == "0 qo0%5 2;0 0 0;0 3 0"
+    assert all(len(entry.split(" ")) == 3 for entry in text.split(";"))
+    assert parse_order_counts(text) == {(0, 5): 2}
+
+
+def test_a_held_fifo_pop_wakes_when_the_queue_is_let_go_and_times_out_as_polling_timeout(
+        store_factory, tmp_path):
+    # It waited for new arrivals only, the whole pollTime, then answered PULL_NOT_FOUND
+    # without looking again (its POLLING_TIMEOUT could not be reached).
+    import time
+
+    from cluster.broker.long_polling import PullRequestHoldService
+
+    broker, processor = _setup(store_factory, tmp_path, b"m0", b"m1", b"m2")
+    _fifo(broker)
+
+    async def main():
+        broker.pull_hold = PullRequestHoldService(asyncio.get_running_loop())
+        first = await processor.pop(None, _pop(60_000, order=True, maxMsgNums=2))
+        held = asyncio.ensure_future(processor.pop(None, _pop(60_000, order=True,
+                                                             maxMsgNums=2, pollTime=5000)))
+        await asyncio.sleep(0.1)
+        began = time.monotonic()
+        for extra, offset in _handles(first):
+            assert (await processor.ack(None, request(RequestCode.ACK_MESSAGE, {
+                "consumerGroup": "CID-r", "topic": "PopT", "queueId": 0, "extraInfo": extra,
+                "offset": offset}))).code == ResponseCode.SUCCESS
+        woken = await held
+        waited = time.monotonic() - began
+        empty = await processor.pop(None, _pop(60_000, topic="PopT", order=False,
+                                               consumerGroup="CID-other", pollTime=300,
+                                               exp="nothing-has-this-tag"))
+        return woken, waited, empty
+
+    woken, waited, empty = asyncio.run(main())
+    assert [o for _, o in _handles(woken)] == [2]
+    assert waited < 1.0
+    assert empty.code == ResponseCode.POLLING_TIMEOUT
+
+
+def test_a_fifo_pop_retried_with_its_attempt_id_gets_the_same_messages_at_once(
+        store_factory, tmp_path):
+    # The proxy retries a receive whose answer was lost with the same attemptId; the queue
+    # stayed locked for the whole invisible time, and that delivery counted as a failed one.
+    broker, processor = _setup(store_factory, tmp_path, b"m0", b"m1")
+    _fifo(broker)
+    first = asyncio.run(processor.pop(None, _pop(60_000, order=True, attemptId="attempt-1")))
+    again = asyncio.run(processor.pop(None, _pop(60_000, order=True, attemptId="attempt-1")))
+    assert again.code == ResponseCode.SUCCESS
+    assert [o for _, o in _handles(again)] == [o for _, o in _handles(first)]
+    assert "qo" not in again.ext_fields["orderCountInfo"]  # not counted as delivered before
+    other = asyncio.run(processor.pop(None, _pop(60_000, order=True, attemptId="attempt-2")))
+    assert other.code == ResponseCode.PULL_NOT_FOUND  # another attempt waits for the lock
