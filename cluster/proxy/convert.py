@@ -126,6 +126,12 @@ def to_properties(message, max_body_size: int = MAX_BODY_SIZE) -> tuple[dict[str
     if not system.message_id or _has_separator(system.message_id):
         raise MessageRefused(Code.ILLEGAL_MESSAGE_ID, "the message has no message_id, or one "
                                                       "with RocketMQ's property separators")
+    if system.message_type == pb.TRANSACTION and "_" in system.message_id:
+        # Its transaction id is made of the message id and where the half message lies, "_"
+        # between them (sending.transaction_id): with one inside, it could not be taken apart
+        # again, and the transaction could never be ended.
+        raise MessageRefused(Code.ILLEGAL_MESSAGE_ID,
+                             "a transactional message's message_id may not contain '_'")
     # (these become stored properties: a separator in one would plant properties of its own)
     for name in ("born_host", "trace_context"):
         if _has_separator(getattr(system, name)):

@@ -41,6 +41,28 @@ DEFAULT_POLL_MS = 20_000
 POLL_MARGIN_MS = 200
 
 
+MAX_POLL_MS = 30_000  # what a broker holds a POP at most
+
+
+def polling_ms(request_, context) -> int | None:
+    """How long a receive may wait for messages, as RocketMQ's proxy decides it: the client's
+    long-polling timeout (older clients send none: then what its deadline leaves), never past
+    the broker's longest hold nor past the call's deadline (an empty answer, not
+    DEADLINE_EXCEEDED). None for a timeout that is no duration."""
+    left = context.time_remaining() if context is not None else None
+    left_ms = None if left is None else int(left * 1000) - POLL_MARGIN_MS
+    if request_.HasField("long_polling_timeout"):
+        wanted = duration_ms(request_.long_polling_timeout)
+        if wanted is None or wanted < 0:
+            return None
+    else:
+        wanted = DEFAULT_POLL_MS if left_ms is None else left_ms
+    wanted = min(wanted, MAX_POLL_MS)
+    if left_ms is not None:
+        wanted = min(wanted, left_ms)
+    return max(wanted, 0)
+
+
 def batch_ack_body(broker_name: str, group: str, topic: str,
                    checkpoints: dict[tuple, list[int]]) -> bytes:
     """A BATCH_ACK_MESSAGE body: per checkpoint its fields and a bit set (byte values, bit i
@@ -91,11 +113,10 @@ class ReceivingMixin:
             yield pb.ReceiveMessageResponse(status=status(
                 Code.ILLEGAL_INVISIBLE_TIME, "the invisible duration must be 1 s to 12 h"))
             return
-        poll_ms = (duration_ms(request_.long_polling_timeout)
-                   if request_.HasField("long_polling_timeout") else DEFAULT_POLL_MS)
-        if poll_ms is None or poll_ms < 0 or poll_ms > 60_000:
+        poll_ms = polling_ms(request_, context)
+        if poll_ms is None:
             yield pb.ReceiveMessageResponse(status=status(
-                Code.ILLEGAL_POLLING_TIME, "the long-polling timeout must be 0 to 60 s"))
+                Code.ILLEGAL_POLLING_TIME, "the long-polling timeout is not a duration"))
             return
         batch = max(1, min(request_.batch_size or 32, 32))
         expression = request_.filter_expression
@@ -216,7 +237,9 @@ class ReceivingMixin:
         by_broker: dict[str, dict[tuple, list[int]]] = {}
         members: dict[str, list[int]] = {}
         for index, entry in enumerate(request_.entries):
-            extra = self._handle(entry.receipt_handle)
+            # (an ack past the handle's time is the broker's to judge, as in RocketMQ: the
+            # message may not have come back yet, and then the ack still settles it)
+            extra = self._handle(entry.receipt_handle, expired_ok=True)
             if isinstance(extra, tuple):
                 results[index] = status(*extra)
                 continue

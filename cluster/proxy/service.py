@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 
 ROUTE_TTL = 10.0
 GROUP_TTL = 10.0
+UNKNOWN_GROUP_TTL = 5.0  # s
+MAX_GROUPS_REMEMBERED = 10_000
 MAX_ATTEMPTS_DEFAULT = 17  # a group's retryMaxTimes (16) + 1
 RETRY_DELAYS_SECONDS = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800,
                         3600, 7200)
@@ -91,11 +93,17 @@ class MessagingService(SendingMixin, ReceivingMixin, LitePullMixin,
         instance.server_request_hook = self.registration.on_broker_request
 
     # -- helpers ------------------------------------------------------------------------------------
-    def _client(self, context):
+    def _client(self, context, join: bool = False):
+        """The calling client, kept alive by the call; None for a client the proxy does not
+        know. Only a Telemetry stream (``join``) makes a client known: any call may name a
+        new client id, and one-off calls with invented ids filled the registry, so that real
+        clients' Telemetry was refused."""
         meta = _metadata(context)
         client_id = meta.get("x-mq-client-id", "")
+        if not client_id or (not join and client_id not in self.clients.clients):
+            return None
         return self.clients.touch(client_id, meta.get("x-mq-language", ""),
-                                  meta.get("x-mq-client-version", "")) if client_id else None
+                                  meta.get("x-mq-client-version", ""))
 
     def _endpoints(self, requested=None):
         if requested is not None and requested.addresses:
@@ -123,7 +131,7 @@ class MessagingService(SendingMixin, ReceivingMixin, LitePullMixin,
         """The group's config from a master that has it (cached ``GROUP_TTL`` seconds); {}
         for a group no broker knows yet (brokers create it with defaults on first use)."""
         cached = self._groups.get(group)
-        if cached is not None and time.monotonic() - cached[0] < GROUP_TTL:
+        if cached is not None and time.monotonic() < cached[0]:
             return cached[1]
         config: dict = {}
         for addrs in list(self.instance.broker_addrs.values()):
@@ -141,8 +149,14 @@ class MessagingService(SendingMixin, ReceivingMixin, LitePullMixin,
             if group in table:
                 config = table[group]
                 break
-        if config:  # a group not found yet may be created a moment later
-            self._groups[group] = (time.monotonic(), config)
+        # A group not found yet may be created a moment later: remembered as unknown for a
+        # few seconds only. (Not at all, every receive naming a made-up group fetched every
+        # master's whole subscription table.)
+        self._groups.pop(group, None)  # (re-inserted last: the oldest go first past the bound)
+        self._groups[group] = (time.monotonic() + (GROUP_TTL if config else UNKNOWN_GROUP_TTL),
+                               config)
+        if len(self._groups) > MAX_GROUPS_REMEMBERED:
+            self._groups.pop(next(iter(self._groups)))
         return config
 
     async def _max_attempts(self, group: str) -> int:
@@ -215,7 +229,7 @@ class MessagingService(SendingMixin, ReceivingMixin, LitePullMixin,
                 log.exception("maintaining 5.x clients failed; trying again")
 
     async def Telemetry(self, request_iterator, context):
-        client = self._client(context)
+        client = self._client(context, join=True)
         if client is None:
             if _metadata(context).get("x-mq-client-id"):
                 yield pb.TelemetryCommand(status=status(

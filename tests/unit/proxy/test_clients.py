@@ -32,7 +32,14 @@ def test_telemetry_past_the_limit_is_refused_with_too_many_requests():
 
     async def exercise():
         async with serving(service) as stub:
-            await stub.Heartbeat(pb.HeartbeatRequest(), metadata=[("x-mq-client-id", "first")])
+            # One-off calls with new ids take no place: a flood of them locked real clients
+            # out of Telemetry.
+            for number in range(5):
+                await stub.Heartbeat(pb.HeartbeatRequest(),
+                                     metadata=[("x-mq-client-id", f"one-off-{number}")])
+            assert not service.clients.clients
+            [a async for a in stub.Telemetry(iter([]), metadata=[("x-mq-client-id", "first")],
+                                             timeout=10)]
             refused = [a async for a in stub.Telemetry(
                 iter([]), metadata=[("x-mq-client-id", "second")], timeout=10)]
             served = await stub.Heartbeat(pb.HeartbeatRequest(),
@@ -46,3 +53,28 @@ def test_telemetry_past_the_limit_is_refused_with_too_many_requests():
     assert served.status.code == Code.OK  # other calls are served, just not remembered
     assert set(service.clients.clients) == {"first"}
     assert time.monotonic() - began < 10
+
+
+def test_a_group_no_broker_knows_is_asked_about_once_in_a_while_not_per_call():
+    # Every receive naming a made-up group fetched every master's whole subscription table.
+    from cluster.proxy.service import MessagingService
+    from cluster.remoting.codec import RemotingCommand
+    from cluster.remoting.codes import ResponseCode
+
+    asked = []
+
+    class Remoting:
+        async def invoke(self, address, command, timeout):
+            asked.append(address)
+            return RemotingCommand(code=ResponseCode.SUCCESS, body=b'{"subscriptionGroupTable": {}}')
+
+    service = offline(MessagingService)
+    service.instance.broker_addrs = {"broker-a": {0: "127.0.0.1:1"}}
+    service.instance.remoting = Remoting()
+
+    async def many():
+        for _ in range(50):
+            assert await service._group_config("made-up") == {}
+
+    asyncio.run(many())
+    assert len(asked) == 1

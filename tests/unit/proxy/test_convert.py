@@ -33,6 +33,8 @@ def message(**system) -> object:
     (lambda: message(message_type=pb.FIFO), Code.ILLEGAL_MESSAGE_GROUP),
     (lambda: message(message_type=pb.DELAY), Code.ILLEGAL_DELIVERY_TIME),
     (lambda: message(message_id=""), Code.ILLEGAL_MESSAGE_ID),
+    # (its transaction id could not be taken apart again: the transaction would never end)
+    (lambda: message(message_id="order_42", message_type=pb.TRANSACTION), Code.ILLEGAL_MESSAGE_ID),
     (lambda: pb.Message(topic=pb.Resource(name="T"), body=b"x", user_properties={"TAGS": "x"},
                         system_properties=pb.SystemProperties(message_id="1")),
      Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
