@@ -69,6 +69,36 @@ class RouteCache:
         return route
 
 
+# Topics one client's settings may name. Each subscribed one is looked up, and every consumer
+# is heartbeated to the brokers with all of its subscriptions every 10 s: a settings message
+# naming 200,000 made the proxy's loop stall for everyone.
+MAX_SETTINGS_TOPICS = 1024
+
+
+def settings_refusal(settings):
+    """The status refusing a client's settings (too many topics, a name no broker takes), or
+    None."""
+    if settings.WhichOneof("pub_sub") == "publishing":
+        topics = [t.name for t in settings.publishing.topics]
+        group = None
+    elif settings.WhichOneof("pub_sub") == "subscription":
+        topics = [e.topic.name for e in settings.subscription.subscriptions]
+        group = settings.subscription.group.name
+        for entry in settings.subscription.subscriptions:
+            if len(entry.expression.expression) > 65_536:
+                return status(Code.ILLEGAL_FILTER_EXPRESSION, "the filter expression is too long")
+    else:
+        return None
+    if len(topics) > MAX_SETTINGS_TOPICS:
+        return status(Code.BAD_REQUEST, f"{len(topics)} topics in one client's settings; at "
+                                        f"most {MAX_SETTINGS_TOPICS}")
+    for topic in topics:
+        refusal = name_refusal(group, topic)
+        if refusal is not None:
+            return refusal
+    return name_refusal(group) if group is not None else None
+
+
 def _metadata(context) -> dict[str, str]:
     return {k: v for k, v in (context.invocation_metadata() or ())
             if isinstance(v, str)}
@@ -273,6 +303,9 @@ class MessagingService(SendingMixin, ReceivingMixin, LitePullMixin,
     async def _answer_settings(self, client, settings):
         """Adopt what the client says it is, and answer with the server's side of it: the
         publishing limits, or the subscription's settings and the group's retry policy."""
+        refusal = settings_refusal(settings)
+        if refusal is not None:
+            return pb.TelemetryCommand(status=refusal)
         client.client_type = settings.client_type
         answer = pb.Settings(client_type=settings.client_type,
                              access_point=self._endpoints(settings.access_point),

@@ -78,3 +78,31 @@ def test_a_group_no_broker_knows_is_asked_about_once_in_a_while_not_per_call():
 
     asyncio.run(many())
     assert len(asked) == 1
+
+
+def test_settings_naming_too_many_topics_or_bad_names_are_refused_with_a_status():
+    # 200,000 subscribed topics made every 10 s heartbeat round stall the proxy for everyone.
+    from cluster.proxy.service import MAX_SETTINGS_TOPICS, MessagingService
+
+    service = offline(MessagingService)
+
+    def subscribing(*topics):
+        return pb.TelemetryCommand(settings=pb.Settings(
+            client_type=pb.SIMPLE_CONSUMER, subscription=pb.Subscription(
+                group=pb.Resource(name="CID-many"), subscriptions=[pb.SubscriptionEntry(
+                    topic=pb.Resource(name=t),
+                    expression=pb.FilterExpression(type=pb.TAG, expression="*"))
+                    for t in topics])))
+
+    async def exercise():
+        async with serving(service) as stub:
+            answers = []
+            for settings in (subscribing(*(f"T{n}" for n in range(MAX_SETTINGS_TOPICS + 1))),
+                             subscribing("bad topic!")):
+                answers += [a async for a in stub.Telemetry(
+                    iter([settings]), metadata=[("x-mq-client-id", "many")], timeout=10)]
+            return answers
+
+    answers = asyncio.run(exercise())
+    assert [a.status.code for a in answers] == [Code.BAD_REQUEST, Code.ILLEGAL_TOPIC]
+    assert not service.clients.clients["many"].subscriptions  # nothing adopted
