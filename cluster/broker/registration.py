@@ -8,6 +8,7 @@ import json
 import logging
 import zlib
 
+from cluster.broker.topic_config import PERM_READ, PERM_WRITE
 from cluster.remoting.client import RemotingClient
 from cluster.remoting.codec import request
 from cluster.remoting.codes import RequestCode, ResponseCode
@@ -55,7 +56,7 @@ class BrokerRegistration:
     async def register_all(self) -> None:
         config = self.broker.config
         body = json.dumps({"filterServerList": [],
-                           "topicConfigSerializeWrapper": self.broker.topics.wrapper_json()},
+                           "topicConfigSerializeWrapper": self.topic_config_wrapper()},
                           separators=(",", ":")).encode()
         fields = {"brokerName": config.broker_name, "brokerAddr": config.broker_addr,
                   "clusterName": config.broker_cluster_name, "haServerAddr": config.ha_server_addr,
@@ -67,6 +68,19 @@ class BrokerRegistration:
             self._register_one(addr, fields, body, timeout) for addr in config.namesrv_list()))
         if any(results):
             self.registered_once.set()
+
+    def topic_config_wrapper(self) -> dict:
+        """The topics as registered: a broker whose brokerPermission is not read and write (4
+        while it is drained, 2 to stop reads) registers every topic under that permission, as
+        RocketMQ's registerBrokerAll does, so clients route around it at once. Each topic's own
+        bits are kept under the broker's (RocketMQ 5's ``perm & brokerPermission``; 4.x took
+        brokerPermission alone): a topic its owner made unreadable stays so."""
+        wrapper = self.broker.topics.wrapper_json()
+        permission = self.broker.config.broker_permission
+        if permission & (PERM_READ | PERM_WRITE) != PERM_READ | PERM_WRITE:
+            for topic in wrapper["topicConfigTable"].values():
+                topic["perm"] = topic["perm"] & permission
+        return wrapper
 
     async def _register_one(self, address: str, fields: dict, body: bytes, timeout: float) -> bool:
         try:

@@ -28,11 +28,13 @@ class NamesrvController:
         self.routes = RouteInfoManager()
         self.kv = KVConfigManager(config.kv_config_path)
         self.server = RemotingServer(config.bind_address, config.listen_port, config)
+        self.processor = NamesrvProcessor(self.routes, self.kv, config)
+        self.processor.register_with(self.server)
+        self.routes.on_broker_name_removed.append(self.processor.forget_broker)
         self._scan_task: asyncio.Task | None = None
 
     async def start(self) -> None:
         self.kv.load()
-        NamesrvProcessor(self.routes, self.kv).register_with(self.server)
         await self.server.start()
         self._scan_task = asyncio.get_running_loop().create_task(self._scan())
 

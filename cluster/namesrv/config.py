@@ -20,3 +20,5 @@ class NamesrvConfig(NettyServerConfig):
         default_factory=lambda: os.path.join(os.path.expanduser("~"), "namesrv", "kvConfig.json"))
     scan_not_active_broker_interval: int = 10_000  # ms
     broker_channel_expired_time: int = 120_000  # ms
+    # Serve ORDER_TOPIC_CONFIG's entry as a route's orderTopicConf (RocketMQ's key and default).
+    order_message_enable: bool = False

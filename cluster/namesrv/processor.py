@@ -6,6 +6,9 @@ import json
 import logging
 import zlib
 
+from cluster.namesrv.compressed_registration import inflate_registration
+from cluster.namesrv.config import NamesrvConfig
+from cluster.namesrv.errors import NamesrvError
 from cluster.namesrv.headers import (
     BrokerNameRequestHeader,
     ClusterRequestHeader,
@@ -58,10 +61,15 @@ def route_json(route: dict, standard: bool, order_conf: str | None) -> bytes:
 class NamesrvProcessor:
     """Answers every name-server request code over a RouteInfoManager and a KVConfigManager."""
 
-    def __init__(self, routes: RouteInfoManager, kv: KVConfigManager) -> None:
+    def __init__(self, routes: RouteInfoManager, kv: KVConfigManager,
+                 config: NamesrvConfig | None = None) -> None:
         self.routes = routes
         self.kv = kv
-        self._skipped_said: dict[str, tuple[str, int]] = {}
+        self.config = config if config is not None else NamesrvConfig()
+        # Broker name -> how many topic configs its registrations left out, when last said.
+        # Names come and go: the controller has forget_broker told of each that leaves the
+        # routes (RouteInfoManager.on_broker_name_removed), so this does not grow for ever.
+        self._skipped_said: dict[str, int] = {}
 
     def register_with(self, server: RemotingServer) -> None:
         handlers = {
@@ -98,12 +106,14 @@ class NamesrvProcessor:
             return command.make_response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
         wrapper, filters = None, []
         if body:
-            if header.compressed:
-                return command.make_response(ResponseCode.SYSTEM_ERROR,
-                                             "compressed registration is not supported")
             skipped: list[str] = []
             try:
-                data = JsonBody.parse(body, "registration")
+                if header.compressed and command.version >= V3_0_11:
+                    # A Java broker with compressedRegister=true (RegisterBrokerBody's binary
+                    # form, deflated); the CRC above is of the compressed bytes, as there.
+                    data = inflate_registration(body, skipped)
+                else:
+                    data = JsonBody.parse(body, "registration")
                 if command.version >= V3_0_11 and "topicConfigSerializeWrapper" in data.data:
                     wrapper = checked_topic_config_wrapper(
                         data.obj("topicConfigSerializeWrapper", required=True), skipped)
@@ -116,23 +126,28 @@ class NamesrvProcessor:
                 self._report_skipped(header.broker_name, skipped)
         else:
             wrapper = {"dataVersion": {}, "topicConfigTable": {}}
-        result = self.routes.register_broker(header.cluster_name, header.broker_addr,
-                                             header.broker_name, header.broker_id,
-                                             header.ha_server_addr, wrapper, filters, connection)
+        try:
+            result = self.routes.register_broker(header.cluster_name, header.broker_addr,
+                                                 header.broker_name, header.broker_id,
+                                                 header.ha_server_addr, wrapper, filters,
+                                                 connection)
+        except NamesrvError as exc:
+            return command.make_response(exc.response_code, str(exc))
         fields = {"haServerAddr": result.ha_server_addr, "masterAddr": result.master_addr}
-        body_out = b""
-        order = self.kv.get_namespace(ORDER_TOPIC_CONFIG)
-        if order:
-            body_out = json.dumps({"table": order}, separators=(",", ":")).encode()
+        # Bounded (kv_config.py), so this answer always fits a frame.
+        body_out = self.kv.namespace_body(ORDER_TOPIC_CONFIG) or b""
         return command.make_response(ResponseCode.SUCCESS, ext_fields=fields, body=body_out)
 
     def _report_skipped(self, broker_name: str, skipped: list[str]) -> None:
         # Said once per broker and count, not on every 30 s registration.
-        key = (broker_name, len(skipped))
-        if self._skipped_said.get(broker_name) != key:
-            self._skipped_said[broker_name] = key
+        if self._skipped_said.get(broker_name) != len(skipped):
+            self._skipped_said[broker_name] = len(skipped)
             log.warning("broker %s registered %d topic config(s) the routes cannot take, left "
                         "out; the first: %s", broker_name, len(skipped), skipped[0])
+
+    def forget_broker(self, broker_name: str) -> None:
+        """A broker name left the routes: what was said about it goes too."""
+        self._skipped_said.pop(broker_name, None)
 
     @checked(UnregisterBrokerRequestHeader)
     def unregister_broker(self, connection, command, header: UnregisterBrokerRequestHeader):
@@ -142,18 +157,15 @@ class NamesrvProcessor:
 
     @checked(UnregisterBrokerRequestHeader)
     def query_data_version(self, connection, command, header: UnregisterBrokerRequestHeader):
-        live = self.routes.broker_live_table.get(header.broker_addr)
+        theirs: dict | None
         try:
             theirs = checked_data_version(JsonBody.parse(command.body, "data version")) \
                 if command.body else {}
         except HeaderError:
-            theirs = {}
-        changed = live is None or live.data_version != theirs
-        body = json.dumps(live.data_version if live else {}).encode()
-        if live is not None:
-            live.last_update_ms = self.routes._now_ms()
+            theirs = None  # changed: nothing to keep the broker alive on
+        changed, ours = self.routes.query_data_version(header.broker_addr, theirs)
         return command.make_response(ResponseCode.SUCCESS, ext_fields={"changed": changed},
-                                     body=body)
+                                     body=json.dumps(ours).encode())
 
     # -- routes and topics -------------------------------------------------------------------
     @checked(TopicRouteRequestHeader)
@@ -166,7 +178,10 @@ class NamesrvProcessor:
                 f"No topic route info in name server for the topic: {topic}")
         standard = (command.version >= V4_9_4
                     or header.accept_standard_json_only)
-        order_conf = self.kv.get(ORDER_TOPIC_CONFIG, topic)
+        # Only with orderMessageEnable (default false), as RocketMQ serves it: a client given
+        # orderTopicConf builds its queues from it instead of from queueDatas.
+        order_conf = (self.kv.get(ORDER_TOPIC_CONFIG, topic)
+                      if self.config.order_message_enable else None)
         return command.make_response(ResponseCode.SUCCESS,
                                      body=route_json(route, standard, order_conf))
 
@@ -207,8 +222,22 @@ class NamesrvProcessor:
 
     # -- KV config ------------------------------------------------------------------------------
     @checked(PutKVConfigRequestHeader)
-    def put_kv_config(self, connection, command, header: PutKVConfigRequestHeader):
-        self.kv.put(header.namespace, header.key, header.value)
+    async def put_kv_config(self, connection, command, header: PutKVConfigRequestHeader):
+        try:
+            self.kv.put(header.namespace, header.key, header.value)
+        except NamesrvError as exc:
+            return command.make_response(exc.response_code, str(exc))
+        return await self._persisted(command)
+
+    async def _persisted(self, command):
+        """SUCCESS once the change is on disk; a write that failed is said, the change kept."""
+        try:
+            await self.kv.persisted()
+        except OSError as exc:
+            log.error("kvConfig.json not written: %s", exc)
+            return command.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                f"the change is kept in memory but kvConfig.json was not written: {exc}")
         return command.make_response(ResponseCode.SUCCESS)
 
     @checked(KVConfigRequestHeader)
@@ -221,16 +250,15 @@ class NamesrvProcessor:
         return command.make_response(ResponseCode.SUCCESS, ext_fields={"value": value})
 
     @checked(KVConfigRequestHeader)
-    def delete_kv_config(self, connection, command, header: KVConfigRequestHeader):
+    async def delete_kv_config(self, connection, command, header: KVConfigRequestHeader):
         self.kv.delete(header.namespace, header.key)
-        return command.make_response(ResponseCode.SUCCESS)
+        return await self._persisted(command)
 
     @checked(NamespaceRequestHeader)
     def get_kv_list(self, connection, command, header: NamespaceRequestHeader):
         namespace = header.namespace
-        table = self.kv.get_namespace(namespace)
-        if table is None:
+        body = self.kv.namespace_body(namespace)
+        if body is None:
             return command.make_response(ResponseCode.QUERY_NOT_FOUND,
                                          f"No config item, Namespace: {namespace}")
-        return command.make_response(ResponseCode.SUCCESS,
-                                     body=json.dumps({"table": table}).encode())
+        return command.make_response(ResponseCode.SUCCESS, body=body)

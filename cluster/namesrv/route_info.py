@@ -7,13 +7,20 @@ Pure data, no I/O (mirrors RocketMQ's ``RouteInfoManager``):
 * broker address -> live info (last registration time, dataVersion, HA address, connection).
 
 A broker that has not registered for 120 s, or whose connection closed, leaves every table.
+A broker name belongs to one cluster at a time (see ``_claim_cluster``).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from cluster.namesrv.errors import BrokerNameConflictError
+
+log = logging.getLogger(__name__)
 
 BROKER_CHANNEL_EXPIRED_MS = 120_000
 MIX_ALL_MASTER_ID = 0
@@ -75,6 +82,8 @@ class RouteInfoManager:
         self.cluster_addr_table: dict[str, set[str]] = {}
         self.broker_live_table: dict[str, BrokerLiveInfo] = {}
         self.filter_server_table: dict[str, list[str]] = {}
+        # Told the name of a broker that left every table (called under the tables' lock).
+        self.on_broker_name_removed: list[Callable[[str], None]] = []
 
     def _now_ms(self) -> float:
         return self._clock() * 1000
@@ -91,14 +100,17 @@ class RouteInfoManager:
         filter_server_list: list[str] | None = None,
         connection_id: object = None,
     ) -> RegisterResult:
-        """Record a broker's registration; a slave learns its master's addresses back."""
+        """Record a broker's registration; a slave learns its master's addresses back.
+        BrokerNameConflictError when another cluster's broker already has the name."""
         with self._lock:
-            self.cluster_addr_table.setdefault(cluster_name, set()).add(broker_name)
             broker_data = self.broker_addr_table.get(broker_name)
             first = broker_data is None
             if broker_data is None:
                 broker_data = BrokerData(cluster_name, broker_name)
                 self.broker_addr_table[broker_name] = broker_data
+            elif broker_data.cluster != cluster_name:
+                self._claim_cluster(broker_data, cluster_name, broker_addr)
+            self.cluster_addr_table.setdefault(cluster_name, set()).add(broker_name)
             # The same address under another id: a slave became master, or the reverse.
             for other_id, addr in list(broker_data.broker_addrs.items()):
                 if addr == broker_addr and other_id != broker_id:
@@ -127,6 +139,34 @@ class RouteInfoManager:
                         return RegisterResult(master_live.ha_server_addr, master)
             return RegisterResult(None, None)
 
+    def _claim_cluster(self, broker_data: BrokerData, cluster_name: str, broker_addr: str) -> None:
+        """A registration naming another cluster than the broker name is listed under.
+
+        One of the broker's own addresses re-registering under a new cluster name is the broker
+        moved (its broker.conf changed): it leaves the old cluster's set. Listed under both, it
+        stayed there forever, and a DELETE_TOPIC_IN_NAMESRV for either cluster deleted its
+        routes. Any other address is refused until the broker's addresses leave (unregistered,
+        connection closed or 120 s silent): taking the name over would move a live broker's
+        routes on the word of whoever can reach the port, while a broker refused by mistake
+        only waits. (RocketMQ 4.9's registerBroker adds the name to the new cluster's set and
+        leaves it in the old one: the both-clusters state this avoids.)"""
+        if broker_addr not in broker_data.broker_addrs.values():
+            raise BrokerNameConflictError(
+                f"broker name {broker_data.broker_name} is registered in cluster "
+                f"{broker_data.cluster} by {', '.join(sorted(broker_data.broker_addrs.values()))}; "
+                f"{broker_addr} cannot register it in cluster {cluster_name} until those leave")
+        log.warning("broker %s (%s) moved from cluster %s to %s", broker_data.broker_name,
+                    broker_addr, broker_data.cluster, cluster_name)
+        self._leave_cluster(broker_data.broker_name, broker_data.cluster)
+        broker_data.cluster = cluster_name
+
+    def _leave_cluster(self, broker_name: str, cluster: str) -> None:
+        names = self.cluster_addr_table.get(cluster)
+        if names is not None:
+            names.discard(broker_name)
+            if not names:
+                del self.cluster_addr_table[cluster]
+
     def _create_and_update_queue_data(self, broker_name: str, topic_config: dict) -> None:
         topic = topic_config.get("topicName")
         if not topic:
@@ -142,24 +182,30 @@ class RouteInfoManager:
 
     def unregister_broker(self, cluster_name: str, broker_addr: str, broker_name: str,
                           broker_id: int) -> None:
-        """A broker leaving cleanly."""
+        """A broker leaving cleanly: only the entry that name, id and address all match.
+
+        Its liveness goes only with that entry: an UNREGISTER naming the address under a wrong
+        broker name or id took the liveness alone, and the broker stayed in the routes with
+        nothing left to expire it. ``cluster_name`` is not trusted either: the name leaves
+        the cluster it is listed under."""
         with self._lock:
+            broker_data = self.broker_addr_table.get(broker_name)
+            if broker_data is None or broker_data.broker_addrs.get(broker_id) != broker_addr:
+                log.info("unregister of %s as %s/%d in %s matches no registration; ignored",
+                         broker_addr, broker_name, broker_id, cluster_name)
+                return
+            del broker_data.broker_addrs[broker_id]
             self.broker_live_table.pop(broker_addr, None)
             self.filter_server_table.pop(broker_addr, None)
-            broker_data = self.broker_addr_table.get(broker_name)
-            if broker_data is not None:
-                if broker_data.broker_addrs.get(broker_id) == broker_addr:
-                    del broker_data.broker_addrs[broker_id]
-                if not broker_data.broker_addrs:
-                    self._remove_broker_name(broker_name, cluster_name)
+            if not broker_data.broker_addrs:
+                self._remove_broker_name(broker_name)
 
-    def _remove_broker_name(self, broker_name: str, cluster_name: str | None) -> None:
-        self.broker_addr_table.pop(broker_name, None)
-        for cluster, names in list(self.cluster_addr_table.items()):
-            if cluster_name is None or cluster == cluster_name:
-                names.discard(broker_name)
-                if not names:
-                    del self.cluster_addr_table[cluster]
+    def _remove_broker_name(self, broker_name: str) -> None:
+        broker_data = self.broker_addr_table.pop(broker_name, None)
+        if broker_data is not None:
+            self._leave_cluster(broker_name, broker_data.cluster)
+        for callback in self.on_broker_name_removed:
+            callback(broker_name)
         for topic, queues in list(self.topic_queue_table.items()):
             queues.pop(broker_name, None)
             if not queues:
@@ -173,7 +219,7 @@ class RouteInfoManager:
                 if addr == broker_addr:
                     del broker_data.broker_addrs[broker_id]
             if not broker_data.broker_addrs:
-                self._remove_broker_name(broker_name, broker_data.cluster)
+                self._remove_broker_name(broker_name)
 
     def on_connection_closed(self, connection_id: object) -> list[str]:
         """Drop every broker that registered over a connection that just closed."""
@@ -193,6 +239,20 @@ class RouteInfoManager:
             for addr in gone:
                 self._remove_broker_addr(addr)
             return gone
+
+    def query_data_version(self, broker_addr: str, data_version: dict | None) -> tuple[bool, dict]:
+        """QUERY_DATA_VERSION: whether the broker's topics changed since it registered (None,
+        a version that did not parse, counts as changed), and the version registered. Only an
+        unchanged broker is refreshed, as in RocketMQ: one whose topics changed must register
+        them, not be kept alive on a version query."""
+        with self._lock:
+            live = self.broker_live_table.get(broker_addr)
+            if live is None:
+                return True, {}
+            changed = data_version is None or live.data_version != data_version
+            if not changed:
+                live.last_update_ms = self._now_ms()
+            return changed, live.data_version
 
     # -- queries -----------------------------------------------------------------------------
     def pickup_topic_route_data(self, topic: str) -> dict | None:
@@ -249,14 +309,17 @@ class RouteInfoManager:
                 self.topic_queue_table.pop(topic, None)
 
     def change_write_perm_of_broker(self, broker_name: str, add: bool) -> int:
-        """Wipe (or restore) the write permission of every topic on a broker; returns how many."""
+        """Wipe (or restore) the write permission of every topic on a broker; returns how many.
+
+        Restoring sets read and write outright, as RocketMQ's ADD_WRITE_PERM_OF_BROKER does: a
+        queue wiped while it was unreadable too comes back readable."""
         with self._lock:
             count = 0
             for queues in self.topic_queue_table.values():
                 queue_data = queues.get(broker_name)
                 if queue_data is not None:
                     if add:
-                        queue_data.perm |= PERM_WRITE
+                        queue_data.perm = PERM_READ | PERM_WRITE
                     else:
                         queue_data.perm &= ~PERM_WRITE
                     count += 1

@@ -106,13 +106,19 @@ def test_routes_clusters_and_a_slave_learning_its_master(tmp_path):
 
 
 def test_kv_config_and_order_topic_conf(tmp_path):
-    with running("cluster.namesrv", "-p", "0", env={"HOME": str(tmp_path)}) as node:
+    conf = tmp_path / "namesrv.conf"
+    conf.write_text("orderMessageEnable=true\n")  # orderTopicConf is served only with it
+    with running("cluster.namesrv", "-p", "0", "-c", str(conf),
+                 env={"HOME": str(tmp_path)}) as node:
         async def main():
             client = RemotingClient()
             try:
                 put = await client.invoke(node.address, request(RequestCode.PUT_KV_CONFIG, {
                     "namespace": "ORDER_TOPIC_CONFIG", "key": "Orders", "value": "broker-a:4"}))
                 assert put.code == ResponseCode.SUCCESS
+                # Answered once on disk.
+                stored = json.loads((tmp_path / "namesrv" / "kvConfig.json").read_text())
+                assert stored["configTable"]["ORDER_TOPIC_CONFIG"] == {"Orders": "broker-a:4"}
                 got = await client.invoke(node.address, request(RequestCode.GET_KV_CONFIG, {
                     "namespace": "ORDER_TOPIC_CONFIG", "key": "Orders"}))
                 assert got.field("value") == "broker-a:4"
@@ -129,6 +135,41 @@ def test_kv_config_and_order_topic_conf(tmp_path):
                 bad = await client.invoke(node.address, request(RequestCode.GET_KV_CONFIG, {}))
                 assert bad.code == ResponseCode.SYSTEM_ERROR
                 assert "namespace" in bad.remark
+            finally:
+                await client.close()
+
+        run(main())
+
+
+def test_order_topic_conf_is_not_served_by_default_and_the_kv_table_is_bounded(tmp_path):
+    with running("cluster.namesrv", "-p", "0", env={"HOME": str(tmp_path)}) as node:
+        async def main():
+            client = RemotingClient()
+            try:
+                put = await client.invoke(node.address, request(RequestCode.PUT_KV_CONFIG, {
+                    "namespace": "ORDER_TOPIC_CONFIG", "key": "Orders", "value": "broker-a:4"}))
+                assert put.code == ResponseCode.SUCCESS
+                ok = await client.invoke(node.address, _register(
+                    "broker-a", "127.0.0.1:10911", 0, "127.0.0.1:10912", {"Orders": 4}))
+                assert json.loads(ok.body) == {"table": {"Orders": "broker-a:4"}}
+                route = json.loads((await client.invoke(node.address, request(
+                    RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Orders"}))).body)
+                assert "orderTopicConf" not in route  # orderMessageEnable defaults to false
+
+                # 64 KiB values: the namespace's 2 MiB is reached within 32 puts; past it every
+                # put is refused with a sentence, and registrations still answer.
+                codes = []
+                for i in range(40):
+                    answer = await client.invoke(node.address, request(
+                        RequestCode.PUT_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG",
+                                                    "key": f"K{i}", "value": "x" * 65_536}))
+                    codes.append(answer.code)
+                assert ResponseCode.MESSAGE_ILLEGAL in codes
+                assert "the limit is" in answer.remark
+                again = await client.invoke(node.address, _register(
+                    "broker-a", "127.0.0.1:10911", 0, "127.0.0.1:10912", {"Orders": 4}))
+                assert again.code == ResponseCode.SUCCESS
+                assert len(again.body) <= 2 * 1024 * 1024 + 64
             finally:
                 await client.close()
 
