@@ -6,6 +6,7 @@
     ├── StoreError            storage/errors.py     (PutMessageError, RecordError, ConfigError…)
     ├── RemotingError         cluster/remoting/errors.py  (HeaderError, BrokerResponseError…)
     ├── HAError               cluster/ha/errors.py
+    ├── NamesrvError          cluster/namesrv/errors.py
     ├── SupervisorError       cluster/supervisor/errors.py
     ├── MQClientError         cluster/client/errors.py (ClientArgumentError, also a ValueError)
     ├── SettingError          cluster/settings.py   (also a ValueError; ServerConfigError)
