@@ -74,6 +74,7 @@ async def run(config: ProxyConfig) -> None:
     await server.start()
     await instance.start()  # heartbeats: the brokers' transaction checks come to this proxy
     maintenance = asyncio.get_running_loop().create_task(service.maintain())
+    renewing = asyncio.get_running_loop().create_task(service.renew_handles())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     processes.on_stop_request(loop, stop.set)  # SIGTERM, Ctrl-C, a request file (Windows)
@@ -81,6 +82,7 @@ async def run(config: ProxyConfig) -> None:
     print(f"The Proxy boot success. gRPC listening on {config.bind_address}:{port}", flush=True)
     await stop.wait()
     maintenance.cancel()
+    renewing.cancel()
     await server.stop(grace=2)
     await instance.shutdown()
     log.info("proxy stopped")

@@ -26,6 +26,12 @@ from cluster.proxy.convert import (
     status_of_response,
     to_message,
 )
+from cluster.proxy.renewal import (
+    AUTO_RENEW_INVISIBLE_MS,
+    RELEASE_MS,
+    RENEW_MAX_MS,
+    RENEW_PERIOD_S,
+)
 from cluster.proxy.schema import Code, pb
 from cluster.proxy.sending import REQUEST_TIMEOUT
 from cluster.remoting.codec import request
@@ -34,6 +40,10 @@ from cluster.remoting.errors import RemotingError
 from storage.record import iter_records
 
 log = logging.getLogger(__name__)
+
+
+def _metadata_pairs(context):
+    return [(k, v) for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)]
 
 DEFAULT_INVISIBLE_MS = 30_000
 DEFAULT_POLL_MS = 20_000
@@ -107,12 +117,17 @@ class ReceivingMixin:
         if refusal is not None:
             yield pb.ReceiveMessageResponse(status=refusal)
             return
-        invisible_ms = (duration_ms(request_.invisible_duration)
-                        if request_.HasField("invisible_duration") else DEFAULT_INVISIBLE_MS)
+        auto_renew = request_.auto_renew
+        if auto_renew:  # (a push consumer: the proxy renews until the ack, renewal.py)
+            invisible_ms = AUTO_RENEW_INVISIBLE_MS
+        else:
+            invisible_ms = (duration_ms(request_.invisible_duration)
+                            if request_.HasField("invisible_duration") else DEFAULT_INVISIBLE_MS)
         if invisible_ms is None or not 1_000 <= invisible_ms <= 12 * 3600 * 1000:
             yield pb.ReceiveMessageResponse(status=status(
                 Code.ILLEGAL_INVISIBLE_TIME, "the invisible duration must be 1 s to 12 h"))
             return
+        client_id = dict(_metadata_pairs(context)).get("x-mq-client-id", "")
         poll_ms = polling_ms(request_, context)
         if poll_ms is None:
             yield pb.ReceiveMessageResponse(status=status(
@@ -173,9 +188,13 @@ class ReceivingMixin:
             yield pb.ReceiveMessageResponse(status=status())
             for record, extra in handed:
                 earlier = counts.get((record.queue_id, record.queue_offset), 0)
+                handle = extra.encode()
                 yield pb.ReceiveMessageResponse(
-                    message=to_message(record, extra.encode(), invisible, earlier))
+                    message=to_message(record, handle, invisible, earlier))
                 delivered += 1
+                if auto_renew and client_id:
+                    self.renewals.add(client_id, group, topic, handle, extra,
+                                      int(time.time() * 1000))
             stamp = pb.ReceiveMessageResponse()
             stamp.delivery_timestamp.FromMilliseconds(int(time.time() * 1000))
             yield stamp
@@ -243,6 +262,7 @@ class ReceivingMixin:
             if isinstance(extra, tuple):
                 results[index] = status(*extra)
                 continue
+            extra = await self.renewals.take(group, entry.receipt_handle) or extra
             checkpoint = (extra.retry, extra.queue_id, extra.start_offset, extra.pop_time,
                           extra.invisible_time)
             by_broker.setdefault(extra.broker_name, {}).setdefault(checkpoint, []).append(
@@ -282,31 +302,79 @@ class ReceivingMixin:
         refusal = name_refusal(group, topic)
         if refusal is not None:
             return pb.ChangeInvisibleDurationResponse(status=refusal)
-        extra = self._handle(request_.receipt_handle)
+        extra = self._handle(request_.receipt_handle, expired_ok=True)
         if isinstance(extra, tuple):
             return pb.ChangeInvisibleDurationResponse(status=status(*extra))
         invisible_ms = duration_ms(request_.invisible_duration)
         if invisible_ms is None or not 1_000 <= invisible_ms <= 12 * 3600 * 1000:
             return pb.ChangeInvisibleDurationResponse(status=status(
                 Code.ILLEGAL_INVISIBLE_TIME, "the invisible duration must be 1 s to 12 h"))
+        renewed = await self.renewals.take(group, request_.receipt_handle)
+        if renewed is None and extra.deadline < int(time.time() * 1000):
+            return pb.ChangeInvisibleDurationResponse(status=status(
+                Code.INVALID_RECEIPT_HANDLE, "the receipt handle has expired"))
+        moved, failure = await self._change_invisible(group, topic, renewed or extra,
+                                                      invisible_ms)
+        if moved is None:
+            return pb.ChangeInvisibleDurationResponse(status=failure)
+        return pb.ChangeInvisibleDurationResponse(status=status(), receipt_handle=moved.encode())
+
+    async def _change_invisible(self, group: str, topic: str, extra: ExtraInfo,
+                                invisible_ms: int) -> tuple[ExtraInfo | None, object]:
+        """CHANGE_MESSAGE_INVISIBLETIME for the message ``extra`` names: (its new handle,
+        None), or (None, the status saying why not)."""
         command = request(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, {
             "consumerGroup": group, "topic": topic, "queueId": extra.queue_id,
-            "extraInfo": request_.receipt_handle, "offset": extra.offset,
-            "invisibleTime": invisible_ms})
+            "extraInfo": extra.encode(), "offset": extra.offset, "invisibleTime": invisible_ms})
         try:
             await self.routes.get(topic)
             response = await self._invoke(extra.broker_name, command)
         except RemotingError as exc:
-            return pb.ChangeInvisibleDurationResponse(status=status(Code.INTERNAL_SERVER_ERROR,
-                                                                    str(exc)))
+            return None, status(Code.INTERNAL_SERVER_ERROR, str(exc))
         if response.code != ResponseCode.SUCCESS:
-            return pb.ChangeInvisibleDurationResponse(
-                status=status_of_response(response.code, response.remark))
+            return None, status_of_response(response.code, response.remark)
         header = response.ext_fields
-        moved = ExtraInfo(extra.offset, int(header["popTime"]), int(header["invisibleTime"]),
-                          int(header.get("reviveQid", "0")), extra.retry, extra.broker_name,
-                          extra.queue_id, extra.offset)
-        return pb.ChangeInvisibleDurationResponse(status=status(), receipt_handle=moved.encode())
+        return ExtraInfo(extra.offset, int(header["popTime"]), int(header["invisibleTime"]),
+                         int(header.get("reviveQid", "0")), extra.retry, extra.broker_name,
+                         extra.queue_id, extra.offset), None
+
+    # -- auto renew (renewal.py) --------------------------------------------------------------------
+    async def renew_handles(self) -> None:
+        """Every few seconds, renew the push consumers' handles about to run out."""
+        while True:
+            await asyncio.sleep(RENEW_PERIOD_S)
+            try:
+                await self.renew_once()
+            except Exception:
+                log.exception("renewing receipt handles failed; trying again")
+
+    async def renew_once(self, now_ms: int | None = None) -> int:
+        """One round; how many handles it changed. A message of a client the proxy no longer
+        knows goes back at once; one renewed for RENEW_MAX_MS goes back when its time is up."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        table = self.renewals.table
+        changed = 0
+        for key, renewal in self.renewals.due(now):
+            if now - renewal.received_ms >= RENEW_MAX_MS:
+                table.pop(key, None)
+                continue
+            gone = renewal.client_id not in self.clients.clients
+            invisible = RELEASE_MS if gone else renewal.next_invisible_ms()
+            changing = renewal.changing = asyncio.get_running_loop().create_future()
+            moved = None
+            try:
+                moved, _ = await self._change_invisible(renewal.group, renewal.topic,
+                                                        renewal.current, invisible)
+            finally:
+                if moved is not None:
+                    renewal.current = moved
+                    renewal.renewed += 1
+                renewal.changing = None
+                changing.set_result(None)
+            if (moved is None or gone) and table.get(key) is renewal:
+                del table[key]  # acked meanwhile, gone, or let go
+            changed += moved is not None
+        return changed
 
     async def ForwardMessageToDeadLetterQueue(self, request_, context):
         """The push consumer gave up on a message: into the group's DLQ, and acked."""
@@ -320,6 +388,7 @@ class ReceivingMixin:
         extra = self._handle(request_.receipt_handle, expired_ok=True)
         if isinstance(extra, tuple):
             return pb.ForwardMessageToDeadLetterQueueResponse(status=status(*extra))
+        extra = await self.renewals.take(group, request_.receipt_handle) or extra
         stored_topic = popped_topic(group, topic, extra.retry)
         try:
             await self.routes.get(topic)
@@ -342,7 +411,7 @@ class ReceivingMixin:
                     status=status_of_response(back.code, back.remark))
             await self._invoke(extra.broker_name, request(RequestCode.ACK_MESSAGE, {
                 "consumerGroup": group, "topic": topic, "queueId": extra.queue_id,
-                "extraInfo": request_.receipt_handle, "offset": extra.offset}))
+                "extraInfo": extra.encode(), "offset": extra.offset}))
             log.info("%s gave up on %s after %d deliveries: in %%DLQ%%%s", group,
                      request_.message_id, request_.delivery_attempt, group)
         except RemotingError as exc:

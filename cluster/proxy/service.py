@@ -28,6 +28,7 @@ from cluster.proxy.guard import failure_status
 from cluster.proxy.lite_pull import LitePullMixin
 from cluster.proxy.receiving import DEFAULT_POLL_MS, ReceivingMixin
 from cluster.proxy.registration import ClientRegistration
+from cluster.proxy.renewal import HandleRenewals
 from cluster.proxy.schema import Code, pb, services
 from cluster.proxy.sending import (
     PRODUCER_GROUP,
@@ -120,6 +121,7 @@ class MessagingService(SendingMixin, ReceivingMixin, LitePullMixin,
         self._failures = LogThrottle()  # (Telemetry readers' failures: logged once a minute)
         instance.producers[PRODUCER_GROUP] = TransactionRelay(self)
         self.registration = ClientRegistration(self)
+        self.renewals = HandleRenewals()  # push consumers' handles kept alive (renewal.py)
         instance.server_request_hook = self.registration.on_broker_request
 
     # -- helpers ------------------------------------------------------------------------------------
