@@ -35,12 +35,16 @@ def test_a_lock_that_runs_out_counts_a_delivery_of_each_unacked_message(tmp_path
     assert order.delivered(KEY, 6) == 0
 
 
-def test_a_changed_invisible_time_extends_the_lock(tmp_path):
+def test_a_changed_invisible_time_moves_the_lock_either_way(tmp_path):
     order = OrderInfoManager(str(tmp_path / "consumerOrderInfo.json"))
-    order.lock(KEY, [5], next_offset=6, pop_time=1_000, invisible_time=2_000)
-    assert order.extend(KEY, 5, deadline=10_000)
-    assert not order.available(KEY, now=5_000)
-    assert not order.extend(KEY, 9, deadline=20_000)  # not in the lock
+    order.lock(KEY, [5, 6], next_offset=7, pop_time=1_000, invisible_time=2_000)
+    assert order.change_invisible(KEY, 5, 1_000, visible_at=10_000) == 1_000
+    assert not order.available(KEY, now=5_000)  # 5 is invisible until 10 s
+    assert order.change_invisible(KEY, 5, 1_000, visible_at=2_500) == 1_000  # sooner
+    assert order.available(KEY, now=3_500)  # both visible again: the queue is let go
+    order.lock(KEY, [5], next_offset=6, pop_time=4_000, invisible_time=2_000)
+    assert order.change_invisible(KEY, 9, 4_000, visible_at=20_000) is None  # not in the lock
+    assert order.change_invisible(KEY, 5, 1_000, visible_at=20_000) is None  # an old delivery's
 
 
 def test_locks_and_counts_read_back_after_a_restart(tmp_path):
