@@ -16,7 +16,7 @@ import time
 from cluster.broker.durable_answers import DurableAnswers
 from cluster.broker.headers import SendMessageRequestHeader, checked
 from cluster.broker.send_lane import SendLane
-from cluster.broker.timer import TimerError, delivery_time, park
+from cluster.broker.timer import TimerError, delivery_time, park, yield_to_delay_level
 from cluster.broker.topic_config import PERM_READ, PERM_WRITE
 from cluster.remoting.codec import RemotingCommand, SerializeType
 from cluster.remoting.codes import RequestCode, ResponseCode
@@ -208,6 +208,7 @@ class SendMessageProcessor:
         self._complete_properties(props)
         prepared = props.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true"
         if "TIMER_" in text and broker.timer is not None:
+            yield_to_delay_level(props)  # (a delay level wins over a timer)
             try:
                 deliver_ms = delivery_time(props, int(time.time() * 1000),
                                            broker.config.timer_max_delay_sec)

@@ -32,6 +32,7 @@ from cluster.broker.json_config import JsonConfigFile
 from cluster.broker.topic_config import PERM_READ, PERM_WRITE
 from storage.errors import PutMessageError, StoreError
 from storage.message import (
+    PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_TIMER_DELAY_MS,
@@ -63,20 +64,17 @@ class TimerError(ValueError):
 
 
 def delivery_time(props: dict[str, str], now_ms: int, max_delay_sec: int) -> int | None:
-    """When a message asks to be delivered (ms since the epoch), or None for no timer."""
-    raw = props.get(PROPERTY_TIMER_DELIVER_MS)
-    base = 0
-    if raw is None:
-        raw = props.get(PROPERTY_TIMER_DELAY_MS)
-        base = now_ms
-        scale = 1
-        if raw is None:
-            raw = props.get(PROPERTY_TIMER_DELAY_SEC)
-            scale = 1000
-            if raw is None:
-                return None
+    """When a message asks to be delivered (ms since the epoch), or None for no timer. With
+    more than one timer property, TIMER_DELAY_SEC wins, then TIMER_DELAY_MS, then
+    TIMER_DELIVER_MS, as in RocketMQ 5 (``HookUtils.transformTimerMessage``)."""
+    if (raw := props.get(PROPERTY_TIMER_DELAY_SEC)) is not None:
+        base, scale = now_ms, 1000
+    elif (raw := props.get(PROPERTY_TIMER_DELAY_MS)) is not None:
+        base, scale = now_ms, 1
+    elif (raw := props.get(PROPERTY_TIMER_DELIVER_MS)) is not None:
+        base, scale = 0, 1
     else:
-        scale = 1
+        return None
     number = timer_number(raw)
     if number is None:
         raise TimerError(f"the timer property {raw.strip()[:30]!r} is not a whole number")
@@ -85,6 +83,21 @@ def delivery_time(props: dict[str, str], now_ms: int, max_delay_sec: int) -> int
         raise TimerError(f"the delivery time is more than {max_delay_sec} s away "
                          "(timerMaxDelaySec)")
     return deliver
+
+
+def yield_to_delay_level(props: dict[str, str]) -> None:
+    """A message with a delay level (``DELAY``) and timer properties too is a delayed message:
+    its timer properties are dropped, as RocketMQ 5 drops them (``HookUtils.checkIfTimerMessage``).
+    Parked in the timer as well, the store's delay rewrite would overwrite the REAL_TOPIC the
+    timer delivers to, and the message would be lost."""
+    level = props.get(PROPERTY_DELAY_TIME_LEVEL, "")
+    try:
+        delayed = int(level) > 0  # (the store's reading of the level: anything else is none)
+    except ValueError:
+        return
+    if delayed:
+        for key in (PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS):
+            props.pop(key, None)
 
 
 def park(props: dict[str, str], topic: str, queue_id: int, deliver_ms: int) -> None:

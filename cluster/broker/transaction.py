@@ -25,7 +25,7 @@ from cluster.broker.transaction_progress import TransactionProgress
 from cluster.remoting.codec import RemotingCommand, request
 from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.errors import RemotingError
-from cluster.remoting.header import java_integer
+from cluster.remoting.header import INT32_MAX, java_integer
 from storage.errors import PutMessageError, StoreError
 from storage.message import (
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
@@ -47,6 +47,7 @@ from storage.message import (
     reset_transaction_type,
     string_to_properties,
 )
+from storage.record import MessageRecord, decode_record, encode_record
 from storage.results import AppendMessageResult
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,29 @@ def origin_of(record, props: dict[str, str]) -> int:
     """The half-queue offset the transaction was first stored at (a copy names it)."""
     value = java_integer(props.get(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET, ""))
     return value if value is not None and value >= 0 else record.queue_offset
+
+
+def with_real_topic(raw: bytes, props: dict[str, str]) -> bytes:
+    """A half record as a producer is shown it: under the topic and queue it was sent to
+    (REAL_TOPIC, REAL_QID), as RocketMQ's ``sendCheckMessage`` restores them, so that every
+    client's checker sees the application's topic rather than the broker's half queue."""
+    topic = props.get(PROPERTY_REAL_TOPIC)
+    if not topic:
+        return raw
+    record = decode_record(raw, 0)
+    if not isinstance(record, MessageRecord):
+        return raw
+    queue_id = java_integer(props.get(PROPERTY_REAL_QUEUE_ID, ""))
+    if queue_id is None or not 0 <= queue_id <= INT32_MAX:
+        queue_id = record.queue_id
+    return encode_record(
+        topic=topic.encode(), body=record.body, properties=record.properties_string.encode(),
+        queue_id=queue_id, flag=record.flag,
+        queue_offset=record.queue_offset, physical_offset=record.commit_log_offset,
+        sys_flag=record.sys_flag, born_timestamp=record.born_timestamp,
+        born_host=record.born_host_raw, store_timestamp=record.store_timestamp,
+        store_host=record.store_host_raw, reconsume_times=record.reconsume_times,
+        prepared_transaction_offset=record.prepared_transaction_offset, crc=record.body_crc)
 
 
 class TransactionalMessageService:
@@ -317,12 +341,14 @@ class TransactionalMessageService:
             # from the write buffer): ask at the start of the next round.
             self._unasked.append((copy, props))
             return 0
+        body = with_real_topic(body, props)
         uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "")
         try:
             channel.connection.invoke_oneway(request(RequestCode.CHECK_TRANSACTION_STATE, {
                 "tranStateTableOffset": copy.logics_offset, "commitLogOffset": copy.wrote_offset,
                 "msgId": uniq, "transactionId": uniq, "offsetMsgId": copy.msg_id,
-                "topic": props.get(PROPERTY_REAL_TOPIC, "")}, body=body))
+                "topic": props.get(PROPERTY_REAL_TOPIC, ""),
+                "brokerName": self.broker.config.broker_name}, body=body))
         except RemotingError as exc:
             log.info("could not ask %s about a transaction: %s", channel.client_id, exc)
             return 0  # counted: the copy is checked again after the interval

@@ -12,8 +12,8 @@ import json
 import logging
 import os
 import socket
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Protocol
 
 from cluster.client.errors import ClientArgumentError
 from cluster.client.route import TopicRouteData, parse_mq_table
@@ -25,6 +25,16 @@ from cluster.remoting.errors import BrokerResponseError, RemotingError
 log = logging.getLogger(__name__)
 POLL_NAME_SERVER_INTERVAL = 30.0
 HEARTBEAT_INTERVAL = 30.0
+
+
+class RouteListener(Protocol):
+    """Told of every route the name servers give (a producer: its publish info)."""
+
+    def route_topics(self) -> Iterable[str]:
+        """Topics to refresh every 30 s, known to the name servers or not."""
+
+    def on_route(self, topic: str, route: TopicRouteData) -> None:
+        """A route of ``topic`` was just read from a name server."""
 
 
 def local_ip() -> str:
@@ -39,13 +49,18 @@ class MQClientInstance:
         self.namesrv_addrs = [a.strip() for a in namesrv_addr.split(";") if a.strip()]
         if not self.namesrv_addrs:
             raise ClientArgumentError("a name server address (host:port) is needed")
-        self.client_id = f"{local_ip()}@{os.getpid()}#{instance_name}"
+        self.client_ip = local_ip()
+        self.instance_name = instance_name
+        # RocketMQ's clientId with the pid in it (changeInstanceNameToPID): two processes of a
+        # group on one host are two members of it.
+        self.client_id = f"{self.client_ip}@{os.getpid()}#{instance_name}"
         self.remoting = RemotingClient(self._on_server_request)
         self.routes: dict[str, TopicRouteData] = {}
         self.broker_addrs: dict[str, dict[int, str]] = {}
         # Producers and consumers register themselves (they import this module, not the reverse).
         self.producers: dict[str, Any] = {}
         self.consumers: dict[str, Any] = {}
+        self.route_listeners: list[RouteListener] = []
         self._namesrv_index = 0
         # Asked first about every request a broker sends (a proxy answers for its 5.x clients);
         # None from it: this instance's own handling.
@@ -100,6 +115,8 @@ class MQClientInstance:
             raise BrokerResponseError(response.code, response.remark, response.code)
         route = TopicRouteData.parse(response.body)
         self.routes[topic] = route
+        for listener in list(self.route_listeners):
+            listener.on_route(topic, route)
         known = {a for addrs in self.broker_addrs.values() for a in addrs.values()}
         for name, addrs in route.broker_addrs().items():
             self.broker_addrs[name] = addrs
@@ -112,9 +129,16 @@ class MQClientInstance:
         return route
 
     async def refresh_routes(self) -> None:
-        for topic in list(self.routes):
+        """Every route read again (``updateTopicRouteInfoFromNameServer``): the producers'
+        publish info follows it, so new brokers and queues get traffic and a broker whose
+        write permission was wiped gets none."""
+        # A listener's topic is asked about even while a name server does not know it (one
+        # restarted a moment ago, before the brokers' next registration): forgotten, its
+        # cached publish info would never be refreshed again.
+        listened = {topic for listener in self.route_listeners for topic in listener.route_topics()}
+        for topic in dict.fromkeys([*self.routes, *listened]):
             try:
-                if await self.fetch_route(topic) is None:
+                if await self.fetch_route(topic) is None and topic not in listened:
                     self.routes.pop(topic, None)
             except RemotingError as exc:
                 log.warning("route refresh for %s failed: %s", topic, exc)

@@ -12,7 +12,8 @@ import asyncio
 import logging
 import time
 import zlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import replace
 from enum import Enum
 
 from cluster.client.errors import MQClientError
@@ -25,8 +26,14 @@ from cluster.remoting.codec import RemotingCommand, request
 from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.errors import BrokerResponseError, RemotingError
 from cluster.remoting.frame_template import PreparedRequest, RequestTemplate
+from cluster.topic_validator import RETRY_GROUP_TOPIC_PREFIX
 from storage.message import (
     COMPRESSED_FLAG,
+    PROPERTY_MAX_RECONSUME_TIMES,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_RECONSUME_TIME,
+    TRANS_HALF_TOPIC,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
@@ -83,6 +90,8 @@ class Producer:
 
     async def start(self) -> None:
         self.instance.producers[self.group] = self
+        if self not in self.instance.route_listeners:
+            self.instance.route_listeners.append(self)
         await self.instance.start()
         if self.trace and self.tracer is None:
             self.tracer = TraceDispatcher(Producer(inner_producer_group(self.group),
@@ -96,6 +105,8 @@ class Producer:
             await self.tracer.stop()
             self.tracer = None
         self.instance.producers.pop(self.group, None)
+        if self in self.instance.route_listeners:
+            self.instance.route_listeners.remove(self)
         await self.instance.unregister(producer_group=self.group)
         if self._own_instance:
             await self.instance.shutdown()
@@ -112,6 +123,18 @@ class Producer:
         return self.faults.items() if self.faults else []
 
     # -- routes -----------------------------------------------------------------------------------
+    def route_topics(self) -> Iterable[str]:
+        """The topics this producer has sent to: their routes are refreshed every 30 s."""
+        return list(self.publish_info)
+
+    def on_route(self, topic: str, route: TopicRouteData) -> None:
+        """A fresh route of a topic this producer sends to replaces its publish info when it
+        changed (``updateTopicPublishInfo``): queues of a new broker get messages, and one whose
+        write permission was wiped (drained before maintenance) gets none."""
+        info = self.publish_info.get(topic)
+        if info is not None and info.route != route:
+            self.publish_info[topic] = TopicPublishInfo(topic, route)
+
     async def _publish_info(self, topic: str) -> TopicPublishInfo:
         info = self.publish_info.get(topic)
         if info is not None and info.ok():
@@ -128,8 +151,9 @@ class Producer:
                            for q in route.queue_datas]
             template = TopicRouteData(queue_datas, route.broker_datas, None)
             return TopicPublishInfo(topic, template)  # not cached: the real route comes later
-        info = TopicPublishInfo(topic, route)
-        self.publish_info[topic] = info
+        info = self.publish_info[topic] = TopicPublishInfo(topic, route)
+        if not info.ok():  # (every broker's write permission wiped, say)
+            raise MQClientError(f"no writable queue of topic {topic} on any broker")
         return info
 
     # -- sends -------------------------------------------------------------------------------------
@@ -146,7 +170,9 @@ class Producer:
 
     def _request(self, msg: Message, mq: MessageQueue, uniq: str, code=RequestCode.SEND_MESSAGE_V2,
                  body: bytes | None = None, batch: bool = False, props: dict | None = None
-                 ) -> PreparedRequest:
+                 ) -> PreparedRequest | RemotingCommand:
+        if not batch and msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX) and msg.properties:
+            return self._retry_request(msg, uniq)
         sys_flag = 0
         data = msg.body if body is None else body
         if (props or msg.properties).get("TRAN_MSG") == "true":
@@ -167,6 +193,26 @@ class Producer:
         return template.prepare(
             (msg.topic, mq.queue_id, sys_flag, int(time.time() * 1000), msg.flag,
              text, "true" if batch else "false"), data)
+
+    def _retry_request(self, msg: Message, uniq: str) -> RemotingCommand:
+        """A message for a group's retry topic (a consumer's own when CONSUMER_SEND_MSG_BACK
+        failed): its reconsume count and limit travel in the header, where the broker reads
+        them (``DefaultMQProducerImpl.sendKernelImpl``), not among its properties."""
+        props = msg.all_properties()
+        props.setdefault("UNIQ_KEY", uniq)
+        reconsume_times = props.pop(PROPERTY_RECONSUME_TIME, "0")
+        max_reconsume_times = props.pop(PROPERTY_MAX_RECONSUME_TIMES, None)
+        data, sys_flag = msg.body, 0
+        if len(data) > self.compress_over:
+            data, sys_flag = zlib.compress(data, 5), COMPRESSED_FLAG
+        # Queue -1: the broker picks one of the retry queues it has (retryQueueNums, 1 by
+        # default), as it does for CONSUMER_SEND_MSG_BACK. The route this producer has may be
+        # TBW102's stand-in (no broker has the retry topic yet), whose queue ids it would refuse.
+        return request(RequestCode.SEND_MESSAGE_V2, {
+            "a": self.group, "b": msg.topic, "c": AUTO_CREATE_TOPIC_KEY,
+            "d": self.default_topic_queue_nums, "e": -1, "f": sys_flag,
+            "g": int(time.time() * 1000), "h": msg.flag, "i": properties_to_string(props),
+            "j": reconsume_times, "k": False, "l": max_reconsume_times, "m": False}, data)
 
     def _result(self, response: RemotingCommand, mq: MessageQueue, uniq: str) -> SendResult:
         status = _STATUS.get(response.code)
@@ -366,8 +412,17 @@ class TransactionProducer(Producer):
     async def answer_transaction_check(self, connection, command: RemotingCommand, record) -> None:
         if self.transaction_checker is None:
             return
-        message = MessageExt.of(record, MessageQueue(record.properties.get("REAL_TOPIC", record.topic),
-                                                     "", record.queue_id))
+        props = record.properties
+        if record.topic == TRANS_HALF_TOPIC and PROPERTY_REAL_TOPIC in props:
+            # A broker that sends the half record as stored (ours before it restored the real
+            # topic, as RocketMQ's does): the checker is told about the topic and queue the
+            # message was sent to, never about the broker's half queue.
+            queue_id = props.get(PROPERTY_REAL_QUEUE_ID, "")
+            number = queue_id.isascii() and queue_id.isdigit() and len(queue_id) < 10
+            record = replace(record, topic=props[PROPERTY_REAL_TOPIC],
+                             queue_id=int(queue_id) if number else record.queue_id)
+        message = MessageExt.of(record, MessageQueue(record.topic, command.field("brokerName") or "",
+                                                     record.queue_id))
         try:
             state = await self.transaction_checker(message)
         except Exception:

@@ -35,29 +35,36 @@ def allocate_average(current_id: str, all_ids: list[str], queues: list[MessageQu
     return [queues[(start + i) % len(queues)] for i in range(max(count, 0))]
 
 
-async def consumer_ids(instance: MQClientInstance, group: str, route) -> list[str]:
-    """The group's clients as the first master that answers knows them (just us otherwise)."""
+async def consumer_ids(instance: MQClientInstance, group: str, route) -> list[str] | None:
+    """The group's clients as the first master that answers knows them; None when no master
+    answers with the list (a timeout, or a broker restarted a moment ago that has had no
+    heartbeat yet): the caller keeps its queues rather than take all of them, as
+    ``RebalanceImpl.rebalanceByTopic`` skips a topic whose members it cannot learn."""
     for address in route.master_addrs().values():
         try:
             response = await instance.remoting.invoke(address, request(
                 RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group}))
-        except RemotingError:
+        except RemotingError as exc:
+            log.debug("the members of %s from %s: %s", group, address, exc)
             continue
         if response.code == ResponseCode.SUCCESS:
             return list(json.loads(response.body).get("consumerIdList") or [])
-    return [instance.client_id]
+    return None
 
 
 async def lock_queues(instance: MQClientInstance, group: str, mqs: list[MessageQueue],
-                      unlock: bool = False) -> set[MessageQueue]:
-    """LOCK_BATCH_MQ (or UNLOCK_BATCH_MQ) per broker; returns the queues this client holds."""
+                      unlock: bool = False) -> tuple[set[MessageQueue], set[MessageQueue]]:
+    """LOCK_BATCH_MQ (or UNLOCK_BATCH_MQ) per broker: the queues this client holds now, and
+    those whose broker could not be asked (neither granted nor refused)."""
     held: set[MessageQueue] = set()
+    unasked: set[MessageQueue] = set()
     by_broker: dict[str, list[MessageQueue]] = {}
     for mq in mqs:
         by_broker.setdefault(mq.broker_name, []).append(mq)
     for broker, queues in by_broker.items():
         address = instance.master_addr(broker)
         if address is None:
+            unasked.update(queues)
             continue
         body = json.dumps({"consumerGroup": group, "clientId": instance.client_id,
                            "mqSet": [{"topic": q.topic, "brokerName": q.broker_name,
@@ -68,8 +75,11 @@ async def lock_queues(instance: MQClientInstance, group: str, mqs: list[MessageQ
         except RemotingError as exc:
             log.warning("%s of %d queue(s) on %s failed: %s", "unlock" if unlock else "lock",
                         len(queues), broker, exc)
+            unasked.update(queues)
             continue
         if not unlock and response.code == ResponseCode.SUCCESS:
             for item in json.loads(response.body).get("lockOKMQSet") or []:
                 held.add(MessageQueue(item["topic"], item["brokerName"], int(item["queueId"])))
-    return held
+        elif not unlock:
+            unasked.update(queues)
+    return held, unasked

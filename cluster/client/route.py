@@ -72,6 +72,10 @@ class TopicPublishInfo:
         return bool(self.message_queues)
 
     def write_queue_nums_of(self, broker_name: str) -> int:
+        """The queues of ``broker_name`` a send may go to: none where the topic is not writable
+        (a broker whose write permission was wiped) or the broker has no master."""
+        if all(mq.broker_name != broker_name for mq in self.message_queues):
+            return 0
         for queue_data in self.route.queue_datas:
             if queue_data["brokerName"] == broker_name:
                 return int(queue_data.get("writeQueueNums", 0))

@@ -126,3 +126,38 @@ def test_timer_properties_out_of_range_are_refused(tmp_path, namesrv):
 
     with running("cluster.broker", "-c", broker_conf(tmp_path, namesrv)) as broker:
         asyncio.run(main(broker.address))
+
+
+def test_a_delay_level_wins_over_timer_properties(tmp_path, namesrv):
+    """As RocketMQ 5 does (HookUtils.checkIfTimerMessage): a message with a delay level and a
+    timer property is a delayed message, its timer properties dropped. (Parked in the timer
+    too, the delay rewrite overwrote the REAL_TOPIC the timer delivers to: it was lost.)"""
+    async def main(broker):
+        client = RemotingClient()
+        try:
+            sent_at = time.time()
+            far = str(int(sent_at * 1000) + 60_000)
+            for body, props in ((b"by-sec", {"DELAY": "1", "TIMER_DELAY_SEC": "60"}),
+                                (b"by-time", {"DELAY": "1", "TIMER_DELIVER_MS": far})):
+                answer = await client.invoke(broker, timer_send("TimerDelayed", body, **props))
+                assert answer.code == ResponseCode.SUCCESS, answer.remark
+            got = []
+            offset = 0
+            while len(got) < 2 and time.time() < sent_at + 15:
+                answer = await client.invoke(broker, pull("TimerDelayed", 0, offset))
+                if answer.code == ResponseCode.SUCCESS:
+                    for record in iter_records(answer.body):
+                        got.append((record, time.time() - sent_at))
+                        offset = record.queue_offset + 1
+                else:
+                    await asyncio.sleep(0.05)
+            return got
+        finally:
+            await client.close()
+
+    with running("cluster.broker", "-c", broker_conf(tmp_path, namesrv)) as broker:
+        got = asyncio.run(main(broker.address))
+    assert sorted(record.body for record, _ in got) == [b"by-sec", b"by-time"]
+    for record, after in got:
+        assert 1.0 <= after < 1.0 + 5  # level 1: one second, not the timer's minute
+        assert not [key for key in record.properties if key.startswith("TIMER_")]

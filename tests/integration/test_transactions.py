@@ -10,7 +10,9 @@ from cluster.client.admin import AdminClient
 from cluster.client.consumer import PushConsumer
 from cluster.client.message import Message, SendStatus
 from cluster.client.producer import LocalTransactionState, TransactionProducer
+from cluster.remoting.codes import RequestCode
 from storage.message_id import decode_message_id
+from storage.record import iter_records
 from tests.integration.procs import running
 from tests.integration.test_broker import broker_conf
 from tests.integration.test_client import create_topic, run
@@ -208,3 +210,50 @@ def test_check_counts_survive_a_restart_and_a_late_answer_commits_once(tmp_path)
                                 if r.topic == "Payments"]
 
             run(after_restart(), timeout=100)
+
+
+def test_a_check_back_shows_the_real_topic_and_queue(tmp_path):
+    """CHECK_TRANSACTION_STATE carries the half message restored to the topic and queue it was
+    sent to, as RocketMQ's broker sends it (every client's checker sees the application's
+    topic, never RMQ_SYS_TRANS_HALF_TOPIC)."""
+    env = {"HOME": str(tmp_path)}
+    conf = broker_conf(tmp_path, "", transactionTimeOut="1000", transactionCheckInterval="1000")
+    with running("cluster.namesrv", "-p", "0", env=env) as ns, \
+            running("cluster.broker", "-c", conf, "-n", ns.address, env=env) as broker:
+        async def main():
+            await create_topic({"a": broker}, "Payments", 4)
+            producer = TransactionProducer("pg-real-topic", ns.address)
+            asked = []
+            raw = []
+
+            async def checker(message):
+                asked.append((message.topic, message.message_queue.broker_name,
+                              message.message_queue.queue_id, message.keys))
+                return LocalTransactionState.ROLLBACK_MESSAGE
+
+            async def capture(connection, command):
+                if command.code == RequestCode.CHECK_TRANSACTION_STATE:
+                    raw.extend(iter_records(command.body))
+                return  # (then handled as usual)
+
+            producer.transaction_checker = checker
+            producer.instance.server_request_hook = capture
+            await producer.start()
+            try:
+                async def unknown(msg, result):
+                    return LocalTransactionState.UNKNOW
+
+                await producer.send_message_in_transaction(
+                    Message("Payments", b"open", keys="open"), unknown)
+                for _ in range(150):
+                    if asked:
+                        break
+                    await asyncio.sleep(0.1)
+            finally:
+                await producer.shutdown()
+            record = raw[0]
+            queue_id = int(record.properties["REAL_QID"])  # (kept, as RocketMQ keeps it)
+            assert (record.topic, record.queue_id, record.body) == ("Payments", queue_id, b"open")
+            assert asked[0] == ("Payments", "broker-a", queue_id, "open")
+
+        run(main(), timeout=60)

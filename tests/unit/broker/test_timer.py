@@ -8,7 +8,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from cluster.broker.timer import TimerError, TimerMessageService, delivery_time, park
+from cluster.broker.timer import (
+    TimerError,
+    TimerMessageService,
+    delivery_time,
+    park,
+    yield_to_delay_level,
+)
 from storage.message import TIMER_TOPIC, MessageExtBrokerInner, properties_to_string
 from storage.record import iter_records
 
@@ -21,9 +27,27 @@ def test_delivery_time_from_each_property():
     assert delivery_time({"TIMER_DELIVER_MS": str(NOW + 5000)}, NOW, 3 * DAY_S) == NOW + 5000
     assert delivery_time({"TIMER_DELAY_MS": "1500"}, NOW, 3 * DAY_S) == NOW + 1500
     assert delivery_time({"TIMER_DELAY_SEC": "7"}, NOW, 3 * DAY_S) == NOW + 7000
-    # the absolute time wins over a delay, as in RocketMQ
+    # A delay wins over the absolute time, seconds over milliseconds, as in RocketMQ 5
+    # (HookUtils.transformTimerMessage reads TIMER_DELAY_SEC, then TIMER_DELAY_MS, then
+    # TIMER_DELIVER_MS).
     assert delivery_time({"TIMER_DELIVER_MS": str(NOW + 1), "TIMER_DELAY_SEC": "9"}, NOW,
-                         3 * DAY_S) == NOW + 1
+                         3 * DAY_S) == NOW + 9000
+    assert delivery_time({"TIMER_DELIVER_MS": str(NOW + 1), "TIMER_DELAY_MS": "2500"}, NOW,
+                         3 * DAY_S) == NOW + 2500
+    assert delivery_time({"TIMER_DELAY_MS": "2500", "TIMER_DELAY_SEC": "9"}, NOW,
+                         3 * DAY_S) == NOW + 9000
+
+
+def test_a_delay_level_drops_the_timer_properties():
+    props = {"DELAY": "3", "TIMER_DELIVER_MS": str(NOW + 1), "TIMER_DELAY_SEC": "9",
+             "TIMER_DELAY_MS": "5", "KEYS": "k"}
+    yield_to_delay_level(props)
+    assert props == {"DELAY": "3", "KEYS": "k"}
+    assert delivery_time(props, NOW, 3 * DAY_S) is None
+    for level in ("0", "-1", "x", ""):  # no delay level as the store reads one: the timer stays
+        props = {"DELAY": level, "TIMER_DELAY_SEC": "9"}
+        yield_to_delay_level(props)
+        assert props == {"DELAY": level, "TIMER_DELAY_SEC": "9"}
 
 
 @pytest.mark.parametrize("props", [

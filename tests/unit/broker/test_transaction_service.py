@@ -11,7 +11,7 @@ import pytest
 
 from cluster.broker.config import BrokerConfig
 from cluster.broker.controller import BrokerController
-from cluster.broker.transaction import TransactionalMessageService
+from cluster.broker.transaction import TransactionalMessageService, with_real_topic
 from cluster.remoting.codec import request
 from cluster.remoting.codes import RequestCode, ResponseCode
 from storage.config import MessageStoreConfig
@@ -24,6 +24,7 @@ from storage.message import (
     properties_to_string,
 )
 from storage.message_store import DefaultMessageStore
+from storage.record import decode_record
 
 CHECK_MAX = 4
 INTERVAL_MS = 1000
@@ -190,3 +191,20 @@ def test_a_late_commit_of_a_given_up_transaction_is_delivered_once(broker, answe
     assert end(service, original) == ResponseCode.SUCCESS
     assert broker.store.wait_dispatched()
     assert broker.store.get_max_offset_in_queue("Payments", 0) == 1  # once
+
+
+def test_a_check_back_restores_the_topic_and_queue_and_keeps_the_rest(broker):
+    """RocketMQ's sendCheckMessage shows the producer the half message under the topic and queue
+    it was sent to; every other field, the half offsets included, stays as stored."""
+    half_offset, commit_log_offset = store_half(broker, "open")
+    raw = broker.store.select_one_message_by_offset(commit_log_offset)
+    stored = decode_record(raw, 0)
+    shown = decode_record(with_real_topic(raw, stored.properties), 0)
+    assert (stored.topic, stored.queue_id) == (TRANS_HALF_TOPIC, 0)
+    assert (shown.topic, shown.queue_id) == ("Payments", 0)
+    assert (shown.queue_offset, shown.commit_log_offset) == (half_offset, commit_log_offset)
+    for field in ("body", "body_crc", "properties_string", "born_timestamp", "born_host_raw",
+                  "store_timestamp", "store_host_raw", "sys_flag", "flag", "reconsume_times"):
+        assert getattr(shown, field) == getattr(stored, field), field
+    props = dict(stored.properties, REAL_QID="3")
+    assert decode_record(with_real_topic(raw, props), 0).queue_id == 3

@@ -85,3 +85,20 @@ def test_average_allocation_gives_contiguous_ranges_and_covers_every_queue():
 def test_tag_expressions():
     assert parse_tags("*") is None
     assert parse_tags(" TagA || TagB ") == {"TagA", "TagB"}
+
+
+def test_a_broker_whose_write_permission_was_wiped_is_never_picked():
+    """Not among the queues, and not as the fallback when every broker is out either (its
+    queue data still counts write queues; its permission says no)."""
+    route = TopicRouteData(
+        [{"brokerName": "broker-a", "writeQueueNums": 2, "readQueueNums": 2, "perm": 4},
+         {"brokerName": "broker-b", "writeQueueNums": 2, "readQueueNums": 2, "perm": 6}],
+        [{"brokerName": "broker-a", "brokerAddrs": {0: "a:1"}},
+         {"brokerName": "broker-b", "brokerAddrs": {0: "b:1"}}])
+    info = TopicPublishInfo("T", route)
+    assert {q.broker_name for q in info.message_queues} == {"broker-b"}
+    faults = LatencyFaultTolerance(Clock())
+    faults.update_fault_item("broker-a", 600, isolation=False)  # the better of two that are out
+    faults.update_fault_item("broker-b", 5, isolation=True)
+    assert info.write_queue_nums_of("broker-a") == 0
+    assert {select_queue(info, None, faults).broker_name for _ in range(10)} == {"broker-b"}
