@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Collection
 
 AUTO_CREATE_TOPIC_KEY = "TBW102"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
@@ -16,11 +17,20 @@ TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 TIMER_TOPIC = "rmq_sys_wheel_timer"
+TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"  # (the timer's, POP's revive topics, ...)
+REPLY_TOPIC_POSTFIX = "REPLY_TOPIC"
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 _VALID_TOPIC = re.compile(r"[%|a-zA-Z0-9_-]+")  # (fullmatch: "$" would let a final "\n" in)
 # Clients may not send straight into these.
 NOT_ALLOWED_SEND_TOPICS = {SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TIMER_TOPIC}
+# TopicValidator's SYSTEM_TOPIC_SET as it starts; a broker adds its own names to it
+# (broker_system_topics).
+SYSTEM_TOPICS = frozenset({
+    AUTO_CREATE_TOPIC_KEY, SCHEDULE_TOPIC, BENCHMARK_TOPIC, TRANS_HALF_TOPIC, TRACE_TOPIC,
+    TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, SELF_TEST_TOPIC, OFFSET_MOVED_EVENT,
+})
 
 
 # Every send checks its topic: the answer for a name seen before is a lookup (bounded, so that
@@ -60,7 +70,20 @@ def validate_group_name(group: str) -> str | None:
     return _name_problem("group", group, MAX_GROUP_LENGTH)
 
 
-def is_system_topic(topic: str) -> bool:
-    return topic in NOT_ALLOWED_SEND_TOPICS or topic in (
-        AUTO_CREATE_TOPIC_KEY, SELF_TEST_TOPIC, BENCHMARK_TOPIC, OFFSET_MOVED_EVENT, TRACE_TOPIC
-    ) or topic.startswith("rmq_sys_")
+def reply_topic(cluster_name: str) -> str:
+    """The cluster's request-reply topic (``<cluster>_REPLY_TOPIC``, MixAll.REPLY_TOPIC_POSTFIX)."""
+    return f"{cluster_name}_{REPLY_TOPIC_POSTFIX}"
+
+
+def broker_system_topics(cluster_name: str, broker_name: str) -> frozenset[str]:
+    """The topics a broker makes at start under names only it knows, which RocketMQ's
+    TopicConfigManager adds to the system topics (``TopicValidator.addSystemTopic``): its
+    cluster's, its own, its cluster's reply topic."""
+    return frozenset({cluster_name, broker_name, reply_topic(cluster_name)})
+
+
+def is_system_topic(topic: str, broker_topics: Collection[str] = ()) -> bool:
+    """Whether ``topic`` is one of RocketMQ's system topics (``TopicValidator.isSystemTopic``),
+    or one of ``broker_topics`` (a broker's own: :func:`broker_system_topics`)."""
+    return (topic in SYSTEM_TOPICS or topic in NOT_ALLOWED_SEND_TOPICS
+            or topic.startswith(SYSTEM_TOPIC_PREFIX) or topic in broker_topics)

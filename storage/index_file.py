@@ -41,6 +41,12 @@ HASH_SLOT_SIZE = 4
 INDEX_ENTRY = struct.Struct(">iqii")
 INDEX_ENTRY_SIZE = 20
 _INT_MAX = 0x7FFFFFFF
+# The most chain entries one key query reads, over all the files it looks in. A query walks
+# its key's slot chain newest to oldest on the event loop: a hot key (or keys sharing its slot)
+# asked for a time range far back read every newer entry first, millions of them, holding the
+# loop for seconds. 100,000 reads are some tens of milliseconds; past them the query answers
+# with what it found (RocketMQ walks on, on a thread of its own).
+MAX_QUERY_CHAIN_STEPS = 100_000
 # The compiled twin of put_key_hash over all of one message's keys (common/_storecore.c).
 _index_put_keys = None if speedups.store_core is None else speedups.store_core.index_put_keys
 
@@ -251,22 +257,31 @@ class IndexFile:
             or self.begin_timestamp <= end <= self.end_timestamp
         )
 
-    def select_phy_offset(self, key: str, max_num: int, begin: int, end: int) -> list[int]:
-        """CommitLog offsets indexed under ``key`` with store time in [begin, end], newest first.
+    def select_phy_offset(self, key: str, max_num: int, begin: int, end: int,
+                          max_steps: int = MAX_QUERY_CHAIN_STEPS) -> list[int]:
+        """CommitLog offsets indexed under ``key`` with store time in [begin, end], newest first,
+        from at most ``max_steps`` entries of its chain.
 
         Hash collisions are possible: callers check the record's real keys.
         """
+        return self.walk_chain(key, max_num, begin, end, max_steps)[0]
+
+    def walk_chain(self, key: str, max_num: int, begin: int, end: int,
+                   max_steps: int) -> tuple[list[int], int]:
+        """:meth:`select_phy_offset`, and how many entries it read."""
         found: list[int] = []
+        steps = 0
         if not self.mapped_file.hold():
-            return found
+            return found, steps
         try:
             key_hash = index_key_hash(key)
             slot_pos = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
             (slot_value,) = HASH_SLOT.unpack_from(self.mm, slot_pos)
             if slot_value <= 0 or slot_value >= self.index_count or self.index_count <= 1:
-                return found
+                return found, steps
             next_index = slot_value
-            while len(found) < max_num:
+            while len(found) < max_num and steps < max_steps:
+                steps += 1
                 entry_pos = self._entries_base + next_index * INDEX_ENTRY_SIZE
                 entry_hash, phy, time_diff, prev = INDEX_ENTRY.unpack_from(self.mm, entry_pos)
                 if time_diff < 0:
@@ -279,7 +294,7 @@ class IndexFile:
                 if prev <= 0 or prev >= self.index_count or prev == next_index:
                     break
                 next_index = prev
-            return found
+            return found, steps
         finally:
             self.mapped_file.release()
 
@@ -465,13 +480,19 @@ class IndexService:
         last_ts = files[-1].end_timestamp if files else 0
         last_phy = files[-1].end_phy_offset if files else 0
         full_key = build_key(topic, key)
+        steps_left = MAX_QUERY_CHAIN_STEPS  # (for the whole query, however many files)
         for index_file in reversed(files):
             if len(offsets) >= max_num:
                 break
+            if steps_left <= 0:
+                log.debug("query of %s stopped after %d index entries", full_key,
+                          MAX_QUERY_CHAIN_STEPS)
+                break
             if index_file.is_time_matched(begin, end):
-                offsets.extend(
-                    index_file.select_phy_offset(full_key, max_num - len(offsets), begin, end)
-                )
+                found, steps = index_file.walk_chain(full_key, max_num - len(offsets), begin, end,
+                                                     steps_left)
+                offsets.extend(found)
+                steps_left -= steps
             if index_file.begin_timestamp < begin:
                 break
         return offsets, last_ts, last_phy

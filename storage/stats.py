@@ -161,8 +161,14 @@ class StoreStatsService(ServiceThread):
                 f"{self._rate(w, 'get_found'):.4f}" for w in windows
             ),
             "getMissTps": " ".join(f"{self._rate(w, 'get_miss'):.4f}" for w in windows),
+            # (found and missed gets: rocketmq-dashboard splits it on spaces every minute)
+            "getTotalTps": " ".join(
+                f"{self._rate(w, 'get_found') + self._rate(w, 'get_miss'):.4f}" for w in windows
+            ),
             "getTransferedTps": " ".join(f"{self.get_transferred_tps(w):.4f}" for w in windows),
             "getMessageEntireTimeMax": "0",
+            # RocketMQ reports it and never sets it: no dispatch buffer here either
+            "dispatchMaxBuffer": "0",
         }
 
 

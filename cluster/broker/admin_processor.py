@@ -23,14 +23,11 @@ from cluster.broker.headers import (
 from cluster.broker.schedule import ACTING_MASTER_FIELD
 from cluster.broker.subscription_group import checked_subscription_group
 from cluster.broker.topic_config import TopicConfig
+from cluster.pop_handle import pop_retry_topic
 from cluster.remoting.body import JsonBody
 from cluster.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode
 from cluster.remoting.header import HeaderError
-from cluster.topic_validator import (
-    DLQ_GROUP_TOPIC_PREFIX,
-    RETRY_GROUP_TOPIC_PREFIX,
-    is_system_topic,
-)
+from cluster.topic_validator import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 
 
 def message_queue_key(topic: str, broker_name: str, queue_id: int) -> str:
@@ -42,6 +39,11 @@ def mq_table_json(entries: list[tuple[str, dict]]) -> str:
     """A map with MessageQueue keys, in fastjson's object-key form."""
     return "{" + ",".join(f"{key}:{json.dumps(value, separators=(',', ':'))}"
                           for key, value in entries) + "}"
+
+
+def system_topic_conflict(topic: str) -> str:
+    """RocketMQ's remark refusing to create, update or delete a system topic."""
+    return f"The topic[{topic}] is conflict with system topic."
 
 
 SLAVE_READ_ONLY = "Can't modify topic or subscription group from slave broker, please use the master"
@@ -74,11 +76,12 @@ class AdminBrokerProcessor:
     @checked(CreateTopicRequestHeader)
     def update_and_create_topic(self, connection, command, header):
         topic = header.topic
-        if topic == self.broker.config.broker_cluster_name:
-            return command.make_response(ResponseCode.SYSTEM_ERROR,
-                                         f"the topic[{topic}] is conflict with system reserved words.")
         if not self.broker.is_master:
             return command.make_response(ResponseCode.SYSTEM_ERROR, SLAVE_READ_ONLY)
+        if self.broker.topics.is_system_topic(topic):
+            # TBW102 made perm 6 would end topic auto-creation; SCHEDULE_TOPIC_XXXX with fewer
+            # queues would strand delayed messages (RocketMQ 4.9 refuses them all alike)
+            return command.make_response(ResponseCode.SYSTEM_ERROR, system_topic_conflict(topic))
         clash = self.broker.topics.folder_problem(topic)
         for prefix in (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX):
             if not clash and topic.startswith(prefix) and topic not in self.broker.topics.table:
@@ -94,9 +97,8 @@ class AdminBrokerProcessor:
     @checked(TopicRequestHeader)
     def delete_topic(self, connection, command, header):
         topic = header.topic
-        if is_system_topic(topic):
-            return command.make_response(ResponseCode.SYSTEM_ERROR,
-                                         f"the topic[{topic}] is a system topic and cannot be deleted")
+        if self.broker.topics.is_system_topic(topic):
+            return command.make_response(ResponseCode.SYSTEM_ERROR, system_topic_conflict(topic))
         self.broker.topics.delete(topic)
         self.broker.offsets.remove_topic(topic)
         self.broker.store.delete_topics({topic})
@@ -143,9 +145,15 @@ class AdminBrokerProcessor:
         in_flight = broker.pop_revive.in_flight_by_queue(group) if broker.pop_revive else {}
         for key, count in broker.pop_order.in_flight_by_queue(group).items():
             in_flight[key] = in_flight.get(key, 0) + count
+        online = broker.consumers.find(group)
+        subscribed = set(online.subscriptions) if online is not None else set()
         for topic in sorted(topics):
             config = broker.topics.select(topic)
             if config is None:
+                continue
+            if subscribed and not _subscribes(group, subscribed, topic):
+                # Mirrors RocketMQ 4.x: a group online with subscriptions is shown only the
+                # topics it consumes now, not every topic it once committed an offset on.
                 continue
             committed = broker.offsets.offsets_of(group, topic)
             for queue_id in range(config.read_queue_nums):
@@ -238,6 +246,15 @@ class AdminBrokerProcessor:
             "subscriptionTable": {t: s.to_json() for t, s in info.subscriptions.items()},
         }
         return command.make_response(ResponseCode.SUCCESS, body=json.dumps(body).encode())
+
+
+def _subscribes(group: str, subscribed: set[str], topic: str) -> bool:
+    """Whether a group subscribing ``subscribed`` consumes ``topic``: one of them, or the POP
+    retry topic of one (5.x POP consumers do not subscribe those; the broker reads them for them)."""
+    if topic in subscribed:
+        return True
+    prefix = pop_retry_topic(group, "")
+    return topic.startswith(prefix) and topic[len(prefix):] in subscribed
 
 
 def broker_version_fields() -> dict[str, str]:

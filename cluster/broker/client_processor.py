@@ -18,13 +18,16 @@ from cluster.broker.headers import (
 from cluster.broker.topic_config import PERM_READ, PERM_WRITE
 from cluster.remoting.codec import RemotingCommand, request
 from cluster.remoting.codes import RequestCode, ResponseCode
-from cluster.remoting.errors import RemotingError
+from cluster.remoting.errors import RemotingError, RemotingTimeoutError
 from cluster.remoting.header import HeaderError
 from cluster.topic_validator import RETRY_GROUP_TOPIC_PREFIX
 from storage.errors import StoreError
 from storage.message_id import decode_message_id
 
 log = logging.getLogger(__name__)
+
+# How long a relayed request waits for the consumer (Broker2Client.callClient: 10 s).
+RELAY_TIMEOUT_SECONDS = 10.0
 
 
 class ClientManageProcessor:
@@ -47,20 +50,24 @@ class ClientManageProcessor:
             return command.make_response(exc.response_code, str(exc))
         broker = self.broker
         client_id = heartbeat.client_id
-        for consumer in heartbeat.consumers:
-            group = consumer.group
-            group_config = broker.subscription_groups.find(group)
-            if group_config is not None:
-                broker.topics.create_in_send_message_back_method(
-                    RETRY_GROUP_TOPIC_PREFIX + group, group_config.retry_queue_nums,
-                    PERM_READ | PERM_WRITE)
-            channel = ClientChannelInfo(connection, client_id, command.language, command.version)
-            changed = broker.consumers.register(
-                group, channel, consumer.consume_type, consumer.message_model,
-                consumer.consume_from_where, consumer.subscriptions)
-            if changed:
-                log.info("consumer group %s: %s joined", group, client_id)
-                self.notify_consumer_ids_changed(group)
+        # The groups and retry topics this heartbeat creates are written once each, when it
+        # is done, not one whole-file write a group (PersistBatch).
+        with broker.subscription_groups.persist_once(), broker.topics.persist_once():
+            for consumer in heartbeat.consumers:
+                group = consumer.group
+                group_config = broker.subscription_groups.find(group)
+                if group_config is not None:
+                    broker.topics.create_in_send_message_back_method(
+                        RETRY_GROUP_TOPIC_PREFIX + group, group_config.retry_queue_nums,
+                        PERM_READ | PERM_WRITE)
+                channel = ClientChannelInfo(connection, client_id, command.language,
+                                            command.version)
+                changed = broker.consumers.register(
+                    group, channel, consumer.consume_type, consumer.message_model,
+                    consumer.consume_from_where, consumer.subscriptions)
+                if changed:
+                    log.info("consumer group %s: %s joined", group, client_id)
+                    self.notify_consumer_ids_changed(group)
         for group in heartbeat.producer_groups:
             broker.producers.register(group, ClientChannelInfo(
                 connection, client_id, command.language, command.version))
@@ -131,9 +138,9 @@ class ClientForwardProcessor:
         client_id = header.client_id
         channel = self.broker.consumers.find_channel(group, client_id)
         if channel is None:
+            # (RocketMQ's words, group first: tools match on them)
             return None, command.make_response(
-                ResponseCode.SYSTEM_ERROR,
-                f"The Consumer <{client_id}> <{group}> not online or not supported")
+                ResponseCode.SYSTEM_ERROR, f"The Consumer <{group}> <{client_id}> not online")
         return channel, None
 
     @checked(ConsumerClientRequestHeader)
@@ -151,7 +158,7 @@ class ClientForwardProcessor:
                                          f"can not find message by msgId {msg_id}: {exc}")
         fields = dict(command.ext_fields)
         fields["brokerName"] = self.broker.config.broker_name
-        return await self._relay(channel, command, fields, body)
+        return await self._relay(channel, header.consumer_group, command, fields, body)
 
     @checked(ConsumerClientRequestHeader)
     async def get_consumer_running_info(self, connection, command: RemotingCommand,
@@ -159,14 +166,22 @@ class ClientForwardProcessor:
         channel, error = self._channel(command, header)
         if error is not None:
             return error
-        return await self._relay(channel, command, dict(command.ext_fields), command.body)
+        return await self._relay(channel, header.consumer_group, command,
+                                 dict(command.ext_fields), command.body)
 
-    async def _relay(self, channel, command, fields, body) -> RemotingCommand:
+    async def _relay(self, channel, group: str, command, fields, body) -> RemotingCommand:
+        """The consumer's answer to ``command``, passed back (AdminBrokerProcessor.callConsumer)."""
+        client_id = channel.client_id
         try:
-            answer = await channel.connection.invoke(request(command.code, fields, body), 15)
+            answer = await channel.connection.invoke(request(command.code, fields, body),
+                                                     RELAY_TIMEOUT_SECONDS)
+        except RemotingTimeoutError as exc:
+            # CONSUME_MSG_TIMEOUT, not SYSTEM_ERROR: tools tell a slow consumer from a failure
+            return command.make_response(ResponseCode.CONSUME_MSG_TIMEOUT,
+                                         f"consumer <{group}> <{client_id}> Timeout: {exc}")
         except RemotingError as exc:
             return command.make_response(ResponseCode.SYSTEM_ERROR,
-                                         f"the consumer {channel.client_id} did not answer: {exc}")
+                                         f"invoke consumer <{group}> <{client_id}> Exception: {exc}")
         return command.make_response(answer.code, answer.remark, answer.ext_fields, answer.body)
 
     async def lock_batch_mq(self, connection, command: RemotingCommand) -> RemotingCommand:
@@ -207,14 +222,21 @@ class ResetOffsetProcessor:
         if config is None:
             return command.make_response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
         store = broker.store
+        queues = range(config.write_queue_nums)
+        currents = [broker.offsets.query_offset(group, topic, queue_id) for queue_id in queues]
+        if min(currents, default=0) < 0:
+            # Mirrors Broker2Client.resetOffset: a group with no offset on a queue is not one
+            # this topic has; nothing is changed (offsets were made up for it before).
+            return command.make_response(ResponseCode.SYSTEM_ERROR,
+                                         f"THe consumer group <{group}> not exist")
         entries = []
-        for queue_id in range(config.write_queue_nums):
-            if timestamp < 0:
+        for queue_id, current in zip(queues, currents, strict=True):
+            if timestamp == -1:  # (only -1: another negative time is a time, before any)
                 target = store.get_max_offset_in_queue(topic, queue_id)
             else:
                 target = store.get_offset_in_queue_by_time(topic, queue_id, timestamp)
-            current = broker.offsets.query_offset(group, topic, queue_id)
-            if force or current < 0 or target < current:
+            target = max(target, 0)
+            if force or target < current:
                 broker.offsets.commit_offset(group, topic, queue_id, target)
             else:
                 target = current

@@ -33,7 +33,11 @@ from cluster.broker.schedule import ScheduleMessageService
 from cluster.broker.send_back import SendMessageBackProcessor
 from cluster.broker.send_processor import SendMessageProcessor
 from cluster.broker.slave_sync import SlaveSynchronize
-from cluster.broker.stats import BrokerStats
+from cluster.broker.stats import (
+    BrokerStats,
+    commit_log_dir_capacity,
+    thread_pool_runtime_info,
+)
 from cluster.broker.subscription_group import SubscriptionGroupManager
 from cluster.broker.timer import TimerMessageService
 from cluster.broker.topic_config import PERM_READ, TopicConfig, TopicConfigManager
@@ -213,22 +217,34 @@ class BrokerController:
     def runtime_info(self) -> dict[str, str]:
         info = dict(self.store.runtime_info())
         info.update(broker_version_fields())
+        stats = self.stats
         info.update({
-            "bootTimestamp": str(self.stats.boot_timestamp),
-            "msgPutTotalTodayNow": str(self.stats.put_total),
-            "msgGetTotalTodayNow": str(self.stats.get_total),
+            "bootTimestamp": str(stats.boot_timestamp),
+            # (mqadmin and the dashboard subtract these for "today" and "yesterday")
+            "msgPutTotalYesterdayMorning": str(stats.msg_put_total_yesterday_morning),
+            "msgPutTotalTodayMorning": str(stats.msg_put_total_today_morning),
+            "msgPutTotalTodayNow": str(stats.put_total),
+            "msgGetTotalYesterdayMorning": str(stats.msg_get_total_yesterday_morning),
+            "msgGetTotalTodayMorning": str(stats.msg_get_total_today_morning),
+            "msgGetTotalTodayNow": str(stats.get_total),
+            **thread_pool_runtime_info(),
+            # BrokerConfig's default: sends are taken from the start
+            "startAcceptSendRequestTimeStamp": "0",
             "brokerRole": self.store_config.broker_role.value,
             "brokerName": self.config.broker_name,
             "brokerId": str(self.config.broker_id),
             "brokerAddr": self.config.broker_addr,
-            "putTps": f"{self.stats.put_tps(10):.4f} {self.stats.put_tps(60):.4f}",
-            "getTransferedTps": f"{self.stats.get_tps(10):.4f} {self.stats.get_tps(60):.4f}",
+            "putTps": stats.put_tps_windows(),
+            "getTransferedTps": stats.get_tps_windows(),
             "pullRequestsHeld": str(self.pull_hold.held_count()),
             # Our own keys (RocketMQ reports clients per group only): for the console's overview.
             "producerClientNum": str(len(self.producers.client_ids())),
             "consumerClientNum": str(len(self.consumers.client_ids())),
         })
         transactions = self.transactions.open_counts()
+        capacity = commit_log_dir_capacity(self.store_config.store_path_root_dir)
+        if capacity is not None:
+            info["commitLogDirCapacity"] = capacity
         if transactions is not None:  # half messages not yet committed or rolled back
             info["transactionOpenNum"], info["transactionCheckingNum"] = map(str, transactions)
         if self.timer is not None:  # 5.x: timers waiting for their time

@@ -10,12 +10,48 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 
 from cluster.remoting import fastjson
 from common.platform.durability import sync_all
 from common.platform.files import replace_file
 
 log = logging.getLogger(__name__)
+
+
+class PersistBatch:
+    """Persists asked for inside ``with batch:`` on one thread, made once when the outermost
+    block ends.
+
+    A request may change a file many times: a HEART_BEAT naming 1,024 new groups creates a
+    group and a retry topic for each, and one write (fsync and rename) a change rewrote the
+    whole, growing subscriptionGroup.json and topics.json 1,024 times each on the event loop
+    (9 s, then 26 s for the next such heartbeat). Inside a batch the request's changes are all
+    on disk before it is answered, as before; only the writes in between, which nothing could
+    observe, are skipped. The depth is the thread's own: a change made on another thread
+    meanwhile is written as it is made, not when this thread's request ends.
+    """
+
+    def __init__(self, persist: Callable[[], object]) -> None:
+        self._persist = persist
+        self._local = threading.local()
+
+    def __enter__(self) -> PersistBatch:
+        self._local.depth = getattr(self._local, "depth", 0) + 1
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._local.depth -= 1
+        if self._local.depth == 0 and getattr(self._local, "owed", False):
+            self._local.owed = False
+            self._persist()
+
+    def persist(self) -> None:
+        """Persist now, or when the batch this thread is in ends."""
+        if getattr(self._local, "depth", 0):
+            self._local.owed = True
+        else:
+            self._persist()
 
 
 class JsonConfigFile:

@@ -14,6 +14,7 @@ from cluster.broker.headers import (
     ViewMessageRequestHeader,
     checked,
 )
+from cluster.broker.pull_processor import internal_refusal
 from cluster.remoting.codes import RequestCode, ResponseCode
 from storage.errors import OffsetOutOfRangeError, RecordError
 
@@ -91,8 +92,28 @@ class QueryProcessor:
     @checked(UpdateConsumerOffsetRequestHeader)
     def update_consumer_offset(self, connection, command, header):
         group, topic, queue_id = header.consumer_group, header.topic, header.queue_id
-        offset = header.commit_offset
-        self.broker.offsets.commit_offset(group, topic, queue_id, offset)
+        broker = self.broker
+        # The broker's own consumers' offsets are how far its services have come: a client's
+        # 2**63-1 for CID_RMQ_SYS_REVIVE_GROUP on the revive log made every in-flight POP
+        # checkpoint be forgotten at the next start. Refused as a pull committing them is.
+        refusal = internal_refusal(command, group, topic)
+        if refusal is not None:
+            return refusal
+        # RocketMQ 5.x: an unknown group or topic is refused; a group auto-creation would
+        # make on a pull or heartbeat is made here too (a client may commit before either).
+        if broker.subscription_groups.find(group) is None:
+            why = broker.subscription_groups.folder_problem(group)
+            return command.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                         why or f"Group {group} not exist!")
+        topic_config = broker.topics.select(topic) or broker.replicated_topic_config(topic, queue_id)
+        if topic_config is None:
+            return command.make_response(ResponseCode.TOPIC_NOT_EXIST, f"Topic {topic} not exist!")
+        if queue_id >= topic_config.read_queue_nums:  # (an offset no consumer could read by)
+            return command.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:"
+                f"[{topic_config.read_queue_nums}]")
+        broker.offsets.commit_offset(group, topic, queue_id, header.commit_offset)
         return command.make_response(ResponseCode.SUCCESS)
 
     @checked(SearchOffsetRequestHeader)

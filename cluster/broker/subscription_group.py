@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cluster.broker.json_config import JsonConfigFile
+from cluster.broker.json_config import JsonConfigFile, PersistBatch
 from cluster.broker.topic_config import DataVersion
 from cluster.remoting.body import JsonBody
 from cluster.remoting.header import HeaderError
@@ -88,6 +88,7 @@ class SubscriptionGroupManager:
         self.table: dict[str, SubscriptionGroupConfig] = {}
         self.data_version = DataVersion()
         self._lock = threading.Lock()
+        self._batch = PersistBatch(self.persist)
         # Whether the store's file system takes "a" and "A" for one name (the broker asks it),
         # and the broker's check of a new topic's folder (TopicConfigManager.folder_problem).
         self.names_ignore_case = False
@@ -115,6 +116,11 @@ class SubscriptionGroupManager:
 
     def persist(self) -> None:
         self.file.persist(json.dumps(self.wrapper_json(), indent=1))
+
+    def persist_once(self) -> PersistBatch:
+        """``with groups.persist_once():`` groups auto-created inside are written in one write
+        when it ends (a heartbeat naming many groups; see :class:`PersistBatch`)."""
+        return self._batch
 
     def replace_from_master(self, wrapper: dict) -> bool:
         """A slave's copy of its master's groups (every 10 s); returns whether anything changed."""
@@ -167,10 +173,12 @@ class SubscriptionGroupManager:
             with self._lock:
                 config = self.table.setdefault(group, SubscriptionGroupConfig(group))
                 self.data_version.next_version()
-            self.persist()
+            # (RocketMQ writes at once too; inside a request's batch, at the request's end)
+            self._batch.persist()
         return config
 
     def update(self, config: SubscriptionGroupConfig) -> None:
+        """An admin's change: on disk before it returns, batch or none."""
         with self._lock:
             self.table[config.group_name] = config
             self.data_version.next_version()

@@ -9,13 +9,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cluster.broker.json_config import JsonConfigFile
+from cluster.broker.json_config import JsonConfigFile, PersistBatch
 from cluster.topic_validator import (
     AUTO_CREATE_TOPIC_KEY,
     BENCHMARK_TOPIC,
     OFFSET_MOVED_EVENT,
     SCHEDULE_TOPIC,
     SELF_TEST_TOPIC,
+    broker_system_topics,
+    is_system_topic,
+    reply_topic,
 )
 from common.platform import file_names
 
@@ -92,6 +95,7 @@ class TopicConfigManager:
         # two topics that differ only in case would share one ConsumeQueue folder.
         self.names_ignore_case = False
         self.on_change: list[Callable[[], None]] = []
+        self._batch = PersistBatch(self.persist)
         self._add_system_topics()
 
     def _add_system_topics(self) -> None:
@@ -101,7 +105,7 @@ class TopicConfigManager:
             TopicConfig(BENCHMARK_TOPIC, 1024, 1024),
             TopicConfig(OFFSET_MOVED_EVENT, 1, 1),
             TopicConfig(SCHEDULE_TOPIC, 18, 18),
-            TopicConfig(f"{cfg.broker_cluster_name}_REPLY_TOPIC", 1, 1),
+            TopicConfig(reply_topic(cfg.broker_cluster_name), 1, 1),
         ]
         if cfg.auto_create_topic_enable:
             system.append(TopicConfig(AUTO_CREATE_TOPIC_KEY, cfg.default_topic_queue_nums,
@@ -139,9 +143,20 @@ class TopicConfigManager:
     def persist(self) -> None:
         self.file.persist(json.dumps(self.wrapper_json(), indent=1))
 
-    def _changed(self) -> None:
+    def persist_once(self) -> PersistBatch:
+        """``with topics.persist_once():`` topics created inside are written in one write
+        when it ends (a heartbeat's retry topics; see :class:`PersistBatch`)."""
+        return self._batch
+
+    def _changed(self, *, at_once: bool = False) -> None:
+        """A topic was created, updated or deleted: a new data version, persisted. An admin's
+        change (``at_once``) is on disk before it is answered, even inside a batch; a topic
+        created on the way (auto-creation) may wait for the end of its request's batch."""
         self.data_version.next_version()
-        self.persist()
+        if at_once:
+            self.persist()
+        else:
+            self._batch.persist()
         for callback in self.on_change:
             callback()
 
@@ -169,6 +184,13 @@ class TopicConfigManager:
     def select(self, topic: str) -> TopicConfig | None:
         return self.table.get(topic)
 
+    def is_system_topic(self, topic: str) -> bool:
+        """RocketMQ's system topics and this broker's own (its cluster's and broker's names,
+        the cluster's reply topic): an admin may neither overwrite nor delete them."""
+        cfg = self.broker_config
+        return is_system_topic(topic, broker_system_topics(cfg.broker_cluster_name,
+                                                           cfg.broker_name))
+
     def folder_problem(self, topic: str) -> str | None:
         """Why ``topic`` cannot have a ConsumeQueue folder in this store beside the topics there
         are (Windows' forbidden names; a name differing from another only in case where the
@@ -193,13 +215,13 @@ class TopicConfigManager:
             old = self.table.get(config.topic_name)
             self.table[config.topic_name] = config
             log.info("%s %s", "updated" if old else "created", config)
-            self._changed()
+            self._changed(at_once=True)
 
     def delete(self, topic: str) -> bool:
         with self._lock:
             if self.table.pop(topic, None) is None:
                 return False
-            self._changed()
+            self._changed(at_once=True)
             return True
 
     def create_in_send_message_method(

@@ -9,51 +9,27 @@ parses ``brokerAddrs`` by hand and needs ``{0:"…",1:"…"}`` with no spaces).
 from __future__ import annotations
 
 import json
+import re
+
+# Where a bare numeric key may be: "{" or "," then digits then ":". A text with none cannot be
+# mended by quoting keys, so a body that fails to parse for another reason is refused after one
+# pass in C, not walked character by character (15 MiB: 2.5 s and 330 MB on the event loop).
+# Possessive quantifiers: one linear pass, never backtracking, whatever the text.
+_BARE_KEY_CANDIDATE = re.compile(r"[{,]\s*+-?\d++\s*+:", re.ASCII)
+# The slow path's tokens: a whole string, skipped as it is (an unterminated one runs to the end
+# of the text), or a bare key right after a "{" or "," outside any string.
+_STRING_OR_BARE_KEY = re.compile(
+    r'"(?:[^"\\]++|\\.)*+(?:"|\\?\Z)|(?<=[{,])(\s*+)(-?\d++)(?=\s*+:)', re.DOTALL | re.ASCII)
+
+
+def _quoted(match: re.Match[str]) -> str:
+    digits = match.group(2)
+    return match.group(0) if digits is None else f'{match.group(1)}"{digits}"'
 
 
 def quote_numeric_keys(text: str) -> str:
     """``{0:"a",-1:2}`` -> ``{"0":"a","-1":2}``; strings are left untouched."""
-    out = []
-    i = 0
-    n = len(text)
-    expect_key = False
-    while i < n:
-        char = text[i]
-        if char == '"':
-            j = i + 1
-            while j < n:
-                if text[j] == "\\":
-                    j += 2
-                    continue
-                if text[j] == '"':
-                    break
-                j += 1
-            out.append(text[i : j + 1])
-            i = j + 1
-            expect_key = False
-            continue
-        if char in "{,":
-            out.append(char)
-            i += 1
-            expect_key = True
-            continue
-        if expect_key and (char.isdigit() or char == "-"):
-            j = i + 1
-            while j < n and text[j].isdigit():
-                j += 1
-            k = j
-            while k < n and text[k] in " \t\r\n":
-                k += 1
-            if k < n and text[k] == ":":
-                out.append(f'"{text[i:j]}"')
-                i = j
-                expect_key = False
-                continue
-        if not char.isspace():
-            expect_key = False
-        out.append(char)
-        i += 1
-    return "".join(out)
+    return _STRING_OR_BARE_KEY.sub(_quoted, text)
 
 
 def loads(text: str | bytes):
@@ -63,6 +39,8 @@ def loads(text: str | bytes):
     try:
         return json.loads(text)
     except ValueError:
+        if _BARE_KEY_CANDIDATE.search(text) is None:
+            raise  # not fastjson's dialect either: the standard parser's reason stands
         return json.loads(quote_numeric_keys(text))
 
 

@@ -121,6 +121,25 @@ def test_hostile_values_get_rocketmq_codes_and_leave_the_broker_serving(tmp_path
                 writer.close()
                 assert response.code == ResponseCode.QUERY_NOT_FOUND
 
+                # System topics are RocketMQ's and the broker's: TBW102 made perm 6 (not
+                # inheritable) ended topic auto-creation; the cluster's topic is the broker's.
+                for topic in ("TBW102", "SCHEDULE_TOPIC_XXXX", "DefaultCluster_REPLY_TOPIC"):
+                    await answer(request(RequestCode.UPDATE_AND_CREATE_TOPIC,
+                                         {"topic": topic, "perm": 6}),
+                                 ResponseCode.SYSTEM_ERROR, "conflict with system topic")
+                await answer(request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "DefaultCluster"}),
+                             ResponseCode.SYSTEM_ERROR, "conflict with system topic")
+                fresh = await client.invoke(addr, send_v2("StillAutoCreated", b"x", queue_id=0))
+                assert fresh.code == ResponseCode.SUCCESS, fresh.remark
+                # The revive group's offset at 2**63-1 made every in-flight POP be forgotten.
+                await answer(request(RequestCode.UPDATE_CONSUMER_OFFSET, {
+                    "consumerGroup": "CID_RMQ_SYS_REVIVE_GROUP",
+                    "topic": "rmq_sys_REVIVE_LOG_DefaultCluster", "queueId": 0,
+                    "commitOffset": 2**63 - 1}), ResponseCode.NO_PERMISSION)
+                await answer(request(RequestCode.UPDATE_CONSUMER_OFFSET, {
+                    "consumerGroup": "NoRetry", "topic": "Legit", "queueId": 4096,
+                    "commitOffset": 1}), ResponseCode.SYSTEM_ERROR, "queueId[4096] is illegal")
+
                 # After all of it: sends and reads as before.
                 time.sleep(1.2)  # past osPageCacheBusyTimeOutMills, where the old bug showed
                 last = await client.invoke(addr, send_v2("Legit", b"last", queue_id=0))

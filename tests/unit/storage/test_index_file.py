@@ -9,6 +9,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from storage import index_file as index_file_module
 from storage.index_file import IndexFile, IndexService, index_key_hash, topic_seed
 from storage.message import java_hash
 from storage.owed_deletions import OWED
@@ -225,6 +226,38 @@ def test_query_offset_filters_keys_of_other_topics_sharing_a_slot(tmp_path):
     assert service.query_offset("T", "k", 64, 0, T0)[0] == [100]
     assert service.query_offset("U", "k", 64, 0, T0)[0] == [200]
     assert service.query_offset("T", "UNIQ1", 64, 0, T0)[0] == [300]
+
+
+def test_a_query_reads_at_most_its_budget_of_chain_entries(tmp_path, monkeypatch):
+    # A hot key asked for a time far back read every newer entry of its chain first, on the
+    # event loop: millions of them held the loop for seconds.
+    monkeypatch.setattr(index_file_module, "MAX_QUERY_CHAIN_STEPS", 10)
+    service = _service(tmp_path, slots=4, entries=64)
+    for i in range(30):
+        service.build_index("T", "hot", None, i * 100, T0 + i * 1000)
+    assert len(service.index_files) == 1
+    assert service.query_offset("T", "hot", 64, T0, T0)[0] == []  # thirty entries back
+    monkeypatch.setattr(index_file_module, "MAX_QUERY_CHAIN_STEPS", 100)
+    assert service.query_offset("T", "hot", 64, T0, T0)[0] == [0]
+
+
+def test_the_query_budget_is_shared_by_every_file_it_reads(tmp_path, monkeypatch):
+    monkeypatch.setattr(index_file_module, "MAX_QUERY_CHAIN_STEPS", 10)
+    service = _service(tmp_path, slots=4, entries=8)  # 7 entries a file: none reaches 10
+    for i in range(30):
+        service.build_index("T", "hot", None, i * 100, T0 + i * 1000)
+    assert len(service.index_files) > 2
+    assert service.query_offset("T", "hot", 64, 0, T0 + 60_000)[0] == [
+        2900, 2800, 2700, 2600, 2500, 2400, 2300, 2200, 2100, 2000]
+
+
+def test_a_chain_walk_stops_at_its_step_limit(tmp_path):
+    index = _index(tmp_path, 1, 32)
+    for number in range(1, 21):
+        index.put_key("T#x", number * 10, T0 + number * 1000)
+    assert index.walk_chain("T#x", 64, 0, T0 + 60_000, 5) == ([200, 190, 180, 170, 160], 5)
+    assert index.select_phy_offset("T#x", 64, 0, T0 + 1000, max_steps=19) == []
+    assert index.select_phy_offset("T#x", 64, 0, T0 + 1000, max_steps=20) == [10]
 
 
 def test_build_index_ignores_a_message_already_indexed(tmp_path):
