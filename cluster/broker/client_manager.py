@@ -90,7 +90,14 @@ class ConsumerManager:
                 del info.channels[old]
                 changed = True
         info.channels[key] = channel
-        info.subscriptions = {s.topic: s for s in subscriptions}
+        # As RocketMQ's updateSubscription: a topic keeps the newest subscription any member
+        # sent (the highest subVersion; a Java client's is its start time). Taking whichever
+        # heartbeat came last made pulls of the newer members, which carry their own
+        # subVersion, refused as SUBSCRIPTION_NOT_LATEST whenever an older member spoke last.
+        old = info.subscriptions
+        info.subscriptions = {
+            s.topic: old[s.topic] if s.topic in old and old[s.topic].sub_version > s.sub_version
+            else s for s in subscriptions}
         return changed
 
     def unregister(self, group: str, connection: object, client_id: str | None = None) -> bool:

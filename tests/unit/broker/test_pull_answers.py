@@ -233,3 +233,27 @@ def test_a_pull_read_after_a_heartbeat_sees_the_subscription_it_registered(tmp_p
         assert by_opaque[8][:3] == (ResponseCode.PULL_RETRY_IMMEDIATELY, 8, "NO_MATCHED_MESSAGE")
 
     _on_a_broker(tmp_path, scenario, enable_property_filter=True)
+
+
+def test_a_group_of_two_consumers_keeps_the_newer_subscription_version(tmp_path):
+    # Two Java consumers of one group carry their own start times as subVersion; the one that
+    # heartbeated last (the older) replaced the newer one's, and the newer one's pulls were
+    # refused as SUBSCRIPTION_NOT_LATEST about half the time.
+    async def scenario(broker):
+        producer, _sent = _connection(broker)
+        producer.data_received(_send("News", b"first", 1))
+        assert await _until(lambda: broker.store.get_max_offset_in_queue("News", 0) == 1, 5)
+        newer, older = _connection(broker), _connection(broker)
+        newer[0].data_received(encode(request(RequestCode.HEART_BEAT,
+                                              body=_consumer_heartbeat("News", 2000), opaque=1)))
+        older[0].data_received(encode(request(RequestCode.HEART_BEAT,
+                                              body=_consumer_heartbeat("News", 1000), opaque=1)))
+        newer[0].data_received(encode(request(RequestCode.PULL_MESSAGE, {
+            "consumerGroup": "cg", "topic": "News", "queueId": 0, "queueOffset": 0,
+            "maxMsgNums": 32, "sysFlag": 0, "commitOffset": 0, "suspendTimeoutMillis": 0,
+            "subVersion": 2000}, opaque=8)))
+        assert await _until(lambda: 8 in {a[1] for a in _answers(b"".join(newer[1].writes))}, 3)
+        [pulled] = [a for a in _answers(b"".join(newer[1].writes)) if a[1] == 8]
+        assert pulled[0] != ResponseCode.SUBSCRIPTION_NOT_LATEST, pulled
+
+    _on_a_broker(tmp_path, scenario)
