@@ -98,6 +98,14 @@ class ConsumerManager:
         info.subscriptions = {
             s.topic: old[s.topic] if s.topic in old and old[s.topic].sub_version > s.sub_version
             else s for s in subscriptions}
+        if any((c.consume_type == POP) != (consume_type == POP)
+               for k, c in info.channels.items() if k != key):
+            # A proxy's heartbeat for its 5.x members names only their topics; in a group that
+            # also has 4.x members it must not drop theirs (their %RETRY% topic above all), or
+            # their pulls are refused as SUBSCRIPTION_NOT_EXIST until they heartbeat again; nor
+            # may a 4.x heartbeat drop the 5.x members' topics from the group's consume stats.
+            for topic, subscription in old.items():
+                info.subscriptions.setdefault(topic, subscription)
         return changed
 
     def unregister(self, group: str, connection: object, client_id: str | None = None) -> bool:

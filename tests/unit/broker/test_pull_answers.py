@@ -257,3 +257,35 @@ def test_a_group_of_two_consumers_keeps_the_newer_subscription_version(tmp_path)
         assert pulled[0] != ResponseCode.SUBSCRIPTION_NOT_LATEST, pulled
 
     _on_a_broker(tmp_path, scenario)
+
+
+def test_a_proxys_heartbeat_keeps_the_topics_of_the_groups_4x_members(tmp_path):
+    # A group with a 4.x member and a 5.x one behind the proxy: the proxy heartbeats only the
+    # 5.x member's topics, which replaced the group's set, and the 4.x member's pulls of its
+    # %RETRY% topic were refused as SUBSCRIPTION_NOT_EXIST until its next heartbeat.
+    async def scenario(broker):
+        producer, _sent = _connection(broker)
+        producer.data_received(_send("News", b"first", 1))
+        assert await _until(lambda: broker.store.get_max_offset_in_queue("News", 0) == 1, 5)
+        member, proxy = _connection(broker), _connection(broker)
+        four = json.loads(_consumer_heartbeat("News", 2000))
+        four["consumerDataSet"][0]["subscriptionDataSet"].append({
+            "topic": "%RETRY%cg", "subString": "*", "expressionType": "TAG", "tagsSet": [],
+            "codeSet": [], "subVersion": 2000, "classFilterMode": False})
+        member[0].data_received(encode(request(RequestCode.HEART_BEAT,
+                                               body=json.dumps(four).encode(), opaque=1)))
+        five = json.loads(_consumer_heartbeat("News", 0))
+        five["clientID"] = "proxied"
+        five["consumerDataSet"][0]["consumeType"] = "CONSUME_POP"
+        proxy[0].data_received(encode(request(RequestCode.HEART_BEAT,
+                                              body=json.dumps(five).encode(), opaque=1)))
+        assert await _until(lambda: len(broker.consumers.find("cg").channels) == 2, 3)
+        member[0].data_received(encode(request(RequestCode.PULL_MESSAGE, {
+            "consumerGroup": "cg", "topic": "%RETRY%cg", "queueId": 0, "queueOffset": 0,
+            "maxMsgNums": 32, "sysFlag": 0, "commitOffset": 0, "suspendTimeoutMillis": 0,
+            "subVersion": 2000}, opaque=8)))
+        assert await _until(lambda: 8 in {a[1] for a in _answers(b"".join(member[1].writes))}, 3)
+        [pulled] = [a for a in _answers(b"".join(member[1].writes)) if a[1] == 8]
+        assert pulled[0] != ResponseCode.SUBSCRIPTION_NOT_EXIST, pulled
+
+    _on_a_broker(tmp_path, scenario)
