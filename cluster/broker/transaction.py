@@ -21,7 +21,7 @@ import time
 
 from cluster.broker.headers import EndTransactionRequestHeader, checked
 from cluster.broker.topic_config import PERM_READ, PERM_WRITE
-from cluster.broker.transaction_progress import TransactionProgress
+from cluster.broker.transaction_progress import GIVEN_UP_KEEP_MS, TransactionProgress
 from cluster.remoting.codec import RemotingCommand, request
 from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.errors import RemotingError
@@ -147,9 +147,10 @@ class TransactionalMessageService:
             prepared_transaction_offset=record.commit_log_offset)
         self.broker.store.put_message_nowait(msg)
 
-    def _write_op(self, half_offset: int, given_up_origin: int | None = None) -> None:
+    def _write_op(self, half_offset: int, given_up_origin: int | None = None,
+                  now_ms: int | None = None) -> None:
         """The op message that ends ``half_offset``, or with ``given_up_origin`` gives up the
-        transaction it holds."""
+        transaction it holds (at ``now_ms``)."""
         self.broker.topics.create_in_send_message_back_method(TRANS_OP_HALF_TOPIC, 1,
                                                                PERM_READ | PERM_WRITE)
         props = {"TAGS": OP_TAG}
@@ -162,7 +163,8 @@ class TransactionalMessageService:
         if given_up_origin is None:
             self.load().on_op(result.append.logics_offset, half_offset)
         else:
-            self.load().on_given_up(result.append.logics_offset, half_offset, given_up_origin)
+            self.load().on_given_up(result.append.logics_offset, half_offset, given_up_origin,
+                                    int(time.time() * 1000) if now_ms is None else now_ms)
 
     # -- where the check-back stands --------------------------------------------------------------
     def load(self) -> TransactionProgress:
@@ -196,7 +198,8 @@ class TransactionalMessageService:
                 if props.get("TAGS") == GIVEN_UP_TAG:
                     origin = java_integer(props.get(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET, ""))
                     progress.on_given_up(offset, int(op.body),
-                                         origin if origin is not None else int(op.body))
+                                         origin if origin is not None else int(op.body),
+                                         op.store_timestamp)
                 else:
                     progress.on_op(offset, int(op.body))
             progress.op_read = max(progress.op_read, queue.get_max_offset_in_queue())
@@ -292,6 +295,7 @@ class TransactionalMessageService:
         config = self.broker.config
         now_ms = int((time.time() if now is None else now) * 1000)
         progress = self.load()
+        progress.forget_given_up(now_ms - GIVEN_UP_KEEP_MS)
         asked = self._ask_again()
         for offset, record, props in self._half_messages(progress.half_offset, MAX_READS_PER_ROUND):
             origin = origin_of(record, props)
@@ -315,7 +319,7 @@ class TransactionalMessageService:
                 log.warning("half message %d (first stored at %d) checked %d times: given up, "
                             "unless its producer still ends it", offset, origin, times)
                 for held in progress.to_end(offset, origin):
-                    self._write_op(held, origin)
+                    self._write_op(held, origin, now_ms)
                 continue
             copy = self._put_back(record, props, origin, times + 1)
             if copy is None:

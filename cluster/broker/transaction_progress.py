@@ -18,10 +18,14 @@ A transaction checked ``transactionCheckMax`` times is *given up*: settled for t
 which never asks about it again, but not ended. As in RocketMQ, a producer's END_TRANSACTION
 that comes later still commits or rolls it back, once. A given-up op message (its own tag)
 records it, and the op queue's progress stays at the oldest given-up transaction not ended
-since, so that a restart reads that op again and still knows.
+since, so that a restart reads that op again and still knows. For a day (GIVEN_UP_KEEP_MS):
+kept longer, one forgotten transaction would make every restart read all the op messages
+written since, up to the retention time.
 """
 
 from __future__ import annotations
+
+GIVEN_UP_KEEP_MS = 24 * 3600 * 1000  # a given-up transaction can still be ended this long
 
 
 class TransactionProgress:
@@ -33,8 +37,8 @@ class TransactionProgress:
         self.settled: dict[int, int | None] = {}
         self.live: dict[int, set[int]] = {}  # origin -> its unsettled half offsets
         self.origin_of: dict[int, int] = {}
-        # Given-up half offset -> (its origin, the op message that gave it up).
-        self.given_up: dict[int, tuple[int, int]] = {}
+        # Given-up half offset -> (its origin, the op message that gave it up, when: ms).
+        self.given_up: dict[int, tuple[int, int, int]] = {}
 
     def is_settled(self, offset: int) -> bool:
         return offset < self.half_offset or offset in self.settled
@@ -46,11 +50,12 @@ class TransactionProgress:
         if half_offset >= self.half_offset:
             self._settle(half_offset, op_offset)
 
-    def on_given_up(self, op_offset: int, half_offset: int, origin: int) -> None:
-        """A given-up op message (read at load, or just written): ``half_offset``, holding the
-        transaction first stored at ``origin``, is checked no more but may still be ended."""
+    def on_given_up(self, op_offset: int, half_offset: int, origin: int, at_ms: int = 0) -> None:
+        """A given-up op message (read at load, or just written, at ``at_ms``): ``half_offset``,
+        holding the transaction first stored at ``origin``, is checked no more but may still be
+        ended (until ``forget_given_up`` passes it)."""
         self.op_read = max(self.op_read, op_offset + 1)
-        self.given_up[half_offset] = (origin, op_offset)
+        self.given_up[half_offset] = (origin, op_offset, at_ms)
         if half_offset >= self.half_offset:
             self._settle(half_offset, None)
 
@@ -81,7 +86,8 @@ class TransactionProgress:
         """The half offsets an END_TRANSACTION for ``offset`` ends (an op message for each);
         empty when its transaction has ended already. A given-up transaction has not."""
         offsets = set(self.live.get(origin, ()))
-        offsets.update(o for o, (their_origin, _) in self.given_up.items() if their_origin == origin)
+        offsets.update(o for o, (their_origin, _, _) in self.given_up.items()
+                       if their_origin == origin)
         if not self.is_settled(offset):
             # Open, registered or not: a half message the check-back has not reached yet (it
             # stopped early, or the message arrived since) can only be an original, since
@@ -109,11 +115,17 @@ class TransactionProgress:
             del self.settled[gone]
         self.half_offset = offset
 
+    def forget_given_up(self, before_ms: int) -> None:
+        """Given-up transactions given up before ``before_ms`` can be ended no more: they hold
+        the op queue's progress back no longer."""
+        for gone in [o for o, (_, _, at_ms) in self.given_up.items() if at_ms < before_ms]:
+            del self.given_up[gone]
+
     def op_offset(self) -> int:
         """The op queue's progress: below it, every op message concerns a settled half offset
         and none gave up a transaction that may still end."""
         pending = [op for op in self.settled.values() if op is not None]
-        pending.extend(op for _, op in self.given_up.values())
+        pending.extend(op for _, op, _ in self.given_up.values())
         return min(pending, default=self.op_read)
 
     def _settle(self, offset: int, op_offset: int | None) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cluster.broker.transaction_progress import TransactionProgress
+from cluster.broker.transaction_progress import GIVEN_UP_KEEP_MS, TransactionProgress
 
 
 def test_an_answer_for_the_original_ends_its_copy_and_a_second_answer_ends_nothing():
@@ -150,3 +150,15 @@ def test_against_a_model_every_transaction_ends_at_most_once(steps):
             else:  # (given up or not: a late answer still ends it)
                 assert again.to_end(holders[-1], origin) == [holders[-1]]
                 assert again.to_end(holders[0], origin)
+
+
+def test_a_transaction_given_up_a_day_ago_holds_the_op_offset_no_more():
+    # It held the op queue's progress back until the half queue's file expired (days): every
+    # restart read all op messages written since.
+    progress = TransactionProgress(10, 0)
+    progress.on_given_up(0, 3, 3, at_ms=1_000)
+    progress.on_given_up(1, 4, 4, at_ms=1_000 + GIVEN_UP_KEEP_MS)
+    progress.forget_given_up(1_000 + GIVEN_UP_KEEP_MS)
+    assert progress.op_offset() == 1
+    assert progress.to_end(3, 3) == []  # too late to end now
+    assert progress.to_end(4, 4) == [4]

@@ -12,6 +12,7 @@ import pytest
 from cluster.broker.config import BrokerConfig
 from cluster.broker.controller import BrokerController
 from cluster.broker.transaction import TransactionalMessageService, with_real_topic
+from cluster.broker.transaction_progress import GIVEN_UP_KEEP_MS
 from cluster.remoting.codec import request
 from cluster.remoting.codes import RequestCode, ResponseCode
 from storage.config import MessageStoreConfig
@@ -208,3 +209,15 @@ def test_a_check_back_restores_the_topic_and_queue_and_keeps_the_rest(broker):
         assert getattr(shown, field) == getattr(stored, field), field
     props = dict(stored.properties, REAL_QID="3")
     assert decode_record(with_real_topic(raw, props), 0).queue_id == 3
+
+
+def test_a_transaction_given_up_a_day_ago_no_longer_holds_the_op_progress(broker):
+    # Its op message held the persisted op offset back until the half queue's file expired,
+    # so every restart re-read the op queue from there.
+    store_half(broker, "forgotten")
+    now = time.time() + 2
+    rounds_until_given_up(broker, broker.transactions, now)
+    ops = broker.store.get_max_offset_in_queue(TRANS_OP_HALF_TOPIC, 0)
+    assert broker.offsets.query_offset(TRANS_CHECK_GROUP, TRANS_OP_HALF_TOPIC, 0) < ops
+    broker.transactions.check_once(now=now + GIVEN_UP_KEEP_MS / 1000 + 60)
+    assert broker.offsets.query_offset(TRANS_CHECK_GROUP, TRANS_OP_HALF_TOPIC, 0) == ops
