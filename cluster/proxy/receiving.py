@@ -26,12 +26,7 @@ from cluster.proxy.convert import (
     status_of_response,
     to_message,
 )
-from cluster.proxy.renewal import (
-    AUTO_RENEW_INVISIBLE_MS,
-    RELEASE_MS,
-    RENEW_MAX_MS,
-    RENEW_PERIOD_S,
-)
+from cluster.proxy.renewal import AUTO_RENEW_INVISIBLE_MS, RENEW_PERIOD_S, ChangeRefused
 from cluster.proxy.schema import Code, pb
 from cluster.proxy.sending import REQUEST_TIMEOUT
 from cluster.remoting.codec import request
@@ -194,7 +189,7 @@ class ReceivingMixin:
                 delivered += 1
                 if auto_renew and client_id:
                     self.renewals.add(client_id, group, topic, handle, extra,
-                                      int(time.time() * 1000))
+                                      int(time.time() * 1000), record.reconsume_times + earlier)
             stamp = pb.ReceiveMessageResponse()
             stamp.delivery_timestamp.FromMilliseconds(int(time.time() * 1000))
             yield stamp
@@ -255,6 +250,7 @@ class ReceivingMixin:
         results: dict[int, object] = {}
         by_broker: dict[str, dict[tuple, list[int]]] = {}
         members: dict[str, list[int]] = {}
+        taken = {}  # index -> the renewal its ack stopped (put back if the broker is not reached)
         for index, entry in enumerate(request_.entries):
             # (an ack past the handle's time is the broker's to judge, as in RocketMQ: the
             # message may not have come back yet, and then the ack still settles it)
@@ -262,7 +258,9 @@ class ReceivingMixin:
             if isinstance(extra, tuple):
                 results[index] = status(*extra)
                 continue
-            extra = await self.renewals.take(group, entry.receipt_handle) or extra
+            renewal = await self.renewals.take(group, entry.receipt_handle)
+            if renewal is not None:
+                extra, taken[index] = renewal.current, renewal
             checkpoint = (extra.retry, extra.queue_id, extra.start_offset, extra.pop_time,
                           extra.invisible_time)
             by_broker.setdefault(extra.broker_name, {}).setdefault(checkpoint, []).append(
@@ -281,6 +279,10 @@ class ReceivingMixin:
                 result = status_of_response(response.code, response.remark)
             except RemotingError as exc:
                 result = status(Code.INTERNAL_SERVER_ERROR, str(exc))
+                for index in members[broker_name]:
+                    if index in taken:
+                        self.renewals.restore(group, request_.entries[index].receipt_handle,
+                                              taken[index])
             for index in members[broker_name]:
                 results[index] = result
         entries = [pb.AckMessageResultEntry(message_id=entry.message_id,
@@ -309,34 +311,39 @@ class ReceivingMixin:
         if invisible_ms is None or not 1_000 <= invisible_ms <= 12 * 3600 * 1000:
             return pb.ChangeInvisibleDurationResponse(status=status(
                 Code.ILLEGAL_INVISIBLE_TIME, "the invisible duration must be 1 s to 12 h"))
-        renewed = await self.renewals.take(group, request_.receipt_handle)
-        if renewed is None and extra.deadline < int(time.time() * 1000):
+        renewal = await self.renewals.take(group, request_.receipt_handle)
+        if renewal is None and extra.deadline < int(time.time() * 1000):
             return pb.ChangeInvisibleDurationResponse(status=status(
                 Code.INVALID_RECEIPT_HANDLE, "the receipt handle has expired"))
-        moved, failure = await self._change_invisible(group, topic, renewed or extra,
-                                                      invisible_ms)
-        if moved is None:
-            return pb.ChangeInvisibleDurationResponse(status=failure)
+        try:
+            moved = await self.change_invisible(group, topic,
+                                                renewal.current if renewal else extra,
+                                                invisible_ms)
+        except ChangeRefused as exc:
+            return pb.ChangeInvisibleDurationResponse(status=exc.status)
+        except RemotingError as exc:
+            if renewal is not None:
+                self.renewals.restore(group, request_.receipt_handle, renewal)
+            return pb.ChangeInvisibleDurationResponse(status=status(Code.INTERNAL_SERVER_ERROR,
+                                                                    str(exc)))
         return pb.ChangeInvisibleDurationResponse(status=status(), receipt_handle=moved.encode())
 
-    async def _change_invisible(self, group: str, topic: str, extra: ExtraInfo,
-                                invisible_ms: int) -> tuple[ExtraInfo | None, object]:
-        """CHANGE_MESSAGE_INVISIBLETIME for the message ``extra`` names: (its new handle,
-        None), or (None, the status saying why not)."""
+    async def change_invisible(self, group: str, topic: str, extra: ExtraInfo,
+                               invisible_ms: int) -> ExtraInfo:
+        """CHANGE_MESSAGE_INVISIBLETIME for the message ``extra`` names: its new handle.
+        Raises ChangeRefused (its ``status`` says why) or RemotingError."""
         command = request(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, {
             "consumerGroup": group, "topic": topic, "queueId": extra.queue_id,
             "extraInfo": extra.encode(), "offset": extra.offset, "invisibleTime": invisible_ms})
-        try:
-            await self.routes.get(topic)
-            response = await self._invoke(extra.broker_name, command)
-        except RemotingError as exc:
-            return None, status(Code.INTERNAL_SERVER_ERROR, str(exc))
+        await self.routes.get(topic)
+        response = await self._invoke(extra.broker_name, command)
         if response.code != ResponseCode.SUCCESS:
-            return None, status_of_response(response.code, response.remark)
+            raise ChangeRefused(response.remark or "refused",
+                                status_of_response(response.code, response.remark))
         header = response.ext_fields
         return ExtraInfo(extra.offset, int(header["popTime"]), int(header["invisibleTime"]),
                          int(header.get("reviveQid", "0")), extra.retry, extra.broker_name,
-                         extra.queue_id, extra.offset), None
+                         extra.queue_id, extra.offset)
 
     # -- auto renew (renewal.py) --------------------------------------------------------------------
     async def renew_handles(self) -> None:
@@ -349,32 +356,10 @@ class ReceivingMixin:
                 log.exception("renewing receipt handles failed; trying again")
 
     async def renew_once(self, now_ms: int | None = None) -> int:
-        """One round; how many handles it changed. A message of a client the proxy no longer
-        knows goes back at once; one renewed for RENEW_MAX_MS goes back when its time is up."""
+        """One round; how many handles it changed (renewal.py says which and how)."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
-        table = self.renewals.table
-        changed = 0
-        for key, renewal in self.renewals.due(now):
-            if now - renewal.received_ms >= RENEW_MAX_MS:
-                table.pop(key, None)
-                continue
-            gone = renewal.client_id not in self.clients.clients
-            invisible = RELEASE_MS if gone else renewal.next_invisible_ms()
-            changing = renewal.changing = asyncio.get_running_loop().create_future()
-            moved = None
-            try:
-                moved, _ = await self._change_invisible(renewal.group, renewal.topic,
-                                                        renewal.current, invisible)
-            finally:
-                if moved is not None:
-                    renewal.current = moved
-                    renewal.renewed += 1
-                renewal.changing = None
-                changing.set_result(None)
-            if (moved is None or gone) and table.get(key) is renewal:
-                del table[key]  # acked meanwhile, gone, or let go
-            changed += moved is not None
-        return changed
+        return await self.renewals.renew_once(now, lambda client_id:
+                                              client_id in self.clients.clients)
 
     async def ForwardMessageToDeadLetterQueue(self, request_, context):
         """The push consumer gave up on a message: into the group's DLQ, and acked."""
@@ -388,7 +373,8 @@ class ReceivingMixin:
         extra = self._handle(request_.receipt_handle, expired_ok=True)
         if isinstance(extra, tuple):
             return pb.ForwardMessageToDeadLetterQueueResponse(status=status(*extra))
-        extra = await self.renewals.take(group, request_.receipt_handle) or extra
+        renewal = await self.renewals.take(group, request_.receipt_handle)
+        extra = renewal.current if renewal is not None else extra
         stored_topic = popped_topic(group, topic, extra.retry)
         try:
             await self.routes.get(topic)
@@ -415,6 +401,8 @@ class ReceivingMixin:
             log.info("%s gave up on %s after %d deliveries: in %%DLQ%%%s", group,
                      request_.message_id, request_.delivery_attempt, group)
         except RemotingError as exc:
+            if renewal is not None:  # (the client will forward it again)
+                self.renewals.restore(group, request_.receipt_handle, renewal)
             return pb.ForwardMessageToDeadLetterQueueResponse(status=status(
                 Code.INTERNAL_SERVER_ERROR, str(exc)))
         return pb.ForwardMessageToDeadLetterQueueResponse(status=status())

@@ -28,7 +28,7 @@ from cluster.proxy.guard import failure_status
 from cluster.proxy.lite_pull import LitePullMixin
 from cluster.proxy.receiving import DEFAULT_POLL_MS, ReceivingMixin
 from cluster.proxy.registration import ClientRegistration
-from cluster.proxy.renewal import HandleRenewals
+from cluster.proxy.renewal import RETRY_DELAYS_SECONDS, HandleRenewals
 from cluster.proxy.schema import Code, pb, services
 from cluster.proxy.sending import (
     PRODUCER_GROUP,
@@ -49,8 +49,6 @@ GROUP_TTL = 10.0
 UNKNOWN_GROUP_TTL = 5.0  # s
 MAX_GROUPS_REMEMBERED = 10_000
 MAX_ATTEMPTS_DEFAULT = 17  # a group's retryMaxTimes (16) + 1
-RETRY_DELAYS_SECONDS = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800,
-                        3600, 7200)
 
 
 class RouteCache:
@@ -121,7 +119,8 @@ class MessagingService(SendingMixin, ReceivingMixin, LitePullMixin,
         self._failures = LogThrottle()  # (Telemetry readers' failures: logged once a minute)
         instance.producers[PRODUCER_GROUP] = TransactionRelay(self)
         self.registration = ClientRegistration(self)
-        self.renewals = HandleRenewals()  # push consumers' handles kept alive (renewal.py)
+        # push consumers' handles kept alive (renewal.py)
+        self.renewals = HandleRenewals(self.change_invisible)
         instance.server_request_hook = self.registration.on_broker_request
 
     # -- helpers ------------------------------------------------------------------------------------
@@ -247,6 +246,8 @@ class MessagingService(SendingMixin, ReceivingMixin, LitePullMixin,
         if client is not None:
             self.clients.forget(client.client_id)
             await self.registration.unregister(client)
+            # (a FIFO queue it held is free in a second, not when the handles run out)
+            await self.renewals.release_client(client.client_id)
         return pb.NotifyClientTerminationResponse(status=status())
 
     async def maintain(self) -> None:
@@ -256,6 +257,7 @@ class MessagingService(SendingMixin, ReceivingMixin, LitePullMixin,
             try:
                 for client_id in self.clients.expire():
                     log.info("5.x client %s went silent; forgotten", client_id)
+                    self._spawn(self.renewals.release_client(client_id))
                 await self.registration.heartbeat_all()
             except Exception:
                 log.exception("maintaining 5.x clients failed; trying again")

@@ -87,3 +87,56 @@ def test_a_push_consumers_message_stays_invisible_until_acked_with_the_handle_it
     with running("cluster.namesrv", "-p", "0", env=env) as ns, \
             running("cluster.broker", "-c", broker_conf(tmp_path, ns.address), env=env) as broker:
         assert asyncio.run(main(ns.address, broker.address)) == 0  # settled, not back later
+
+
+def test_a_push_consumer_that_shuts_down_hands_its_messages_back_at_once(tmp_path):
+    # Its messages (a FIFO consumer's: its queue) stayed held until their renewal round came
+    # up, up to a minute later; RocketMQ hands them back as the consumer unregisters.
+    async def main(namesrv: str, broker: str):
+        async with AdminClient(namesrv) as admin:
+            await admin.create_topic("T5Leave", 1, 1)
+        sender = RemotingClient()
+        assert (await sender.invoke(broker, send_v2("T5Leave", b"held", queue_id=0))).code \
+            == ResponseCode.SUCCESS
+        await sender.close()
+        instance = MQClientInstance(namesrv, "PROXY-TEST")
+        await instance.start()
+        service = MessagingService(instance, ("127.0.0.1", 8081))
+        receive = pb.ReceiveMessageRequest(
+            group=pb.Resource(name="CID-leave"),
+            message_queue=pb.MessageQueue(topic=pb.Resource(name="T5Leave")),
+            filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+            batch_size=1, auto_renew=True)
+        try:
+            async with serving(service) as stub:
+                telemetry = stub.Telemetry(metadata=META)
+                await telemetry.write(pb.TelemetryCommand(settings=pb.Settings(
+                    client_type=pb.PUSH_CONSUMER, subscription=pb.Subscription(
+                        group=pb.Resource(name="CID-leave"), subscriptions=[pb.SubscriptionEntry(
+                            topic=pb.Resource(name="T5Leave"),
+                            expression=pb.FilterExpression(type=pb.TAG, expression="*"))]))))
+                await telemetry.read()
+                first = [r.message async for r in stub.ReceiveMessage(receive, metadata=META)
+                         if r.HasField("message")]
+                assert len(first) == 1
+                assert service.renewals.table
+                await stub.NotifyClientTermination(pb.NotifyClientTerminationRequest(
+                    group=pb.Resource(name="CID-leave")), metadata=META)
+                telemetry.cancel()
+                assert not service.renewals.table
+                other = [("x-mq-client-id", "renew-client@2"), ("x-mq-language", "JAVA")]
+                again = []
+                for _ in range(20):  # back within a couple of seconds, not a minute
+                    again = [r.message async for r in stub.ReceiveMessage(receive, metadata=other)
+                             if r.HasField("message")]
+                    if again:
+                        break
+                    await asyncio.sleep(0.25)
+                return [m.body for m in again], again[0].system_properties.delivery_attempt if again else 0
+        finally:
+            await instance.shutdown()
+
+    env = {"HOME": str(tmp_path)}
+    with running("cluster.namesrv", "-p", "0", env=env) as ns, \
+            running("cluster.broker", "-c", broker_conf(tmp_path, ns.address), env=env) as broker:
+        assert asyncio.run(main(ns.address, broker.address)) == ([b"held"], 2)
