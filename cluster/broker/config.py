@@ -46,6 +46,10 @@ class BrokerConfig(NettyServerConfig):
     flush_consumer_offset_interval: int = 5000
     reject_transaction_message: bool = False
     long_polling_enable: bool = True
+    # POPs held at once waiting for messages, on one topic and in all (RocketMQ's): past them,
+    # a POP that finds nothing is answered POLLING_FULL at once instead of being held.
+    pop_polling_size: int = 1024
+    max_pop_polling_size: int = 100_000
     short_polling_time_mills: int = 1000
     notify_consumer_ids_changed_enable: bool = True
     region_id: str = "DefaultRegion"

@@ -19,10 +19,14 @@ log = logging.getLogger(__name__)
 class PullRequestHoldService:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self._waiting: dict[tuple[str, int], list[tuple[int, asyncio.Future]]] = {}
+        # (topic, queueId) -> the pulls held on it, each the offset it waits past. (Dicts:
+        # thousands of pulls held on one queue, as many connections' worth as a client opens,
+        # each leave in one step; a list made every timeout walk all the others.)
+        self._waiting: dict[tuple[str, int], dict[asyncio.Future, int]] = {}
         # POP waits on every queue of its topics at once: any arrival there wakes it. (Sets:
         # thousands of held POPs leaving together each leave in one step.)
         self._topic_waiting: dict[str, set[asyncio.Future]] = {}
+        self.pops_held = 0  # POPs waiting (each on its topic and retry topic)
         self._arrived: dict[tuple[str, int], int] = {}
         self._arrived_lock = threading.Lock()
         self._scheduled = False
@@ -37,7 +41,7 @@ class PullRequestHoldService:
         of what landed in between, which no arrival will report again."""
         future = self.loop.create_future()
         key = (topic, queue_id)
-        self._waiting.setdefault(key, []).append((offset, future))
+        self._waiting.setdefault(key, {})[future] = offset
         try:
             if max_offset is not None and max_offset() > offset:
                 return True
@@ -48,7 +52,7 @@ class PullRequestHoldService:
         finally:
             waiters = self._waiting.get(key)
             if waiters is not None:
-                waiters[:] = [w for w in waiters if w[1] is not future]
+                waiters.pop(future, None)
                 if not waiters:
                     del self._waiting[key]
 
@@ -57,18 +61,23 @@ class PullRequestHoldService:
         future = self.loop.create_future()
         for topic in topics:
             self._topic_waiting.setdefault(topic, set()).add(future)
+        self.pops_held += 1
         try:
             async with asyncio.timeout(timeout):
                 return await future
         except TimeoutError:
             return False
         finally:
+            self.pops_held -= 1
             for topic in topics:
                 waiters = self._topic_waiting.get(topic)
                 if waiters is not None:
                     waiters.discard(future)
                     if not waiters:
                         del self._topic_waiting[topic]
+
+    def pops_held_on(self, topic: str) -> int:
+        return len(self._topic_waiting.get(topic, ()))
 
     def wake_topic(self, topic: str) -> None:
         """Wake the POPs waiting on ``topic`` (on the loop): a FIFO queue of it was let go."""
@@ -116,7 +125,7 @@ class PullRequestHoldService:
 
     def notify(self, topic: str, queue_id: int, max_offset: int) -> None:
         """Wake pulls on the queue waiting for offsets below ``max_offset``."""
-        for offset, future in self._waiting.get((topic, queue_id), []):
+        for future, offset in self._waiting.get((topic, queue_id), {}).items():
             if max_offset > offset and not future.done():
                 future.set_result(True)
         for future in self._topic_waiting.get(topic, ()):
@@ -124,5 +133,4 @@ class PullRequestHoldService:
                 future.set_result(True)
 
     def held_count(self) -> int:
-        return sum(len(v) for v in self._waiting.values()) + sum(
-            len(v) for v in self._topic_waiting.values())
+        return sum(len(v) for v in self._waiting.values()) + self.pops_held

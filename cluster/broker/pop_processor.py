@@ -99,6 +99,13 @@ class PopMessageProcessor:
         try:
             answer = self._pop_once(header, message_filter)
             if answer is None and header.poll_time > 0:
+                hold, config = broker.pull_hold, broker.config
+                if hold.pops_held >= config.max_pop_polling_size \
+                        or hold.pops_held_on(pop_retry_topic(header.consumer_group, header.topic)) \
+                        >= config.pop_polling_size:
+                    # As RocketMQ: every held POP is memory and a wake-up to send; a client
+                    # that opens thousands must not hold the broker's.
+                    return command.make_response(ResponseCode.POLLING_FULL, "polling full")
                 answer = await self._polled(header, message_filter)
                 if answer is None:
                     return command.make_response(ResponseCode.POLLING_TIMEOUT, "no new message")

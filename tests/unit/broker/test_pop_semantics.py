@@ -277,3 +277,28 @@ def test_a_fifo_pop_retried_with_its_attempt_id_gets_the_same_messages_at_once(
     assert "qo" not in again.ext_fields["orderCountInfo"]  # not counted as delivered before
     other = asyncio.run(processor.pop(None, _pop(60_000, order=True, attemptId="attempt-2")))
     assert other.code == ResponseCode.PULL_NOT_FOUND  # another attempt waits for the lock
+
+
+def test_pops_held_past_the_groups_limit_are_answered_polling_full(store_factory, tmp_path):
+    # Held POPs were uncapped: a client pipelining thousands of them on many connections held
+    # the broker's memory and had every arrival wake them all.
+    from cluster.broker.long_polling import PullRequestHoldService
+
+    broker, processor = _setup(store_factory, tmp_path)
+    broker.config.pop_polling_size = 3
+
+    async def main():
+        broker.pull_hold = PullRequestHoldService(asyncio.get_running_loop())
+        held = [asyncio.ensure_future(processor.pop(None, _pop(60_000, pollTime=300)))
+                for _ in range(3)]
+        await asyncio.sleep(0.05)
+        full = await processor.pop(None, _pop(60_000, pollTime=300))
+        other = asyncio.ensure_future(processor.pop(None, _pop(
+            60_000, pollTime=300, consumerGroup="CID-other")))  # (its own limit)
+        answers = await asyncio.gather(*held, other)
+        return full, answers, broker.pull_hold.held_count()
+
+    full, answers, left = asyncio.run(main())
+    assert full.code == ResponseCode.POLLING_FULL
+    assert {a.code for a in answers} == {ResponseCode.POLLING_TIMEOUT}
+    assert left == 0
