@@ -14,6 +14,11 @@ CLIENT_EXPIRY = 120.0  # seconds without a heartbeat or a call before a client i
 # either without bound. Past it, a new client's Telemetry is refused (TOO_MANY_REQUESTS) and
 # its other calls are served without being remembered.
 MAX_CLIENTS = 10_000
+# Commands waiting for a client to read them from its Telemetry stream. A client that sends
+# settings and never reads its answers is not read from any more once this many wait (gRPC's
+# flow control then holds it back); a command the server starts (a transaction check, a
+# verify) is dropped past it, as if the client had not answered: the broker asks again later.
+OUTBOX_LIMIT = 64
 
 
 @dataclass(slots=True)
@@ -54,6 +59,19 @@ class ClientRegistry:
         if version:
             client.version = version
         return client
+
+    @staticmethod
+    def offer(client: Client, command) -> bool:
+        """Queue a command the server starts for the client's Telemetry stream; False when
+        the stream is closed or the client is not reading it."""
+        outbox = client.outbox
+        if outbox is None:
+            return False
+        try:
+            outbox.put_nowait(command)
+        except asyncio.QueueFull:
+            return False
+        return True
 
     def forget(self, client_id: str) -> None:
         self.clients.pop(client_id, None)

@@ -113,13 +113,12 @@ class ClientRegistration:
 
     async def _ask(self, client: Client, telemetry) -> object | None:
         """Send a command down the client's Telemetry stream; its answer, or None."""
-        if client.outbox is None:
-            return None
         nonce = telemetry.nonce
         future = asyncio.get_running_loop().create_future()
         self._answers[nonce] = future
         try:
-            await client.outbox.put(telemetry.command)
+            if not self.service.clients.offer(client, telemetry.command):
+                return None
             return await asyncio.wait_for(future, ANSWER_TIMEOUT)
         except TimeoutError:
             return None

@@ -69,7 +69,8 @@ class TransactionRelay:
         recover = pb.RecoverOrphanedTransactionCommand(message=to_message(record),
                                                        transaction_id=tid)
         client = producers[service.next_index() % len(producers)]
-        await client.outbox.put(pb.TelemetryCommand(recover_orphaned_transaction_command=recover))
+        service.clients.offer(client, pb.TelemetryCommand(
+            recover_orphaned_transaction_command=recover))  # (not taken: asked again later)
 
 
 

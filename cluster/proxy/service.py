@@ -18,7 +18,7 @@ import grpc
 
 from cluster.client.instance import MQClientInstance
 from cluster.client.route import PERM_READ, PERM_WRITE, TopicRouteData
-from cluster.proxy.clients import ClientRegistry
+from cluster.proxy.clients import OUTBOX_LIMIT, ClientRegistry
 from cluster.proxy.convert import (
     MAX_BODY_SIZE,
     name_refusal,
@@ -273,7 +273,7 @@ class MessagingService(SendingMixin, ReceivingMixin, LitePullMixin,
                 yield pb.TelemetryCommand(status=status(Code.CLIENT_ID_REQUIRED,
                                                         "x-mq-client-id is missing"))
             return
-        outbox: asyncio.Queue = asyncio.Queue()
+        outbox: asyncio.Queue = asyncio.Queue(OUTBOX_LIMIT)
         client.outbox = outbox
 
         async def read() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from cluster.proxy.clients import CLIENT_EXPIRY, ClientRegistry
+from cluster.proxy.clients import CLIENT_EXPIRY, OUTBOX_LIMIT, ClientRegistry
 from cluster.proxy.schema import Code, pb
 from tests.unit.proxy.serving import offline, serving
 
@@ -106,3 +106,44 @@ def test_settings_naming_too_many_topics_or_bad_names_are_refused_with_a_status(
     answers = asyncio.run(exercise())
     assert [a.status.code for a in answers] == [Code.BAD_REQUEST, Code.ILLEGAL_TOPIC]
     assert not service.clients.clients["many"].subscriptions  # nothing adopted
+
+
+def test_a_client_that_never_reads_its_telemetry_answers_cannot_grow_the_proxys_memory():
+    # Each settings command it sent was answered into a queue without bound, which grew for
+    # as long as such a client kept writing.
+    from cluster.proxy.service import MessagingService
+
+    service = offline(MessagingService)
+    settings = pb.TelemetryCommand(settings=pb.Settings(
+        client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name="T")])))
+
+    async def exercise():
+        async with serving(service) as stub:
+            call = stub.Telemetry(metadata=[("x-mq-client-id", "flood")])
+
+            async def flood():
+                for _ in range(20_000):
+                    await call.write(settings)
+
+            writer = asyncio.ensure_future(flood())
+            await asyncio.wait([writer], timeout=5)
+            queued = service.clients.clients["flood"].outbox.qsize()
+            writer.cancel()
+            call.cancel()
+            return queued
+
+    assert asyncio.run(exercise()) <= OUTBOX_LIMIT
+
+
+def test_a_command_the_proxy_starts_is_dropped_for_a_client_not_reading_its_stream():
+    async def exercise():
+        registry = ClientRegistry()
+        client = registry.touch("slow")
+        client.outbox = asyncio.Queue(OUTBOX_LIMIT)
+        offered = [registry.offer(client, pb.TelemetryCommand()) for _ in range(OUTBOX_LIMIT + 5)]
+        client.outbox = None
+        return offered, registry.offer(client, pb.TelemetryCommand())
+
+    offered, closed = asyncio.run(exercise())
+    assert offered == [True] * OUTBOX_LIMIT + [False] * 5
+    assert not closed
