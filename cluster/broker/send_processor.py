@@ -185,7 +185,7 @@ class SendMessageProcessor:
                 topic, command.body, queue_id, header.flag, None,
                 f"{text}CLUSTER\x01{broker.config.broker_cluster_name}\x02", sys_flag, born_ts,
                 born_host, reconsume_times)
-            return self._put(command, msg, None)
+            return self._put(command, msg, None, queue_id)
         props = string_to_properties(text)
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             group = topic[len(RETRY_GROUP_TOPIC_PREFIX):]
@@ -206,6 +206,9 @@ class SendMessageProcessor:
                 queue_id = 0
                 props[PROPERTY_DELAY_TIME_LEVEL] = "-1"
         self._complete_properties(props)
+        # The queue the answer names, as RocketMQ's: the one asked for (or drawn), not the
+        # half, timer or schedule queue a message waits in meanwhile.
+        asked_queue_id = queue_id
         prepared = props.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true"
         if "TIMER_" in text and broker.timer is not None:
             yield_to_delay_level(props)  # (a delay level wins over a timer)
@@ -240,7 +243,7 @@ class SendMessageProcessor:
             born_timestamp=born_ts, born_host=born_host, reconsume_times=reconsume_times,
         )
         transaction_id = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) if prepared else None
-        return self._put(command, msg, transaction_id)
+        return self._put(command, msg, transaction_id, asked_queue_id)
 
     def _put_plain(self, command, topic, queue_id, flag, properties, sys_flag, born_ts,
                    born_host, reconsume_times) -> HandlerResult | None:
@@ -272,8 +275,8 @@ class SendMessageProcessor:
         return self.answer_put(command, topic, 1, msg_id, queue_id, queue_offset, next_offset,
                                 PutMessageStatus.PUT_OK, waiter, wait)
 
-    def _put(self, command, msg: MessageExtBrokerInner,
-             transaction_id: str | None) -> HandlerResult:
+    def _put(self, command, msg: MessageExtBrokerInner, transaction_id: str | None,
+             queue_id: int) -> HandlerResult:
         if msg.sys_flag & TRANSACTION_TYPE_MASK in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
             # Prepared and rolled-back records get no queue offset: stored in a real topic they
             # would be invisible forever. Half messages come only through TRAN_MSG above.
@@ -285,14 +288,15 @@ class SendMessageProcessor:
         except PutMessageError as exc:
             return command.make_response(refusal_code(exc), str(exc))
         return self._answer(command, msg.topic, result, waiter, msg.wait_store_msg_ok,
-                            transaction_id)
+                            transaction_id, queue_id)
 
     def _answer(self, command, topic, result, waiter, wait: bool,
-                transaction_id=None) -> HandlerResult:
+                transaction_id=None, queue_id: int | None = None) -> HandlerResult:
         append = result.append
-        return self.answer_put(command, topic, append.msg_num, append.msg_id, append.queue_id,
-                                append.logics_offset, append.next_offset, result.status, waiter,
-                                wait, transaction_id)
+        return self.answer_put(command, topic, append.msg_num, append.msg_id,
+                               append.queue_id if queue_id is None else queue_id,
+                               append.logics_offset, append.next_offset, result.status, waiter,
+                               wait, transaction_id)
 
     def answer_put(self, command, topic, msg_num, msg_id, queue_id, queue_offset, next_offset,
                     status, waiter, wait: bool, transaction_id=None) -> HandlerResult:
