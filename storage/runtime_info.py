@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 
 
@@ -15,6 +16,17 @@ def commit_log_positions(store) -> dict[str, int]:
         "flushed": queue.flushed_where,
         "dispatched": store.reput.reput_from_offset,
     }
+
+
+def human_readable_byte_count(count: int) -> str:
+    """As RocketMQ words remainHowManyDataToFlush (MixAll.humanReadableByteCount, binary
+    units): "512 B", "1.5 KiB", "3.0 GiB". mqadmin brokerStatus shows the text as it is."""
+    if count < 1024:
+        return f"{count} B"
+    exponent = min(int(math.log(count, 1024)), 6)
+    if 1024 ** exponent > count:  # (a float log just below a power of 1024)
+        exponent -= 1
+    return f"{count / 1024 ** exponent:.1f} {'KMGTPE'[exponent - 1]}iB"
 
 
 def store_runtime_info(store) -> dict[str, str]:
@@ -36,7 +48,7 @@ def store_runtime_info(store) -> dict[str, str]:
         "remainTransientStoreBufferNumbs": str(
             store.pool.available_buffer_nums() if store.pool else 0
         ),
-        "remainHowManyDataToFlush": str(
+        "remainHowManyDataToFlush": human_readable_byte_count(
             commit_log.mapped_file_queue.remain_how_many_data_to_flush()
         ),
         "earliestMessageTimeStamp": str(_earliest_commit_log_time(commit_log)),

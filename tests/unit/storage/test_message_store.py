@@ -356,3 +356,15 @@ def test_a_slaves_checkpoint_time_follows_what_it_replicated_and_flushed(store_f
     assert slave.get_max_offset_in_queue("TopicTest", 0) == 5
     slave.flush_service.on_shutdown()  # a thorough flush, as every few seconds
     assert slave.checkpoint.physic_msg_timestamp == stored[-1]
+
+
+def test_the_data_left_to_flush_is_worded_as_rocketmq_words_it():
+    # It was a plain number; mqadmin brokerStatus and the dashboard show RocketMQ's text.
+    from storage.runtime_info import human_readable_byte_count
+
+    assert human_readable_byte_count(0) == "0 B"
+    assert human_readable_byte_count(1023) == "1023 B"
+    assert human_readable_byte_count(1024) == "1.0 KiB"
+    assert human_readable_byte_count(1536) == "1.5 KiB"
+    assert human_readable_byte_count(1024 ** 3) == "1.0 GiB"
+    assert human_readable_byte_count(5 * 1024 ** 4 - 1) == "5.0 TiB"
