@@ -7,14 +7,12 @@ through a temporary file, fsync and rename, so a crash never leaves half a file.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
 
 from cluster.remoting import fastjson
-from common.platform.durability import sync_all
-from common.platform.files import replace_file
+from common.platform.files import write_config_file
 
 log = logging.getLogger(__name__)
 
@@ -94,22 +92,9 @@ class JsonConfigFile:
         next save tries again. Returns whether the file now holds ``text``.
         """
         with self._lock:
-            tmp = self.path + ".tmp"
             try:
-                directory = os.path.dirname(self.path) or "."
-                os.makedirs(directory, exist_ok=True)
-                with open(tmp, "w", encoding="utf-8") as handle:
-                    handle.write(text)
-                    handle.flush()
-                    sync_all(handle.fileno())
-                if os.path.exists(self.path):
-                    replace_file(self.path, self.path + ".bak")
-                replace_file(tmp, self.path)  # (an inspector may be reading it: Windows refuses)
+                write_config_file(self.path, text)
             except OSError as exc:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
                 self._report(exc)
                 return False
             if self.failing_since is not None:

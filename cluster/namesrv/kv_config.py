@@ -17,12 +17,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import threading
 
 from cluster.namesrv.errors import KVConfigLimitError
-from common.platform.durability import sync_all
-from common.platform.files import replace_file
+from common.platform.files import write_config_file
 
 log = logging.getLogger(__name__)
 
@@ -167,15 +165,7 @@ class KVConfigManager:
             # Compact: json's C encoder serves only indent=None; indented, a large table took
             # several times as long to write.
             text = json.dumps({"configTable": snapshot}, separators=(",", ":"), sort_keys=True)
-            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-            tmp = self.path + ".tmp"
-            with open(tmp, "w", encoding="utf-8") as handle:
-                handle.write(text)
-                handle.flush()
-                sync_all(handle.fileno())
-            if os.path.exists(self.path):
-                replace_file(self.path, self.path + ".bak")
-            replace_file(tmp, self.path)
+            write_config_file(self.path, text)
         self._written = max(self._written, changes)
 
     # -- reads ----------------------------------------------------------------------------------

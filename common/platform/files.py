@@ -14,6 +14,8 @@ import os
 import sys
 import time
 
+from common.platform.durability import sync_all
+
 # os.open flags for a file read and written as bytes: Windows' C runtime opens a descriptor in
 # text mode unless told (os.write would turn every 0x0A into 0x0D 0x0A, os.read stop at 0x1A).
 BINARY = getattr(os, "O_BINARY", 0)
@@ -56,6 +58,29 @@ def replace_file(source: str, target: str, attempts: int = 20, pause: float = 0.
             if attempt == attempts - 1 or not in_use_elsewhere(exc):
                 raise
             time.sleep(pause)
+
+
+def write_config_file(path: str, text: str) -> None:
+    """Replace a config file's content so that a crash leaves the old or the new one, never
+    half of either: a temporary file, synced, renamed over the file; the previous content is
+    kept as ``.bak`` (what a reader falls back to if the new one does not parse). Raises
+    OSError (ENOSPC, EROFS…) with the file and its backup untouched."""
+    tmp = path + ".tmp"
+    try:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            sync_all(handle.fileno())
+        if os.path.exists(path):
+            replace_file(path, path + ".bak")
+        replace_file(tmp, path)  # (an inspector may be reading it: Windows refuses a while)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def read_text(path, attempts: int = 20, pause: float = 0.05) -> str:

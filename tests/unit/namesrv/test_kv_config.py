@@ -8,7 +8,6 @@ import json
 
 import pytest
 
-from cluster.namesrv import kv_config
 from cluster.namesrv.errors import KVConfigLimitError
 from cluster.namesrv.kv_config import (
     MAX_NAMESPACE_BYTES,
@@ -23,6 +22,7 @@ from cluster.namesrv.processor import NamesrvProcessor
 from cluster.namesrv.route_info import RouteInfoManager
 from cluster.remoting.codec import request
 from cluster.remoting.codes import RequestCode, ResponseCode
+from common.platform import files
 
 
 class Peer:
@@ -102,8 +102,8 @@ def test_puts_share_writes_and_are_answered_once_on_disk(tmp_path, monkeypatch):
     path = tmp_path / "namesrv" / "kvConfig.json"
     kv = KVConfigManager(str(path))
     syncs = []
-    real_sync = kv_config.sync_all
-    monkeypatch.setattr(kv_config, "sync_all", lambda fd: (syncs.append(fd), real_sync(fd)))
+    real_sync = files.sync_all
+    monkeypatch.setattr(files, "sync_all", lambda fd: (syncs.append(fd), real_sync(fd)))
     processor = NamesrvProcessor(RouteInfoManager(), kv)
 
     async def main():
