@@ -10,6 +10,12 @@ due (rounded up: never early) — a wheel of one-second slots holding queue offs
 pending timer. Every 100 ms it delivers the slots whose second has come, in time order: each
 record is read back, rebuilt for its real topic and stored as a normal message.
 
+A timer further off than ROLL_WINDOW_MS from when it was stored is *rolled*, as RocketMQ rolls
+it (``timerRollWindowSlots``): filed under the end of that window, where its record is stored
+again in the timer topic, unchanged, and filed afresh. So no pending timer's record is older
+than two days, and a timer of three (timerMaxDelaySec) outlives its first CommitLog file, which
+expires after fileReservedTime (72 h): it was silently dropped.
+
 Restart: ``config/timercheck.json`` says how far the queue was filed (``scanOffset``), the
 oldest offset still pending (``minPendingOffset``, refreshed every 10 s) and up to when every
 timer has been delivered (``deliveredUpTo``, each second). Filing starts again at the oldest
@@ -55,6 +61,7 @@ SCAN_BATCH = 4096  # units filed per read of the queue
 # multi-second stall of the broker's event loop (about 25,000 a second at POLL_INTERVAL).
 ROUND_BUDGET = 2500
 TIMER_QUEUE_ID = 0
+ROLL_WINDOW_MS = 2 * 24 * 3600 * 1000
 _UNIT = struct.Struct(">qiq")  # commitLogOffset, size, tagsCode (= delivery time)
 _MAX_TS = 2**62
 
@@ -125,6 +132,7 @@ class TimerMessageService:
         self.min_pending_offset = 0
         self.pending = 0
         self.delivered = 0
+        self.rolled = 0  # records stored again in the timer topic (see ROLL_WINDOW_MS)
         self._dirty = False
         self._task: asyncio.Task | None = None
 
@@ -185,6 +193,8 @@ class TimerMessageService:
             return 0
         end = queue.get_max_offset_in_queue()
         filed = 0
+        wall_ms = int(time.time() * 1000)
+        commit_log = self.broker.store.commit_log
         while self.scan_offset < end:
             raw = queue.get_units_raw(self.scan_offset, min(SCAN_BATCH, end - self.scan_offset))
             if not raw:
@@ -192,10 +202,17 @@ class TimerMessageService:
                 self.scan_offset = max(self.scan_offset + 1, queue.get_min_offset_in_queue())
                 continue
             offset = self.scan_offset
-            for _, size, deliver in _UNIT.iter_unpack(raw):
-                if size > 0 and not (offset < skip_before and deliver <= self.delivered_up_to):
-                    self._file(_slot(deliver), offset)
-                    filed += 1
+            for commit_log_offset, size, deliver in _UNIT.iter_unpack(raw):
+                if size > 0:
+                    due = deliver
+                    if deliver > wall_ms:  # (one due already is never rolled)
+                        stored = commit_log.pickup_store_timestamp(commit_log_offset, size)
+                        if stored is not None and deliver - stored > ROLL_WINDOW_MS:
+                            due = stored + ROLL_WINDOW_MS
+                    # (what was due by deliveredUpTo before a restart went out, or rolled)
+                    if not (offset < skip_before and due <= self.delivered_up_to):
+                        self._file(_slot(due), offset)
+                        filed += 1
                 offset += 1
             self.scan_offset = offset
             self._dirty = True
@@ -212,8 +229,9 @@ class TimerMessageService:
     # -- delivering ---------------------------------------------------------------------------------
     def deliver_due(self, now_ms: int, budget: int | None = None) -> int:
         """Deliver the slots whose second has come, oldest first (at most ``budget`` messages;
-        the rest at the next round); how many messages."""
+        the rest at the next round); how many messages (rolled ones too)."""
         count = 0
+        rolled = self.rolled
         queue = self._queue()
         while self._seconds and self._seconds[0] * 1000 <= now_ms:
             if budget is not None and count >= budget:
@@ -224,7 +242,7 @@ class TimerMessageService:
             for offset in slot:
                 if budget is not None and count + done >= budget:
                     break
-                if not self._deliver(queue, offset):
+                if not self._deliver(queue, offset, now_ms):
                     break
                 done += 1
             count += done
@@ -237,10 +255,10 @@ class TimerMessageService:
             del self.slots[second]
             self.delivered_up_to = max(self.delivered_up_to, second * 1000)
             self._dirty = True
-        self.delivered += count
+        self.delivered += count - (self.rolled - rolled)
         return count
 
-    def _deliver(self, queue, offset: int) -> bool:
+    def _deliver(self, queue, offset: int, now_ms: int) -> bool:
         unit = queue.get_unit(offset) if queue is not None else None
         if unit is None:
             return True  # expired with its file: nothing to deliver
@@ -250,6 +268,8 @@ class TimerMessageService:
         except StoreError as exc:
             log.warning("timer message at %d is gone: %s", unit.commit_log_offset, exc)
             return True
+        if unit.tags_code > now_ms:  # filed for a roll (ROLL_WINDOW_MS), not due yet
+            return self._roll(record, unit.commit_log_offset)
         props = string_to_properties(record.properties_string)
         topic = props.pop(PROPERTY_REAL_TOPIC, None)
         queue_id = props.pop(PROPERTY_REAL_QUEUE_ID, "0")
@@ -266,6 +286,21 @@ class TimerMessageService:
         except PutMessageError as exc:
             log.warning("timer message at %d not delivered yet: %s", unit.commit_log_offset, exc)
             return False
+        return True
+
+    def _roll(self, record, commit_log_offset: int) -> bool:
+        """Store the timer's record again in the timer topic, as it is: the new copy is filed
+        by the next scan, for its delivery or its next roll."""
+        try:
+            self.broker.store.put_message_nowait(MessageExtBrokerInner(
+                topic=TIMER_TOPIC, body=record.body, queue_id=TIMER_QUEUE_ID, flag=record.flag,
+                properties_string=record.properties_string, sys_flag=record.sys_flag,
+                born_timestamp=record.born_timestamp, born_host=record.born_host,
+                reconsume_times=record.reconsume_times))
+        except PutMessageError as exc:
+            log.warning("timer message at %d not rolled yet: %s", commit_log_offset, exc)
+            return False
+        self.rolled += 1
         return True
 
     # -- progress -----------------------------------------------------------------------------------

@@ -4,10 +4,12 @@ repeats what was delivered)."""
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
 import pytest
 
+from cluster.broker import timer as timer_module
 from cluster.broker.timer import (
     TimerError,
     TimerMessageService,
@@ -18,7 +20,9 @@ from cluster.broker.timer import (
 from storage.message import TIMER_TOPIC, MessageExtBrokerInner, properties_to_string
 from storage.record import iter_records
 
-NOW = 1_800_000_000_000
+# The store stamps records with the clock: the tests' time is the clock's (a whole second, as
+# the slots are), so a timer is as far from its record's store time as from NOW.
+NOW = int(time.time()) * 1000
 DAY_S = 24 * 3600
 
 
@@ -130,3 +134,35 @@ def test_a_round_delivers_at_most_its_budget_and_the_rest_follows(store_factory,
     assert (timer.pending, timer.delivered_up_to) == (0, NOW + 1_000)
     store.wait_dispatched(timeout=10)
     assert _delivered(store) == [b"b0", b"b1", b"b2", b"b3", b"b4"]
+
+
+def test_a_timer_further_off_than_the_roll_window_is_stored_again_and_delivered_on_time(
+        store_factory, tmp_path, monkeypatch):
+    # A timer of up to 3 days (timerMaxDelaySec) waited in the record stored when it was sent,
+    # whose CommitLog file expires after 72 h: it was silently dropped. Now it is stored again
+    # in the timer topic every ROLL_WINDOW_MS (2 days; 2 s here), as RocketMQ rolls it.
+    monkeypatch.setattr(timer_module, "ROLL_WINDOW_MS", 2_000)
+    store = store_factory()
+    now = int(time.time() * 1000)  # (stored within milliseconds of it)
+    _park(store, b"far", now + 5_000)
+    _park(store, b"near", now + 1_000)
+    store.wait_dispatched(timeout=10)
+    timer = TimerMessageService(_broker(store, tmp_path))
+    assert timer.scan(now) == 2
+    assert timer.next_due() < now + 5_000  # filed for its roll, 2 s after it was stored
+    assert timer.deliver_due(now + 4_000) == 2  # near delivered, far rolled
+    store.wait_dispatched(timeout=10)
+    assert (_delivered(store), timer.rolled, timer.delivered) == ([b"near"], 1, 1)
+    timer.save(refresh_min=True)
+    again = TimerMessageService(_broker(store, tmp_path))  # a restart: the roll is not repeated
+    again.recover()
+    assert again.pending == 1
+    assert timer.scan(now + 4_000) == 1  # the copy
+    timer.deliver_due(now + 4_999)  # (rolled again, maybe: the test's clock stands, the store's runs)
+    store.wait_dispatched(timeout=10)
+    assert _delivered(store) == [b"near"]  # never early
+    timer.scan(now + 4_999)
+    assert timer.deliver_due(now + 6_000) == 1
+    store.wait_dispatched(timeout=10)
+    assert _delivered(store) == [b"near", b"far"]
+    assert timer.pending == 0
