@@ -31,6 +31,10 @@ RENEW_RETRIES = 3  # proxyConfig.maxRenewRetryTimes: a broker out of reach, trie
 RENEW_CONCURRENCY = 64  # changes in flight at once: one slow broker must not stall the rest
 RELEASE_MS = 1_000  # a gone client's messages go back this soon
 MAX_RENEWING = 200_000  # handles kept at once (past it, new ones are not renewed)
+# ... and for one client: a push consumer caches about a thousand messages (the 5.x clients'
+# maxCacheMessageCount is 1,024), so one that receives far more with auto_renew is not one,
+# and must not take the table's room from the others.
+MAX_RENEWING_PER_CLIENT = 10_000
 # A group's retry delays (RocketMQ's delay levels, 1 s to 2 h): what the proxy tells a push
 # consumer in its settings, and how long a message renewed for RENEW_MAX_MS waits to come back.
 RETRY_DELAYS_SECONDS = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200,
@@ -76,24 +80,29 @@ class HandleRenewals:
     """(group, the handle the client got) -> the message's renewal."""
 
     def __init__(self, change: Change, limit: int = MAX_RENEWING,
-                 concurrency: int = RENEW_CONCURRENCY) -> None:
+                 concurrency: int = RENEW_CONCURRENCY,
+                 client_limit: int = MAX_RENEWING_PER_CLIENT) -> None:
         self.table: dict[tuple[str, str], Renewal] = {}
         self.limit = limit
+        self.client_limit = client_limit
+        self._of_client: dict[str, int] = {}  # client id -> its renewals in the table
         self._change = change
         self._slots = asyncio.Semaphore(concurrency)
 
     def add(self, client_id: str, group: str, topic: str, handle: str, extra: ExtraInfo,
             now_ms: int, reconsume_times: int = 0) -> None:
-        if len(self.table) < self.limit:
-            self.table[(group, handle)] = Renewal(client_id, group, topic, extra, now_ms,
-                                                  reconsume_times)
+        key = (group, handle)
+        if key in self.table:
+            self._forget(key)
+        if len(self.table) < self.limit and self._of_client.get(client_id, 0) < self.client_limit:
+            self._keep(key, Renewal(client_id, group, topic, extra, now_ms, reconsume_times))
 
     async def take(self, group: str, handle: str) -> Renewal | None:
         """Stop renewing the message the client's ``handle`` names: its renewal (whose
         ``current`` is the handle to act with), or None when the proxy does not renew it.
         Waits for a change in flight: acked with the handle before it, the ack would miss the
         message."""
-        renewal = self.table.pop((group, handle), None)
+        renewal = self._forget((group, handle))
         if renewal is None:
             return None
         if renewal.changing is not None:
@@ -103,7 +112,22 @@ class HandleRenewals:
     def restore(self, group: str, handle: str, renewal: Renewal) -> None:
         """Renew again what ``take`` gave: the ack or nack it was taken for never reached the
         broker, and the client will try again with the handle it holds."""
-        self.table.setdefault((group, handle), renewal)
+        if (group, handle) not in self.table:
+            self._keep((group, handle), renewal)
+
+    def _keep(self, key: tuple[str, str], renewal: Renewal) -> None:
+        self.table[key] = renewal
+        self._of_client[renewal.client_id] = self._of_client.get(renewal.client_id, 0) + 1
+
+    def _forget(self, key: tuple[str, str]) -> Renewal | None:
+        renewal = self.table.pop(key, None)
+        if renewal is not None:
+            left = self._of_client[renewal.client_id] - 1
+            if left:
+                self._of_client[renewal.client_id] = left
+            else:
+                del self._of_client[renewal.client_id]
+        return renewal
 
     def due(self, now_ms: int) -> list[tuple[tuple[str, str], Renewal]]:
         """The renewals whose handle runs out within RENEW_AHEAD_MS and that no change holds."""
@@ -135,12 +159,12 @@ class HandleRenewals:
         if self.table.get(key) is not renewal:
             return moved  # taken meanwhile, by an ack or a nack
         if last:
-            del self.table[key]
+            self._forget(key)
         elif moved:
             renewal.renewed += 1
             renewal.failures = 0
         elif renewal.failures == 0 or renewal.failures >= RENEW_RETRIES:
-            del self.table[key]  # refused, or the broker gone too long: it comes back in time
+            self._forget(key)  # refused, or the broker gone too long: it comes back in time
         return moved
 
     async def _change_once(self, renewal: Renewal, invisible_ms: int) -> bool:
@@ -167,7 +191,7 @@ class HandleRenewals:
         """The client left (it said so, or went silent): what it held goes back in a second,
         as RocketMQ clears a group's handles when its consumer unregisters. How many did."""
         keys = [key for key, r in self.table.items() if r.client_id == client_id]
-        gone = [self.table.pop(key) for key in keys]
+        gone = [r for key in keys if (r := self._forget(key)) is not None]
 
         async def release(renewal: Renewal) -> bool:
             async with self._slots:

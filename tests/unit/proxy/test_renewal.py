@@ -210,3 +210,25 @@ def test_a_renewal_taken_for_an_ack_that_failed_is_renewed_again_once_restored()
         renewals.restore("g", "h1", renewal)
         assert await renewals.renew_once(DUE, _known) == 1
     asyncio.run(main())
+
+
+def test_one_client_cannot_take_the_tables_room_from_the_others():
+    # 200,000 handles in all: one client receiving with auto_renew, without end, left no room
+    # for any other push consumer's messages, which then came back while being consumed.
+    async def main():
+        broker = Broker()
+        renewals = _renewals(broker, client_limit=3)
+        for number in range(5):
+            renewals.add("greedy", "g", "T", f"h{number}", _extra(offset=number), NOW)
+        renewals.add("other", "g", "T", "mine", _extra(offset=9), NOW)
+        assert len(renewals.table) == 4
+        assert ("g", "mine") in renewals.table
+        await renewals.take("g", "h0")
+        renewals.add("greedy", "g", "T", "h5", _extra(offset=5), NOW)  # room again
+        assert ("g", "h5") in renewals.table
+        await renewals.release_client("greedy")
+        broker.failures = [ChangeRefused("stale")]
+        await renewals.renew_once(DUE, _known)  # the other's renewal refused: dropped
+        assert not renewals.table
+        assert not renewals._of_client  # every way out counted
+    asyncio.run(main())
