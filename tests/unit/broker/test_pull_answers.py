@@ -235,6 +235,19 @@ def test_a_pull_read_after_a_heartbeat_sees_the_subscription_it_registered(tmp_p
     _on_a_broker(tmp_path, scenario, enable_property_filter=True)
 
 
+async def _pulled_by(consumer: tuple, topic: str, sub_version: int) -> tuple:
+    """The answer to a pull of queue 0 from offset 0 by ``consumer`` (its connection and
+    transport), without the SUBSCRIPTION flag: filtered by what its group registered."""
+    connection, transport = consumer
+    connection.data_received(encode(request(RequestCode.PULL_MESSAGE, {
+        "consumerGroup": "cg", "topic": topic, "queueId": 0, "queueOffset": 0,
+        "maxMsgNums": 32, "sysFlag": 0, "commitOffset": 0, "suspendTimeoutMillis": 0,
+        "subVersion": sub_version}, opaque=8)))
+    assert await _until(lambda: 8 in {a[1] for a in _answers(b"".join(transport.writes))}, 3)
+    [pulled] = [a for a in _answers(b"".join(transport.writes)) if a[1] == 8]
+    return pulled
+
+
 def test_a_group_of_two_consumers_keeps_the_newer_subscription_version(tmp_path):
     # Two Java consumers of one group carry their own start times as subVersion; the one that
     # heartbeated last (the older) replaced the newer one's, and the newer one's pulls were
@@ -248,12 +261,7 @@ def test_a_group_of_two_consumers_keeps_the_newer_subscription_version(tmp_path)
                                               body=_consumer_heartbeat("News", 2000), opaque=1)))
         older[0].data_received(encode(request(RequestCode.HEART_BEAT,
                                               body=_consumer_heartbeat("News", 1000), opaque=1)))
-        newer[0].data_received(encode(request(RequestCode.PULL_MESSAGE, {
-            "consumerGroup": "cg", "topic": "News", "queueId": 0, "queueOffset": 0,
-            "maxMsgNums": 32, "sysFlag": 0, "commitOffset": 0, "suspendTimeoutMillis": 0,
-            "subVersion": 2000}, opaque=8)))
-        assert await _until(lambda: 8 in {a[1] for a in _answers(b"".join(newer[1].writes))}, 3)
-        [pulled] = [a for a in _answers(b"".join(newer[1].writes)) if a[1] == 8]
+        pulled = await _pulled_by(newer, "News", 2000)
         assert pulled[0] != ResponseCode.SUBSCRIPTION_NOT_LATEST, pulled
 
     _on_a_broker(tmp_path, scenario)
@@ -280,12 +288,7 @@ def test_a_proxys_heartbeat_keeps_the_topics_of_the_groups_4x_members(tmp_path):
         proxy[0].data_received(encode(request(RequestCode.HEART_BEAT,
                                               body=json.dumps(five).encode(), opaque=1)))
         assert await _until(lambda: len(broker.consumers.find("cg").channels) == 2, 3)
-        member[0].data_received(encode(request(RequestCode.PULL_MESSAGE, {
-            "consumerGroup": "cg", "topic": "%RETRY%cg", "queueId": 0, "queueOffset": 0,
-            "maxMsgNums": 32, "sysFlag": 0, "commitOffset": 0, "suspendTimeoutMillis": 0,
-            "subVersion": 2000}, opaque=8)))
-        assert await _until(lambda: 8 in {a[1] for a in _answers(b"".join(member[1].writes))}, 3)
-        [pulled] = [a for a in _answers(b"".join(member[1].writes)) if a[1] == 8]
+        pulled = await _pulled_by(member, "%RETRY%cg", 2000)
         assert pulled[0] != ResponseCode.SUBSCRIPTION_NOT_EXIST, pulled
 
     _on_a_broker(tmp_path, scenario)
