@@ -4,9 +4,12 @@ In 4.x a broker group whose master is down can be read from its slaves but deliv
 message until the master returns. With ``enableSlaveActingMaster`` the group's slave with the
 smallest brokerId notices that the name servers list no master for its group (a master that
 dies loses its name-server connection at once) and that its own replication link is down, and
-runs the schedule service in its place: due messages go through the EscapeBridge to another
-group's master. When the master is listed again the slave stops and writes its delay offsets,
-which the returning master takes before delivering anything (see ScheduleMessageService).
+runs the schedule service in its place, and the timer service (timerWheelEnable): due messages
+go through the EscapeBridge to another group's master. When the master is listed again the slave
+stops them and writes their progress, which the returning master takes before delivering
+anything (see ScheduleMessageService and TimerMessageService): the delay offsets in the body of
+the slave's GET_ALL_DELAY_OFFSET answer, the timer's progress in its ext fields
+(admin_processor.get_all_delay_offset).
 """
 
 from __future__ import annotations
@@ -15,7 +18,14 @@ import asyncio
 import logging
 
 from cluster.broker.escape_bridge import EscapeBridge, NamesrvLookup
+from cluster.broker.json_config import JsonConfigFile
 from cluster.broker.schedule import ScheduleMessageService
+from cluster.broker.timer import (
+    TimerMessageService,
+    TimerProgress,
+    read_timer_progress,
+    timer_check_path,
+)
 from cluster.remoting.client import RemotingClient
 from cluster.remoting.errors import RemotingError
 
@@ -32,12 +42,13 @@ class ActingMasterService:
         self.lookup = NamesrvLookup(broker.config.namesrv_list(), self.client)
         self.escape = EscapeBridge(broker.config.broker_name, self.lookup, self.client)
         self.schedule: ScheduleMessageService | None = None
+        self.timer: TimerMessageService | None = None
         self._task: asyncio.Task | None = None
         self._told_no_escape = False
 
     @property
     def acting(self) -> bool:
-        return self.schedule is not None
+        return self.schedule is not None or self.timer is not None
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop())
@@ -87,25 +98,52 @@ class ActingMasterService:
         name = self.broker.config.broker_name
         if not self.broker.config.enable_remote_escape:
             if not self._told_no_escape:
-                log.warning("the master of %s is down; its delayed messages wait for it "
+                log.warning("the master of %s is down; its delayed and timer messages wait for it "
                             "(enableRemoteEscape is off: this slave cannot write them anywhere)",
                             name)
                 self._told_no_escape = True
             return
-        log.info("the master of %s is down: this slave delivers its delayed messages through "
-                 "other groups' masters", name)
+        log.info("the master of %s is down: this slave delivers its delayed and timer messages "
+                 "through other groups' masters", name)
         self.schedule = ScheduleMessageService(self.broker, self.escape)
         self.schedule.start()
+        if self.broker.config.timer_wheel_enable:
+            self.timer = TimerMessageService(self.broker, self.escape)
+            self.timer.start()
 
     async def _stand_down(self) -> None:
-        if self.schedule is None:
+        if not self.acting:
             return
-        schedule, self.schedule = self.schedule, None
-        await schedule.stop()  # writes the offsets the returning master will take
-        log.info("the master of %s is back: this slave stops delivering (%d delivered, %d "
-                 "skipped as delivered before)", self.broker.config.broker_name,
-                 schedule.delivered, schedule.skipped_duplicates)
+        # Each writes the progress the returning master will take; only then does this slave
+        # stop saying it acts (the master waits for that before it reads the progress).
+        name = self.broker.config.broker_name
+        if self.schedule is not None:
+            await self.schedule.stop()
+            log.info("the master of %s is back: this slave stops delivering delayed messages "
+                     "(%d delivered, %d skipped as delivered before)", name,
+                     self.schedule.delivered, self.schedule.skipped_duplicates)
+        if self.timer is not None:
+            await self.timer.stop()
+            log.info("the master of %s is back: this slave stops delivering timer messages "
+                     "(%d delivered, %d rolled, %d skipped as delivered before, %d pending)",
+                     name, self.timer.delivered, self.timer.rolled,
+                     self.timer.skipped_duplicates, self.timer.pending)
+        self.schedule = self.timer = None
 
     def runtime_info(self) -> dict[str, str]:
-        return {"actingMaster": str(self.acting).lower(),
+        info = {"actingMaster": str(self.acting).lower(),
                 "escapedMessages": str(self.escape.escaped)}
+        if self.timer is not None:
+            info.update(self.timer.runtime_info())
+        return info
+
+
+def broker_timer_progress(broker) -> TimerProgress | None:
+    """The progress of the timer service running on ``broker`` (a master's, or that of a
+    slave acting for it), else the one saved last."""
+    acting = broker.acting_master
+    for service in (broker.timer, acting.timer if acting is not None else None):
+        if service is not None and (progress := service.progress()) is not None:
+            return progress
+    return read_timer_progress(JsonConfigFile(timer_check_path(broker)))
+

@@ -11,6 +11,7 @@ import json
 import os
 import time
 
+from cluster.broker.acting_master import broker_timer_progress
 from cluster.broker.headers import (
     ConsumeStatsRequestHeader,
     CreateTopicRequestHeader,
@@ -214,9 +215,17 @@ class AdminBrokerProcessor:
             text = ""
         # A slave delivering for its master says so: the returning master waits for it to stop.
         acting = self.broker.acting_master is not None and self.broker.acting_master.acting
+        fields = {ACTING_MASTER_FIELD: str(acting).lower()}
+        # The timer's progress too, as ext fields of our own: a slave copies its master's
+        # (slave_sync.py), a master that comes back takes its slaves'. (Not RocketMQ 5's
+        # GET_TIMER_CHECK_POINT, whose TimerCheckpoint speaks of a timer log this broker does
+        # not keep; brokers that do not know the fields pass them by.)
+        progress = broker_timer_progress(self.broker)
+        if progress is not None:
+            fields.update(progress.ext_fields())
         return command.make_response(ResponseCode.SUCCESS,
                                      body=(text.strip() or '{"offsetTable":{}}').encode(),
-                                     ext_fields={ACTING_MASTER_FIELD: str(acting).lower()})
+                                     ext_fields=fields)
 
     @checked(EmptyHeader)
     def get_broker_ha_status(self, connection, command, header):

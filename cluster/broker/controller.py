@@ -248,8 +248,7 @@ class BrokerController:
         if transactions is not None:  # half messages not yet committed or rolled back
             info["transactionOpenNum"], info["transactionCheckingNum"] = map(str, transactions)
         if self.timer is not None:  # 5.x: timers waiting for their time
-            info["timerPendingNum"] = str(self.timer.pending)
-            info["timerNextDueTimestamp"] = str(self.timer.next_due() or 0)
+            info.update(self.timer.runtime_info())
         if self.pop_revive is not None:  # 5.x: POP messages handed out and not acked yet
             info["popInFlightNum"] = str(self.pop_revive.in_flight() + self.pop_order.in_flight())
             info["popRevivedTotal"] = str(self.pop_revive.revived)

@@ -23,6 +23,7 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Awaitable, Callable
 
 from cluster.broker.escape_bridge import NamesrvLookup
 from cluster.broker.json_config import JsonConfigFile
@@ -104,10 +105,11 @@ class ScheduleMessageService:
 
     async def _run(self) -> None:
         if self.escape is None and self.broker.config.enable_slave_acting_master:
-            await self._take_over_from_slaves()
+            await take_over_from_slaves(self.broker, self._take_slave_offsets)
             # (a slave's offsets may count messages this store's queues lost in a crash)
             self._clamp_to_queues()
-        await self._wait_for_dispatch()
+        # Units already due are checked against the index: a delivered copy must be indexed.
+        await wait_for_dispatch(self.broker.store)
         last_persist = time.monotonic()
         while True:
             try:
@@ -119,52 +121,20 @@ class ScheduleMessageService:
                 last_persist = time.monotonic()
             await asyncio.sleep(POLL_INTERVAL)
 
-    async def _take_over_from_slaves(self) -> None:
-        """Start from the furthest offsets of this master and its slaves, once none of them
-        delivers for it any more (or after TAKE_OVER_TIMEOUT)."""
-        client = RemotingClient()
-        lookup = NamesrvLookup(self.broker.config.namesrv_list(), client)
-        deadline = time.monotonic() + TAKE_OVER_TIMEOUT
-        try:
-            while time.monotonic() < deadline:
-                try:
-                    addrs = await lookup.broker_addr_table() or {}
-                except RemotingError:
-                    addrs = {}
-                slaves = [a for i, a in (addrs.get(self.broker.config.broker_name) or {}).items()
-                          if i != 0]
-                still_acting = False
-                for address in slaves:
-                    answer = await self._slave_offsets(client, address)
-                    if answer is None:
-                        continue
-                    acting, offsets = answer
-                    still_acting |= acting
-                    for level, offset in offsets.items():
-                        if offset > self.offsets.get(level, 0):
-                            log.info("delay level %d: a slave delivered up to %d; going on from "
-                                     "there", level, offset)
-                            self.offsets[level] = offset
-                            self._dirty = True
-                if not still_acting:
-                    return
-                await asyncio.sleep(0.5)
-            log.warning("a slave still acts as master after %.0f s; delivering anyway",
-                        TAKE_OVER_TIMEOUT)
-        finally:
-            await client.close()
-
-    async def _wait_for_dispatch(self, timeout: float = 30.0) -> None:
-        """Units already due are checked against the index: let recovery's dispatch reach the
-        end of the CommitLog first, or a delivered copy could still be unindexed."""
-        store = self.broker.store
-        # Up to what was written when this service started: under steady load the dispatcher
-        # is always a little behind the newest bytes, which do not matter here.
-        target = store.get_max_phy_offset()
-        deadline = time.monotonic() + timeout
-        while (store.get_max_phy_offset() - store.dispatch_behind_bytes() < target
-               and time.monotonic() < deadline):
-            await asyncio.sleep(0.05)
+    async def _take_slave_offsets(self, client: RemotingClient, address: str) -> bool | None:
+        """Level by level, the further of this master's offsets and a slave's; whether that
+        slave still acts as master (None: it did not answer)."""
+        answer = await self._slave_offsets(client, address)
+        if answer is None:
+            return None
+        acting, offsets = answer
+        for level, offset in offsets.items():
+            if offset > self.offsets.get(level, 0):
+                log.info("delay level %d: a slave delivered up to %d; going on from there",
+                         level, offset)
+                self.offsets[level] = offset
+                self._dirty = True
+        return acting
 
     @staticmethod
     async def _slave_offsets(client, address: str) -> tuple[bool, dict[int, int]] | None:
@@ -225,15 +195,65 @@ class ScheduleMessageService:
         """Whether the real topic already holds this message, put there by whoever delivered
         before this service started (a master's last 10 s of progress may not be on disk)."""
         uniq = msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-        if not uniq:
-            return False
-        found = self.broker.store.query_message(msg.topic, uniq, 32, begin=record.store_timestamp)
-        for raw in found.messages:
-            copy = decode_record(raw)
-            if copy.uniq_key == uniq and copy.store_timestamp >= record.store_timestamp:
-                log.info("delayed message %s was delivered before; not again", uniq)
-                return True
+        if uniq and delivered_before(self.broker.store, msg.topic, uniq, record):
+            log.info("delayed message %s was delivered before; not again", uniq)
+            return True
         return False
+
+
+async def take_over_from_slaves(broker, ask: Callable[[RemotingClient, str],
+                                                      Awaitable[bool | None]]) -> None:
+    """Ask each slave of this master's group, through ``ask(client, address)`` (which takes
+    over what the slave delivered while acting and says whether it still acts; None when it
+    did not answer), until none of them delivers for this master any more, or
+    TAKE_OVER_TIMEOUT. The schedule and the timer service both take over this way."""
+    client = RemotingClient()
+    lookup = NamesrvLookup(broker.config.namesrv_list(), client)
+    deadline = time.monotonic() + TAKE_OVER_TIMEOUT
+    try:
+        while time.monotonic() < deadline:
+            try:
+                addrs = await lookup.broker_addr_table() or {}
+            except RemotingError:
+                addrs = {}
+            slaves = [a for i, a in (addrs.get(broker.config.broker_name) or {}).items() if i != 0]
+            still_acting = False
+            for address in slaves:
+                still_acting |= bool(await ask(client, address))
+            if not still_acting:
+                return
+            await asyncio.sleep(0.5)
+        log.warning("a slave still acts as master after %.0f s; delivering anyway",
+                    TAKE_OVER_TIMEOUT)
+    finally:
+        await client.close()
+
+
+async def wait_for_dispatch(store, timeout: float = 30.0) -> None:
+    """Until dispatch has reached what the CommitLog held when this was called (or
+    ``timeout``): after recovery or replication, a queue or the index can be behind."""
+    # Up to what was written when this was called: under steady load the dispatcher is always
+    # a little behind the newest bytes, which do not matter here.
+    target = store.get_max_phy_offset()
+    deadline = time.monotonic() + timeout
+    while (store.get_max_phy_offset() - store.dispatch_behind_bytes() < target
+           and time.monotonic() < deadline):
+        await asyncio.sleep(0.05)
+
+
+def delivered_before(store, topic: str, uniq: str, record) -> bool:
+    """Whether ``topic`` holds a copy of ``record`` (the same UNIQ_KEY ``uniq``) stored after
+    it: put there by whoever delivered it before the caller's service started. (By offset as
+    well as time: in its own topic, a record stored in the same millisecond is no copy.)"""
+    # (The index keeps store times to the second, rounded down: one stored in the record's
+    # second may be indexed as before it. The copies found are then held to the millisecond.)
+    found = store.query_message(topic, uniq, 32, begin=record.store_timestamp - 1000)
+    for raw in found.messages:
+        copy = decode_record(raw)
+        if (copy.uniq_key == uniq and copy.store_timestamp >= record.store_timestamp
+                and copy.commit_log_offset > record.commit_log_offset):
+            return True
+    return False
 
 
 def delay_offset_path(broker) -> str:

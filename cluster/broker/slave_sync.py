@@ -1,7 +1,8 @@
 """SlaveSynchronize: a slave copies its master's metadata every 10 s.
 
-Replication carries only CommitLog bytes; topics, subscription groups, consumer offsets and
-delay offsets come over remoting from the master address the name server gave at registration.
+Replication carries only CommitLog bytes; topics, subscription groups, consumer offsets, delay
+offsets and the timer's progress come over remoting from the master address the name server
+gave at registration.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from cluster.broker.schedule import (
     parse_delay_offsets,
     read_delay_offsets,
 )
+from cluster.broker.timer import TimerProgress, read_timer_progress, timer_check_path
 from cluster.remoting import fastjson
 from cluster.remoting.client import RemotingClient
-from cluster.remoting.codec import request
+from cluster.remoting.codec import RemotingCommand, request
 from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.errors import RemotingError
 
@@ -87,10 +89,13 @@ class SlaveSynchronize:
         return True
 
     async def _fetch(self, master: str, code: int) -> bytes:
+        return (await self._ask(master, code)).body or b""
+
+    async def _ask(self, master: str, code: int) -> RemotingCommand:
         response = await self.client.invoke(master, request(code), 5)
         if response.code != ResponseCode.SUCCESS:
             raise RemotingError(f"the master answered {code} with {response.code}: {response.remark}")
-        return response.body or b""
+        return response
 
     async def _sync_topics(self, master: str) -> None:
         body = await self._fetch(master, RequestCode.GET_ALL_TOPIC_CONFIG)
@@ -133,16 +138,32 @@ class SlaveSynchronize:
 
     async def _sync_delay_offsets(self, master: str) -> None:
         """The master's delay offsets, level by level the furthest of its and this slave's: a
-        slave that delivered while the master was down must not forget how far it went."""
-        body = await self._fetch(master, RequestCode.GET_ALL_DELAY_OFFSET)
-        if not body:
+        slave that delivered while the master was down must not forget how far it went. The
+        same answer carries the master's timer progress (admin_processor.get_all_delay_offset)."""
+        response = await self._ask(master, RequestCode.GET_ALL_DELAY_OFFSET)
+        self._sync_timer_progress(TimerProgress.from_ext_fields(response.ext_fields))
+        if not response.body:
             return
-        theirs = parse_delay_offsets(fastjson.loads(body.decode()))
+        theirs = parse_delay_offsets(fastjson.loads(response.body.decode()))
         file = JsonConfigFile(delay_offset_path(self.broker))
         offsets = read_delay_offsets(file)
         for level, offset in theirs.items():
             offsets[level] = max(offset, offsets.get(level, 0))
         file.persist(delay_offsets_json(offsets))
+
+    def _sync_timer_progress(self, theirs: TimerProgress | None) -> None:
+        """The master's timer progress, so that this slave, should it act for the master,
+        starts about where the master stopped rather than at the oldest pending timer it ever
+        knew (RocketMQ 5's syncTimerCheckPoint). Not while it acts, and not over progress of
+        its own the master has not caught up with: what it delivered while acting, which the
+        returning master has yet to take."""
+        acting = self.broker.acting_master
+        if theirs is None or (acting is not None and acting.timer is not None):
+            return
+        file = JsonConfigFile(timer_check_path(self.broker))
+        ours = read_timer_progress(file)
+        if ours is None or (theirs != ours and theirs.covers(ours)):
+            file.persist(theirs.to_json())
 
     async def _sync_groups(self, master: str) -> None:
         body = await self._fetch(master, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)

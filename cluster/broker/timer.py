@@ -21,6 +21,19 @@ oldest offset still pending (``minPendingOffset``, refreshed every 10 s) and up 
 timer has been delivered (``deliveredUpTo``, each second). Filing starts again at the oldest
 pending offset, skipping what was due by ``deliveredUpTo``: what was pending is pending again,
 and a crash repeats at most the last second's deliveries (at-least-once, as RocketMQ).
+
+A slave acting for its master while the master is down (``enableSlaveActingMaster``, see
+acting_master.py) runs this service too, with an EscapeBridge, as RocketMQ 5 runs its timer's
+dequeue there: a slave never writes its own CommitLog (a byte copy of its master's), so what is
+due goes to another group's master, and a roll hands that master the timer itself. As with
+delayed messages (schedule.py), nothing goes out twice when timers change hands:
+
+* a slave keeps a copy of its master's progress (slave_sync.py), so it starts about where the
+  master stopped; a timer that fell due before it started is looked for in its store, the
+  master's copy, by UNIQ_KEY, and not delivered again when the master had;
+* a master that comes back takes its slaves' progress (what they delivered is in other groups'
+  stores, out of its sight) once none of them acts any more, and files nothing any of them
+  had delivered.
 """
 
 from __future__ import annotations
@@ -33,9 +46,20 @@ import os
 import struct
 import time
 from array import array
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 from cluster.broker.json_config import JsonConfigFile
+from cluster.broker.schedule import (
+    ACTING_MASTER_FIELD,
+    delivered_before,
+    take_over_from_slaves,
+    wait_for_dispatch,
+)
 from cluster.broker.topic_config import PERM_READ, PERM_WRITE
+from cluster.remoting.codec import request
+from cluster.remoting.codes import RequestCode, ResponseCode
+from cluster.remoting.errors import RemotingError
 from storage.errors import PutMessageError, StoreError
 from storage.message import (
     PROPERTY_DELAY_TIME_LEVEL,
@@ -44,6 +68,7 @@ from storage.message import (
     PROPERTY_TIMER_DELAY_MS,
     PROPERTY_TIMER_DELAY_SEC,
     PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     TIMER_TOPIC,
     MessageExtBrokerInner,
     properties_to_string,
@@ -64,6 +89,9 @@ TIMER_QUEUE_ID = 0
 ROLL_WINDOW_MS = 2 * 24 * 3600 * 1000
 _UNIT = struct.Struct(">qiq")  # commitLogOffset, size, tagsCode (= delivery time)
 _MAX_TS = 2**62
+# A broker's timer progress as ext fields of its GET_ALL_DELAY_OFFSET answer (our own: see
+# admin_processor.get_all_delay_offset).
+TIMER_PROGRESS_FIELDS = ("timerScanOffset", "timerMinPendingOffset", "timerDeliveredUpTo")
 
 
 class TimerError(ValueError):
@@ -120,11 +148,70 @@ def _slot(deliver_ms: int) -> int:
     return -(-deliver_ms // 1000)  # the second it falls due, rounded up
 
 
+def _delivered_steps(delivered: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """(scanOffset, deliveredUpTo) pairs of saved progress as steps, the lowest offset last:
+    a unit below a step's offset (and not below the next's) went out when it fell due by the
+    step's time, the latest of the pairs whose scans passed it."""
+    steps = []
+    latest = -1
+    for scanned, up_to in sorted(delivered, reverse=True):
+        latest = max(latest, up_to)
+        steps.append((scanned, latest))
+    return steps
+
+
+class TimerProgress(NamedTuple):
+    """How far the timer queue went (``config/timercheck.json``): every unit below
+    ``scan_offset`` that fell due by ``delivered_up_to`` went out (or was rolled), and so did
+    every unit below ``min_pending_offset``."""
+
+    scan_offset: int = 0
+    min_pending_offset: int = 0
+    delivered_up_to: int = 0
+
+    @classmethod
+    def from_json(cls, data: dict) -> TimerProgress:
+        return cls(int(data.get("scanOffset", 0)), int(data.get("minPendingOffset", 0)),
+                   int(data.get("deliveredUpTo", 0)))
+
+    def to_json(self) -> str:
+        return json.dumps({"scanOffset": self.scan_offset,
+                           "minPendingOffset": self.min_pending_offset,
+                           "deliveredUpTo": self.delivered_up_to})
+
+    @classmethod
+    def from_ext_fields(cls, fields: Mapping[str, str]) -> TimerProgress | None:
+        """The progress an answer carries (TIMER_PROGRESS_FIELDS); None when it carries none
+        (a broker without timers, RocketMQ's own) or none that reads as numbers."""
+        try:
+            return cls(*(int(fields[name]) for name in TIMER_PROGRESS_FIELDS))
+        except (KeyError, ValueError):
+            return None
+
+    def ext_fields(self) -> dict[str, str]:
+        return dict(zip(TIMER_PROGRESS_FIELDS, map(str, self), strict=True))
+
+    def covers(self, other: TimerProgress) -> bool:
+        """Whether every unit ``other`` counts as delivered, this counts too."""
+        return (self.scan_offset >= other.scan_offset
+                and self.delivered_up_to >= other.delivered_up_to)
+
+
+def timer_check_path(broker) -> str:
+    return os.path.join(broker.store_config.store_path_root_dir, "config", "timercheck.json")
+
+
+def read_timer_progress(file: JsonConfigFile) -> TimerProgress | None:
+    data = file.load()
+    return TimerProgress.from_json(data) if data else None
+
+
 class TimerMessageService:
-    def __init__(self, broker) -> None:
+    def __init__(self, broker, escape=None) -> None:
+        """``escape`` (an EscapeBridge) makes this the service of a slave acting as master."""
         self.broker = broker
-        self.file = JsonConfigFile(os.path.join(broker.store_config.store_path_root_dir,
-                                                "config", "timercheck.json"))
+        self.escape = escape
+        self.file = JsonConfigFile(timer_check_path(broker))
         self.slots: dict[int, array] = {}
         self._seconds: list[int] = []  # a heap of the slots' seconds
         self.scan_offset = 0
@@ -133,13 +220,25 @@ class TimerMessageService:
         self.pending = 0
         self.delivered = 0
         self.rolled = 0  # records stored again in the timer topic (see ROLL_WINDOW_MS)
+        self.skipped_duplicates = 0  # due before an acting slave started, and delivered then
+        self.started_ms = 0
+        # Until recover() ran, nothing is known: no progress is saved or handed out.
+        self._recovering = False
         self._dirty = False
         self._task: asyncio.Task | None = None
 
     # -- life ---------------------------------------------------------------------------------------
     def start(self) -> None:
-        self.broker.topics.create_in_send_message_back_method(TIMER_TOPIC, 1, PERM_READ | PERM_WRITE)
-        self.recover()
+        self.started_ms = int(time.time() * 1000)
+        if self.escape is None:
+            self.broker.topics.create_in_send_message_back_method(TIMER_TOPIC, 1,
+                                                                  PERM_READ | PERM_WRITE)
+        # A master a slave may have acted for recovers once it has the slaves' progress; an
+        # acting slave once dispatch has caught up with what it replicated (its checks read
+        # the index). Both in the service's task; any other master at once, as always.
+        self._recovering = self.escape is not None or self.broker.config.enable_slave_acting_master
+        if not self._recovering:
+            self.recover()
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
@@ -149,29 +248,44 @@ class TimerMessageService:
             self._task = None
         self.save(refresh_min=True)
 
-    def recover(self) -> None:
-        """File again what was pending when the broker stopped (see the module's docstring)."""
-        data = self.file.load() or {}
-        saved_scan = int(data.get("scanOffset", 0))
-        self.delivered_up_to = int(data.get("deliveredUpTo", 0))
-        start = int(data.get("minPendingOffset", 0))
-        self.min_pending_offset = start
+    def recover(self, handed_back: Sequence[TimerProgress] = ()) -> None:
+        """File again what was pending when the broker stopped (see the module's docstring),
+        less what slaves delivered while acting for it (``handed_back``: their progress)."""
+        own = read_timer_progress(self.file) or TimerProgress()
+        self._recovering = False
+        self.delivered_up_to = max([own.delivered_up_to]
+                                   + [progress.delivered_up_to for progress in handed_back])
+        self.min_pending_offset = own.min_pending_offset
         queue = self._queue()
         if queue is None:
             return
-        self.scan_offset = max(start, queue.get_min_offset_in_queue())
-        # Before saved_scan, units due by deliveredUpTo went out already; after it, everything
-        # is new (a unit filed and delivered just before a crash may go out twice).
-        self.scan(now_ms=None, skip_before=saved_scan)
+        # Never past the queue's end: a crash can cost the queue units the saved progress
+        # counted, and the timers parked next take those offsets again: started past them,
+        # filing would never see them.
+        self.scan_offset = min(max(own.min_pending_offset, queue.get_min_offset_in_queue()),
+                               queue.get_max_offset_in_queue())
+        self.min_pending_offset = self.scan_offset
+        delivered = [(progress.scan_offset, progress.delivered_up_to)
+                     for progress in (own, *handed_back)]
+        # Below each saved scan, units due by its deliveredUpTo went out already; past them all,
+        # everything is new (a unit filed and delivered just before a crash may go out twice).
+        self.scan(now_ms=None, delivered=delivered)
         log.info("timer: %d messages pending after start", self.pending)
 
     async def _run(self) -> None:
+        if self._recovering:
+            handed_back = await self._take_over_from_slaves() if self.escape is None else []
+            await wait_for_dispatch(self.broker.store)
+            self.recover(handed_back)
         last_save = last_min = time.monotonic()
         while True:
             try:
                 now = int(time.time() * 1000)
                 self.scan(now)
-                self.deliver_due(now, budget=ROUND_BUDGET)
+                if self.escape is None:
+                    self.deliver_due(now, budget=ROUND_BUDGET)
+                else:
+                    await self.deliver_due_escaping(now, budget=ROUND_BUDGET)
             except Exception:  # one bad round must not stop timers for good
                 log.exception("timer messages: a round failed; trying again")
             if time.monotonic() - last_save >= SAVE_INTERVAL:
@@ -185,9 +299,48 @@ class TimerMessageService:
     def _queue(self):
         return self.broker.store.find_consume_queue(TIMER_TOPIC, TIMER_QUEUE_ID, create=False)
 
+    # -- taking over from slaves that acted -----------------------------------------------------------
+    async def _take_over_from_slaves(self) -> list[TimerProgress]:
+        """Each slave's last progress, once none of them delivers for this master any more
+        (or after TAKE_OVER_TIMEOUT): what they delivered is in other groups' stores, out of
+        this store's sight."""
+        latest: dict[str, TimerProgress] = {}
+
+        async def take(client, address: str) -> bool | None:
+            answer = await self._slave_progress(client, address)
+            if answer is None:
+                return None
+            acting, progress = answer
+            if progress is not None:
+                latest[address] = progress  # (it grows while the slave acts: the last counts)
+            return acting
+
+        await take_over_from_slaves(self.broker, take)
+        own = read_timer_progress(self.file) or TimerProgress()
+        for address, progress in latest.items():
+            if not own.covers(progress):
+                log.info("timer: the slave %s delivered timers due by %d up to queue offset %d; "
+                         "they are not delivered again", address, progress.delivered_up_to,
+                         progress.scan_offset)
+        return list(latest.values())
+
+    @staticmethod
+    async def _slave_progress(client, address: str) -> tuple[bool, TimerProgress | None] | None:
+        """Whether a slave acts as master, and its timer progress; None when it did not answer."""
+        try:
+            response = await client.invoke(address, request(RequestCode.GET_ALL_DELAY_OFFSET), 3)
+        except RemotingError:
+            return None
+        if response.code != ResponseCode.SUCCESS:
+            return None
+        return (response.field(ACTING_MASTER_FIELD) == "true",
+                TimerProgress.from_ext_fields(response.ext_fields))
+
     # -- filing -------------------------------------------------------------------------------------
-    def scan(self, now_ms: int | None, skip_before: int = -1) -> int:
-        """File the units written since the last scan; deliver at once those already due."""
+    def scan(self, now_ms: int | None, delivered: Sequence[tuple[int, int]] = ()) -> int:
+        """File the units written since the last scan; deliver at once those already due.
+        ``delivered``: (scanOffset, deliveredUpTo) pairs of saved progress, whose units are
+        not filed again."""
         queue = self._queue()
         if queue is None:
             return 0
@@ -195,6 +348,9 @@ class TimerMessageService:
         filed = 0
         wall_ms = int(time.time() * 1000)
         commit_log = self.broker.store.commit_log
+        # Below ``bound``, units due by ``up_to`` went out (or were rolled) before a restart.
+        steps = _delivered_steps(delivered)
+        bound, up_to = steps.pop() if steps else (_MAX_TS, -_MAX_TS)
         while self.scan_offset < end:
             raw = queue.get_units_raw(self.scan_offset, min(SCAN_BATCH, end - self.scan_offset))
             if not raw:
@@ -209,8 +365,9 @@ class TimerMessageService:
                         stored = commit_log.pickup_store_timestamp(commit_log_offset, size)
                         if stored is not None and deliver - stored > ROLL_WINDOW_MS:
                             due = stored + ROLL_WINDOW_MS
-                    # (what was due by deliveredUpTo before a restart went out, or rolled)
-                    if not (offset < skip_before and due <= self.delivered_up_to):
+                    while offset >= bound:
+                        bound, up_to = steps.pop() if steps else (_MAX_TS, -_MAX_TS)
+                    if due > up_to:
                         self._file(_slot(due), offset)
                         filed += 1
                 offset += 1
@@ -227,6 +384,9 @@ class TimerMessageService:
         self.pending += 1
 
     # -- delivering ---------------------------------------------------------------------------------
+    # A master stores what is due itself, without an await a message (deliver_due); a slave
+    # acting for it hands each to another group's master (deliver_due_escaping). Both walk the
+    # slots alike and share the rest (_timer_record, _real_message, _settle).
     def deliver_due(self, now_ms: int, budget: int | None = None) -> int:
         """Deliver the slots whose second has come, oldest first (at most ``budget`` messages;
         the rest at the next round); how many messages (rolled ones too)."""
@@ -237,52 +397,86 @@ class TimerMessageService:
             if budget is not None and count >= budget:
                 break
             second = self._seconds[0]
-            slot = self.slots[second]
             done = 0
-            for offset in slot:
+            for offset in self.slots[second]:
                 if budget is not None and count + done >= budget:
                     break
                 if not self._deliver(queue, offset, now_ms):
                     break
                 done += 1
             count += done
-            self.pending -= done
-            if done < len(slot):
-                # The budget ran out, or the store refused one: the rest waits for the next round.
-                del slot[:done]
+            if not self._settle(second, done):
                 break
-            heapq.heappop(self._seconds)
-            del self.slots[second]
-            self.delivered_up_to = max(self.delivered_up_to, second * 1000)
-            self._dirty = True
         self.delivered += count - (self.rolled - rolled)
         return count
 
-    def _deliver(self, queue, offset: int, now_ms: int) -> bool:
+    async def deliver_due_escaping(self, now_ms: int, budget: int | None = None) -> int:
+        """deliver_due on a slave acting as master: through the EscapeBridge (a slave never
+        writes its own CommitLog, its master's copy); skipped duplicates count too."""
+        count = 0
+        rolled, skipped = self.rolled, self.skipped_duplicates
+        queue = self._queue()
+        try:
+            while self._seconds and self._seconds[0] * 1000 <= now_ms:
+                if budget is not None and count >= budget:
+                    break
+                second = self._seconds[0]
+                done = 0
+                try:
+                    for offset in self.slots[second]:
+                        if budget is not None and count + done >= budget:
+                            break
+                        if not await self._escape(queue, offset, now_ms, second):
+                            break
+                        done += 1
+                finally:
+                    # (Also when the slave stands down mid-slot: what went out is not saved,
+                    # and handed back, as still pending.)
+                    count += done
+                    emptied = self._settle(second, done)
+                if not emptied:
+                    break
+        finally:
+            self.delivered += count - (self.rolled - rolled) - (self.skipped_duplicates - skipped)
+        return count
+
+    def _settle(self, second: int, done: int) -> bool:
+        """The first ``done`` timers of a slot went out: True when that emptied it."""
+        slot = self.slots[second]
+        self.pending -= done
+        if done < len(slot):
+            # The budget ran out, or a put was refused: the rest waits for the next round.
+            del slot[:done]
+            return False
+        heapq.heappop(self._seconds)
+        del self.slots[second]
+        self.delivered_up_to = max(self.delivered_up_to, second * 1000)
+        self._dirty = True
+        return True
+
+    def _timer_record(self, queue, offset: int):
+        """(unit, record) of a timer, or None when it is gone with its file."""
         unit = queue.get_unit(offset) if queue is not None else None
         if unit is None:
-            return True  # expired with its file: nothing to deliver
-        store = self.broker.store
+            return None
         try:
-            record = store.look_message_by_offset(unit.commit_log_offset, unit.size)
+            return unit, self.broker.store.look_message_by_offset(unit.commit_log_offset, unit.size)
         except StoreError as exc:
             log.warning("timer message at %d is gone: %s", unit.commit_log_offset, exc)
-            return True
+            return None
+
+    def _deliver(self, queue, offset: int, now_ms: int) -> bool:
+        found = self._timer_record(queue, offset)
+        if found is None:
+            return True  # nothing to deliver
+        unit, record = found
         if unit.tags_code > now_ms:  # filed for a roll (ROLL_WINDOW_MS), not due yet
             return self._roll(record, unit.commit_log_offset)
-        props = string_to_properties(record.properties_string)
-        topic = props.pop(PROPERTY_REAL_TOPIC, None)
-        queue_id = props.pop(PROPERTY_REAL_QUEUE_ID, "0")
-        if topic is None:
+        msg = _real_message(record)
+        if msg is None:
             return True
-        msg = MessageExtBrokerInner(
-            topic=topic, body=record.body,
-            queue_id=int(queue_id) if queue_id.isascii() and queue_id.isdigit() else 0,
-            flag=record.flag, properties=props, properties_string=properties_to_string(props),
-            sys_flag=record.sys_flag, born_timestamp=record.born_timestamp,
-            born_host=record.born_host, reconsume_times=record.reconsume_times)
         try:
-            store.put_message_nowait(msg)
+            self.broker.store.put_message_nowait(msg)
         except PutMessageError as exc:
             log.warning("timer message at %d not delivered yet: %s", unit.commit_log_offset, exc)
             return False
@@ -303,8 +497,59 @@ class TimerMessageService:
         self.rolled += 1
         return True
 
+    async def _escape(self, queue, offset: int, now_ms: int, second: int) -> bool:
+        """One timer of the slot of ``second`` through the EscapeBridge: False when no other
+        group's master took it (it waits for the next round)."""
+        found = self._timer_record(queue, offset)
+        if found is None:
+            return True
+        unit, record = found
+        msg = _real_message(record)
+        if msg is None:
+            return True
+        # A roll cannot store the record again here: the timer itself goes to another group's
+        # master, which parks it once more (its TIMER_DELIVER_MS is still ahead) and keeps it.
+        roll = unit.tags_code > now_ms
+        # The master delivered (or rolled) up to when it died, and the progress this slave
+        # copied from it is up to 10 s older: what fell due before this service started is
+        # looked for in this store, the master's copy. (A slot opens at its second's end, so
+        # one whose second came later was never the master's to deliver.)
+        if second * 1000 <= self.started_ms and self._delivered_before(msg, record, roll):
+            self.skipped_duplicates += 1
+            return True
+        if not await self.escape.put(msg):
+            return False
+        if roll:
+            self.rolled += 1
+        return True
+
+    def _delivered_before(self, msg: MessageExtBrokerInner, record, roll: bool) -> bool:
+        uniq = msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        # A delivered timer's copy is in its real topic; a rolled one's, in the timer topic.
+        if uniq and delivered_before(self.broker.store, TIMER_TOPIC if roll else msg.topic,
+                                     uniq, record):
+            log.info("timer message %s was %s before; not again", uniq,
+                     "rolled" if roll else "delivered")
+            return True
+        return False
+
     # -- progress -----------------------------------------------------------------------------------
+    def progress(self) -> TimerProgress | None:
+        """What save() would write now; None before recovery, when nothing is known yet."""
+        return None if self._recovering else self._progress()
+
+    def _progress(self) -> TimerProgress:
+        scan = self.scan_offset
+        if self._seconds and self._seconds[0] * 1000 <= self.delivered_up_to:
+            # A timer filed after its time had passed, and not delivered yet (the store refused
+            # it): a restart must file it again, so the saved scan stops before it.
+            scan = min([scan] + [self.slots[s][0] for s in self._seconds
+                                 if s * 1000 <= self.delivered_up_to and self.slots[s]])
+        return TimerProgress(scan, self.min_pending_offset, self.delivered_up_to)
+
     def save(self, refresh_min: bool = False) -> None:
+        if self._recovering:
+            return  # (the file's progress stands)
         if refresh_min:
             # Each slot's offsets ascend (filed in queue order), so its first is its oldest.
             self.min_pending_offset = min((slot[0] for slot in self.slots.values() if slot),
@@ -313,16 +558,29 @@ class TimerMessageService:
         if not self._dirty:
             return
         self._dirty = False
-        scan = self.scan_offset
-        if self._seconds and self._seconds[0] * 1000 <= self.delivered_up_to:
-            # A timer filed after its time had passed, and not delivered yet (the store refused
-            # it): a restart must file it again, so the saved scan stops before it.
-            scan = min([scan] + [self.slots[s][0] for s in self._seconds
-                                 if s * 1000 <= self.delivered_up_to and self.slots[s]])
-        self.file.persist(json.dumps({
-            "scanOffset": scan, "minPendingOffset": self.min_pending_offset,
-            "deliveredUpTo": self.delivered_up_to}))
+        self.file.persist(self._progress().to_json())
 
     def next_due(self) -> int | None:
         """When the next pending timer falls due (ms), or None."""
         return self._seconds[0] * 1000 if self._seconds else None
+
+    def runtime_info(self) -> dict[str, str]:
+        """This service's keys of GET_BROKER_RUNTIME_INFO (5.x: timers waiting for their time)."""
+        return {"timerPendingNum": str(self.pending),
+                "timerNextDueTimestamp": str(self.next_due() or 0)}
+
+
+def _real_message(record) -> MessageExtBrokerInner | None:
+    """A timer's record rebuilt for its real topic and queue (None without one)."""
+    props = string_to_properties(record.properties_string)
+    topic = props.pop(PROPERTY_REAL_TOPIC, None)
+    queue_id = props.pop(PROPERTY_REAL_QUEUE_ID, "0")
+    if topic is None:
+        return None
+    return MessageExtBrokerInner(
+        topic=topic, body=record.body,
+        queue_id=int(queue_id) if queue_id.isascii() and queue_id.isdigit() else 0,
+        flag=record.flag, properties=props, properties_string=properties_to_string(props),
+        sys_flag=record.sys_flag, born_timestamp=record.born_timestamp,
+        born_host=record.born_host, reconsume_times=record.reconsume_times)
+

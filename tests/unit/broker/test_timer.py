@@ -4,6 +4,7 @@ repeats what was delivered)."""
 
 from __future__ import annotations
 
+import json
 import time
 from types import SimpleNamespace
 
@@ -166,3 +167,22 @@ def test_a_timer_further_off_than_the_roll_window_is_stored_again_and_delivered_
     store.wait_dispatched(timeout=10)
     assert _delivered(store) == [b"near", b"far"]
     assert timer.pending == 0
+
+
+def test_filing_starts_no_further_than_the_queues_end(store_factory, tmp_path):
+    # The saved progress counted units a crash cost the queue (its tail was never flushed):
+    # the timers parked next take those offsets again, and were never filed.
+    store = store_factory()
+    _park(store, b"before", NOW + 1_000)
+    store.wait_dispatched(timeout=10)
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "timercheck.json").write_text(json.dumps(
+        {"scanOffset": 5, "minPendingOffset": 5, "deliveredUpTo": NOW - 60_000}))
+    timer = TimerMessageService(_broker(store, tmp_path))
+    timer.recover()
+    _park(store, b"after", NOW + 2_000)
+    store.wait_dispatched(timeout=10)
+    assert timer.scan(NOW) == 1
+    assert timer.deliver_due(NOW + 2_000) == 1
+    store.wait_dispatched(timeout=10)
+    assert _delivered(store) == [b"after"]
