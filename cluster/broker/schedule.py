@@ -138,11 +138,8 @@ class ScheduleMessageService:
 
     @staticmethod
     async def _slave_offsets(client, address: str) -> tuple[bool, dict[int, int]] | None:
-        try:
-            response = await client.invoke(address, request(RequestCode.GET_ALL_DELAY_OFFSET), 3)
-        except RemotingError:
-            return None
-        if response.code != ResponseCode.SUCCESS:
+        response = await ask_delay_offsets(client, address)
+        if response is None:
             return None
         offsets = parse_delay_offsets(fastjson.loads(response.body.decode()) if response.body else {})
         return response.field(ACTING_MASTER_FIELD) == "true", offsets
@@ -254,6 +251,16 @@ def delivered_before(store, topic: str, uniq: str, record) -> bool:
                 and copy.commit_log_offset > record.commit_log_offset):
             return True
     return False
+
+
+async def ask_delay_offsets(client, address: str):
+    """A broker's GET_ALL_DELAY_OFFSET answer (its delay offsets; whether it acts as master,
+    its timer progress), or None when it did not answer, or not with SUCCESS."""
+    try:
+        response = await client.invoke(address, request(RequestCode.GET_ALL_DELAY_OFFSET), 3)
+    except RemotingError:
+        return None
+    return response if response.code == ResponseCode.SUCCESS else None
 
 
 def delay_offset_path(broker) -> str:

@@ -52,14 +52,12 @@ from typing import NamedTuple
 from cluster.broker.json_config import JsonConfigFile
 from cluster.broker.schedule import (
     ACTING_MASTER_FIELD,
+    ask_delay_offsets,
     delivered_before,
     take_over_from_slaves,
     wait_for_dispatch,
 )
 from cluster.broker.topic_config import PERM_READ, PERM_WRITE
-from cluster.remoting.codec import request
-from cluster.remoting.codes import RequestCode, ResponseCode
-from cluster.remoting.errors import RemotingError
 from storage.errors import PutMessageError, StoreError
 from storage.message import (
     PROPERTY_DELAY_TIME_LEVEL,
@@ -327,11 +325,8 @@ class TimerMessageService:
     @staticmethod
     async def _slave_progress(client, address: str) -> tuple[bool, TimerProgress | None] | None:
         """Whether a slave acts as master, and its timer progress; None when it did not answer."""
-        try:
-            response = await client.invoke(address, request(RequestCode.GET_ALL_DELAY_OFFSET), 3)
-        except RemotingError:
-            return None
-        if response.code != ResponseCode.SUCCESS:
+        response = await ask_delay_offsets(client, address)
+        if response is None:
             return None
         return (response.field(ACTING_MASTER_FIELD) == "true",
                 TimerProgress.from_ext_fields(response.ext_fields))

@@ -25,6 +25,19 @@ ACTING = {"enableSlaveActingMaster": "true", "enableRemoteEscape": "true",
           "messageDelayLevel": LEVELS, "mapedFileSizeCommitLog": str(1 << 20)}
 
 
+def group_confs(tmp_path, namesrv: str, acting: dict[str, str]) -> tuple[str, str, str]:
+    """broker.conf files of broker-a's SYNC_MASTER (fixed ports, so that it comes back where
+    it was) and its slave, and of broker-b's master, all with ``acting``'s settings."""
+    port, ha_port = free_port(), free_port()
+    mconf = broker_conf(tmp_path, namesrv, "a-master", brokerName="broker-a", brokerId="0",
+                        brokerRole="SYNC_MASTER", listenPort=str(port),
+                        haListenPort=str(ha_port), **acting)
+    sconf = broker_conf(tmp_path, namesrv, "a-slave", brokerName="broker-a", brokerId="1",
+                        brokerRole="SLAVE", **acting)
+    bconf = broker_conf(tmp_path, namesrv, "b-master", brokerName="broker-b", **acting)
+    return mconf, sconf, bconf
+
+
 def broker_a_queue(queues: list[MessageQueue]) -> MessageQueue:
     return next(q for q in queues if q.broker_name == "broker-a")
 
@@ -60,15 +73,9 @@ async def runtime(admin: AdminClient, group: str, broker_id: int) -> dict | None
 
 def test_a_slave_delivers_delayed_messages_while_its_master_is_down_and_hands_back(tmp_path):
     env = {"HOME": str(tmp_path)}
-    port, ha_port = free_port(), free_port()
     with running("cluster.namesrv", "-p", "0", env=env) as ns:
         namesrv = ns.address
-        mconf = broker_conf(tmp_path, namesrv, "a-master", brokerName="broker-a", brokerId="0",
-                            brokerRole="SYNC_MASTER", listenPort=str(port),
-                            haListenPort=str(ha_port), **ACTING)
-        sconf = broker_conf(tmp_path, namesrv, "a-slave", brokerName="broker-a", brokerId="1",
-                            brokerRole="SLAVE", **ACTING)
-        bconf = broker_conf(tmp_path, namesrv, "b-master", brokerName="broker-b", **ACTING)
+        mconf, sconf, bconf = group_confs(tmp_path, namesrv, ACTING)
         master = running("cluster.broker", "-c", mconf, env=env)
         master_node = master.__enter__()
         try:

@@ -15,9 +15,8 @@ from cluster.client.producer import Producer
 from cluster.client.pull import read_queue
 from cluster.client.route import MessageQueue
 from storage.record import MessageRecord
-from tests.integration.procs import free_port, running
-from tests.integration.test_acting_master import runtime
-from tests.integration.test_broker import broker_conf
+from tests.integration.procs import running
+from tests.integration.test_acting_master import broker_a_queue, group_confs, runtime
 from tests.integration.test_client import run
 from tests.integration.test_ha import slave_in_sync, wait_for
 
@@ -25,10 +24,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 TOPIC = "TimerFailover"
 ACTING = {"enableSlaveActingMaster": "true", "enableRemoteEscape": "true",
           "mapedFileSizeCommitLog": str(1 << 20)}
-
-
-def broker_a_queue(queues: list[MessageQueue]) -> MessageQueue:
-    return next(q for q in queues if q.broker_name == "broker-a")
 
 
 async def send_timers(producer: Producer, kind: str, count: int, **timer: str) -> None:
@@ -65,15 +60,9 @@ async def acting(admin: AdminClient, wanted: bool) -> dict | None:
 def test_a_slave_delivers_timers_while_its_master_is_down_and_the_master_does_not_repeat_them(
         tmp_path):
     env = {"HOME": str(tmp_path)}
-    port, ha_port = free_port(), free_port()
     with running("cluster.namesrv", "-p", "0", env=env) as ns:
         namesrv = ns.address
-        mconf = broker_conf(tmp_path, namesrv, "a-master", brokerName="broker-a", brokerId="0",
-                            brokerRole="SYNC_MASTER", listenPort=str(port),
-                            haListenPort=str(ha_port), **ACTING)
-        sconf = broker_conf(tmp_path, namesrv, "a-slave", brokerName="broker-a", brokerId="1",
-                            brokerRole="SLAVE", **ACTING)
-        bconf = broker_conf(tmp_path, namesrv, "b-master", brokerName="broker-b", **ACTING)
+        mconf, sconf, bconf = group_confs(tmp_path, namesrv, ACTING)
         master = running("cluster.broker", "-c", mconf, env=env)
         master_node = master.__enter__()
         try:

@@ -16,13 +16,13 @@ from cluster.broker.acting_master import ActingMasterService
 from cluster.broker.config import load_broker_config
 from cluster.broker.controller import BrokerController
 from cluster.broker.slave_sync import SlaveSynchronize
-from cluster.broker.timer import TimerMessageService, TimerProgress, park
+from cluster.broker.timer import TimerMessageService, TimerProgress
 from cluster.remoting.codec import request
 from cluster.remoting.codes import RequestCode, ResponseCode
-from storage.message import TIMER_TOPIC, MessageExtBrokerInner, properties_to_string
+from storage.message import MessageExtBrokerInner, properties_to_string
 from storage.message_store import DefaultMessageStore
-from storage.record import iter_records
 from tests.unit.broker.broker_harness import ask
+from tests.unit.broker.test_timer import _delivered, _park
 
 NOW = int(time.time()) * 1000
 
@@ -50,19 +50,6 @@ def _broker(store):
         config=SimpleNamespace(broker_name="broker-a", broker_id=1, enable_remote_escape=True,
                                timer_wheel_enable=True, enable_slave_acting_master=True,
                                namesrv_list=list))
-
-
-def _park(store, body: bytes, deliver_ms: int) -> None:
-    props = {"UNIQ_KEY": body.decode()}
-    park(props, "RealTopic", 0, deliver_ms)
-    store.put_message_nowait(MessageExtBrokerInner(
-        topic=TIMER_TOPIC, body=body, properties=props, properties_string=properties_to_string(props),
-        born_host=("127.0.0.1", 1)))
-
-
-def _delivered(store) -> list[bytes]:
-    result = store.get_message("g", "RealTopic", 0, 0, 100)
-    return [r.body for data in result.messages for r in iter_records(data)]
 
 
 def test_an_acting_slave_hands_due_timers_and_rolls_to_the_escape_bridge_and_writes_nothing(
