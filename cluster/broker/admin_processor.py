@@ -12,6 +12,7 @@ import os
 import time
 
 from cluster.broker.acting_master import broker_timer_progress
+from cluster.broker.hand_back import ACTING_MASTER_FIELD
 from cluster.broker.headers import (
     ConsumeStatsRequestHeader,
     CreateTopicRequestHeader,
@@ -21,7 +22,6 @@ from cluster.broker.headers import (
     TopicRequestHeader,
     checked,
 )
-from cluster.broker.schedule import ACTING_MASTER_FIELD
 from cluster.broker.subscription_group import checked_subscription_group
 from cluster.broker.topic_config import TopicConfig
 from cluster.pop_handle import pop_retry_topic

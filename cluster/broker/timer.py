@@ -49,14 +49,14 @@ from array import array
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-from cluster.broker.json_config import JsonConfigFile
-from cluster.broker.schedule import (
+from cluster.broker.hand_back import (
     ACTING_MASTER_FIELD,
     ask_delay_offsets,
     delivered_before,
     take_over_from_slaves,
     wait_for_dispatch,
 )
+from cluster.broker.json_config import JsonConfigFile
 from cluster.broker.topic_config import PERM_READ, PERM_WRITE
 from storage.errors import PutMessageError, StoreError
 from storage.message import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from cluster.broker import schedule
+from cluster.broker import hand_back, schedule
 from cluster.broker.config import load_broker_config
 from cluster.broker.controller import BrokerController
 
@@ -27,7 +27,7 @@ def test_offsets_taken_over_from_a_slave_stop_at_the_masters_queue_end(tmp_path,
     async def slave_offsets(client, address):
         return False, {1: 10, 2: 3}
 
-    monkeypatch.setattr(schedule, "NamesrvLookup", _Lookup)
+    monkeypatch.setattr(hand_back, "NamesrvLookup", _Lookup)
     monkeypatch.setattr(schedule.ScheduleMessageService, "_slave_offsets",
                         staticmethod(slave_offsets))
 

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from cluster.broker import schedule
+from cluster.broker import hand_back, schedule
 from cluster.broker import timer as timer_module
 from cluster.broker.acting_master import ActingMasterService
 from cluster.broker.config import load_broker_config
@@ -210,7 +210,7 @@ def test_a_master_waits_until_its_slave_stops_acting_and_takes_its_timer_progres
     async def slave_offsets(client, address):
         return False, {}
 
-    monkeypatch.setattr(schedule, "NamesrvLookup", _Lookup)
+    monkeypatch.setattr(hand_back, "NamesrvLookup", _Lookup)
     monkeypatch.setattr(schedule.ScheduleMessageService, "_slave_offsets",
                         staticmethod(slave_offsets))
     monkeypatch.setattr(TimerMessageService, "_slave_progress", staticmethod(slave_progress))
