@@ -27,6 +27,8 @@ CQ_UNIT = struct.Struct(">qiq")
 FILLER_UNIT = CQ_UNIT.pack(0, 0x7FFFFFFF, 0)
 # Blocks claimed ahead of the writer (file_space.py): small, as a broker may hold thousands of queues.
 CQ_ALLOCATE_AHEAD = 64 * 1024
+# Units read at a time when looking for the first one the CommitLog still holds (20 KiB).
+MIN_OFFSET_SCAN_UNITS = 1024
 
 
 class ConsumeQueueUnit(NamedTuple):
@@ -280,18 +282,30 @@ class ConsumeQueue:
         self.max_physic_offset = unit.commit_log_offset + unit.size if unit else -1
 
     def correct_min_offset(self, phy_min_offset: int) -> None:
-        """Move the min logical offset past units whose record the CommitLog no longer holds."""
+        """Move the min logical offset past units whose record the CommitLog no longer holds.
+
+        Reads the first file from the current minimum on, MIN_OFFSET_SCAN_UNITS at a time: the
+        unit looked for is nearly always the first one read. (Each clean round and each start
+        runs this for every queue; reading a whole first file each time cost up to 6 MB of
+        I/O a queue, 6 GB at a start for a thousand full queues with a cold page cache.)"""
         first = self.mapped_file_queue.get_first_mapped_file()
         if first is None:
             return
-        raw = first.read_raw(0, first.read_position)
-        start = max(self.min_logic_offset - first.file_from_offset, 0)
-        for position in range(start, len(raw) - CQ_STORE_UNIT_SIZE + 1, CQ_STORE_UNIT_SIZE):
-            offset, size, _ = CQ_UNIT.unpack_from(raw, position)
-            if size != 0x7FFFFFFF and offset >= phy_min_offset:
-                self.min_logic_offset = first.file_from_offset + position
-                return
-        self.min_logic_offset = max(self.min_logic_offset, first.file_from_offset + len(raw))
+        end = min(first.read_position, first.file_size)
+        position = max(self.min_logic_offset - first.file_from_offset, 0)
+        while position + CQ_STORE_UNIT_SIZE <= end:
+            raw = first.read_raw(position, min(MIN_OFFSET_SCAN_UNITS * CQ_STORE_UNIT_SIZE,
+                                               end - position))
+            whole = len(raw) - len(raw) % CQ_STORE_UNIT_SIZE
+            if not whole:
+                break
+            for at in range(0, whole, CQ_STORE_UNIT_SIZE):
+                offset, size, _ = CQ_UNIT.unpack_from(raw, at)
+                if size != 0x7FFFFFFF and offset >= phy_min_offset:
+                    self.min_logic_offset = first.file_from_offset + position + at
+                    return
+            position += whole
+        self.min_logic_offset = max(self.min_logic_offset, first.file_from_offset + end)
 
     def delete_expired_file(self, phy_min_offset: int) -> int:
         deleted = self.mapped_file_queue.delete_expired_file_by_offset(

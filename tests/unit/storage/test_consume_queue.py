@@ -181,6 +181,42 @@ def test_recovered_queue_with_fillers_finds_its_min_offset_from_the_commitlog_mi
     assert again.get_min_offset_in_queue() == 15
 
 
+@pytest.mark.parametrize("scan_units", [1, 3, 1024])
+def test_min_offset_is_found_past_the_units_read_at_a_time(tmp_path, monkeypatch, scan_units):
+    # The first file is read a few units at a time from the current minimum, never whole: the
+    # answer must not depend on where a read ends, fillers included.
+    monkeypatch.setattr("storage.consume_queue.MIN_OFFSET_SCAN_UNITS", scan_units)
+    queue = _queue(tmp_path)
+    for i in range(2, 10):  # units 0 and 1 are fillers; file 0 holds units 0..9
+        queue.put_message_position_info(1000 + i * 100, 100, 0, i)
+    _fill(queue, 5, start=10)
+    again = _reopen(tmp_path, queue)
+    again.correct_min_offset(0)
+    assert again.get_min_offset_in_queue() == 2
+    for phy_min, expected in ((1000 + 2 * 100, 2), (1000 + 4 * 100 + 1, 5), (1000 + 9 * 100, 9)):
+        again.correct_min_offset(phy_min)
+        assert again.get_min_offset_in_queue() == expected, phy_min
+    again.correct_min_offset(1000 + 9 * 100 + 1)  # past every unit of the first file
+    assert again.get_min_offset_in_queue() == UNITS_PER_FILE
+    again.correct_min_offset(0)  # the minimum never moves back
+    assert again.get_min_offset_in_queue() == UNITS_PER_FILE
+
+
+def test_min_offset_reads_from_the_current_minimum_not_the_whole_file(tmp_path, monkeypatch):
+    queue = ConsumeQueue("TopicA", 2, str(tmp_path), 20 * 5000)
+    _fill(queue, 5000)
+    queue.correct_min_offset(1000 + 4000 * 100)
+    assert queue.get_min_offset_in_queue() == 4000
+    first = queue.mapped_file_queue.get_first_mapped_file()
+    reads = []
+    real = first.read_raw
+    monkeypatch.setattr(first, "read_raw", lambda pos, size: reads.append((pos, size)) or
+                        real(pos, size))
+    queue.correct_min_offset(1000 + 4000 * 100)
+    assert queue.get_min_offset_in_queue() == 4000
+    assert reads == [(4000 * 20, 1000 * 20)]  # (what is left of the file, less than a scan's)
+
+
 # --- truncation ----------------------------------------------------------------------------------------
 def test_truncate_dirty_logic_files_drops_units_pointing_past_a_physical_offset(tmp_path):
     queue = _queue(tmp_path)
