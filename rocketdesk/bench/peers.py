@@ -15,6 +15,12 @@ show when the client, rather than a server, is the limit. Three shapes, each for
 * ``32 senders``: 32 such coroutines sharing one client;
 * ``batch 32``: one coroutine sending 32 messages per request (RocketDesk's SEND_BATCH_MESSAGE,
   32 JetStream publishes in flight then all their acks, a pipeline of 32 XADDs).
+
+On a small machine a system's rate swings from one run to the next and drifts over minutes, by
+as much as the ratios being measured. ``--rounds N`` measures each shape N times, every system
+once a round, and rotates which system goes first, so a drift favours none of them; a ratio is
+then the median of the rounds' own ratios (each against the peer's run beside it), and the table
+ends with every round's ratio, so the spread is in plain view.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import json
 import logging
 import math
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -129,34 +136,67 @@ class Row:
     client_cpu: float | None = None
     ratio: float | None = None  # RocketDesk msg/s / this system's (peers only)
     note: str | None = None  # why the row has no figures, or what went wrong
+    round_rates: list[float | None] = field(default_factory=list)  # msg/s of each round
+    round_ratios: list[float | None] = field(default_factory=list)  # the ratio of each round
 
     def to_json(self) -> dict:
         names = {"msg_per_sec": "msgPerSec", "mean_ms": "meanMs", "p50_ms": "p50Ms",
                  "p99_ms": "p99Ms", "server_cpu": "serverCpuPercent",
-                 "client_cpu": "clientCpuPercent", "ratio": "rocketdeskRatio"}
+                 "client_cpu": "clientCpuPercent", "ratio": "rocketdeskRatio",
+                 "round_rates": "roundMsgPerSec", "round_ratios": "roundRatios"}
         return {names.get(key, key): value for key, value in asdict(self).items()}
 
 
-def summarize(shape: str, system: str, sample: Sample) -> Row:
-    ordered = sorted(sample.latencies_ms)
-    row = Row(shape, system, requests=sample.requests, messages=sample.messages,
-              failures=sample.failures, server_cpu=sample.server_cpu, client_cpu=sample.client_cpu)
-    if sample.messages and sample.elapsed > 0:
-        row.msg_per_sec = sample.messages / sample.elapsed
+def _rate(sample: Sample) -> float | None:
+    return sample.messages / sample.elapsed if sample.messages and sample.elapsed > 0 else None
+
+
+def _median(values: list[float | None]) -> float | None:
+    known = [value for value in values if value is not None]
+    return statistics.median(known) if known else None
+
+
+def summarize(shape: str, system: str, *samples: Sample) -> Row:
+    """One row of a system's rounds in a shape: the median round's msg/s, the latencies of all
+    rounds together, the counts summed, the CPU averaged."""
+    ordered = sorted(latency for sample in samples for latency in sample.latencies_ms)
+    rates = [_rate(sample) for sample in samples]
+    row = Row(shape, system, requests=sum(s.requests for s in samples),
+              messages=sum(s.messages for s in samples),
+              failures=sum(s.failures for s in samples),
+              server_cpu=_mean([s.server_cpu for s in samples]),
+              client_cpu=_mean([s.client_cpu for s in samples]), round_rates=rates)
+    if ordered:
+        row.msg_per_sec = _median(rates)
         row.mean_ms = sum(ordered) / len(ordered)
         row.p50_ms = percentile(ordered, 0.50)
         row.p99_ms = percentile(ordered, 0.99)
-    if sample.failures:
-        row.note = f"{sample.failures:,} messages failed, the last: {sample.last_error}"
+    if row.failures:
+        last = next(s.last_error for s in reversed(samples) if s.failures)
+        row.note = f"{row.failures:,} messages failed, the last: {last}"
     return row
 
 
+def _mean(values: list[float | None]) -> float | None:
+    known = [value for value in values if value is not None]
+    return sum(known) / len(known) if known else None
+
+
 def add_ratios(rows: list[Row]) -> None:
-    """Give each peer's row RocketDesk's msg/s over its own, within the same shape."""
-    ours = {row.shape: row.msg_per_sec for row in rows if row.system == ROCKETDESK}
+    """Give each peer's row RocketDesk's msg/s over its own, within the same shape: the median of
+    the rounds' ratios, each round's RocketDesk against that round's peer (with one round, the
+    ratio of the two rows' msg/s)."""
+    ours = {row.shape: row for row in rows if row.system == ROCKETDESK}
     for row in rows:
-        if row.system != ROCKETDESK:
-            row.ratio = throughput_ratio(ours.get(row.shape), row.msg_per_sec)
+        mine = ours.get(row.shape)
+        if row.system == ROCKETDESK or mine is None:
+            continue
+        if mine.round_rates and len(mine.round_rates) == len(row.round_rates):
+            row.round_ratios = [throughput_ratio(a, b)
+                                for a, b in zip(mine.round_rates, row.round_rates, strict=True)]
+            row.ratio = _median(row.round_ratios)
+        else:
+            row.ratio = throughput_ratio(mine.msg_per_sec, row.msg_per_sec)
 
 
 # (title, width); the first two are left-aligned text, the rest right-aligned figures
@@ -193,8 +233,15 @@ def format_table(rows: list[Row], preamble: list[str] = ()) -> str:
             lines.append("")
         lines.append(format_row(row))
         previous = row.shape
+    rounds = max((len(row.round_rates) for row in rows), default=1)
     lines += ["", "latency: per request (a batch request carries 32 messages); "
               "RD/peer: RocketDesk msg/s / the peer's; cpu: % of one core over the shape"]
+    if rounds > 1:
+        lines += [f"{rounds} rounds, the order of the systems rotated each round; msg/s is the "
+                  "median round's, RD/peer the median of the rounds' own ratios:"]
+        lines += [f"  {row.shape:<{shape_w}}{row.system:<{system_w}}" + "  ".join(
+                  "-" if ratio is None else f"{ratio:.2f}x" for ratio in row.round_ratios)
+                  for row in rows if row.round_ratios]
     return "\n".join(lines)
 
 
@@ -323,6 +370,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per shape and system")
     parser.add_argument("--warmup", type=float, default=1.0,
                         help="seconds of uncounted load before each measurement")
+    parser.add_argument("--rounds", type=positive, default=1,
+                        help="measure each shape this often, rotating the systems' order; "
+                        "ratios are the median of the rounds'")
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
     parser.set_defaults(func=run_peers_bench)
 
@@ -350,22 +400,35 @@ async def _open_peers(stack: contextlib.AsyncExitStack, scratch: Path, topic: st
     return endpoints, missing
 
 
-async def _run_shapes(endpoints: list[Endpoint], body: bytes, duration: float, warmup: float
-                      ) -> list[Row]:
+def rotated(endpoints: list, turn: int) -> list:
+    """The systems' order in round ``turn``: each goes first in turn, so over the rounds each
+    runs before and after every other."""
+    shift = turn % len(endpoints) if endpoints else 0
+    return endpoints[shift:] + endpoints[:shift]
+
+
+async def _run_shapes(endpoints: list[Endpoint], body: bytes, duration: float, warmup: float,
+                      rounds: int = 1) -> list[Row]:
     rows = []
     for shape in SHAPES:
-        for endpoint in endpoints:
-            if warmup > 0:
-                # Fills pools, pages in the code paths, lets the servers' files grow past their
-                # first allocation: the figures are of the steady state.
-                await measure(endpoint, shape, body, warmup)
-            row = summarize(shape.name, endpoint.system, await measure(endpoint, shape, body, duration))
-            rows.append(row)
-            try:
-                await endpoint.after_shape()
-            except Exception as exc:  # the next shape's rows will show what is wrong with it
-                log.info("%s: housekeeping after %s failed: %s", endpoint.system, shape.name, exc)
-            _progress(f"{shape.name:<12}{endpoint.system:<16}{_figure(row.msg_per_sec, ',.0f'):>10} msg/s")
+        samples: dict[str, list[Sample]] = {endpoint.system: [] for endpoint in endpoints}
+        for turn in range(rounds):
+            for endpoint in rotated(endpoints, turn):
+                if warmup > 0:
+                    # Fills pools, pages in the code paths, lets the servers' files grow past
+                    # their first allocation: the figures are of the steady state.
+                    await measure(endpoint, shape, body, warmup)
+                sample = await measure(endpoint, shape, body, duration)
+                samples[endpoint.system].append(sample)
+                try:
+                    await endpoint.after_shape()
+                except Exception as exc:  # the next shape's rows will show what is wrong with it
+                    log.info("%s: housekeeping after %s failed: %s", endpoint.system, shape.name,
+                             exc)
+                progress = f"{shape.name:<14}{endpoint.system:<16}{_figure(_rate(sample), ',.0f'):>10} msg/s"
+                _progress(progress + (f"  (round {turn + 1} of {rounds})" if rounds > 1 else ""))
+        rows += [summarize(shape.name, endpoint.system, *samples[endpoint.system])
+                 for endpoint in endpoints]
     return rows
 
 
@@ -385,15 +448,19 @@ async def peers_bench(args: argparse.Namespace) -> dict:
         ours = await open_rocketdesk(stack, scratch, args.namesrv, args.topic)
         peers, missing = await _open_peers(stack, scratch, args.topic)
         endpoints: list[Endpoint] = [ours, *peers]
-        rows = _ordered(await _run_shapes(endpoints, body, args.duration, args.warmup), missing)
+        rows = _ordered(await _run_shapes(endpoints, body, args.duration, args.warmup,
+                                          args.rounds), missing)
         add_ratios(rows)
         systems = {e.system: e.description for e in endpoints} | missing
     return {"loop": event_loop.loop_name(), "size": args.size, "duration": args.duration,
-            "cpus": os.cpu_count(), "systems": systems, "rows": rows}
+            "rounds": args.rounds, "cpus": os.cpu_count(), "systems": systems, "rows": rows}
 
 
 def preamble(report: dict) -> list[str]:
-    lines = [f"{report['size']:,}-byte bodies, {report['duration']:g} s per shape, Python clients on "
+    rounds = report.get("rounds", 1)
+    per_shape = f"{report['duration']:g} s per shape" + (f" and round, {rounds} rounds"
+                                                         if rounds > 1 else "")
+    lines = [f"{report['size']:,}-byte bodies, {per_shape}, Python clients on "
              f"one {report['loop']} loop, {report['cpus']} CPUs"]
     lines += [f"  {system:<16}{text}" for system, text in report["systems"].items()]
     return [*lines, ""]

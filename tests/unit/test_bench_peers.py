@@ -80,6 +80,87 @@ def test_summarize_without_acknowledged_messages_has_no_figures_but_says_why():
     assert "connection refused" in row.note
 
 
+def test_rounds_give_the_median_round_and_pool_their_latencies():
+    rounds = [Sample(messages=100, requests=100, elapsed=1.0, latencies_ms=[1.0] * 100,
+                     server_cpu=50.0, client_cpu=None),
+              Sample(messages=300, requests=300, elapsed=1.0, latencies_ms=[3.0] * 300,
+                     server_cpu=70.0, client_cpu=90.0),
+              Sample(messages=200, requests=200, elapsed=1.0, latencies_ms=[2.0] * 200,
+                     server_cpu=60.0, client_cpu=80.0, failures=5, last_error="timeout")]
+    row = summarize("1 sender", ROCKETDESK, *rounds)
+    assert row.round_rates == [100.0, 300.0, 200.0]
+    assert row.msg_per_sec == 200.0  # the median round, not the best or the mean
+    assert (row.requests, row.messages, row.failures) == (600, 600, 5)
+    assert row.mean_ms == pytest.approx((100 * 1 + 300 * 3 + 200 * 2) / 600)
+    assert row.p50_ms == 2.5
+    assert row.server_cpu == pytest.approx(60.0)
+    assert row.client_cpu == pytest.approx(85.0)  # (a round without a reading does not count)
+    assert row.note == "5 messages failed, the last: timeout"
+
+
+def test_a_ratio_over_rounds_is_the_median_of_each_rounds_own():
+    # RocketDesk and the peer drift together: round by round RocketDesk is ahead, though its
+    # median round is slower than the peer's median round.
+    ours = summarize("1 sender", ROCKETDESK, *(Sample(messages=m, requests=m, elapsed=1.0,
+                                                      latencies_ms=[1.0] * m) for m in (90, 110, 200)))
+    peer = summarize("1 sender", REDIS_STREAMS, *(Sample(messages=m, requests=m, elapsed=1.0,
+                                                         latencies_ms=[1.0] * m) for m in (80, 100, 180)))
+    missing = Row("1 sender", JETSTREAM, note="nats-server is not installed")
+    rows = [ours, peer, missing]
+    add_ratios(rows)
+    assert peer.round_ratios == pytest.approx([90 / 80, 110 / 100, 200 / 180])
+    assert peer.ratio == pytest.approx(200 / 180)
+    assert ours.msg_per_sec / peer.msg_per_sec == 1.1  # (what best-of or median-vs-median says)
+    assert (missing.ratio, missing.round_ratios) == (None, [])
+    assert ours.ratio is None
+
+
+def test_a_round_a_peer_failed_in_has_no_ratio_and_does_not_count():
+    ours = summarize("1 sender", ROCKETDESK, *(Sample(messages=m, requests=m, elapsed=1.0,
+                                                      latencies_ms=[1.0] * m) for m in (100, 100)))
+    peer = summarize("1 sender", JETSTREAM, Sample(failures=1, elapsed=1.0, last_error="refused"),
+                     Sample(messages=50, requests=50, elapsed=1.0, latencies_ms=[1.0] * 50))
+    add_ratios([ours, peer])
+    assert peer.round_ratios == [None, 2.0]
+    assert peer.ratio == 2.0
+
+
+def test_each_system_goes_first_in_turn():
+    systems = ["R", "N", "S"]
+    assert [peers.rotated(systems, turn) for turn in range(4)] == [
+        ["R", "N", "S"], ["N", "S", "R"], ["S", "R", "N"], ["R", "N", "S"]]
+    assert peers.rotated([], 3) == []
+
+
+def test_rounds_rotate_the_order_and_give_one_row_a_system():
+    order = []
+
+    class _Recording(_FakeEndpoint):
+        async def after_shape(self) -> None:  # (once after each measurement)
+            order.append(self.system)
+
+    first, second = _Recording(), _Recording()
+    first.system, second.system = "A", "B"
+    rows = asyncio.run(peers._run_shapes([first, second], b"x", 0.02, 0.0, rounds=2))
+    assert [(row.shape, row.system) for row in rows] == [
+        (shape.name, system) for shape in SHAPES for system in ("A", "B")]
+    assert all(len(row.round_rates) == 2 for row in rows)
+    assert order == ["A", "B", "B", "A"] * len(SHAPES)
+
+
+def test_the_table_lists_every_rounds_ratio():
+    ours = summarize("1 sender", ROCKETDESK, *(Sample(messages=m, requests=m, elapsed=1.0,
+                                                      latencies_ms=[1.0] * m) for m in (90, 110)))
+    peer = summarize("1 sender", REDIS_STREAMS, *(Sample(messages=m, requests=m, elapsed=1.0,
+                                                         latencies_ms=[1.0] * m) for m in (100, 100)))
+    rows = [ours, peer]
+    add_ratios(rows)
+    text = format_table(rows)
+    assert "2 rounds" in text
+    assert text.splitlines()[-1].split() == ["1", "sender", "Redis", "Streams", "0.90x", "1.10x"]
+    assert format_row(peer).split()[-3] == "1.00x"
+
+
 def test_ratios_are_per_shape_and_skip_missing_peers():
     rows = [Row("1 sender", ROCKETDESK, msg_per_sec=1000.0),
             Row("1 sender", JETSTREAM, msg_per_sec=4000.0),
@@ -150,8 +231,10 @@ def test_preamble_names_the_loop_and_each_system():
     report = {"loop": "uvloop", "size": 1024, "duration": 5.0, "cpus": 2,
               "systems": {ROCKETDESK: "own cluster", JETSTREAM: "nats-server 2.9.10"}}
     text = "\n".join(peers.preamble(report))
-    assert "1,024-byte bodies, 5 s per shape" in text
+    assert "1,024-byte bodies, 5 s per shape," in text
     assert "uvloop" in text
+    text = "\n".join(peers.preamble(report | {"rounds": 3}))
+    assert "5 s per shape and round, 3 rounds" in text
     assert "nats-server 2.9.10" in text
 
 
@@ -221,6 +304,8 @@ def test_bench_peers_is_a_bench_target():
     args = build_parser().parse_args(["bench", "peers", "--duration", "2", "--json"])
     assert args.func is peers.run_peers_bench
     assert (args.duration, args.size, args.json, args.namesrv) == (2.0, 1024, True, None)
+    assert args.rounds == 1
+    assert build_parser().parse_args(["bench", "peers", "--rounds", "3"]).rounds == 3
 
 
 def test_bad_arguments_are_a_sentence_before_anything_starts(capsys):
