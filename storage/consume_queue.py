@@ -27,8 +27,10 @@ CQ_UNIT = struct.Struct(">qiq")
 FILLER_UNIT = CQ_UNIT.pack(0, 0x7FFFFFFF, 0)
 # Blocks claimed ahead of the writer (file_space.py): small, as a broker may hold thousands of queues.
 CQ_ALLOCATE_AHEAD = 64 * 1024
-# Units read at a time when looking for the first one the CommitLog still holds (20 KiB).
+# Units read at a time when looking for the first one the CommitLog still holds (20 KiB), and
+# when recovering a file's run of valid units (1 MiB).
 MIN_OFFSET_SCAN_UNITS = 1024
+RECOVER_SCAN_UNITS = 52_428
 
 
 class ConsumeQueueUnit(NamedTuple):
@@ -66,22 +68,34 @@ class ConsumeQueue:
         process_offset = files[index].file_from_offset
         while index < len(files):
             mapped_file = files[index]
-            data = mapped_file.read_raw(0, size)
-            position = 0
-            for position in range(0, size, CQ_STORE_UNIT_SIZE):
-                offset, unit_size, _ = CQ_UNIT.unpack_from(data, position)
-                if offset >= 0 and unit_size > 0:
-                    if unit_size != 0x7FFFFFFF:
-                        self.max_physic_offset = offset + unit_size
-                else:
-                    break
-            else:
-                position = size
+            position = self._valid_end(mapped_file, size)
             process_offset = mapped_file.file_from_offset + position
             if position < size:
                 break
             index += 1
         self._truncate_logic_to(process_offset)
+
+    def _valid_end(self, mapped_file, size: int) -> int:
+        """Where the file's run of valid units from its start ends (``size``: all valid),
+        noting the last unit's record end in max_physic_offset. Only the written part is read,
+        a piece at a time: past the file's first hole every unit is zeros, so the run ends
+        there. (A start reads the last files of every queue: whole, they were 6 MB each, most
+        of it a hole, for a thousand queues 6 GB of zeros.)"""
+        written = mapped_file.data_end(0)
+        # (a unit across the hole's edge is read whole, the hole's part as zeros)
+        limit = min(size, -(-written // CQ_STORE_UNIT_SIZE) * CQ_STORE_UNIT_SIZE)
+        chunk = RECOVER_SCAN_UNITS * CQ_STORE_UNIT_SIZE
+        unpack = CQ_UNIT.unpack_from
+        for base in range(0, limit, chunk):
+            data = mapped_file.read_raw(base, min(chunk, limit - base))
+            for at in range(0, len(data) - CQ_STORE_UNIT_SIZE + 1, CQ_STORE_UNIT_SIZE):
+                offset, unit_size, _ = unpack(data, at)
+                if offset >= 0 and unit_size > 0:
+                    if unit_size != 0x7FFFFFFF:
+                        self.max_physic_offset = offset + unit_size
+                else:
+                    return base + at
+        return limit
 
     def _truncate_logic_to(self, logic_offset: int) -> None:
         queue = self.mapped_file_queue

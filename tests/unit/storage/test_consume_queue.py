@@ -159,6 +159,48 @@ def test_recover_stops_at_the_first_invalid_unit(tmp_path):
     assert _units_on_disk(tmp_path, 0)[5:8] == [(0, 0, 0)] * 3  # the tail past the cut is zeroed
 
 
+@pytest.mark.parametrize("scan_units", [1, 3, 7])
+@pytest.mark.parametrize("count", [9, 10, 23])
+def test_recover_finds_the_same_end_whatever_it_reads_at_a_time(tmp_path, monkeypatch,
+                                                                 scan_units, count):
+    monkeypatch.setattr("storage.consume_queue.RECOVER_SCAN_UNITS", scan_units)
+    queue = _queue(tmp_path)
+    _fill(queue, count)
+    again = _reopen(tmp_path, queue)
+    assert again.get_max_offset_in_queue() == count
+    assert again.max_physic_offset == 1000 + count * 100
+    again.shutdown()
+    last = (count - 1) // UNITS_PER_FILE * FILE_SIZE  # the last file: cut at its 4th unit
+    path = _queue_dir(tmp_path) / f"{last:020d}"
+    raw = bytearray(path.read_bytes())
+    raw[3 * 20:3 * 20 + 20] = struct.pack(">qiq", -1, 100, 0)  # a negative offset: not a unit
+    path.write_bytes(bytes(raw))
+    cut = _queue(tmp_path)
+    cut.load()
+    cut.recover()
+    assert cut.get_max_offset_in_queue() == last // 20 + 3
+    assert cut.max_physic_offset == 1000 + (last // 20 + 3) * 100
+
+
+def test_recover_reads_the_written_part_of_a_file_not_its_hole(tmp_path, monkeypatch):
+    queue = ConsumeQueue("TopicA", 2, str(tmp_path), 20 * 300_000)  # RocketMQ's 6 MB files
+    _fill(queue, 500)
+    queue.shutdown()
+    again = ConsumeQueue("TopicA", 2, str(tmp_path), 20 * 300_000)
+    again.load()
+    (mapped_file,) = again.mapped_file_queue.mapped_files
+    if mapped_file.data_end(0) == mapped_file.file_size:
+        pytest.skip("this file system does not tell where a file's holes are")
+    read = []
+    real = mapped_file.read_raw
+    monkeypatch.setattr(mapped_file, "read_raw", lambda pos, size: read.append(size) or
+                        real(pos, size))
+    again.recover()
+    assert again.get_max_offset_in_queue() == 500
+    assert again.max_physic_offset == 1000 + 500 * 100
+    assert sum(read) <= mapped_file.data_end(0) + 20 < 1_000_000
+
+
 def test_recover_drops_an_empty_file_after_a_full_one(tmp_path):
     queue = _queue(tmp_path)
     _fill(queue, 10)
