@@ -37,6 +37,7 @@
 #include "_properties.h"
 #include "_dispatch_run.h"
 #include "_pull_gather.h"
+#include "_record_scan.h"
 #include "_property_split.h"
 #include "_record.h"
 #include "_crc32.h"
@@ -956,7 +957,8 @@ PyInit__storecore(void)
         && (populator_add_type(module) < 0 || range_syncer_add_type(module) < 0
             || dispatch_run_add_functions(module) < 0
             || pull_gather_add_functions(module) < 0 || append_add_functions(module) < 0
-            || property_split_add_functions(module) < 0))
+            || property_split_add_functions(module) < 0
+            || record_scan_add_functions(module) < 0))
         Py_CLEAR(module);
     return module;
 }
