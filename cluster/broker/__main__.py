@@ -41,7 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-c", "--config", help="a broker.conf properties file")
     parser.add_argument("-n", "--namesrv-addr", help="name servers, ';'-separated (overrides the file)")
     args = parser.parse_args(argv)
-    limits.raise_open_files_limit()  # a descriptor a mapped store file (macOS starts at 256)
+    # Two descriptors a mapped store file (macOS starts programs at 256, Linux at 1024): past
+    # the limit a new queue's first message cannot be dispatched, and sends wait for room.
+    open_files = limits.raise_open_files_limit()
     allocator.keep_big_buffers()  # pull answers of up to 4 MiB, built and freed a pull
     try:
         props = load_properties(args.config) if args.config else {}
@@ -53,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for key in unknown:
         log.warning("unknown setting %s ignored", key)
+    if open_files is not None:
+        log.info("open-files limit %d: about %d ConsumeQueue files (two descriptors each)",
+                 open_files, open_files // 2)
     # Let the store's threads (group commit, a slave's dispatch) have the interpreter lock
     # promptly when their system call returns: a SYNC_FLUSH sender waits on them.
     sys.setswitchinterval(0.001)

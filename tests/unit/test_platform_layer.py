@@ -344,6 +344,7 @@ def test_a_node_raises_its_open_files_limit_as_far_as_it_may(monkeypatch):
     fake = types.SimpleNamespace(RLIMIT_NOFILE=7, RLIM_INFINITY=-1, getrlimit=lambda r: limit[0],
                                  setrlimit=lambda r, pair: asked.append(pair) or limit.__setitem__(0, pair))
     monkeypatch.setitem(sys.modules, "resource", fake)
+    monkeypatch.setattr(sys, "platform", "darwin")
     limit = [(256, -1)]  # macOS: 256, hard unlimited
     assert limits.raise_open_files_limit() == 10240
     assert asked == [(10240, -1)]
@@ -352,6 +353,12 @@ def test_a_node_raises_its_open_files_limit_as_far_as_it_may(monkeypatch):
     limit[0], asked[:] = (65536, 65536), []  # already more: never lowered
     assert limits.raise_open_files_limit() == 65536
     assert asked == []
+    monkeypatch.setattr(sys, "platform", "linux")  # Linux: all the hard limit allows
+    limit[0], asked[:] = (1024, 524288), []
+    assert limits.raise_open_files_limit() == 524288
+    assert asked == [(524288, 524288)]
+    limit[0], asked[:] = (1024, -1), []  # (an unlimited hard limit: a million)
+    assert limits.raise_open_files_limit() == 1 << 20
     monkeypatch.setitem(sys.modules, "resource", None)  # Windows
     assert limits.raise_open_files_limit() is None
 
