@@ -6,6 +6,7 @@ through a temporary file, fsync and rename, so a crash never leaves half a file.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -15,6 +16,45 @@ from cluster.remoting import fastjson
 from common.platform.files import write_config_file
 
 log = logging.getLogger(__name__)
+
+
+def _entry_encoder():
+    """json's C encoder, made once (``json.dumps`` makes one a call, half its time on small
+    values), or None where there is none (another Python): then json.dumps."""
+    try:
+        from json.encoder import c_make_encoder, encode_basestring_ascii
+        if c_make_encoder is None:
+            return None
+
+        def refuse(value: object) -> object:
+            raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+        # (markers, default, encoder, indent, key separator, item separator, sort_keys,
+        # skipkeys, allow_nan): what json.dumps uses with its defaults
+        make = c_make_encoder(None, refuse, encode_basestring_ascii, None, ": ", ", ", False,
+                              False, True)
+        if "".join(make({"a": [1, "é"]}, 0)) != json.dumps({"a": [1, "é"]}):
+            return None
+    except Exception:  # (a Python whose private encoder differs)
+        return None
+    return lambda value: "".join(make(value, 0))
+
+
+_encode = _entry_encoder() or json.dumps
+
+
+def table_text(wrapper: dict, table_key: str) -> str:
+    """A config file's text (topics.json, subscriptionGroup.json): ``wrapper``'s fields, then
+    its table ``table_key`` one entry a line, each encoded by json's C encoder. (Indented, as
+    ``json.dumps(indent=1)`` wrote it, the pure-Python encoder ran: 11 ms for 2,000 topics on
+    the event loop, at every topic created, half of what a creation cost the broker.)"""
+    encode = _encode
+    fields = [f" {encode(key)}: {encode(value)}" for key, value in wrapper.items()
+              if key != table_key]
+    entries = ",\n".join(f"  {encode(name)}: {encode(value)}"
+                         for name, value in wrapper[table_key].items())
+    table = f" {encode(table_key)}: " + ("{\n" + entries + "\n }" if entries else "{}")
+    return "{\n" + ",\n".join([*fields, table]) + "\n}\n"
 
 
 class PersistBatch:

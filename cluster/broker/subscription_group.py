@@ -9,12 +9,11 @@ that cannot exist, or mixing two groups' retried messages in one queue."""
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cluster.broker.json_config import JsonConfigFile, PersistBatch
+from cluster.broker.json_config import JsonConfigFile, PersistBatch, table_text
 from cluster.broker.topic_config import DataVersion
 from cluster.remoting.body import JsonBody
 from cluster.remoting.header import HeaderError
@@ -115,7 +114,7 @@ class SubscriptionGroupManager:
                     "subscriptionGroupTable": {n: c.to_json() for n, c in sorted(self.table.items())}}
 
     def persist(self) -> None:
-        self.file.persist(json.dumps(self.wrapper_json(), indent=1))
+        self.file.persist(table_text(self.wrapper_json(), "subscriptionGroupTable"))
 
     def persist_once(self) -> PersistBatch:
         """``with groups.persist_once():`` groups auto-created inside are written in one write

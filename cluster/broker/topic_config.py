@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cluster.broker.json_config import JsonConfigFile, PersistBatch
+from cluster.broker.json_config import JsonConfigFile, PersistBatch, table_text
 from cluster.topic_validator import (
     AUTO_CREATE_TOPIC_KEY,
     BENCHMARK_TOPIC,
@@ -141,7 +140,7 @@ class TopicConfigManager:
                     "topicConfigTable": {name: tc.to_json() for name, tc in sorted(self.table.items())}}
 
     def persist(self) -> None:
-        self.file.persist(json.dumps(self.wrapper_json(), indent=1))
+        self.file.persist(table_text(self.wrapper_json(), "topicConfigTable"))
 
     def persist_once(self) -> PersistBatch:
         """``with topics.persist_once():`` topics created inside are written in one write

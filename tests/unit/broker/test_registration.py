@@ -1,0 +1,113 @@
+"""The broker's registrations with its name servers (cluster/broker/registration.py) and the
+text of its topic and group files (cluster/broker/json_config.py): a stream of topic changes
+registers at once, then at most every CHANGE_GAP, each registration naming every change made
+before it; the files read back as they were written, one table entry a line."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+import types
+
+import pytest
+
+from cluster.broker import json_config
+from cluster.broker import registration as registration_module
+from cluster.broker.config import BrokerConfig
+from cluster.broker.json_config import table_text
+from cluster.broker.registration import CHANGE_GAP, BrokerRegistration
+from cluster.broker.topic_config import TopicConfigManager
+
+
+def _registration(tmp_path, sent: list) -> tuple[BrokerRegistration, TopicConfigManager]:
+    config = BrokerConfig(namesrv_addr="127.0.0.1:1")
+    topics = TopicConfigManager(str(tmp_path / "topics.json"), config)
+    registration = BrokerRegistration(types.SimpleNamespace(config=config, topics=topics))
+    topics.on_change.append(registration.register_soon)
+
+    async def register_one(address, fields, body, timeout) -> bool:
+        sent.append((time.monotonic(), json.loads(body)))
+        return True
+
+    registration._register_one = register_one  # (the name server: what it was sent)
+    return registration, topics
+
+
+def test_a_stream_of_new_topics_registers_at_once_then_every_gap(tmp_path):
+    sent: list = []
+
+    async def scenario() -> float:
+        registration, topics = _registration(tmp_path, sent)
+        registration.start(initial_delay=True)
+        await asyncio.sleep(0.05)
+        began = time.monotonic()
+        for i in range(60):  # one new topic every 5 ms for 0.3 s
+            topics.create_in_send_message_method(f"Stream{i}", "TBW102", 4)
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(2 * CHANGE_GAP)
+        await registration.stop()
+        return began
+
+    began = asyncio.run(scenario())
+    assert sent[0][0] - began < CHANGE_GAP / 2  # the first change: registered at once
+    assert 3 <= len(sent) <= 0.3 / CHANGE_GAP + 2  # not one a topic
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(sent)]
+    assert min(gaps) >= CHANGE_GAP * 0.9
+    last = sent[-1][1]["topicConfigSerializeWrapper"]["topicConfigTable"]
+    assert {f"Stream{i}" for i in range(60)} <= set(last)
+
+
+def test_a_lone_change_registers_at_once(tmp_path, monkeypatch):
+    sent: list = []
+    monkeypatch.setattr(registration_module, "CHANGE_GAP", 10.0)
+
+    async def scenario() -> float:
+        registration, topics = _registration(tmp_path, sent)
+        registration.start(initial_delay=True)
+        await asyncio.sleep(0.05)
+        began = time.monotonic()
+        topics.create_in_send_message_method("Lone", "TBW102", 4)
+        await asyncio.sleep(0.2)
+        await registration.stop()
+        return began
+
+    began = asyncio.run(scenario())
+    assert len(sent) == 1
+    assert sent[0][0] - began < 0.1
+    assert "Lone" in sent[0][1]["topicConfigSerializeWrapper"]["topicConfigTable"]
+
+
+def test_a_table_file_reads_back_as_written_one_entry_a_line():
+    wrapper = {"dataVersion": {"counter": 7, "timestamp": 1},
+               "topicConfigTable": {f"T{i}": {"topicName": f"T{i}", "perm": 6, "ü": "ß"}
+                                    for i in range(3)}}
+    text = table_text(wrapper, "topicConfigTable")
+    assert json.loads(text) == wrapper == json.loads(json.dumps(wrapper, indent=1))
+    lines = text.splitlines()
+    assert lines[:3] == ['{', ' "dataVersion": {"counter": 7, "timestamp": 1},',
+                         ' "topicConfigTable": {']
+    assert len(lines) == 3 + 3 + 2
+    empty = {"dataVersion": {"counter": 1}, "subscriptionGroupTable": {}}
+    assert json.loads(table_text(empty, "subscriptionGroupTable")) == empty
+
+
+def test_the_topics_file_is_the_table_text(tmp_path):
+    config = BrokerConfig()
+    topics = TopicConfigManager(str(tmp_path / "topics.json"), config)
+    topics.create_in_send_message_method("Saved", "TBW102", 4)
+    written = (tmp_path / "topics.json").read_text(encoding="utf-8")
+    assert written == table_text(topics.wrapper_json(), "topicConfigTable")
+    again = TopicConfigManager(str(tmp_path / "topics.json"), config)
+    again.load()
+    assert again.table["Saved"] == topics.table["Saved"]
+
+
+def test_the_entry_encoder_writes_what_json_dumps_writes():
+    values = ["TopicA", "ü\u2028\"\\", {"order": False, "perm": 6, "x": None, "f": 1.5,
+                                         "big": 2**63, "list": [1, "a", {"n": True}]}, {}, []]
+    for value in values:
+        assert json_config._encode(value) == json.dumps(value)
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        json_config._encode({"a": object()})
