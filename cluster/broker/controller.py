@@ -152,7 +152,7 @@ class BrokerController:
             self.store.add_arrival_listener(self._on_replicated_topics)
         self._tasks = [
             loop.create_task(self._every(config.flush_consumer_offset_interval / 1000,
-                                         self.offsets.persist)),
+                                         self.offsets.persist, in_thread=True)),
             loop.create_task(self._every(config.flush_consumer_offset_interval / 1000,
                                          self.pop_order.persist)),
             loop.create_task(self._every(10, self._scan_clients)),
@@ -201,11 +201,16 @@ class BrokerController:
             return info
         return {}
 
-    async def _every(self, seconds: float, action) -> None:
+    async def _every(self, seconds: float, action, in_thread: bool = False) -> None:
+        """``action`` every ``seconds``; ``in_thread``: in a worker thread, not on the event
+        loop (an action that waits for the disk)."""
         while True:
             await asyncio.sleep(seconds)
             try:
-                action()
+                if in_thread:
+                    await asyncio.to_thread(action)
+                else:
+                    action()
             except Exception:
                 log.exception("periodic task %s failed", getattr(action, "__name__", action))
 
