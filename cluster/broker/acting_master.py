@@ -20,12 +20,8 @@ import logging
 from cluster.broker.escape_bridge import EscapeBridge, NamesrvLookup
 from cluster.broker.json_config import JsonConfigFile
 from cluster.broker.schedule import ScheduleMessageService
-from cluster.broker.timer import (
-    TimerMessageService,
-    TimerProgress,
-    read_timer_progress,
-    timer_check_path,
-)
+from cluster.broker.timer import TimerMessageService
+from cluster.broker.timer_progress import TimerProgress, read_timer_progress, timer_check_path
 from cluster.remoting.client import RemotingClient
 from cluster.remoting.errors import RemotingError
 

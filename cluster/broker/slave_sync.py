@@ -18,7 +18,7 @@ from cluster.broker.schedule import (
     parse_delay_offsets,
     read_delay_offsets,
 )
-from cluster.broker.timer import TimerProgress, read_timer_progress, timer_check_path
+from cluster.broker.timer_progress import TimerProgress, read_timer_progress, timer_check_path
 from cluster.remoting import fastjson
 from cluster.remoting.client import RemotingClient
 from cluster.remoting.codec import RemotingCommand, request

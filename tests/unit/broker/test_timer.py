@@ -4,7 +4,9 @@ repeats what was delivered)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 import time
 from types import SimpleNamespace
 
@@ -186,3 +188,41 @@ def test_filing_starts_no_further_than_the_queues_end(store_factory, tmp_path):
     assert timer.deliver_due(NOW + 2_000) == 1
     store.wait_dispatched(timeout=10)
     assert _delivered(store) == [b"after"]
+
+
+def test_the_periodic_save_writes_off_the_event_loop_and_never_after_the_last(store_factory,
+                                                                             tmp_path):
+    store = store_factory()
+    _park(store, b"p", NOW + 60_000)
+    store.wait_dispatched(timeout=10)
+    timer = TimerMessageService(_broker(store, tmp_path))
+    timer.scan(NOW)
+    written = []
+    release = threading.Event()
+    real = timer.file.persist
+
+    def slow_persist(text: str) -> bool:
+        if not written:  # the periodic save: slow to reach the disk
+            release.wait(5)
+        written.append((threading.get_ident(), json.loads(text)))
+        return real(text)
+
+    timer.file.persist = slow_persist
+
+    async def scenario() -> int:
+        periodic = asyncio.ensure_future(timer._save_aside(refresh_min=False))
+        await asyncio.sleep(0.05)
+        assert not periodic.done()  # the loop is free meanwhile
+        timer.scan_offset += 1  # progress made since, which the last save must keep
+        timer._dirty = True
+        stopping = asyncio.ensure_future(timer.stop())
+        await asyncio.sleep(0.05)
+        assert not stopping.done()  # the last save waits for the write before it
+        release.set()
+        await asyncio.gather(periodic, stopping)
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(scenario())
+    assert written[0][0] != loop_thread
+    assert [progress["scanOffset"] for _, progress in written] == [1, 2]
+    assert json.loads((tmp_path / "config" / "timercheck.json").read_text())["scanOffset"] == 2

@@ -16,7 +16,8 @@ from cluster.broker.acting_master import ActingMasterService
 from cluster.broker.config import load_broker_config
 from cluster.broker.controller import BrokerController
 from cluster.broker.slave_sync import SlaveSynchronize
-from cluster.broker.timer import TimerMessageService, TimerProgress
+from cluster.broker.timer import TimerMessageService
+from cluster.broker.timer_progress import TimerProgress
 from cluster.remoting.codec import request
 from cluster.remoting.codes import RequestCode, ResponseCode
 from storage.message import MessageExtBrokerInner, properties_to_string
