@@ -5,7 +5,8 @@ A registration names every topic, and each name server reads them all: with thou
 topics that is milliseconds on each side. Topics created in a stream (a client auto-creating
 one after another) registered back to back, every topic for every one created. Now a change
 registers at once after a quiet spell, and at most every CHANGE_GAP while changes keep coming:
-each registration carries all the changes made meanwhile."""
+each registration carries all the changes made meanwhile. An admin's change (a topic created or
+updated by hand, rare) registers at once in any case."""
 
 from __future__ import annotations
 
@@ -38,12 +39,16 @@ class BrokerRegistration:
         self.registered_once = asyncio.Event()
         self._stopping = False
         self._last = 0.0  # when the last registration of the loop began (monotonic)
+        self._urgent = asyncio.Event()  # an admin's change is waiting to be registered
 
     def start(self, initial_delay: bool = False) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop(initial_delay))
 
-    def register_soon(self) -> None:
-        """Topics changed: register now rather than at the next period."""
+    def register_soon(self, urgent: bool = False) -> None:
+        """Topics changed: register now rather than at the next period (``urgent``: an
+        admin's change, not held back by CHANGE_GAP)."""
+        if urgent:
+            self._urgent.set()
         self._wake.set()
 
     async def _loop(self, initial_delay: bool) -> None:
@@ -55,9 +60,16 @@ class BrokerRegistration:
             except TimeoutError:
                 pass
         while not self._stopping:
-            if self._wake.is_set():  # (changes: not sooner than CHANGE_GAP after the last)
-                await asyncio.sleep(max(0.0, self._last + CHANGE_GAP - time.monotonic()))
+            if self._wake.is_set():  # (not sooner than CHANGE_GAP after the last, unless an
+                # urgent change comes, or came, meanwhile)
+                try:
+                    async with asyncio.timeout(max(0.0, self._last + CHANGE_GAP
+                                                   - time.monotonic())):
+                        await self._urgent.wait()
+                except TimeoutError:
+                    pass
             self._wake.clear()
+            self._urgent.clear()
             self._last = time.monotonic()
             await self.register_all()
             try:

@@ -93,7 +93,9 @@ class TopicConfigManager:
         # Set when the store's file system ignores case (macOS and Windows by default): there
         # two topics that differ only in case would share one ConsumeQueue folder.
         self.names_ignore_case = False
-        self.on_change: list[Callable[[], None]] = []
+        # Called after each change with whether an admin made it (``at_once``), not a send
+        # creating a topic on its way.
+        self.on_change: list[Callable[[bool], None]] = []
         self._batch = PersistBatch(self.persist)
         self._add_system_topics()
 
@@ -157,7 +159,7 @@ class TopicConfigManager:
         else:
             self._batch.persist()
         for callback in self.on_change:
-            callback()
+            callback(at_once)
 
     def replace_from_master(self, wrapper: dict) -> bool:
         """A slave's copy of its master's topics (every 10 s); returns whether anything changed."""

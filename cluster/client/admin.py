@@ -260,6 +260,10 @@ class AdminClient:
             address = data["brokerAddrs"].get(0)
             if address is None:
                 continue
+            # The queues are read from the broker the cluster names, with no route needed: a
+            # broker registers a system topic it just made a moment later (at most 100 ms),
+            # and until then a read found no broker for it.
+            self.instance.broker_addrs.setdefault(name, {}).update(data["brokerAddrs"])
             half_queue = MessageQueue(TRANS_HALF_TOPIC, name, 0)
             op_queue = MessageQueue(TRANS_OP_HALF_TOPIC, name, 0)
             ended = {int(r.body) for r in await read_queue(

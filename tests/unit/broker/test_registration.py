@@ -1,7 +1,7 @@
 """The broker's registrations with its name servers (cluster/broker/registration.py) and the
 text of its topic and group files (cluster/broker/json_config.py): a stream of topic changes
 registers at once, then at most every CHANGE_GAP, each registration naming every change made
-before it; the files read back as they were written, one table entry a line."""
+before it, and an admin's change at once; the files read back as they were written, one table entry a line."""
 
 from __future__ import annotations
 
@@ -77,6 +77,32 @@ def test_a_lone_change_registers_at_once(tmp_path, monkeypatch):
     assert len(sent) == 1
     assert sent[0][0] - began < 0.1
     assert "Lone" in sent[0][1]["topicConfigSerializeWrapper"]["topicConfigTable"]
+
+
+def test_an_admins_change_is_not_held_back_by_the_gap(tmp_path, monkeypatch):
+    from cluster.broker.topic_config import TopicConfig
+
+    sent: list = []
+    monkeypatch.setattr(registration_module, "CHANGE_GAP", 10.0)
+
+    async def scenario() -> float:
+        registration, topics = _registration(tmp_path, sent)
+        registration.start(initial_delay=True)
+        await asyncio.sleep(0.05)
+        topics.create_in_send_message_method("Auto", "TBW102", 4)  # registered at once
+        await asyncio.sleep(0.05)
+        topics.create_in_send_message_method("Auto2", "TBW102", 4)  # held for the gap...
+        await asyncio.sleep(0.05)
+        began = time.monotonic()
+        topics.update(TopicConfig("ByHand", 8, 8))  # ... until an admin's change comes
+        await asyncio.sleep(0.2)
+        await registration.stop()
+        return began
+
+    began = asyncio.run(scenario())
+    assert len(sent) == 2
+    assert sent[1][0] - began < 0.1
+    assert {"Auto2", "ByHand"} <= set(sent[1][1]["topicConfigSerializeWrapper"]["topicConfigTable"])
 
 
 def test_a_table_file_reads_back_as_written_one_entry_a_line():
