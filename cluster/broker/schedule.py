@@ -65,6 +65,7 @@ class ScheduleMessageService:
         self.started_ms = 0
         self._dirty = False
         self._task: asyncio.Task | None = None
+        self._writing: asyncio.Future | None = None  # the last periodic persist, in a thread
 
     def load(self) -> None:
         self.offsets = read_delay_offsets(self.file)
@@ -72,6 +73,14 @@ class ScheduleMessageService:
     def persist(self) -> None:
         self.file.persist(delay_offsets_json(self.offsets))
         self._dirty = False
+
+    async def _persist_aside(self) -> None:
+        """``persist``, the file written in a worker thread, not on the event loop (its fsync:
+        1.4 ms typically, up to 20 ms under load); the offsets' text is taken here."""
+        text = delay_offsets_json(self.offsets)
+        self._dirty = False
+        self._writing = asyncio.ensure_future(asyncio.to_thread(self.file.persist, text))
+        await asyncio.shield(self._writing)
 
     def start(self) -> None:
         self.load()
@@ -98,6 +107,8 @@ class ScheduleMessageService:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        if self._writing is not None:  # (its older offsets must not land after the last ones)
+            await asyncio.gather(self._writing, return_exceptions=True)
         if self._dirty or not os.path.exists(self.file.path):
             self.persist()
 
@@ -115,7 +126,7 @@ class ScheduleMessageService:
             except Exception:
                 log.exception("delivering delayed messages failed; trying again")
             if self._dirty and time.monotonic() - last_persist >= PERSIST_INTERVAL:
-                self.persist()
+                await self._persist_aside()
                 last_persist = time.monotonic()
             await asyncio.sleep(POLL_INTERVAL)
 
