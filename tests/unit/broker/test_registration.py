@@ -17,8 +17,8 @@ from cluster.broker import json_config
 from cluster.broker import registration as registration_module
 from cluster.broker.config import BrokerConfig
 from cluster.broker.json_config import table_text
-from cluster.broker.registration import CHANGE_GAP, BrokerRegistration
-from cluster.broker.topic_config import TopicConfigManager
+from cluster.broker.registration import BrokerRegistration
+from cluster.broker.topic_config import TopicConfig, TopicConfigManager
 
 
 def _registration(tmp_path, sent: list) -> tuple[BrokerRegistration, TopicConfigManager]:
@@ -35,74 +35,80 @@ def _registration(tmp_path, sent: list) -> tuple[BrokerRegistration, TopicConfig
     return registration, topics
 
 
-def test_a_stream_of_new_topics_registers_at_once_then_every_gap(tmp_path):
+def _after_changes(tmp_path, changes) -> tuple[list, float]:
+    """What a started registration loop sent while ``changes(topics)`` ran (a coroutine giving
+    when its change of interest was made) and for 0.2 s after."""
     sent: list = []
 
     async def scenario() -> float:
         registration, topics = _registration(tmp_path, sent)
         registration.start(initial_delay=True)
         await asyncio.sleep(0.05)
-        began = time.monotonic()
-        for i in range(60):  # one new topic every 5 ms for 0.3 s
-            topics.create_in_send_message_method(f"Stream{i}", "TBW102", 4)
-            await asyncio.sleep(0.005)
-        await asyncio.sleep(2 * CHANGE_GAP)
-        await registration.stop()
-        return began
-
-    began = asyncio.run(scenario())
-    assert sent[0][0] - began < CHANGE_GAP / 2  # the first change: registered at once
-    assert 3 <= len(sent) <= 0.3 / CHANGE_GAP + 2  # not one a topic
-    gaps = [b[0] - a[0] for a, b in itertools.pairwise(sent)]
-    assert min(gaps) >= CHANGE_GAP * 0.9
-    last = sent[-1][1]["topicConfigSerializeWrapper"]["topicConfigTable"]
-    assert {f"Stream{i}" for i in range(60)} <= set(last)
-
-
-def test_a_lone_change_registers_at_once(tmp_path, monkeypatch):
-    sent: list = []
-    monkeypatch.setattr(registration_module, "CHANGE_GAP", 10.0)
-
-    async def scenario() -> float:
-        registration, topics = _registration(tmp_path, sent)
-        registration.start(initial_delay=True)
-        await asyncio.sleep(0.05)
-        began = time.monotonic()
-        topics.create_in_send_message_method("Lone", "TBW102", 4)
+        began = await changes(topics)
         await asyncio.sleep(0.2)
         await registration.stop()
         return began
 
-    began = asyncio.run(scenario())
+    return sent, asyncio.run(scenario())
+
+
+def _registered(sent: list, number: int) -> set[str]:
+    return set(sent[number][1]["topicConfigSerializeWrapper"]["topicConfigTable"])
+
+
+def test_a_stream_of_new_topics_registers_at_once_then_every_gap(tmp_path, monkeypatch):
+    # (what is checked is the order of things, not how fast a loaded machine gets to them:
+    # under load a registration comes later, and its gaps grow, never shrink)
+    gap = 0.2
+    monkeypatch.setattr(registration_module, "CHANGE_GAP", gap)
+
+    async def changes(topics) -> float:
+        for i in range(80):  # one new topic every 5 ms, for 0.4 s at least
+            topics.create_in_send_message_method(f"Stream{i}", "TBW102", 4)
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(2 * gap)
+        return 0.0
+
+    sent, _ = _after_changes(tmp_path, changes)
+    first = _registered(sent, 0)
+    assert "Stream0" in first  # the first change: registered at once, while the stream went on
+    assert "Stream79" not in first
+    assert 2 <= len(sent) <= 6  # not one a topic
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(sent)]
+    assert min(gaps) >= gap * 0.9
+    assert {f"Stream{i}" for i in range(80)} <= _registered(sent, -1)
+
+
+def test_a_lone_change_registers_at_once(tmp_path, monkeypatch):
+    monkeypatch.setattr(registration_module, "CHANGE_GAP", 10.0)
+
+    async def changes(topics) -> float:
+        began = time.monotonic()
+        topics.create_in_send_message_method("Lone", "TBW102", 4)
+        return began
+
+    sent, began = _after_changes(tmp_path, changes)
     assert len(sent) == 1
-    assert sent[0][0] - began < 0.1
-    assert "Lone" in sent[0][1]["topicConfigSerializeWrapper"]["topicConfigTable"]
+    assert sent[0][0] - began < 1.0  # (not held for the gap of 10 s)
+    assert "Lone" in _registered(sent, 0)
 
 
 def test_an_admins_change_is_not_held_back_by_the_gap(tmp_path, monkeypatch):
-    from cluster.broker.topic_config import TopicConfig
-
-    sent: list = []
     monkeypatch.setattr(registration_module, "CHANGE_GAP", 10.0)
 
-    async def scenario() -> float:
-        registration, topics = _registration(tmp_path, sent)
-        registration.start(initial_delay=True)
-        await asyncio.sleep(0.05)
+    async def changes(topics) -> float:
         topics.create_in_send_message_method("Auto", "TBW102", 4)  # registered at once
         await asyncio.sleep(0.05)
         topics.create_in_send_message_method("Auto2", "TBW102", 4)  # held for the gap...
         await asyncio.sleep(0.05)
         began = time.monotonic()
         topics.update(TopicConfig("ByHand", 8, 8))  # ... until an admin's change comes
-        await asyncio.sleep(0.2)
-        await registration.stop()
         return began
 
-    began = asyncio.run(scenario())
+    sent, began = _after_changes(tmp_path, changes)
     assert len(sent) == 2
-    assert sent[1][0] - began < 0.1
-    assert {"Auto2", "ByHand"} <= set(sent[1][1]["topicConfigSerializeWrapper"]["topicConfigTable"])
+    assert sent[1][0] - began < 1.0  # (not held for the gap of 10 s)
+    assert {"Auto2", "ByHand"} <= _registered(sent, 1)
 
 
 def test_a_table_file_reads_back_as_written_one_entry_a_line():

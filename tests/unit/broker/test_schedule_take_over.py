@@ -4,10 +4,12 @@ while acting for it), and no further than its own schedule queues reach."""
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 from cluster.broker import hand_back, schedule
 from cluster.broker.config import load_broker_config
 from cluster.broker.controller import BrokerController
+from tests.unit.broker.periodic_writes import write_aside_then_stop
 
 
 class _Lookup:
@@ -51,38 +53,15 @@ def test_offsets_taken_over_from_a_slave_stop_at_the_masters_queue_end(tmp_path,
 
 
 def test_the_periodic_persist_writes_off_the_event_loop_and_never_after_the_last(tmp_path):
-    import threading
-    from types import SimpleNamespace
-
     broker = SimpleNamespace(store_config=SimpleNamespace(
         store_path_root_dir=str(tmp_path), delay_levels_ms=lambda: [1000, 5000]))
     service = schedule.ScheduleMessageService(broker)
     service.offsets = {1: 5}
-    written = []
-    release = threading.Event()
-    real = service.file.persist
 
-    def slow_persist(text: str) -> bool:
-        if not written:  # the periodic persist: slow to reach the disk
-            release.wait(5)
-        written.append((threading.get_ident(), text))
-        return real(text)
-
-    service.file.persist = slow_persist
-
-    async def scenario() -> int:
-        periodic = asyncio.ensure_future(service._persist_aside())
-        await asyncio.sleep(0.05)
-        assert not periodic.done()  # the loop is free meanwhile
-        service.offsets[1] = 9  # delivered since, which the last persist must keep
+    def advance() -> None:
+        service.offsets[1] = 9
         service._dirty = True
-        stopping = asyncio.ensure_future(service.stop())
-        await asyncio.sleep(0.05)
-        assert not stopping.done()  # the last persist waits for the write before it
-        release.set()
-        await asyncio.gather(periodic, stopping)
-        return threading.get_ident()
 
-    loop_thread = asyncio.run(scenario())
-    assert written[0][0] != loop_thread
+    written = write_aside_then_stop(service.file, service._persist_aside, advance, service.stop)
+    assert len(written) == 2
     assert schedule.read_delay_offsets(service.file) == {1: 9}

@@ -4,9 +4,7 @@ repeats what was delivered)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 import time
 from types import SimpleNamespace
 
@@ -22,6 +20,7 @@ from cluster.broker.timer import (
 )
 from storage.message import TIMER_TOPIC, MessageExtBrokerInner, properties_to_string
 from storage.record import iter_records
+from tests.unit.broker.periodic_writes import write_aside_then_stop
 
 # The store stamps records with the clock: the tests' time is the clock's (a whole second, as
 # the slots are), so a timer is as far from its record's store time as from NOW.
@@ -197,32 +196,12 @@ def test_the_periodic_save_writes_off_the_event_loop_and_never_after_the_last(st
     store.wait_dispatched(timeout=10)
     timer = TimerMessageService(_broker(store, tmp_path))
     timer.scan(NOW)
-    written = []
-    release = threading.Event()
-    real = timer.file.persist
 
-    def slow_persist(text: str) -> bool:
-        if not written:  # the periodic save: slow to reach the disk
-            release.wait(5)
-        written.append((threading.get_ident(), json.loads(text)))
-        return real(text)
-
-    timer.file.persist = slow_persist
-
-    async def scenario() -> int:
-        periodic = asyncio.ensure_future(timer._save_aside(refresh_min=False))
-        await asyncio.sleep(0.05)
-        assert not periodic.done()  # the loop is free meanwhile
-        timer.scan_offset += 1  # progress made since, which the last save must keep
+    def advance() -> None:
+        timer.scan_offset += 1
         timer._dirty = True
-        stopping = asyncio.ensure_future(timer.stop())
-        await asyncio.sleep(0.05)
-        assert not stopping.done()  # the last save waits for the write before it
-        release.set()
-        await asyncio.gather(periodic, stopping)
-        return threading.get_ident()
 
-    loop_thread = asyncio.run(scenario())
-    assert written[0][0] != loop_thread
-    assert [progress["scanOffset"] for _, progress in written] == [1, 2]
+    written = write_aside_then_stop(timer.file, lambda: timer._save_aside(refresh_min=False),
+                                    advance, timer.stop)
+    assert [json.loads(text)["scanOffset"] for text in written] == [1, 2]
     assert json.loads((tmp_path / "config" / "timercheck.json").read_text())["scanOffset"] == 2
