@@ -237,7 +237,9 @@ def test_slave_not_available_without_a_slave(tmp_path):
                 assert result.status is SendStatus.SLAVE_NOT_AVAILABLE
                 # ... but the message is stored: SLAVE_NOT_AVAILABLE is not a rollback.
                 async with AdminClient(ns.address) as admin:
-                    stats = await admin.topic_stats("Alone")
+                    # (the auto-created topic reaches the name server just after the answer)
+                    stats = await wait_for(lambda: admin.topic_stats("Alone"), timeout=10,
+                                           what="the topic's route")
                 assert sum(v["maxOffset"] for v in stats.values()) == 1
 
         run(main())
