@@ -6,7 +6,17 @@ topics that is milliseconds on each side. Topics created in a stream (a client a
 one after another) registered back to back, every topic for every one created. Now a change
 registers at once after a quiet spell, and at most every CHANGE_GAP while changes keep coming:
 each registration carries all the changes made meanwhile. An admin's change (a topic created or
-updated by hand, rare) registers at once in any case."""
+updated by hand, rare) registers at once in any case.
+
+A topic a send created is registered alone first, at once, and that send is answered after it
+(``register_topics``, RocketMQ 5's registerIncrementBrokerData): a client that asks for the
+topic's route once its send returned finds it, as with RocketMQ, where the send waits for the
+registration. Alone, because a whole registration names every topic: with thousands, a stream
+of creations each waiting for one would cost tens of ms apiece. A name server takes such a
+registration's topics and keeps the others (RocketMQ's name servers do too), and records its
+data version; the whole registration after it then carries a newer version, or a name server
+that had lost the broker's topics (restarted) would take that one as already known and keep the
+single topic."""
 
 from __future__ import annotations
 
@@ -40,6 +50,7 @@ class BrokerRegistration:
         self._stopping = False
         self._last = 0.0  # when the last registration of the loop began (monotonic)
         self._urgent = asyncio.Event()  # an admin's change is waiting to be registered
+        self._topics_alone = False  # topics were registered alone since the last whole one
 
     def start(self, initial_delay: bool = False) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop(initial_delay))
@@ -79,9 +90,25 @@ class BrokerRegistration:
                 pass
 
     async def register_all(self) -> None:
+        if self._topics_alone:
+            self._topics_alone = False
+            self.broker.topics.data_version.next_version()  # (see the module's text)
+        if await self._register(self.topic_config_wrapper()):
+            self.registered_once.set()
+
+    async def register_topics(self, names: list[str]) -> None:
+        """Register these topics alone, at once, with every name server (each answered,
+        refused or timed out when this returns); the whole registration follows as for any
+        change."""
+        if self._stopping:
+            return
+        self._topics_alone = True
+        await self._register(self.topic_config_wrapper(names))
+
+    async def _register(self, wrapper: dict) -> bool:
+        """Whether any name server took the registration of ``wrapper``'s topics."""
         config = self.broker.config
-        body = json.dumps({"filterServerList": [],
-                           "topicConfigSerializeWrapper": self.topic_config_wrapper()},
+        body = json.dumps({"filterServerList": [], "topicConfigSerializeWrapper": wrapper},
                           separators=(",", ":")).encode()
         fields = {"brokerName": config.broker_name, "brokerAddr": config.broker_addr,
                   "clusterName": config.broker_cluster_name, "haServerAddr": config.ha_server_addr,
@@ -91,16 +118,16 @@ class BrokerRegistration:
         timeout = config.register_broker_timeout_mills / 1000
         results = await asyncio.gather(*(
             self._register_one(addr, fields, body, timeout) for addr in config.namesrv_list()))
-        if any(results):
-            self.registered_once.set()
+        return any(results)
 
-    def topic_config_wrapper(self) -> dict:
+    def topic_config_wrapper(self, names: list[str] | None = None) -> dict:
         """The topics as registered: a broker whose brokerPermission is not read and write (4
         while it is drained, 2 to stop reads) registers every topic under that permission, as
         RocketMQ's registerBrokerAll does, so clients route around it at once. Each topic's own
         bits are kept under the broker's (RocketMQ 5's ``perm & brokerPermission``; 4.x took
-        brokerPermission alone): a topic its owner made unreadable stays so."""
-        wrapper = self.broker.topics.wrapper_json()
+        brokerPermission alone): a topic its owner made unreadable stays so. ``names``: those
+        topics only (those of them that exist)."""
+        wrapper = self.broker.topics.wrapper_json(names)
         permission = self.broker.config.broker_permission
         if permission & (PERM_READ | PERM_WRITE) != PERM_READ | PERM_WRITE:
             for topic in wrapper["topicConfigTable"].values():

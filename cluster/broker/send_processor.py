@@ -21,6 +21,7 @@ from cluster.broker.topic_config import PERM_READ, PERM_WRITE
 from cluster.remoting.codec import RemotingCommand, SerializeType
 from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.connection import HandlerResult, Response
+from cluster.remoting.deferred_answer import settled
 from cluster.remoting.frame_template import SendAnswerTemplate
 from cluster.topic_validator import (
     DLQ_GROUP_TOPIC_PREFIX,
@@ -106,6 +107,19 @@ class SendMessageProcessor:
         for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2):
             server.register_lane(code, lane)
 
+    async def _once_registered(self, command: RemotingCommand, topic: str,
+                               result: HandlerResult) -> Response:
+        """``result``, the answer to a send that created its topic, once the topic was
+        registered (each name server answered or timed out): a client that asks for the
+        topic's route when its send returned finds it."""
+        registration = self.broker.registration
+        if registration is not None:
+            try:  # (its requests time out by themselves)
+                await registration.register_topics([topic])
+            except Exception:  # stored: the answer is given, the whole registration follows
+                log.exception("registering the new topic %s failed", topic)
+        return await settled(result, command)
+
     def refused(self, command: RemotingCommand, exc: PutMessageError) -> Response:
         """The answer to a send the store refused (nothing of it was written)."""
         return command.make_response(refusal_code(exc), str(exc))
@@ -148,6 +162,10 @@ class SendMessageProcessor:
                 return command.make_response(
                     ResponseCode.TOPIC_NOT_EXIST,
                     f"topic[{topic}] not exist, apply first please!")
+            # The send is stored now, in its turn among its connection's requests (the topic
+            # exists for this second call); its answer waits for the registration that
+            # carries the topic, as RocketMQ registers it before answering.
+            return self._once_registered(command, topic, self.process(connection, command))
         if not topic_config.writeable:
             return command.make_response(ResponseCode.NO_PERMISSION,
                                          f"the topic[{topic}] sending message is forbidden")

@@ -135,11 +135,16 @@ class TopicConfigManager:
                 continue
             self.table[config.topic_name] = config
 
-    def wrapper_json(self) -> dict:
-        """TopicConfigSerializeWrapper: what topics.json holds and registration sends."""
+    def wrapper_json(self, names: list[str] | None = None) -> dict:
+        """TopicConfigSerializeWrapper: what topics.json holds and registration sends (of
+        ``names`` only, those that exist, when given)."""
         with self._lock:
-            return {"dataVersion": self.data_version.to_json(),
-                    "topicConfigTable": {name: tc.to_json() for name, tc in sorted(self.table.items())}}
+            if names is None:
+                table = {name: tc.to_json() for name, tc in sorted(self.table.items())}
+            else:
+                table = {name: tc.to_json() for name in names
+                         if (tc := self.table.get(name)) is not None}
+            return {"dataVersion": self.data_version.to_json(), "topicConfigTable": table}
 
     def persist(self) -> None:
         self.file.persist(table_text(self.wrapper_json(), "topicConfigTable"))

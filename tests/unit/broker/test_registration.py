@@ -1,7 +1,8 @@
 """The broker's registrations with its name servers (cluster/broker/registration.py) and the
 text of its topic and group files (cluster/broker/json_config.py): a stream of topic changes
 registers at once, then at most every CHANGE_GAP, each registration naming every change made
-before it, and an admin's change at once; the files read back as they were written, one table entry a line."""
+before it, and an admin's change at once; a send that created its topic is answered once the
+topic is registered; the files read back as they were written, one table entry a line."""
 
 from __future__ import annotations
 
@@ -15,10 +16,17 @@ import pytest
 
 from cluster.broker import json_config
 from cluster.broker import registration as registration_module
-from cluster.broker.config import BrokerConfig
+from cluster.broker.config import BrokerConfig, load_broker_config
+from cluster.broker.controller import BrokerController
 from cluster.broker.json_config import table_text
 from cluster.broker.registration import BrokerRegistration
 from cluster.broker.topic_config import TopicConfig, TopicConfigManager
+from cluster.client.message import Message
+from cluster.client.producer import Producer
+from cluster.namesrv.__main__ import NamesrvController
+from cluster.namesrv.config import NamesrvConfig
+from cluster.namesrv.route_info import RouteInfoManager
+from cluster.remoting.codes import RequestCode
 
 
 def _registration(tmp_path, sent: list) -> tuple[BrokerRegistration, TopicConfigManager]:
@@ -143,3 +151,78 @@ def test_the_entry_encoder_writes_what_json_dumps_writes():
         assert json_config._encode(value) == json.dumps(value)
     with pytest.raises(TypeError, match="not JSON serializable"):
         json_config._encode({"a": object()})
+
+
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])  # (at once; an answer that waits)
+def test_a_send_that_creates_its_topic_is_answered_once_the_topic_is_registered(tmp_path, flush):
+    # A real name server and broker on loopback, the name server's registrations slowed down:
+    # the producer's send to a new topic returns only when the name server has its route (as
+    # RocketMQ's createTopicInSendMessageMethod registers before the send is answered), and a
+    # second send to it, the topic known, is not held back.
+    delay = 0.4
+
+    async def scenario() -> None:
+        namesrv = NamesrvController(NamesrvConfig(listen_port=0,
+                                                  kv_config_path=str(tmp_path / "kv.json")))
+        await namesrv.start()
+        config, store_config, _ = load_broker_config({
+            "brokerName": "reg-b", "brokerClusterName": "Here", "listenPort": "0",
+            "storePathRootDir": str(tmp_path / "store"), "brokerIP1": "127.0.0.1",
+            "namesrvAddr": namesrv.server.address, "autoCreateTopicEnable": "true",
+            "flushDiskType": flush})
+        broker = BrokerController(config, store_config)
+        await broker.start()
+        producer = Producer("RegGroup", namesrv.server.address)
+        try:
+            register = namesrv.server.processors[int(RequestCode.REGISTER_BROKER)]
+
+            async def slowly(connection, command):
+                await asyncio.sleep(delay)
+                return register(connection, command)
+
+            namesrv.server.processors[int(RequestCode.REGISTER_BROKER)] = slowly
+            await producer.start()
+            routes = namesrv.routes.topic_queue_table
+            began = time.monotonic()
+            result = await producer.send(Message("BornInASend", b"first"))
+            assert "BornInASend" in routes  # registered before the answer
+            assert result.status.name == "SEND_OK"
+            assert time.monotonic() - began >= delay * 0.9
+            batch = await producer.send_batch([Message("BornInABatch", b"m")] * 3)
+            assert "BornInABatch" in routes
+            assert batch.status.name == "SEND_OK"
+            began = time.monotonic()
+            await producer.send(Message("BornInASend", b"second"))
+            assert time.monotonic() - began < delay  # an existing topic's send waits for nothing
+        finally:
+            await producer.shutdown()
+            await broker.stop()
+            await namesrv.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_a_name_server_that_lost_the_topics_has_them_all_after_a_topic_registered_alone(
+        tmp_path):
+    # A name server restarted (it knows nothing of the broker) gets a new topic registered
+    # alone, then the whole registration that follows: it must take the whole one, though the
+    # single topic's registration came with the version the topics had then.
+    sent: list = []
+
+    async def scenario() -> None:
+        registration, topics = _registration(tmp_path, sent)
+        for i in range(3):
+            topics.create_in_send_message_method(f"Old{i}", "TBW102", 4)
+        await registration.register_all()  # (a name server that then restarts)
+        topics.create_in_send_message_method("New", "TBW102", 4)
+        await registration.register_topics(["New"])
+        await registration.register_all()
+
+    asyncio.run(scenario())
+    alone, whole = sent[1][1], sent[2][1]
+    assert set(alone["topicConfigSerializeWrapper"]["topicConfigTable"]) == {"New"}
+    restarted = RouteInfoManager()
+    for body in (alone, whole):
+        restarted.register_broker("C", "127.0.0.1:10911", "b", 0, "127.0.0.1:10912",
+                                  body["topicConfigSerializeWrapper"])
+    assert {"Old0", "Old1", "Old2", "New"} <= set(restarted.topic_queue_table)

@@ -40,7 +40,7 @@ def _topic(name: str, perm: int) -> dict:
 def _routes_after_registering(broker_permission: int) -> RouteInfoManager:
     config = BrokerConfig(broker_name="broker-a", namesrv_addr="127.0.0.1:9876",
                           broker_permission=broker_permission)
-    topics = SimpleNamespace(wrapper_json=lambda: {
+    topics = SimpleNamespace(wrapper_json=lambda names=None: {
         "dataVersion": {"counter": 1, "timestamp": 1},
         "topicConfigTable": {"Orders": _topic("Orders", 6), "Hidden": _topic("Hidden", 2),
                              "Inherit": _topic("Inherit", 7)}})
