@@ -128,10 +128,16 @@ class UniqIdGenerator:
     def next_ids(self, count: int, now_ms: int | None = None) -> list[str]:
         """``count`` new ids of one millisecond (a batch's), as ``next_id`` makes them one by
         one: the clock read and the head formatted once."""
+        return ids_of(*self.reserve(count, now_ms), count)
+
+    def reserve(self, count: int, now_ms: int | None = None) -> tuple[str, int]:
+        """The head and first counter value of ``count`` new ids (:func:`ids_of` writes them;
+        so does the producer's compiled batch body)."""
         head = self._head(now_ms)
-        # ``count`` numbers taken in one C-level step (no other thread takes one in between).
+        # ``count`` numbers taken in one C-level step (no other thread takes one in between):
+        # consecutive.
         numbers = list(itertools.islice(self._counter, count))
-        return [f"{head}{n & 0xFFFF:04X}" for n in numbers]
+        return head, numbers[0] if numbers else 0
 
     def _head(self, now_ms: int | None) -> str:
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
@@ -142,3 +148,8 @@ class UniqIdGenerator:
             self._next_month_start = _month_start_ms(year, month)
         # Java writes the low 32 bits and reads them back unsigned (past day 24 they need bit 31).
         return f"{self._prefix_hex}{(now_ms - self._month_start) & 0xFFFFFFFF:08X}"
+
+
+def ids_of(head: str, first: int, count: int) -> list[str]:
+    """The ``count`` ids :meth:`UniqIdGenerator.reserve` gave ``head`` and ``first`` for."""
+    return [f"{head}{n & 0xFFFF:04X}" for n in range(first, first + count)]

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
 from enum import Enum
 
+from cluster.client.batch_body import batch_body
 from cluster.client.errors import MQClientError
 from cluster.client.fault import LatencyFaultTolerance, select_queue
 from cluster.client.instance import MQClientInstance
@@ -40,7 +41,7 @@ from storage.message import (
     java_hash_unsigned,
     properties_to_string,
 )
-from storage.message_id import UniqIdGenerator, decode_message_id
+from storage.message_id import UniqIdGenerator, decode_message_id, ids_of
 from storage.record import encode_batch_parts
 
 log = logging.getLogger(__name__)
@@ -335,7 +336,11 @@ class Producer:
         check = self._check
         for msg in messages:
             check(msg)
-        ids = self.ids.next_ids(len(messages))
+        head, first = self.ids.reserve(len(messages))
+        made = batch_body(messages, head, first)  # (the common case, in one step)
+        if made is not None:
+            return made[1], made[0]
+        ids = ids_of(head, first, len(messages))
         return ids, encode_batch_parts([
             (msg.flag, msg.body, _properties_text(msg, uniq, replace_uniq=True))
             for msg, uniq in zip(messages, ids, strict=True)])
