@@ -262,7 +262,10 @@ class Producer:
                 self._fault(target.broker_name, begin, isolation=True)
                 last_error = exc
                 continue
-            self._fault(target.broker_name, begin, isolation=False)
+            faults = self.faults  # (``_fault``, inline: every send)
+            if faults is not None:
+                faults.update_fault_item(target.broker_name, (time.monotonic() - begin) * 1000,
+                                         False)
             if response.code in RETRY_RESPONSE_CODES:
                 last_error = BrokerResponseError(response.code, response.remark)
                 continue

@@ -200,9 +200,12 @@ class RemotingConnection(LaneRequests, asyncio.Protocol):
                 if frame is None:
                     break
                 completed = True
+                if frame[3] & RESPONSE_FLAG:  # (a client's every answer: straight to its waiter)
+                    self._on_response(frame)
+                    continue
                 size = before - decoder.pending
                 lane = None if lanes is None else lanes.get(frame[1])
-                if lane is not None and not frame[3] & RESPONSE_FLAG:
+                if lane is not None:
                     # The requests of the lane's code that follow in this read make a run,
                     # up to its ``run_frames`` (a lane that takes no runs now says 0). They are
                     # taken before any is handled, so the in-flight limits may be passed by up
@@ -264,6 +267,14 @@ class RemotingConnection(LaneRequests, asyncio.Protocol):
         self._inflight_bytes -= size
         if self._reading_paused and not self.closed.is_set():
             self._drain_decoder()  # frames held back by the in-flight limit go first
+
+    def _on_response(self, frame: tuple) -> None:
+        """An answer to one of our requests (a frame tuple), to the request's waiter."""
+        future = self._pending.get(frame[2])
+        if future is not None and not future.done():
+            future.set_result(command_of(frame))
+        else:
+            log.debug("response %d from %s matches no request", frame[2], self.remote_address)
 
     def _on_command(self, command: RemotingCommand, size: int = 0) -> None:
         if command.is_response:

@@ -131,7 +131,11 @@ class PreparedRequest:
         return self.template.code
 
     def frame(self, opaque: int, oneway: bool = False) -> bytes:
-        return self.template.frame(opaque, self.values, self.body, oneway)
+        if oneway:
+            return self.template.frame(opaque, self.values, self.body, True)
+        # (a send's: the two-way template filled here, two calls fewer a request)
+        template = self.template._twoway
+        return template._framed(template._fill(opaque, self.values), self.body)
 
 
 class SendAnswerTemplate:
