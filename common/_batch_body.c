@@ -141,11 +141,13 @@ static PyObject *
 batch_body(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 4 || !PyTuple_CheckExact(args[0]) || PyTuple_GET_SIZE(args[0]) != 7
-        || !PyList_CheckExact(args[1]) || !PyUnicode_CheckExact(args[2])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "batch_body() takes a tuple of 7 names, a list, a str and an int");
+        || !PyUnicode_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "batch_body() takes a tuple of 7 names, messages, "
+                                         "a str and an int");
         return NULL;
     }
+    if (!PyList_CheckExact(args[1])) /* (another sequence: the general way) */
+        Py_RETURN_NONE;
     PyObject *const *names = &PyTuple_GET_ITEM(args[0], 0);
     PyObject *messages = args[1];
     if (!PyUnicode_IS_ASCII(args[2]))
@@ -179,18 +181,22 @@ batch_body(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             goto not_common;
         Entry *e = &entries[taken];
         char delay_text[24];
-        Py_ssize_t props = uniq_len + (e->wait ? 10 : 11);
+        /* (in 64 bits, each term checked: a 32-bit build's sizes must not wrap) */
+        long long props = (long long)uniq_len + (e->wait ? 10 : 11);
         if (e->tags != NULL)
-            props += 6 + e->tags_len;
+            props += 6 + (long long)e->tags_len;
         if (e->keys != NULL)
-            props += 6 + e->keys_len;
+            props += 6 + (long long)e->keys_len;
         if (e->delay > 0)
             props += 7 + snprintf(delay_text, sizeof delay_text, "%lld", e->delay);
-        Py_ssize_t body_len = PyBytes_GET_SIZE(e->body);
+        long long body_len = PyBytes_GET_SIZE(e->body);
         if (props > 0xFFFF || body_len > INT32_MAX - ENTRY_HEAD - 2 - props)
             goto not_common;
-        e->props_len = props;
-        total += ENTRY_HEAD + body_len + 2 + props;
+        long long size = ENTRY_HEAD + body_len + 2 + props;
+        if (size > (long long)PY_SSIZE_T_MAX - total)
+            goto not_common;
+        e->props_len = (Py_ssize_t)props;
+        total += (Py_ssize_t)size;
     }
     PyObject *body = PyBytes_FromStringAndSize(NULL, total);
     PyObject *ids = PyList_New(count);

@@ -13,10 +13,13 @@ A topic a send created is registered alone first, at once, and that send is answ
 topic's route once its send returned finds it, as with RocketMQ, where the send waits for the
 registration. Alone, because a whole registration names every topic: with thousands, a stream
 of creations each waiting for one would cost tens of ms apiece. A name server takes such a
-registration's topics and keeps the others (RocketMQ's name servers do too), and records its
-data version; the whole registration after it then carries a newer version, or a name server
-that had lost the broker's topics (restarted) would take that one as already known and keep the
-single topic."""
+registration's topics and keeps the others (RocketMQ's name servers do too), but only when its
+data version is new to it: each such registration goes with a version of its own (two topics
+created in one loop turn would share one, and the second be ignored), and the whole
+registration after them with a newer one still, or a name server that had lost the broker's
+topics (restarted) would take that one as already known and keep the single topics. The send
+waits at most NEW_TOPIC_WAIT (send_processor.py): a name server that hangs must not hold its
+answer past the client's timeout."""
 
 from __future__ import annotations
 
@@ -51,6 +54,7 @@ class BrokerRegistration:
         self._last = 0.0  # when the last registration of the loop began (monotonic)
         self._urgent = asyncio.Event()  # an admin's change is waiting to be registered
         self._topics_alone = False  # topics were registered alone since the last whole one
+        self._alone: set[asyncio.Task] = set()  # registrations of topics alone under way
 
     def start(self, initial_delay: bool = False) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop(initial_delay))
@@ -96,14 +100,24 @@ class BrokerRegistration:
         if await self._register(self.topic_config_wrapper()):
             self.registered_once.set()
 
-    async def register_topics(self, names: list[str]) -> None:
-        """Register these topics alone, at once, with every name server (each answered,
-        refused or timed out when this returns); the whole registration follows as for any
-        change."""
+    def register_topics(self, names: list[str]) -> asyncio.Future:
+        """Register these topics alone, at once, with every name server: done when each
+        answered, refused or timed out (a task stop() cancels); the whole registration follows
+        as for any change."""
         if self._stopping:
-            return
+            done = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return done
         self._topics_alone = True
-        await self._register(self.topic_config_wrapper(names))
+        # A version of its own: a name server takes a registration's topics only when its data
+        # version differs from the last it recorded, and two topics created in one loop turn
+        # would otherwise go with the same one, the second ignored.
+        self.broker.topics.data_version.next_version()
+        task = asyncio.get_running_loop().create_task(
+            self._register(self.topic_config_wrapper(names)))
+        self._alone.add(task)
+        task.add_done_callback(self._alone.discard)
+        return task
 
     async def _register(self, wrapper: dict) -> bool:
         """Whether any name server took the registration of ``wrapper``'s topics."""
@@ -163,8 +177,9 @@ class BrokerRegistration:
 
     async def stop(self) -> None:
         self._stopping = True
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        tasks = [*self._alone, *([self._task] if self._task is not None else [])]
+        for task in tasks:  # (none may register after the unregistration below)
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self.unregister_all()
         await self.client.close()

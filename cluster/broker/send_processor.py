@@ -8,6 +8,7 @@ the store's put and its flush wait, with RocketMQ's mapping of put statuses to r
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import random
@@ -66,6 +67,10 @@ from storage.put_checks import born_host_bytes
 
 log = logging.getLogger(__name__)
 
+# How long a send that created its topic waits for the topic's registration (each name server
+# answers in a few ms) before it is answered anyway.
+NEW_TOPIC_WAIT = 1.0
+
 # Enum members read once: a member read through its class costs ~70 ns in Python 3.11, and the
 # send path would read five a message.
 _SEND_BATCH = RequestCode.SEND_BATCH_MESSAGE
@@ -114,8 +119,15 @@ class SendMessageProcessor:
         topic's route when its send returned finds it."""
         registration = self.broker.registration
         if registration is not None:
-            try:  # (its requests time out by themselves)
-                await registration.register_topics([topic])
+            try:
+                # At most NEW_TOPIC_WAIT: the message is stored, and a name server that hangs
+                # must not hold the answer past the client's timeout (3 s), whose retry would
+                # store it again. The registration goes on meanwhile.
+                await asyncio.wait_for(asyncio.shield(registration.register_topics([topic])),
+                                       NEW_TOPIC_WAIT)
+            except TimeoutError:
+                log.warning("answering a send to the new topic %s before every name server "
+                            "took its registration (%.1f s)", topic, NEW_TOPIC_WAIT)
             except Exception:  # stored: the answer is given, the whole registration follows
                 log.exception("registering the new topic %s failed", topic)
         return await settled(result, command)

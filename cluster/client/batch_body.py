@@ -47,7 +47,7 @@ def batch_body_pure(names: tuple[str, ...], messages: list, head: str,
                     first: int) -> tuple[bytes, list[str]] | None:
     """The body of ``messages`` and their ids (``head`` and the four hex digits of ``first`` +
     i, modulo 65,536), or None when one is not the common case."""
-    if not head.isascii():
+    if not head.isascii() or type(messages) is not list:
         return None
     parts: list[bytes] = []
     ids: list[str] = []

@@ -340,7 +340,8 @@ class Producer:
         for msg in messages:
             check(msg)
         head, first = self.ids.reserve(len(messages))
-        made = batch_body(messages, head, first)  # (the common case, in one step)
+        # (the common case, in one step; it takes a list)
+        made = batch_body(messages if type(messages) is list else list(messages), head, first)
         if made is not None:
             return made[1], made[0]
         ids = ids_of(head, first, len(messages))

@@ -7,6 +7,7 @@ topic is registered; the files read back as they were written, one table entry a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import time
@@ -14,7 +15,7 @@ import types
 
 import pytest
 
-from cluster.broker import json_config
+from cluster.broker import json_config, send_processor
 from cluster.broker import registration as registration_module
 from cluster.broker.config import BrokerConfig, load_broker_config
 from cluster.broker.controller import BrokerController
@@ -153,35 +154,47 @@ def test_the_entry_encoder_writes_what_json_dumps_writes():
         json_config._encode({"a": object()})
 
 
+@contextlib.asynccontextmanager
+async def _slow_name_server(tmp_path, delay: float, flush: str = "ASYNC_FLUSH"):
+    """A real name server whose registrations take ``delay`` s once the broker started, the
+    broker and a started producer, on loopback: (name server, producer)."""
+    namesrv = NamesrvController(NamesrvConfig(listen_port=0,
+                                              kv_config_path=str(tmp_path / "kv.json")))
+    await namesrv.start()
+    config, store_config, _ = load_broker_config({
+        "brokerName": "reg-b", "brokerClusterName": "Here", "listenPort": "0",
+        "storePathRootDir": str(tmp_path / "store"), "brokerIP1": "127.0.0.1",
+        "namesrvAddr": namesrv.server.address, "autoCreateTopicEnable": "true",
+        "flushDiskType": flush})
+    broker = BrokerController(config, store_config)
+    await broker.start()
+    producer = Producer("RegGroup", namesrv.server.address)
+    try:
+        register = namesrv.server.processors[int(RequestCode.REGISTER_BROKER)]
+
+        async def slowly(connection, command):
+            await asyncio.sleep(delay)
+            return register(connection, command)
+
+        namesrv.server.processors[int(RequestCode.REGISTER_BROKER)] = slowly
+        await producer.start()
+        yield namesrv, producer
+    finally:
+        await producer.shutdown()
+        await broker.stop()
+        await namesrv.stop()
+
+
 @pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])  # (at once; an answer that waits)
 def test_a_send_that_creates_its_topic_is_answered_once_the_topic_is_registered(tmp_path, flush):
-    # A real name server and broker on loopback, the name server's registrations slowed down:
-    # the producer's send to a new topic returns only when the name server has its route (as
-    # RocketMQ's createTopicInSendMessageMethod registers before the send is answered), and a
-    # second send to it, the topic known, is not held back.
+    # The name server's registrations slowed down: the producer's send to a new topic returns
+    # only when the name server has its route (as RocketMQ's createTopicInSendMessageMethod
+    # registers before the send is answered), and a second send to it, the topic known, is not
+    # held back.
     delay = 0.4
 
     async def scenario() -> None:
-        namesrv = NamesrvController(NamesrvConfig(listen_port=0,
-                                                  kv_config_path=str(tmp_path / "kv.json")))
-        await namesrv.start()
-        config, store_config, _ = load_broker_config({
-            "brokerName": "reg-b", "brokerClusterName": "Here", "listenPort": "0",
-            "storePathRootDir": str(tmp_path / "store"), "brokerIP1": "127.0.0.1",
-            "namesrvAddr": namesrv.server.address, "autoCreateTopicEnable": "true",
-            "flushDiskType": flush})
-        broker = BrokerController(config, store_config)
-        await broker.start()
-        producer = Producer("RegGroup", namesrv.server.address)
-        try:
-            register = namesrv.server.processors[int(RequestCode.REGISTER_BROKER)]
-
-            async def slowly(connection, command):
-                await asyncio.sleep(delay)
-                return register(connection, command)
-
-            namesrv.server.processors[int(RequestCode.REGISTER_BROKER)] = slowly
-            await producer.start()
+        async with _slow_name_server(tmp_path, delay, flush) as (namesrv, producer):
             routes = namesrv.routes.topic_queue_table
             began = time.monotonic()
             result = await producer.send(Message("BornInASend", b"first"))
@@ -194,12 +207,51 @@ def test_a_send_that_creates_its_topic_is_answered_once_the_topic_is_registered(
             began = time.monotonic()
             await producer.send(Message("BornInASend", b"second"))
             assert time.monotonic() - began < delay  # an existing topic's send waits for nothing
-        finally:
-            await producer.shutdown()
-            await broker.stop()
-            await namesrv.stop()
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_a_name_server_that_hangs_does_not_hold_the_answer_past_the_wait(tmp_path, monkeypatch):
+    monkeypatch.setattr(send_processor, "NEW_TOPIC_WAIT", 0.3)
+
+    async def scenario() -> None:
+        async with _slow_name_server(tmp_path, 2.0) as (namesrv, producer):
+            began = time.monotonic()
+            result = await producer.send(Message("BornSlowly", b"x"))
+            waited = time.monotonic() - began
+            assert result.status.name == "SEND_OK"
+            assert 0.25 <= waited < 1.5  # the wait, not the name server's 2 s
+            assert "BornSlowly" not in namesrv.routes.topic_queue_table  # (not yet)
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_a_registration_of_topics_alone_under_way_is_cancelled_by_stop(tmp_path):
+    sent: list = []
+
+    async def scenario() -> bool:
+        registration, topics = _registration(tmp_path, sent)
+        topics.create_in_send_message_method("Late", "TBW102", 4)
+
+        async def slow_one(address, fields, body, timeout) -> bool:
+            await asyncio.sleep(0.3)
+            sent.append(body)
+            return True
+
+        registration._register_one = slow_one
+        registration.unregister_all = _nothing  # (no name server to tell)
+        underway = registration.register_topics(["Late"])
+        await asyncio.sleep(0.05)
+        await registration.stop()
+        await asyncio.sleep(0.4)
+        return underway.cancelled()
+
+    assert asyncio.run(scenario())
+    assert sent == []  # nothing registered after the broker left
+
+
+async def _nothing() -> None:
+    return None
 
 
 def test_a_name_server_that_lost_the_topics_has_them_all_after_a_topic_registered_alone(
@@ -226,3 +278,26 @@ def test_a_name_server_that_lost_the_topics_has_them_all_after_a_topic_registere
         restarted.register_broker("C", "127.0.0.1:10911", "b", 0, "127.0.0.1:10912",
                                   body["topicConfigSerializeWrapper"])
     assert {"Old0", "Old1", "Old2", "New"} <= set(restarted.topic_queue_table)
+
+
+def test_two_topics_created_in_one_loop_turn_are_both_taken_by_a_name_server(tmp_path):
+    # Two sends of one read each create a topic, then each registers its topic alone: a name
+    # server takes a registration's topics only when its data version is new to it, so the
+    # two must not go with the same version.
+    sent: list = []
+
+    async def scenario() -> None:
+        registration, topics = _registration(tmp_path, sent)
+        await registration.register_all()
+        topics.create_in_send_message_method("TwinA", "TBW102", 4)
+        topics.create_in_send_message_method("TwinB", "TBW102", 4)
+        await registration.register_topics(["TwinA"])
+        await registration.register_topics(["TwinB"])
+
+    asyncio.run(scenario())
+    routes = RouteInfoManager()
+    for _, body in sent:
+        routes.register_broker("C", "127.0.0.1:10911", "b", 0, "127.0.0.1:10912",
+                               body["topicConfigSerializeWrapper"])
+    assert {"TwinA", "TwinB"} <= set(routes.topic_queue_table)
+

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from cluster.client.batch_body import NAMES, batch_body_pure
 from cluster.client.message import Message
-from cluster.client.producer import _properties_text
+from cluster.client.producer import Producer, _properties_text
 from storage.message_id import UniqIdGenerator, ids_of
 from storage.record import decode_batch_body, encode_batch_parts
 
@@ -68,10 +68,21 @@ firsts = st.one_of(st.integers(-70000, 70000), st.just(2**40))
 @pytest.mark.twins
 @pytest.mark.skipif(core is None, reason="the compiled core is not built")
 @settings(max_examples=400, deadline=None)
-@given(st.lists(st.one_of(common_messages, odd_messages), max_size=6), heads, firsts)
-def test_the_compiled_body_is_the_pure_one(messages, head, first):
+@given(st.lists(st.one_of(common_messages, odd_messages), max_size=6), heads, firsts,
+       st.booleans())
+def test_the_compiled_body_is_the_pure_one(messages, head, first, as_tuple):
+    if as_tuple:  # (any other sequence: None, the general way)
+        messages = tuple(messages)
     assert core.batch_body(NAMES, messages, head, first) == batch_body_pure(NAMES, messages,
                                                                             head, first)
+
+
+def test_a_batch_given_as_a_tuple_is_made_as_a_list_is():
+    producer = Producer("G", "127.0.0.1:1")
+    producer._started = True
+    messages = [Message("T", b"body", tags="TagA"), Message("T", b"more", keys="k")]
+    producer.ids.reserve = lambda count: ("0A0B", 7)  # (the same ids both times)
+    assert producer._batch_body(tuple(messages)) == producer._batch_body(messages)
 
 
 def test_a_long_property_or_an_odd_message_is_left_to_the_general_way():
