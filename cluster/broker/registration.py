@@ -14,8 +14,8 @@ topic's route once its send returned finds it, as with RocketMQ, where the send 
 registration. Alone, because a whole registration names every topic: with thousands, a stream
 of creations each waiting for one would cost tens of ms apiece. A name server takes such a
 registration's topics and keeps the others (RocketMQ's name servers do too), but only when its
-data version is new to it: each such registration goes with a version of its own (two topics
-created in one loop turn would share one, and the second be ignored), and the whole
+data version is new to it: each such registration goes with a version of its own (else two
+made back to back would share one, and the second be ignored), and the whole
 registration after them with a newer one still, or a name server that had lost the broker's
 topics (restarted) would take that one as already known and keep the single topics. The send
 waits at most NEW_TOPIC_WAIT (send_processor.py): a name server that hangs must not hold its
@@ -55,6 +55,8 @@ class BrokerRegistration:
         self._urgent = asyncio.Event()  # an admin's change is waiting to be registered
         self._topics_alone = False  # topics were registered alone since the last whole one
         self._alone: set[asyncio.Task] = set()  # registrations of topics alone under way
+        self._alone_names: set[str] = set()  # topics for the one not started yet
+        self._gathering: asyncio.Task | None = None  # that one
 
     def start(self, initial_delay: bool = False) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop(initial_delay))
@@ -103,21 +105,30 @@ class BrokerRegistration:
     def register_topics(self, names: list[str]) -> asyncio.Future:
         """Register these topics alone, at once, with every name server: done when each
         answered, refused or timed out (a task stop() cancels); the whole registration follows
-        as for any change."""
+        as for any change. Topics asked for until that registration starts (its first step,
+        the next loop turn) go in it together: a burst of sends creating topics, one
+        registration."""
         if self._stopping:
             done = asyncio.get_running_loop().create_future()
             done.set_result(None)
             return done
         self._topics_alone = True
-        # A version of its own: a name server takes a registration's topics only when its data
-        # version differs from the last it recorded, and two topics created in one loop turn
-        # would otherwise go with the same one, the second ignored.
-        self.broker.topics.data_version.next_version()
-        task = asyncio.get_running_loop().create_task(
-            self._register(self.topic_config_wrapper(names)))
-        self._alone.add(task)
-        task.add_done_callback(self._alone.discard)
+        self._alone_names.update(names)
+        task = self._gathering
+        if task is None:
+            task = self._gathering = asyncio.get_running_loop().create_task(
+                self._register_alone())
+            self._alone.add(task)
+            task.add_done_callback(self._alone.discard)
         return task
+
+    async def _register_alone(self) -> bool:
+        self._gathering = None  # (from here on, topics asked for go in the next one)
+        names, self._alone_names = sorted(self._alone_names), set()
+        # A version of its own: a name server takes a registration's topics only when its data
+        # version differs from the last it recorded.
+        self.broker.topics.data_version.next_version()
+        return await self._register(self.topic_config_wrapper(names))
 
     async def _register(self, wrapper: dict) -> bool:
         """Whether any name server took the registration of ``wrapper``'s topics."""

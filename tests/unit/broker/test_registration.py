@@ -280,10 +280,9 @@ def test_a_name_server_that_lost_the_topics_has_them_all_after_a_topic_registere
     assert {"Old0", "Old1", "Old2", "New"} <= set(restarted.topic_queue_table)
 
 
-def test_two_topics_created_in_one_loop_turn_are_both_taken_by_a_name_server(tmp_path):
-    # Two sends of one read each create a topic, then each registers its topic alone: a name
-    # server takes a registration's topics only when its data version is new to it, so the
-    # two must not go with the same version.
+def test_topics_created_one_after_another_are_all_taken_by_a_name_server(tmp_path):
+    # Each registers alone: a name server takes a registration's topics only when its data
+    # version is new to it, so no two may go with the same version.
     sent: list = []
 
     async def scenario() -> None:
@@ -295,9 +294,29 @@ def test_two_topics_created_in_one_loop_turn_are_both_taken_by_a_name_server(tmp
         await registration.register_topics(["TwinB"])
 
     asyncio.run(scenario())
+    assert len(sent) == 3
     routes = RouteInfoManager()
     for _, body in sent:
         routes.register_broker("C", "127.0.0.1:10911", "b", 0, "127.0.0.1:10912",
                                body["topicConfigSerializeWrapper"])
     assert {"TwinA", "TwinB"} <= set(routes.topic_queue_table)
+
+
+def test_topics_asked_for_in_one_loop_turn_go_in_one_registration(tmp_path):
+    sent: list = []
+
+    async def scenario() -> None:
+        registration, topics = _registration(tmp_path, sent)
+        underway = []
+        for i in range(5):  # (as five sends of one read, each creating its topic)
+            topics.create_in_send_message_method(f"Burst{i}", "TBW102", 4)
+            underway.append(registration.register_topics([f"Burst{i}"]))
+        await asyncio.gather(*underway)
+        registration.register_topics(["Burst0"])  # (the next turn's: a registration of its own)
+        await asyncio.sleep(0.05)
+
+    asyncio.run(scenario())
+    assert len(sent) == 2
+    assert _registered(sent, 0) == {f"Burst{i}" for i in range(5)}
+    assert _registered(sent, 1) == {"Burst0"}
 
