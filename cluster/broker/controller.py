@@ -154,7 +154,7 @@ class BrokerController:
             loop.create_task(self._every(config.flush_consumer_offset_interval / 1000,
                                          self.offsets.persist, in_thread=True)),
             loop.create_task(self._every(config.flush_consumer_offset_interval / 1000,
-                                         self.pop_order.persist)),
+                                         self.pop_order.persist_aside)),
             loop.create_task(self._every(10, self._scan_clients)),
             loop.create_task(self._every(1, self.stats.sample)),
         ]
@@ -209,8 +209,8 @@ class BrokerController:
             try:
                 if in_thread:
                     await asyncio.to_thread(action)
-                else:
-                    action()
+                elif asyncio.iscoroutine(done := action()):  # (one that writes aside itself)
+                    await done
             except Exception:
                 log.exception("periodic task %s failed", getattr(action, "__name__", action))
 
@@ -308,7 +308,7 @@ class BrokerController:
         if self.server is not None:
             await self.server.stop()
         self.offsets.persist(force=True)
-        self.pop_order.persist()
+        await self.pop_order.persist_last()
         self.subscription_groups.persist()
         if self.store is not None:
             await asyncio.to_thread(self.store.shutdown)

@@ -13,6 +13,7 @@ offsets).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass, field
 
@@ -58,6 +59,7 @@ class OrderInfoManager:
         # Acked while one before them was not, when their lock ran out: not handed out again.
         self.acked_ahead: dict[QueueKey, set[int]] = {}
         self._dirty = False
+        self._writing: asyncio.Future | None = None  # the last periodic write, in a thread
 
     # -- the rules ----------------------------------------------------------------------------
     def available(self, key: QueueKey, now: int, attempt_id: str | None = None) -> bool:
@@ -193,8 +195,34 @@ class OrderInfoManager:
                 self.acked_ahead[key] = ahead
 
     def persist(self, force: bool = False) -> None:
+        """Write the file if anything changed (``force``: anyway), on the calling thread."""
+        text = self._text_to_write(force)
+        if text is not None:
+            self._write(text)
+
+    async def persist_aside(self) -> None:
+        """``persist``, the file written in a worker thread: the periodic write (every 5 s
+        while FIFO POPs move) waited on the event loop for its fsync, 1.4 ms typically and up
+        to 20 ms under load. The text is made here, on the loop that changes the tables."""
+        text = self._text_to_write(False)
+        if text is not None:
+            self._writing = asyncio.ensure_future(asyncio.to_thread(self._write, text))
+            await asyncio.shield(self._writing)
+
+    async def persist_last(self) -> None:
+        """The write at shutdown, after the periodic one under way (whose older text must not
+        land after it)."""
+        if self._writing is not None:
+            await asyncio.gather(self._writing, return_exceptions=True)
+        self.persist()
+
+    def _write(self, text: str) -> None:
+        if not self.file.persist(text):
+            self._dirty = True  # not on disk: the next round writes it again
+
+    def _text_to_write(self, force: bool) -> str | None:
         if not self._dirty and not force:
-            return
+            return None
         self._dirty = False
         locks = [{"group": g, "topic": t, "queueId": q, "offsets": lock.offsets,
                   "nextOffset": lock.next_offset, "popTime": lock.pop_time,
@@ -206,4 +234,4 @@ class OrderInfoManager:
                    "counts": {str(o): c for o, c in self.counts.get((g, t, q), {}).items()},
                    "ackedAhead": sorted(self.acked_ahead.get((g, t, q), ()))}
                   for (g, t, q) in set(self.counts) | set(self.acked_ahead)]
-        self.file.persist(json.dumps({"locks": locks, "counts": counts}, indent=1))
+        return json.dumps({"locks": locks, "counts": counts}, indent=1)

@@ -1,10 +1,14 @@
 """FIFO POP's queue locks: a queue waits for the acks of what it handed out; a lock that runs out
 counts one more delivery of each unacked message; acks move the offset over the acked prefix;
-everything reads back from consumerOrderInfo.json."""
+everything reads back from consumerOrderInfo.json, written periodically off the event loop."""
 
 from __future__ import annotations
 
+import asyncio
+
+from cluster.broker.controller import BrokerController
 from cluster.broker.pop_order import OrderInfoManager
+from tests.unit.broker.periodic_writes import write_aside_then_stop
 
 KEY = ("CID-fifo", "TopicTest", 0)
 
@@ -81,3 +85,34 @@ def test_what_was_acked_out_of_order_is_not_handed_out_again(tmp_path):
     assert again.ack(KEY, 5) == 7
     assert again.ack(KEY, 7) == 8
     assert not again.was_acked(KEY, 6)
+
+
+def test_the_periodic_write_is_off_the_loop_and_the_last_write_keeps_the_newest(tmp_path):
+    # The periodic write's fsync runs in a worker thread; the write at shutdown waits for it,
+    # so the file ends with the locks as they were last, not as the slow write saw them.
+    path = str(tmp_path / "consumerOrderInfo.json")
+    order = OrderInfoManager(path)
+    order.lock(KEY, [5, 6], next_offset=7, pop_time=1_000, invisible_time=30_000)
+    written = write_aside_then_stop(order.file, order.persist_aside,
+                                    lambda: order.ack(KEY, 5), order.persist_last)
+    assert len(written) == 2
+    again = OrderInfoManager(path)
+    again.load()
+    assert again.locks[KEY].acked == {5}  # the newest, written last
+
+
+def test_the_brokers_periodic_round_runs_a_write_made_aside(tmp_path):
+    path = str(tmp_path / "consumerOrderInfo.json")
+    order = OrderInfoManager(path)
+    order.lock(KEY, [5], next_offset=6, pop_time=1_000, invisible_time=30_000)
+
+    async def scenario() -> None:
+        every = asyncio.ensure_future(BrokerController._every(None, 0.01, order.persist_aside))
+        await asyncio.sleep(0.3)
+        every.cancel()
+        await asyncio.gather(every, return_exceptions=True)
+
+    asyncio.run(scenario())
+    again = OrderInfoManager(path)
+    again.load()
+    assert KEY in again.locks
