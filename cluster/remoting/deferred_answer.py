@@ -67,4 +67,3 @@ class DeferredAnswer:
         self._binder = binder
         self.command = command
         self.size = size
-
