@@ -1423,7 +1423,7 @@ java_hash_unsigned(PyObject *module, PyObject *const *args, Py_ssize_t nargs, Py
 /* Frames: FrameDecoder.next_command's split and decode_frame, on the receive buffer itself.     */
 
 PyDoc_STRVAR(split_frame_doc,
-"split_frame(buffer: bytearray, start: int, max_frame: int) -> tuple | None | False\n\n"
+"split_frame(buffer: bytearray | bytes, start: int, max_frame: int) -> tuple | None | False\n\n"
 "The frame at buffer[start:] as (end, code, opaque, flag, remark, ext_fields, language,\n"
 "version, serialize type, body); None while it is not whole; False for anything the pure\n"
 "FrameDecoder must decide (it raises the precise error, or decodes what this does not).");
@@ -1481,12 +1481,15 @@ split_frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
     Py_ssize_t start, max_frame;
-    if (nargs != 3 || !PyByteArray_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "split_frame(bytearray, int, int)");
+    if (nargs != 3 || !(PyByteArray_Check(args[0]) || PyBytes_Check(args[0]))) {
+        PyErr_SetString(PyExc_TypeError, "split_frame(bytearray or bytes, int, int)");
         return NULL;
     }
     if (ssize_arg(args[1], &start) < 0 || ssize_arg(args[2], &max_frame) < 0)
         return NULL;
+    if (PyBytes_Check(args[0])) /* (a read taken as it came: FrameDecoder.lone_response) */
+        return frame_at((const unsigned char *)PyBytes_AS_STRING(args[0]),
+                        PyBytes_GET_SIZE(args[0]), start, max_frame);
     return frame_at((const unsigned char *)PyByteArray_AS_STRING(args[0]),
                     PyByteArray_GET_SIZE(args[0]), start, max_frame);
 }
@@ -1649,6 +1652,140 @@ send_answers(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 python:
     Py_DECREF(frames);
     Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(fill_frame_doc,
+"fill_frame(pieces: tuple[bytes, ...], order: tuple[int, ...], plain: bytes, opaque: int,\n"
+"           values: tuple | list, body: bytes, max_frame: int) -> bytes | None\n\n"
+"A FrameTemplate's whole frame: pieces[0], then for each slot i of `order` its value (the\n"
+"opaque for -1, else values[order[i]]) and pieces[i + 1]; length prefixes before, `body`\n"
+"after. A value is written as JSON's quoted, escaped string unless plain[index] is 1, when\n"
+"it is written as it is (a str, or an int's decimal digits). None for anything its Python\n"
+"twin (FrameTemplate._fill and _framed) must decide: a value of another type, a frame over\n"
+"`max_frame`.");
+
+/* One value's slot: its bytes once written, or -1 when the Python twin must decide. */
+static Py_ssize_t
+slot_size(PyObject *value, int plain, Number *number, Py_ssize_t *surrogates)
+{
+    if (PyUnicode_CheckExact(value)) {
+        if (str_ready(value) < 0)
+            return -2;
+        Py_ssize_t size = text_size(value, !plain, surrogates);
+        if (size < 0 || size > PY_SSIZE_T_MAX - 2)
+            return -1;
+        return plain ? size : size + 2;
+    }
+    if (!plain || !PyLong_CheckExact(value))
+        return -1;
+    int made = number_init(number, value);
+    if (made < 0)
+        return -2;
+    return made ? number->length : -1;
+}
+
+#define FILL_SLOTS 32 /* a template's values and opaque at most (a send has 8) */
+
+static PyObject *
+fill_frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    Py_ssize_t max_frame;
+    if (nargs != 7 || !PyTuple_Check(args[0]) || !PyTuple_Check(args[1])
+        || !PyBytes_Check(args[2]) || !PyBytes_Check(args[5])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "fill_frame(tuple of bytes, tuple of int, bytes, int, values, bytes, int)");
+        return NULL;
+    }
+    if (ssize_arg(args[6], &max_frame) < 0)
+        return NULL;
+    PyObject *pieces = args[0], *order = args[1], *opaque = args[3], *values = args[4];
+    PyObject *body = args[5];
+    const char *plain = PyBytes_AS_STRING(args[2]);
+    Py_ssize_t plain_count = PyBytes_GET_SIZE(args[2]);
+    Py_ssize_t slots = PyTuple_GET_SIZE(order);
+    if (slots > FILL_SLOTS || PyTuple_GET_SIZE(pieces) != slots + 1)
+        Py_RETURN_NONE;
+    if (!(PyTuple_CheckExact(values) || PyList_CheckExact(values)) || !PyLong_CheckExact(opaque))
+        Py_RETURN_NONE;
+    Py_ssize_t value_count = PySequence_Fast_GET_SIZE(values);
+    if (value_count != plain_count) /* (the twin unpacks exactly its values, or raises) */
+        Py_RETURN_NONE;
+    PyObject *const *items = PySequence_Fast_ITEMS(values);
+    PyObject *slot_value[FILL_SLOTS];
+    int slot_plain[FILL_SLOTS];
+    Number numbers[FILL_SLOTS];
+    Py_ssize_t surrogates = 0, size = 0, made = 0;
+    PyObject *result = NULL;
+    for (Py_ssize_t i = 0; i < slots; i++)
+        numbers[i].big = NULL; /* (set by number_init for the slots that are ints) */
+    for (Py_ssize_t i = 0; i <= slots; i++) {
+        PyObject *piece = PyTuple_GET_ITEM(pieces, i);
+        if (!PyBytes_Check(piece)) {
+            PyErr_SetString(PyExc_TypeError, "fill_frame: the pieces are bytes");
+            return NULL;
+        }
+        size += PyBytes_GET_SIZE(piece); /* (each well below PY_SSIZE_T_MAX / 33) */
+    }
+    for (; made < slots; made++) {
+        Py_ssize_t index = PyLong_AsSsize_t(PyTuple_GET_ITEM(order, made));
+        if (index == -1 && PyErr_Occurred())
+            goto done;
+        if (index < -1 || index >= value_count || (index >= 0 && index >= plain_count)) {
+            result = Py_None; /* (a template that does not fit its values: the twin raises) */
+            goto done;
+        }
+        slot_value[made] = index < 0 ? opaque : items[index];
+        slot_plain[made] = index < 0 ? 1 : plain[index] != 0;
+        Py_ssize_t bytes = slot_size(slot_value[made], slot_plain[made], &numbers[made],
+                                     &surrogates);
+        if (bytes == -2)
+            goto done;
+        if (bytes < 0 || size > PY_SSIZE_T_MAX - bytes) {
+            result = Py_None;
+            goto done;
+        }
+        size += bytes;
+    }
+    Py_ssize_t body_size = PyBytes_GET_SIZE(body);
+    if (size > INT32_MAX - 4 || body_size > max_frame - 4 - size || size >= (1 << 24)) {
+        result = Py_None; /* (the twin words the limit) */
+        goto done;
+    }
+    result = PyBytes_FromStringAndSize(NULL, 8 + size + body_size);
+    if (result == NULL)
+        goto done;
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(result);
+    uint32_t length = (uint32_t)(4 + size + body_size), header = (uint32_t)size;
+    out[0] = (unsigned char)(length >> 24); out[1] = (unsigned char)(length >> 16);
+    out[2] = (unsigned char)(length >> 8); out[3] = (unsigned char)length;
+    out[4] = (unsigned char)(header >> 24); out[5] = (unsigned char)(header >> 16);
+    out[6] = (unsigned char)(header >> 8); out[7] = (unsigned char)header;
+    char *w = (char *)out + 8;
+    for (Py_ssize_t i = 0; i <= slots; i++) {
+        PyObject *piece = PyTuple_GET_ITEM(pieces, i);
+        memcpy(w, PyBytes_AS_STRING(piece), (size_t)PyBytes_GET_SIZE(piece));
+        w += PyBytes_GET_SIZE(piece);
+        if (i == slots)
+            break;
+        PyObject *value = slot_value[i];
+        if (PyUnicode_CheckExact(value)) {
+            if (!slot_plain[i])
+                *w++ = '"';
+            w = write_text(w, value, !slot_plain[i]);
+            if (!slot_plain[i])
+                *w++ = '"';
+        }
+        else
+            w = number_write(w, &numbers[i]);
+    }
+    memcpy(w, PyBytes_AS_STRING(body), (size_t)body_size);
+done:
+    for (Py_ssize_t i = 0; i < slots; i++)
+        Py_XDECREF(numbers[i].big);
+    if (result == Py_None)
+        Py_RETURN_NONE;
+    return result;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1820,6 +1957,7 @@ static PyMethodDef methods[] = {
     {"split_run", (PyCFunction)(void (*)(void))split_run, METH_FASTCALL, split_run_doc},
     {"send_answers", (PyCFunction)(void (*)(void))send_answers, METH_FASTCALL,
      send_answers_doc},
+    {"fill_frame", (PyCFunction)(void (*)(void))fill_frame, METH_FASTCALL, fill_frame_doc},
     {"decode_header_fields", (PyCFunction)(void (*)(void))decode_header_fields, METH_FASTCALL,
      decode_header_fields_doc},
     {"java_hash_unsigned", (PyCFunction)(void (*)(void))java_hash_unsigned,

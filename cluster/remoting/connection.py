@@ -160,7 +160,13 @@ class RemotingConnection(LaneRequests, asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_active = self._loop.time()
-        self._decoder.feed(data)
+        # An answer read by itself (a client's usual read) goes to its waiter at once, the
+        # read's other steps skipped: nothing else is buffered, so nothing is partial.
+        frame = self._decoder.lone_response(data)
+        if frame is not None:
+            self.partial_since = None
+            self._on_response(frame)
+            return
         self._drain_decoder()
 
     def pause_writing(self) -> None:

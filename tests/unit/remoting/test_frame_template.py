@@ -192,3 +192,64 @@ def test_the_compiled_fill_refuses_a_frame_exactly_where_the_loop_does():
     fill = speedups.core.send_answers
     assert fill(template._pieces, answer, 4 + size) == [frame]
     assert fill(template._pieces, answer, 3 + size) is None
+
+
+def _pure_frame(template, opaque, values, body):
+    from cluster.remoting import frame_template
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(frame_template, "_fill_frame", None)
+        return template.frame(opaque, values, body)
+
+
+plain_values = texts | st.integers(-(2**70), 2**70) | st.booleans() | st.none() | \
+    st.sampled_from([0, -1, 2**63 - 1, -(2**63), 2**63, "0123ABCD"])
+
+
+@pytest.mark.skipif(codec.COMPILED is None, reason="the compiled core is not built")
+@settings(max_examples=400, deadline=None)
+@given(fixed=texts, quoted=st.lists(texts | st.integers() | st.none(), min_size=2, max_size=2),
+       plain=st.lists(plain_values, min_size=2, max_size=2), opaque=opaques,
+       body=st.binary(max_size=64))
+def test_the_compiled_fill_of_a_template_is_the_pure_one(fixed, quoted, plain, opaque, body):
+    # A request's frame (a send's: plain numbers and quoted text in the header's order), byte
+    # for byte, or left to the Python way (a value of another type), which raises or writes.
+    from common import speedups
+    template = FrameTemplate(310, {"b": None, "fixed": fixed, "e": None, "g": None,
+                                   "i": None}, plain=frozenset({"e", "g"}))
+    values = (quoted[0], plain[0], plain[1], quoted[1])
+    try:
+        expected = _pure_frame(template, opaque, values, body)
+    except (TypeError, ValueError):
+        expected = None
+    filled = speedups.core.fill_frame(template._pieces, template._order, template._plain_bytes,
+                                      opaque, values, body, codec.FRAME_MAX)
+    assert filled is None or filled == expected
+    if expected is not None:
+        assert template.frame(opaque, values, body) == expected
+    if all(type(v) is str for v in quoted) and all(
+            type(v) is str or (type(v) is int and -(2**63) <= v < 2**63) for v in plain):
+        assert filled == expected  # (the common values: the compiled fill takes them)
+
+
+@pytest.mark.skipif(codec.COMPILED is None, reason="the compiled core is not built")
+def test_the_compiled_fill_leaves_odd_calls_to_the_python_way():
+    from common import speedups
+    template = FrameTemplate(310, {"a": "g", "e": None, "i": None}, plain=frozenset({"e"}))
+    fill = speedups.core.fill_frame
+    args = (template._pieces, template._order, template._plain_bytes)
+    framed = fill(*args, 7, (3, "x"), b"body", codec.FRAME_MAX)
+    assert framed == _pure_frame(template, 7, (3, "x"), b"body")
+    assert fill(*args, 7, [3, "x"], b"body", codec.FRAME_MAX) == framed  # (a list, as well)
+    for values in [(3,), (3, "x", "y"), (True, "x"), (3, 4), (3.0, "x")]:
+        assert fill(*args, 7, values, b"", codec.FRAME_MAX) is None
+    assert fill(*args, True, (3, "x"), b"", codec.FRAME_MAX) is None  # (an opaque that is a bool)
+
+    class Text(str):
+        pass
+
+    assert fill(*args, 7, (3, Text("x")), b"", codec.FRAME_MAX) is None
+    size = len(framed) - 4  # (the length prefix counts the rest)
+    assert fill(*args, 7, (3, "x"), b"body", size) == framed
+    assert fill(*args, 7, (3, "x"), b"body", size - 1) is None
+    with pytest.raises(LocalProtocolError, match="exceeds"):  # (the Python way words it)
+        template.frame(7, (3, "x"), b"\0" * codec.FRAME_MAX)

@@ -5,6 +5,7 @@ where the stream is out of sync (issue 14)."""
 from __future__ import annotations
 
 import importlib
+import itertools
 
 import pytest
 from hypothesis import given, settings
@@ -105,8 +106,71 @@ def test_the_split_reports_incomplete_frames_and_leaves_odd_ones_to_python():
     assert found[-1] == b"body"
     assert core.split_frame(bytearray(b"\0\0\0\2ab"), 0, 4096) is False  # length below 4
     assert core.split_frame(bytearray(frame), 0, 8) is False  # over the frame limit
+    assert core.split_frame(frame, 0, 4096) == core.split_frame(bytearray(frame), 0, 4096)
     with pytest.raises(TypeError):
-        core.split_frame(frame, 0, 4096)  # bytes: the decoder's buffer is a bytearray
+        core.split_frame(memoryview(frame), 0, 4096)  # (a read is bytes; the buffer a bytearray)
+
+
+def _reads(reads: list[bytes], compiled: bool) -> list:
+    """Each read handed to ``lone_response`` as a connection does, then the commands
+    ``next_command`` gives: what a client connection makes of the reads."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(codec, "_split_frame", core.split_frame if compiled else None)
+        patch.setattr(codec, "_split_run", core.split_run if compiled else None)
+        decoder = FrameDecoder(max_frame=4096)
+        seen: list = []
+        for read in reads:
+            frame = decoder.lone_response(read)
+            try:
+                if frame is not None:
+                    seen.append(("lone", codec.command_of(frame)))
+                else:
+                    while (command := decoder.next_command()) is not None:
+                        seen.append(("fed", command))
+            except RemoteProtocolError as exc:
+                return [*seen, ("raises", str(exc))]
+            seen.append(("pending", decoder.pending))
+        return seen
+
+
+@needs_core
+@settings(max_examples=300, deadline=None)
+@given(parts=st.lists(frames(), min_size=1, max_size=5), data=st.data())
+def test_a_lone_response_is_the_frame_the_decoder_would_have_split(parts, data):
+    # Read by read, the same commands as fed to the pure decoder (only their route differs:
+    # a whole response alone in its read skips the buffer).
+    stream = b"".join(parts)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=4)))
+    bounds = [0, *cuts, len(stream)]
+    reads = [stream[a:b] for a, b in itertools.pairwise(bounds) if b > a]
+    compiled, pure = _reads(reads, True), _reads(reads, False)
+    assert [(what if what == "raises" else None, value) for what, value in compiled] == [
+        (what if what == "raises" else None, value) for what, value in pure]
+
+
+@needs_core
+def test_only_a_whole_response_alone_in_its_read_skips_the_buffer():
+    answer = encode(RemotingCommand(0, 7, 1, None, {"queueId": "3"}, b""))
+    asked = encode(RemotingCommand(310, 8, 0, None, {}, b"body"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(codec, "_split_frame", core.split_frame)
+        decoder = FrameDecoder()
+        frame = decoder.lone_response(answer)
+        assert frame is not None
+        assert frame[2] == 7
+        assert decoder.pending == 0
+        for read in (asked, answer + answer, answer[:-1]):  # a request, two answers, a part
+            decoder = FrameDecoder()
+            assert decoder.lone_response(read) is None
+            assert decoder.pending == len(read)  # (fed, for next_frame)
+        decoder = FrameDecoder()
+        decoder.feed(answer[:5])  # (something buffered: the read continues it)
+        assert decoder.lone_response(answer[5:]) is None
+        assert decoder.next_command().opaque == 7
+        patch.setattr(codec, "_split_frame", None)  # the pure path feeds every read
+        decoder = FrameDecoder()
+        assert decoder.lone_response(answer) is None
+        assert decoder.next_command().opaque == 7
 
 
 def test_the_codec_uses_the_compiled_split_when_built():
