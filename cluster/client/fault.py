@@ -57,6 +57,9 @@ class LatencyFaultTolerance:
         self._lock = threading.Lock()
         self._which_item_worst = 0
         self._clock = clock
+        # No item is unavailable past this time (ms): only a penalty (a failure, a slow send)
+        # moves it, so while a producer's sends go well, choosing a queue asks no item.
+        self.penalties_until = 0.0
 
     def _now_ms(self) -> float:
         return self._clock() * 1000
@@ -65,8 +68,17 @@ class LatencyFaultTolerance:
         """Record a send's outcome for ``broker_name``."""
         latency = ISOLATION_LATENCY if isolation else latency_ms
         until = self._clock() * 1000  # (every send: the common case's arithmetic inline)
-        if latency >= _FREE_BELOW:
+        penalty = latency >= _FREE_BELOW
+        if penalty:
             until += compute_not_available_duration(latency)
+        item = self._items.get(broker_name)
+        if item is not None and not penalty:
+            # A send that went well, on a broker already listed: in place, without the lock
+            # (each attribute is set whole; a reader on another thread sorts and shows the
+            # item either way).
+            item.current_latency = latency
+            item.start_timestamp = until
+            return
         with self._lock:
             item = self._items.get(broker_name)
             if item is None:
@@ -74,6 +86,7 @@ class LatencyFaultTolerance:
             else:  # updated in place: a send a broker does not need an object
                 item.current_latency = latency
                 item.start_timestamp = until
+            self.penalties_until = max(self.penalties_until, until)
 
     def is_available(self, broker_name: str) -> bool:
         item = self._items.get(broker_name)
@@ -115,6 +128,10 @@ def select_queue(info, last_broker_name: str | None, faults: LatencyFaultToleran
         return info.select_one(last_broker_name)
     queues = info.message_queues
     index = next(info.send_which_queue)
+    if last_broker_name is None and queues and faults._clock() * 1000 >= faults.penalties_until:
+        # No broker is penalized now (a producer's usual state): the loop below would take
+        # this queue, asking each item on the way.
+        return queues[abs(index) % len(queues)]
     for _ in range(len(queues)):
         mq = queues[abs(index) % len(queues)]
         index += 1

@@ -191,9 +191,9 @@ class Producer:
                 "a": self.group, "b": None, "c": AUTO_CREATE_TOPIC_KEY,
                 "d": str(self.default_topic_queue_nums), "e": None, "f": None, "g": None,
                 "h": None, "i": None, "j": "0", "k": "false", "m": None}, plain=_PLAIN_FIELDS)
-        return template.prepare(
-            (msg.topic, mq.queue_id, sys_flag, int(time.time() * 1000), msg.flag,
-             text, "true" if batch else "false"), data)
+        return PreparedRequest(template, (msg.topic, mq.queue_id, sys_flag,
+                                          int(time.time() * 1000), msg.flag, text,
+                                          "true" if batch else "false"), data)
 
     def _retry_request(self, msg: Message, uniq: str) -> RemotingCommand:
         """A message for a group's retry topic (a consumer's own when CONSUMER_SEND_MSG_BACK

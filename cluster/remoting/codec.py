@@ -423,19 +423,20 @@ class FrameDecoder:
             self._start = 0
         self._buffer += data
 
-    def lone_response(self, data: bytes) -> tuple | None:
-        """The response frame ``data`` is, as :meth:`next_frame` gives it, when nothing is
-        buffered and ``data`` is that one whole frame (a client's every answer, read by
-        itself); otherwise None, with ``data`` fed. The compiled split reads ``data`` where it
-        lies: no copy into the buffer and out again. (On the pure path: always fed.)"""
+    def lone_frame(self, data: bytes, requests: bool = True) -> tuple | None:
+        """The frame ``data`` is, as :meth:`next_frame` gives it and taken, when nothing is
+        buffered and ``data`` is that one whole frame (a client's every answer, a lone
+        sender's every request, read by itself), a request only when ``requests``; otherwise
+        None, with ``data`` fed. The compiled split reads ``data`` where it lies: no copy into
+        the buffer and out again. (On the pure path: always fed.)"""
         split = _split_frame
         if split is not None and not self._buffer:
             found = split(data, 0, self.max_frame)
             if found:  # (None: not whole; False: what the pure decoder decides)
-                if found[0] == len(data) and found[3] & RESPONSE_FLAG:
+                if found[0] == len(data) and (requests or found[3] & RESPONSE_FLAG):
                     return found
-                # A request (a server's usual read), or more frames: fed, the first one held
-                # for next_frame as split (the buffer starts where ``data`` does), not again.
+                # More frames, or a request not taken now: fed, the first one held for
+                # next_frame as split (the buffer starts where ``data`` does), not again.
                 self.feed(data)
                 self._held = found
                 return None

@@ -160,14 +160,32 @@ class RemotingConnection(LaneRequests, asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_active = self._loop.time()
-        # An answer read by itself (a client's usual read) goes to its waiter at once, the
-        # read's other steps skipped: nothing else is buffered, so nothing is partial.
-        frame = self._decoder.lone_response(data)
-        if frame is not None:
-            self.partial_since = None
+        # A frame read by itself (a client's usual answer, a lone sender's request) is handled
+        # at once, the read loop's steps skipped: nothing else is buffered, so nothing is
+        # partial. A request is taken so only while the in-flight limits allow another.
+        frame = self._decoder.lone_frame(data, self._flow is None or not self._too_many_inflight())
+        if frame is None:
+            self._drain_decoder()
+            return
+        self.partial_since = None
+        if frame[3] & RESPONSE_FLAG:
             self._on_response(frame)
             return
-        self._drain_decoder()
+        self._on_lone_request(frame, len(data))
+
+    def _on_lone_request(self, frame: tuple, size: int) -> None:
+        """One request, read by itself: what :meth:`_drain_decoder` does with a frame."""
+        self._draining = True
+        try:
+            lanes = self._lanes
+            lane = None if lanes is None else lanes.get(frame[1])
+            if lane is None or not self._on_lane(lane, frame, size):
+                self._on_command(command_of(frame), size)
+        finally:
+            self._draining = False
+            if self._corked is not None:
+                self._uncork()  # (its answer, written now as a read's answers are)
+        self._update_reading()
 
     def pause_writing(self) -> None:
         if self._flow is not None:
@@ -468,7 +486,8 @@ class RemotingConnection(LaneRequests, asyncio.Protocol):
         if transport is None or transport.is_closing():
             raise RemotingConnectError(f"connection to {self.remote_address} is closed")
         transport.write(frame)
-        self._check_write_buffer(transport)
+        if self._flow is not None:  # (a client's connection has no limit to check)
+            self._check_write_buffer(transport)
 
     def _uncork(self) -> None:
         """Hand the frames written since the last call to the transport, in one write."""

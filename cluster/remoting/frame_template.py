@@ -147,7 +147,14 @@ class PreparedRequest:
     def frame(self, opaque: int, oneway: bool = False) -> bytes:
         if oneway:
             return self.template.frame(opaque, self.values, self.body, True)
-        return self.template._twoway.frame(opaque, self.values, self.body)  # (a send's)
+        template = self.template._twoway
+        fill = _fill_frame
+        if fill is not None and template._pieces is not None:  # (a send's: inline, a call less)
+            framed = fill(template._pieces, template._order, template._plain_bytes, opaque,
+                          self.values, self.body, FRAME_MAX)
+            if framed is not None:
+                return framed
+        return template.frame(opaque, self.values, self.body)
 
 
 class SendAnswerTemplate:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
+import random
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cluster.client.fault import LatencyFaultTolerance, compute_not_available_duration, select_queue
 from cluster.client.pull import parse_tags
@@ -102,3 +107,36 @@ def test_a_broker_whose_write_permission_was_wiped_is_never_picked():
     faults.update_fault_item("broker-b", 5, isolation=True)
     assert info.write_queue_nums_of("broker-a") == 0
     assert {select_queue(info, None, faults).broker_name for _ in range(10)} == {"broker-b"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(steps=st.lists(st.one_of(
+    st.tuples(st.just("send"), st.sampled_from(["broker-a", "broker-b"]),
+              st.sampled_from([0, 20, 549, 550, 1500, 20_000]), st.booleans()),
+    st.tuples(st.just("wait"), st.sampled_from([1, 29_999, 30_000, 600_001])),
+    st.tuples(st.just("remove"), st.sampled_from(["broker-a", "broker-b"])),
+    st.tuples(st.just("select"), st.sampled_from([None, "broker-a", "broker-b"]))),
+    max_size=30))
+def test_the_shortcut_while_nothing_is_penalized_picks_what_asking_each_item_picks(steps):
+    # Choosing a queue skips the items while no penalty lasts (penalties_until); with the
+    # shortcut off (a penalty that never ends) every item is asked, and both pick the same.
+    clock = Clock()
+    faults, asking = LatencyFaultTolerance(clock), LatencyFaultTolerance(clock)
+    info, info_asking = _info(), _info()
+    info.send_which_queue = itertools.count(5)  # (the two round robins in step)
+    info_asking.send_which_queue = itertools.count(5)
+    for step in steps:
+        if step[0] == "send":
+            for table in (faults, asking):
+                table.update_fault_item(step[1], step[2], isolation=step[3])
+        elif step[0] == "wait":
+            clock.now += step[1] / 1000
+        elif step[0] == "remove":
+            faults.remove(step[1])
+            asking.remove(step[1])
+        else:
+            asking.penalties_until = float("inf")
+            random.seed(7)
+            picked = select_queue(info, step[1], faults)
+            random.seed(7)
+            assert select_queue(info_asking, step[1], asking) == picked

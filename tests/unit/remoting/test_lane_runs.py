@@ -179,3 +179,52 @@ def test_the_requests_of_a_run_before_a_malformed_frame_are_answered_then_it_clo
     assert lane.runs == [[1, 2]]
     assert answers == [(1, 0, "run"), (2, 0, "run")]
     assert connection.close_reason is not None
+
+
+def test_a_request_read_by_itself_is_answered_at_once_and_waits_while_the_limit_is_reached():
+    # A lone sender's read: one whole request, handled without the read loop (the compiled
+    # split, FrameDecoder.lone_frame), its answer written before data_received returns; with
+    # the in-flight limit reached, it waits in the buffer like any other until one finishes.
+    from cluster.remoting.connection import FlowControl
+
+    waiting: list[asyncio.Future] = []
+
+    def lane_call(connection, frame):
+        if frame[5].get("how") == "wait":
+            future = asyncio.get_running_loop().create_future()
+            waiting.append(future)
+            return future
+        return _answer(frame[2], "single")
+
+    async def run():
+        transport = RecordingTransport()
+        handled: list[int] = []
+        connection = RemotingConnection(
+            lambda connection, command: handled.append(command.opaque) or
+            command.make_response(0, "handler"),
+            flow=FlowControl(write_high_water=1 << 20, write_low_water=1 << 19,
+                             max_write_buffer=1 << 22, max_inflight_requests=1,
+                             max_inflight_bytes=1 << 20),
+            lanes={LANE_CODE: WaitingLane(lane_call)})
+        connection.connection_made(transport)
+        connection.data_received(_frame(1, "take"))
+        first = len(transport.writes)  # (at once: no loop turn)
+        connection.data_received(_frame(2, "x", code=OTHER_CODE))  # no lane: the handler's
+        connection.data_received(_frame(3, "wait"))
+        connection.data_received(_frame(4, "take"))  # the limit is reached: it waits
+        held = (connection.pending_bytes, connection.reading_paused)
+        waiting[0].set_result(encode(request(LANE_CODE, {}, opaque=3).make_response(0, "late")))
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        decoder = FrameDecoder()
+        decoder.feed(b"".join(transport.writes))
+        answers = []
+        while (command := decoder.next_command()) is not None:
+            answers.append((command.opaque, command.remark))
+        return first, handled, held, answers
+
+    first, handled, held, answers = asyncio.run(run())
+    assert first == 1
+    assert handled == [2]
+    assert held == (len(_frame(4, "take")), True)
+    assert answers == [(1, "single"), (2, "handler"), (3, "late"), (4, "single")]

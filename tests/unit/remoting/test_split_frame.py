@@ -112,7 +112,7 @@ def test_the_split_reports_incomplete_frames_and_leaves_odd_ones_to_python():
 
 
 def _reads(reads: list[bytes], compiled: bool) -> list:
-    """Each read handed to ``lone_response`` as a connection does, then the commands
+    """Each read handed to ``lone_frame`` as a connection does, then the commands
     ``next_command`` gives: what a client connection makes of the reads."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(codec, "_split_frame", core.split_frame if compiled else None)
@@ -120,7 +120,7 @@ def _reads(reads: list[bytes], compiled: bool) -> list:
         decoder = FrameDecoder(max_frame=4096)
         seen: list = []
         for read in reads:
-            frame = decoder.lone_response(read)
+            frame = decoder.lone_frame(read, requests=len(seen) % 2 == 0)
             try:
                 if frame is not None:
                     seen.append(("lone", codec.command_of(frame)))
@@ -136,7 +136,7 @@ def _reads(reads: list[bytes], compiled: bool) -> list:
 @needs_core
 @settings(max_examples=300, deadline=None)
 @given(parts=st.lists(frames(), min_size=1, max_size=5), data=st.data())
-def test_a_lone_response_is_the_frame_the_decoder_would_have_split(parts, data):
+def test_a_lone_frame_is_the_frame_the_decoder_would_have_split(parts, data):
     # Read by read, the same commands as fed to the pure decoder (only their route differs:
     # a whole response alone in its read skips the buffer).
     stream = b"".join(parts)
@@ -149,27 +149,32 @@ def test_a_lone_response_is_the_frame_the_decoder_would_have_split(parts, data):
 
 
 @needs_core
-def test_only_a_whole_response_alone_in_its_read_skips_the_buffer():
+def test_only_a_whole_frame_alone_in_its_read_skips_the_buffer():
     answer = encode(RemotingCommand(0, 7, 1, None, {"queueId": "3"}, b""))
     asked = encode(RemotingCommand(310, 8, 0, None, {}, b"body"))
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(codec, "_split_frame", core.split_frame)
-        decoder = FrameDecoder()
-        frame = decoder.lone_response(answer)
-        assert frame is not None
-        assert frame[2] == 7
-        assert decoder.pending == 0
-        for read in (asked, answer + answer, answer[:-1]):  # a request, two answers, a part
+        for read, opaque in ((answer, 7), (asked, 8)):
             decoder = FrameDecoder()
-            assert decoder.lone_response(read) is None
+            frame = decoder.lone_frame(read)
+            assert frame is not None
+            assert frame[2] == opaque
+            assert decoder.pending == 0
+        decoder = FrameDecoder()
+        assert decoder.lone_frame(answer, requests=False)[2] == 7  # (an answer: always)
+        for read, requests in ((asked, False), (answer + answer, True), (answer[:-1], True)):
+            decoder = FrameDecoder()  # a request not wanted now, two answers, a part
+            assert decoder.lone_frame(read, requests) is None
             assert decoder.pending == len(read)  # (fed, for next_frame)
+            if read is asked:
+                assert decoder.next_command().opaque == 8
         decoder = FrameDecoder()
         decoder.feed(answer[:5])  # (something buffered: the read continues it)
-        assert decoder.lone_response(answer[5:]) is None
+        assert decoder.lone_frame(answer[5:]) is None
         assert decoder.next_command().opaque == 7
         patch.setattr(codec, "_split_frame", None)  # the pure path feeds every read
         decoder = FrameDecoder()
-        assert decoder.lone_response(answer) is None
+        assert decoder.lone_frame(answer) is None
         assert decoder.next_command().opaque == 7
 
 
