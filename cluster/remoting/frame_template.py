@@ -173,8 +173,13 @@ class SendAnswerTemplate:
               queue_offset: int) -> bytes:
         template = self._template_for(region, trace_on)
         direct = self._direct
-        if direct is None:
+        fill = _fill_frame
+        if direct is None or fill is None or self._pieces is None:
             return template.frame(opaque, (msg_id, queue_id, queue_offset))
+        framed = fill(self._pieces, _DIRECT_ORDER, _DIRECT_PLAIN, opaque,
+                      (msg_id, queue_id, queue_offset), b"", FRAME_MAX)
+        if framed is not None:  # (a lone sender's answer, in one call)
+            return framed
         return template._framed(direct % (msg_id, queue_id, queue_offset, opaque), b"")
 
     def frames(self, region: str, trace_on: str,
@@ -220,6 +225,9 @@ class SendAnswerTemplate:
 
 
 _SEND_ANSWER_PLAIN: Final = frozenset({"msgId", "queueId", "queueOffset"})
+# The direct format's slots, for the compiled fill: the three values as they are, the opaque.
+_DIRECT_ORDER: Final = (0, 1, 2, -1)
+_DIRECT_PLAIN: Final = b"\x01\x01\x01"
 
 
 def _pieces_of(direct: str, slots: int) -> tuple[bytes, ...] | None:

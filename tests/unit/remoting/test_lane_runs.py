@@ -188,8 +188,14 @@ def test_a_request_read_by_itself_is_answered_at_once_and_waits_while_the_limit_
     from cluster.remoting.connection import FlowControl
 
     waiting: list[asyncio.Future] = []
+    asked: list[int] = []
 
     def lane_call(connection, frame):
+        asked.append(frame[2])
+        if frame[5].get("how") == "decline":
+            return NotImplemented
+        if frame[5].get("how") == "bug":
+            raise RuntimeError("lane bug")
         if frame[5].get("how") == "wait":
             future = asyncio.get_running_loop().create_future()
             waiting.append(future)
@@ -210,6 +216,9 @@ def test_a_request_read_by_itself_is_answered_at_once_and_waits_while_the_limit_
         connection.data_received(_frame(1, "take"))
         first = len(transport.writes)  # (at once: no loop turn)
         connection.data_received(_frame(2, "x", code=OTHER_CODE))  # no lane: the handler's
+        connection.data_received(_frame(5, "decline"))  # the lane declines: the handler's
+        connection.data_received(_frame(6, "bug"))  # SYSTEM_ERROR, written at once too
+        writes = len(transport.writes)
         connection.data_received(_frame(3, "wait"))
         connection.data_received(_frame(4, "take"))  # the limit is reached: it waits
         held = (connection.pending_bytes, connection.reading_paused)
@@ -220,11 +229,33 @@ def test_a_request_read_by_itself_is_answered_at_once_and_waits_while_the_limit_
         decoder.feed(b"".join(transport.writes))
         answers = []
         while (command := decoder.next_command()) is not None:
-            answers.append((command.opaque, command.remark))
-        return first, handled, held, answers
+            answers.append((command.opaque, command.code if command.code else command.remark))
+        return first, writes, handled, held, answers
 
-    first, handled, held, answers = asyncio.run(run())
+    first, writes, handled, held, answers = asyncio.run(run())
     assert first == 1
-    assert handled == [2]
+    assert writes == 4  # (each answer at once, the refusal's too)
+    assert handled == [2, 5]
+    assert asked == [1, 5, 6, 3, 4]  # (each frame asked of its lane once)
     assert held == (len(_frame(4, "take")), True)
-    assert answers == [(1, "single"), (2, "handler"), (3, "late"), (4, "single")]
+    assert answers == [(1, "single"), (2, "handler"), (5, "handler"), (6, 1), (3, "late"),
+                       (4, "single")]
+
+
+def test_a_lone_request_answer_follows_what_was_written_before_it():
+    # Something waits for this loop turn's write (a request of the server's own, say): a lone
+    # request's answer goes after it, in the same write, never ahead of it.
+    async def run():
+        transport = RecordingTransport()
+        connection = RemotingConnection(lambda connection, command: None,
+                                        lanes={LANE_CODE: WaitingLane(
+                                            lambda connection, frame: _answer(frame[2], "a"))})
+        connection.connection_made(transport)
+        ours = encode(request(OTHER_CODE, {}, opaque=99))
+        connection.send_frame(ours)
+        connection.data_received(_frame(1, "take"))
+        await asyncio.sleep(0)
+        return transport.writes, ours
+
+    writes, ours = asyncio.run(run())
+    assert b"".join(writes) == ours + _answer(1, "a")
