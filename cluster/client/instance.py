@@ -144,7 +144,8 @@ class MQClientInstance:
                 log.warning("route refresh for %s failed: %s", topic, exc)
 
     def master_addr(self, broker_name: str) -> str | None:
-        return self.broker_addrs.get(broker_name, {}).get(0)
+        addrs = self.broker_addrs.get(broker_name)  # (every send: no default dict made)
+        return None if addrs is None else addrs.get(0)
 
     def admin_addr(self, broker_name: str) -> str | None:
         """Where offsets go (findBrokerAddressInAdmin): the master, else a slave while the
