@@ -126,7 +126,8 @@ class SendLane:
         self._fields = _send_fields()
         self._run_puts = _run_puts(self._run_puts_pure)
         self._limit_of: tuple = (None, None)  # (the topic table, _queue_limit bound to it)
-        self._suffix: tuple[str, str] = ("", "")  # (the cluster name, its CLUSTER property)
+        # (the cluster name, its CLUSTER property; None: not made yet, whatever the name)
+        self._suffix: tuple[str | None, str] = (None, "")
 
     def __call__(self, connection, frame: tuple):
         """The answer's frame, or NotImplemented, having changed nothing, for ``process``."""
@@ -153,10 +154,13 @@ class SendLane:
         # and SYNC_MASTER ask.
         wait = ((store_config.flush_disk_type is _SYNC_FLUSH or role is _SYNC_MASTER)
                 and wait_store_msg_ok(text))
+        suffix = self._suffix
+        if suffix[0] != config.broker_cluster_name:  # (made once, as for a run)
+            name = config.broker_cluster_name
+            suffix = self._suffix = (name, f"CLUSTER\x01{name}\x02")
         try:
-            put = store.put_plain(topic, queue_id, flag, body,
-                                  f"{text}CLUSTER\x01{config.broker_cluster_name}\x02",
-                                  sys_flag, born_ts, host, reconsume_times, wait)
+            put = store.put_plain(topic, queue_id, flag, body, text + suffix[1], sys_flag,
+                                  born_ts, host, reconsume_times, wait)
         except PutMessageError as exc:
             return self._processor.refused(command_of(frame), exc)
         if put is None:

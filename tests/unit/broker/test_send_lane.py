@@ -509,3 +509,22 @@ def test_run_puts_survive_a_topic_lookup_that_empties_the_frames():
     assert results[0] == [("TopicTest", 0, 100)]
     assert all(result == results[0] for result in results)
 
+
+
+@pytest.mark.parametrize("bursts", [None, [3]])
+def test_the_cluster_property_is_the_cluster_name_even_when_it_is_empty(bursts, monkeypatch):
+    # The lane makes the CLUSTER property once per name, one send at a time and in runs; an
+    # empty name is a name too (it once matched the "nothing made yet" mark: no property).
+    monkeypatch.setattr(commitlog, "time", FIXED_NOW)
+    sends = [{"code": RequestCode.SEND_MESSAGE_V2, "topic": "TopicTest", "queue_id": 0,
+              "tags": None, "keys": None, "uniq": f"{n:032X}", "body": b"x", "wait": "true",
+              "twist": None} for n in range(3)]
+    frames = [_frame(send, opaque) for opaque, send in enumerate(sends, 1)]
+
+    def unnamed(broker):
+        broker.config.broker_cluster_name = ""
+        broker.topics.create_in_send_message_method("TopicTest", "TBW102", 4, 0)
+
+    (answers, log, queues), general = _both(frames, prepare=unnamed, bursts=bursts)
+    assert (answers, log, queues) == general
+    assert b"CLUSTER\x01\x02" in b"".join(log)
