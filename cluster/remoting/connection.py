@@ -5,12 +5,7 @@ are matched by ``opaque``; a pending entry is always removed in ``finally``, so 
 timed out or was cancelled can never receive someone else's reply. A frame that does not decode
 closes this connection (failing every waiter once), and nobody else's.
 
-Connections a server accepts get :class:`FlowControl`, so that a peer cannot make us hold
-unbounded memory: reading stops while our write buffer to it is above the high-water mark
-(it does not read its answers) or while too many of its requests are being processed (it
-pipelines faster than we answer); a write buffer past a hard limit ends the connection. Client
-connections have none of this: a client that stopped reading because it could not write would
-deadlock against a server doing the same, and a client only buffers what its own code asked for.
+Connections a server accepts get flow control (flow.py says what and why); a client's get none.
 """
 
 from __future__ import annotations
@@ -23,8 +18,6 @@ import logging
 import math
 import os
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from enum import Enum
 
 from cluster.remoting.codec import (
     RESPONSE_FLAG,
@@ -41,6 +34,7 @@ from cluster.remoting.errors import (
     RemotingConnectError,
     RemotingTimeoutError,
 )
+from cluster.remoting.flow import DISCARD_UNSENT, CloseReason, FlowControl
 from cluster.remoting.frame_template import PreparedRequest
 from cluster.remoting.lanes import Lane, LaneRequests
 
@@ -65,41 +59,6 @@ CORK_FRAMES = int(os.environ.get("ROCKETDESK_CORK_FRAMES", "4"))
 # pull answer cost the broker a copy of every record it served (docs/benchmarks.md,
 # session 28).
 WRITE_AS_THEY_ARE = 64 << 10
-
-
-class CloseReason(Enum):
-    PEER_CLOSED = "the peer closed the connection"
-    OUT_OF_SYNC = "the peer sent a malformed frame"
-    LOCAL_CLOSE = "closed locally"
-    IDLE = "idle too long"
-    PARTIAL_FRAME = "a partial frame was not completed in time"
-    WRITE_BUFFER_FULL = "the peer does not read its responses"
-    SHUTDOWN = "the server is shutting down"
-
-
-# Reasons for which unsent bytes are dropped at once: waiting to flush them to a peer that
-# does not read would keep the socket (and the buffer) for as long as the peer likes.
-_DISCARD_UNSENT = frozenset({CloseReason.IDLE, CloseReason.PARTIAL_FRAME,
-                             CloseReason.WRITE_BUFFER_FULL, CloseReason.SHUTDOWN})
-
-
-@dataclass(frozen=True, slots=True)
-class FlowControl:
-    """The memory one accepted connection may make a server hold (defaults: NettyServerConfig).
-
-    Reading stops while more than ``write_high_water`` bytes wait to be written to the peer and
-    resumes once they are below ``write_low_water`` (asyncio calls pause_writing and
-    resume_writing). Past ``max_write_buffer`` unsent bytes the connection is dropped: answers
-    to requests read before the pause, and requests the server sends on its own, still pile up.
-    Reading also stops while ``max_inflight_requests`` requests of the peer, or
-    ``max_inflight_bytes`` of their frames, are being processed, and resumes as they finish.
-    """
-
-    write_high_water: int
-    write_low_water: int
-    max_write_buffer: int
-    max_inflight_requests: int
-    max_inflight_bytes: int
 
 
 class RemotingConnection(LaneRequests, asyncio.Protocol):
@@ -172,45 +131,6 @@ class RemotingConnection(LaneRequests, asyncio.Protocol):
             self._on_response(frame)
             return
         self._on_lone_request(frame, len(data))
-
-    def _on_lone_request(self, frame: tuple, size: int) -> None:
-        """One request, read by itself: what :meth:`_drain_decoder` does with a frame. A
-        lane's answer at once (a lone sender's) is written straight away: nothing else of
-        this read is coming to share the write."""
-        lanes = self._lanes
-        lane = None if lanes is None else lanes.get(frame[1])
-        if lane is not None and self._corked is None:
-            try:
-                answer = lane(self, frame)
-            except Exception:
-                answer = self._failed(command_of(frame))
-            if type(answer) is bytes:  # (nearly always)
-                try:
-                    self._write_now(answer)
-                except RemotingConnectError:
-                    log.debug("%s left before its answer to request %d", self.remote_address,
-                              frame[1])
-                return
-            if answer is not NotImplemented:  # a refusal, an answer that waits
-                self._draining = True
-                try:
-                    self._take_result(command_of(frame), answer, size)
-                finally:
-                    self._draining = False
-                    if self._corked is not None:
-                        self._uncork()
-                self._update_reading()
-                return
-            lane = None  # the handler's way
-        self._draining = True
-        try:
-            if lane is None or not self._on_lane(lane, frame, size):
-                self._on_command(command_of(frame), size)
-        finally:
-            self._draining = False
-            if self._corked is not None:
-                self._uncork()  # (its answer, written now as a read's answers are)
-        self._update_reading()
 
     def pause_writing(self) -> None:
         if self._flow is not None:
@@ -589,9 +509,9 @@ class RemotingConnection(LaneRequests, asyncio.Protocol):
         transport = self._transport
         if transport is None:
             return
-        if reason not in _DISCARD_UNSENT:
+        if reason not in DISCARD_UNSENT:
             self._uncork()
-        if reason in _DISCARD_UNSENT and transport.get_write_buffer_size():
+        if reason in DISCARD_UNSENT and transport.get_write_buffer_size():
             transport.abort()
         else:
             transport.close()

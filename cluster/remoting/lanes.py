@@ -56,6 +56,51 @@ class LaneRequests:
                          size: int) -> None: ...
         def _failed(self, command: RemotingCommand,
                     exc: BaseException | None = None) -> RemotingCommand: ...
+        def _write_now(self, frame: bytes) -> None: ...
+        def _uncork(self) -> None: ...
+        def _update_reading(self) -> None: ...
+        _lanes: dict[int, Lane] | None
+        _corked: list[bytes] | None
+        _draining: bool
+
+    def _on_lone_request(self, frame: tuple, size: int) -> None:
+        """One request, read by itself: what :meth:`_drain_decoder` does with a frame. A
+        lane's answer at once (a lone sender's) is written straight away: nothing else of
+        this read is coming to share the write."""
+        lanes = self._lanes
+        lane = None if lanes is None else lanes.get(frame[1])
+        if lane is not None and self._corked is None:
+            try:
+                answer = lane(self, frame)  # type: ignore[arg-type]  # (self is the connection)
+            except Exception:
+                answer = self._failed(command_of(frame))
+            if type(answer) is bytes:  # (nearly always)
+                try:
+                    self._write_now(answer)
+                except RemotingConnectError:
+                    log.debug("%s left before its answer to request %d", self.remote_address,
+                              frame[1])
+                return
+            if answer is not NotImplemented:  # a refusal, an answer that waits
+                self._draining = True
+                try:
+                    self._take_result(command_of(frame), answer, size)
+                finally:
+                    self._draining = False
+                    if self._corked is not None:
+                        self._uncork()
+                self._update_reading()
+                return
+            lane = None  # the handler's way
+        self._draining = True
+        try:
+            if lane is None or not self._on_lane(lane, frame, size):
+                self._on_command(command_of(frame), size)
+        finally:
+            self._draining = False
+            if self._corked is not None:
+                self._uncork()  # (its answer, written now as a read's answers are)
+        self._update_reading()
 
     def _on_lane(self, lane: Lane, frame: tuple, size: int) -> bool:
         """Let ``lane`` answer a request; False when it leaves it to the handler."""

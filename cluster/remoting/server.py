@@ -6,7 +6,7 @@ raises gets SYSTEM_ERROR with the exception as remark; oneway requests get nothi
 A peer is never trusted to behave: a connection idle too long, or holding half a frame too
 long, is closed; connections over ``serverMaxConnections`` are closed as they arrive, so file
 descriptors stay for the store and for the clients already served; each accepted connection
-gets flow control (see :class:`~cluster.remoting.connection.FlowControl`).
+gets flow control (see :class:`~cluster.remoting.flow.FlowControl`).
 """
 
 from __future__ import annotations
@@ -19,13 +19,9 @@ from dataclasses import dataclass, fields
 
 from cluster.remoting.codec import RemotingCommand
 from cluster.remoting.codes import ResponseCode
-from cluster.remoting.connection import (
-    CloseReason,
-    FlowControl,
-    HandlerResult,
-    RemotingConnection,
-)
+from cluster.remoting.connection import HandlerResult, RemotingConnection
 from cluster.remoting.errors import RemotingError
+from cluster.remoting.flow import CloseReason, FlowControl
 from cluster.remoting.lanes import Lane
 from common.platform.limits import open_files_limit
 

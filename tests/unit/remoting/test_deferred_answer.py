@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 
 from cluster.remoting.codec import FrameDecoder, encode, request
-from cluster.remoting.connection import FlowControl, RemotingConnection
+from cluster.remoting.connection import RemotingConnection
 from cluster.remoting.deferred_answer import DeferredAnswer
+from cluster.remoting.flow import FlowControl
 from tests.unit.remoting.transports import RecordingTransport
 
 

@@ -128,7 +128,7 @@ def test_answers_a_run_gives_as_failures_are_system_errors():
 def test_a_lane_that_takes_no_runs_now_is_asked_frame_by_frame_within_the_in_flight_limit():
     # (a lane that takes no runs, and whose answers wait: its run_frames is 0, so the
     # in-flight limit holds frame by frame)
-    from cluster.remoting.connection import FlowControl
+    from cluster.remoting.flow import FlowControl
 
     lane = RunLane()
     lane.run_frames = 0
@@ -185,7 +185,7 @@ def test_a_request_read_by_itself_is_answered_at_once_and_waits_while_the_limit_
     # A lone sender's read: one whole request, handled without the read loop (the compiled
     # split, FrameDecoder.lone_frame), its answer written before data_received returns; with
     # the in-flight limit reached, it waits in the buffer like any other until one finishes.
-    from cluster.remoting.connection import FlowControl
+    from cluster.remoting.flow import FlowControl
 
     waiting: list[asyncio.Future] = []
     asked: list[int] = []
