@@ -1487,7 +1487,7 @@ split_frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     if (ssize_arg(args[1], &start) < 0 || ssize_arg(args[2], &max_frame) < 0)
         return NULL;
-    if (PyBytes_Check(args[0])) /* (a read taken as it came: FrameDecoder.lone_response) */
+    if (PyBytes_Check(args[0])) /* (a read taken as it came: FrameDecoder.lone_frame) */
         return frame_at((const unsigned char *)PyBytes_AS_STRING(args[0]),
                         PyBytes_GET_SIZE(args[0]), start, max_frame);
     return frame_at((const unsigned char *)PyByteArray_AS_STRING(args[0]),
@@ -1692,13 +1692,17 @@ fill_frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     (void)module;
     Py_ssize_t max_frame;
     if (nargs != 7 || !PyTuple_Check(args[0]) || !PyTuple_Check(args[1])
-        || !PyBytes_Check(args[2]) || !PyBytes_Check(args[5])) {
+        || !PyBytes_Check(args[2])) {
         PyErr_SetString(PyExc_TypeError,
-                        "fill_frame(tuple of bytes, tuple of int, bytes, int, values, bytes, int)");
+                        "fill_frame(tuple of bytes, tuple of int, bytes, int, values, body, int)");
         return NULL;
     }
+    if (!PyBytes_Check(args[5])) /* (a bytearray or memoryview body: the twin joins it) */
+        Py_RETURN_NONE;
     if (ssize_arg(args[6], &max_frame) < 0)
         return NULL;
+    if (max_frame > INT32_MAX) /* (the length prefix is an int32) */
+        max_frame = INT32_MAX;
     PyObject *pieces = args[0], *order = args[1], *opaque = args[3], *values = args[4];
     PyObject *body = args[5];
     const char *plain = PyBytes_AS_STRING(args[2]);

@@ -80,13 +80,14 @@ class LatencyFaultTolerance:
             item.start_timestamp = until
             return
         with self._lock:
+            # (first: a queue chosen meanwhile on another thread asks the items)
+            self.penalties_until = max(self.penalties_until, until)
             item = self._items.get(broker_name)
             if item is None:
                 self._items[broker_name] = FaultItem(broker_name, latency, until)
             else:  # updated in place: a send a broker does not need an object
                 item.current_latency = latency
                 item.start_timestamp = until
-            self.penalties_until = max(self.penalties_until, until)
 
     def is_available(self, broker_name: str) -> bool:
         item = self._items.get(broker_name)

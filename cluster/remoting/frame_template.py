@@ -154,7 +154,7 @@ class PreparedRequest:
                           self.values, self.body, FRAME_MAX)
             if framed is not None:
                 return framed
-        return template.frame(opaque, self.values, self.body)
+        return template._framed(template._fill(opaque, self.values), self.body)
 
 
 class SendAnswerTemplate:

@@ -253,3 +253,19 @@ def test_the_compiled_fill_leaves_odd_calls_to_the_python_way():
     assert fill(*args, 7, (3, "x"), b"body", size - 1) is None
     with pytest.raises(LocalProtocolError, match="exceeds"):  # (the Python way words it)
         template.frame(7, (3, "x"), b"\0" * codec.FRAME_MAX)
+
+
+@pytest.mark.parametrize("kind", [bytearray, memoryview])
+def test_a_body_of_another_bytes_like_kind_is_framed_as_its_bytes(kind):
+    # A message body may be a bytearray or a memoryview (the producer passes it as it is): the
+    # compiled fill leaves it to the Python way, which joins it, never a TypeError.
+    from cluster.remoting.frame_template import RequestTemplate
+    template = RequestTemplate(310, {"a": "g", "e": None}, plain=frozenset({"e"}))
+    expected = template.prepare((3,), b"body").frame(7)
+    assert template.prepare((3,), kind(b"body")).frame(7) == expected
+    assert template.frame(7, (3,), kind(b"body"), False) == expected
+    if codec.COMPILED is not None:
+        from common import speedups
+        assert speedups.core.fill_frame(template._twoway._pieces, template._twoway._order,
+                                        template._twoway._plain_bytes, 7, (3,),
+                                        kind(b"body"), codec.FRAME_MAX) is None
