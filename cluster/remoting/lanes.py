@@ -69,6 +69,7 @@ class LaneRequests:
         this read is coming to share the write."""
         lanes = self._lanes
         lane = None if lanes is None else lanes.get(frame[1])
+        answer: object = NotImplemented
         if lane is not None and self._corked is None:
             try:
                 answer = lane(self, frame)  # type: ignore[arg-type]  # (self is the connection)
@@ -81,20 +82,12 @@ class LaneRequests:
                     log.debug("%s left before its answer to request %d", self.remote_address,
                               frame[1])
                 return
-            if answer is not NotImplemented:  # a refusal, an answer that waits
-                self._draining = True
-                try:
-                    self._take_result(command_of(frame), answer, size)
-                finally:
-                    self._draining = False
-                    if self._corked is not None:
-                        self._uncork()
-                self._update_reading()
-                return
-            lane = None  # the handler's way
+            lane = None  # (asked once: its refusal or answer that waits, or the handler's way)
         self._draining = True
         try:
-            if lane is None or not self._on_lane(lane, frame, size):
+            if answer is not NotImplemented:
+                self._take_result(command_of(frame), answer, size)  # type: ignore[arg-type]
+            elif lane is None or not self._on_lane(lane, frame, size):
                 self._on_command(command_of(frame), size)
         finally:
             self._draining = False
