@@ -21,7 +21,8 @@ from cluster.broker.timer import TimerError, delivery_time, park, yield_to_delay
 from cluster.broker.topic_config import PERM_READ, PERM_WRITE
 from cluster.remoting.codec import RemotingCommand, SerializeType
 from cluster.remoting.codes import RequestCode, ResponseCode
-from cluster.remoting.connection import HandlerResult, Response, settled
+from cluster.remoting.connection import HandlerResult, Response
+from cluster.remoting.deferred_answer import settled
 from cluster.remoting.frame_template import SendAnswerTemplate
 from cluster.topic_validator import (
     DLQ_GROUP_TOPIC_PREFIX,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable
 
+from cluster.remoting.busy_poll import DEFAULT_LIMIT_MICROS, BusyPoller
 from cluster.remoting.codec import RemotingCommand
 from cluster.remoting.connection import RemotingConnection, RequestHandler
 from cluster.remoting.errors import RemotingConnectError
@@ -18,8 +19,11 @@ CONNECT_TIMEOUT = 3.0
 class RemotingClient:
     """Requests to any number of servers; server-initiated requests go to ``handler``."""
 
-    def __init__(self, handler: RequestHandler | None = None) -> None:
+    def __init__(self, handler: RequestHandler | None = None,
+                 busy_poll_micros: int = DEFAULT_LIMIT_MICROS) -> None:
         self._handler = handler
+        # (busy_poll.py: while a server answers sooner than this, the loop polls for it)
+        self.busy_poll = BusyPoller(busy_poll_micros) if busy_poll_micros > 0 else None
         self._connections: dict[str, RemotingConnection] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
@@ -41,7 +45,8 @@ class RemotingClient:
             try:
                 async with asyncio.timeout(CONNECT_TIMEOUT):
                     _, connection = await loop.create_connection(
-                        lambda: RemotingConnection(self._handler, self._forget), host, port)
+                        lambda: RemotingConnection(self._handler, self._forget,
+                                                   busy_poll=self.busy_poll), host, port)
             except (OSError, TimeoutError) as exc:
                 raise RemotingConnectError(f"cannot connect to {address}: {exc}") from exc
             connection.remote_address = address

@@ -19,6 +19,7 @@ import math
 import os
 from collections.abc import Awaitable, Callable
 
+from cluster.remoting.busy_poll import BusyPoller
 from cluster.remoting.codec import (
     RESPONSE_FLAG,
     FrameDecoder,
@@ -70,8 +71,12 @@ class RemotingConnection(LaneRequests, asyncio.Protocol):
         on_close: Callable[[RemotingConnection], None] | None = None,
         flow: FlowControl | None = None,
         lanes: dict[int, Lane] | None = None,
+        busy_poll: BusyPoller | None = None,
     ) -> None:
         self._handler = handler
+        self._busy_poll = busy_poll  # (busy_poll.py: the loop kept awake for a quick peer)
+        self._written_at = 0.0
+        self._gap = math.inf
         self._lanes = lanes  # (the server's table: a lane registered later is seen too)
         self._on_close = on_close
         self._flow = flow
@@ -119,6 +124,8 @@ class RemotingConnection(LaneRequests, asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_active = self._loop.time()
+        if self._busy_poll is not None:
+            self._busy_poll.read(self)
         # A frame read by itself (a client's usual answer, a lone sender's request) is handled
         # at once, the read loop's steps skipped: nothing else is buffered, so nothing is
         # partial. A request is taken so only while the in-flight limits allow another.
@@ -352,6 +359,10 @@ class RemotingConnection(LaneRequests, asyncio.Protocol):
     def is_open(self) -> bool:
         return self._transport is not None and not self._transport.is_closing()
 
+    def keeps_polling(self) -> bool:
+        """Whether its busy poll may go on: not while an answer waits on another thread."""
+        return not self._tasks and self._transport is not None
+
     @property
     def reading_paused(self) -> bool:
         """True while flow control keeps us from reading this peer."""
@@ -431,6 +442,8 @@ class RemotingConnection(LaneRequests, asyncio.Protocol):
         if transport is None or transport.is_closing():
             raise RemotingConnectError(f"connection to {self.remote_address} is closed")
         transport.write(frame)
+        if self._busy_poll is not None:
+            self._busy_poll.wrote(self)
         if self._flow is not None:  # (a client's connection has no limit to check)
             self._check_write_buffer(transport)
 
@@ -447,6 +460,8 @@ class RemotingConnection(LaneRequests, asyncio.Protocol):
             transport.write(b"".join(frames))
         else:
             transport.writelines(frames)
+        if self._busy_poll is not None:
+            self._busy_poll.wrote(self)
         self._check_write_buffer(transport)
 
     def _check_write_buffer(self, transport: asyncio.Transport) -> None:
@@ -560,35 +575,3 @@ def _with_opaque(request: RemotingCommand, opaque: int, flag: int) -> RemotingCo
     return RemotingCommand(request.code, opaque, flag, request.remark, request.ext_fields,
                            request.body, request.language, request.version,
                            request.serialize_type)
-
-
-class _Settled:
-    """A binder that only notes that its DeferredAnswer was given (``settled``)."""
-
-    __slots__ = ("future",)
-
-    def __init__(self, future) -> None:
-        self.future = future
-
-    def deferred_answered(self, deferred: DeferredAnswer) -> None:
-        if not self.future.done():
-            self.future.set_result(None)
-
-
-async def settled(result: object, command: RemotingCommand) -> object:
-    """What a handler's result answers, awaited: for a coroutine that must hold an answer back
-    (the send that created its topic waits for the registration). A DeferredAnswer is bound to
-    the coroutine instead of the connection; its failure is raised."""
-    if type(result) is DeferredAnswer:
-        if not result.done():
-            future = asyncio.get_running_loop().create_future()
-            result.bind(_Settled(future), command, 0)
-            await future
-        if result.failure is not None:
-            raise result.failure
-        if result.cancelled():
-            raise RuntimeError("the answer was cancelled")
-        return result.response
-    if inspect.isawaitable(result):
-        return await result
-    return result

@@ -9,6 +9,8 @@ waited behind every read of the iteration in between (docs/benchmarks.md, sessio
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from typing import Any, Protocol
 
 
@@ -67,3 +69,35 @@ class DeferredAnswer:
         self._binder = binder
         self.command = command
         self.size = size
+
+
+class _Settled:
+    """A binder that only notes that its DeferredAnswer was given (``settled``)."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future) -> None:
+        self.future = future
+
+    def deferred_answered(self, deferred: DeferredAnswer) -> None:
+        if not self.future.done():
+            self.future.set_result(None)
+
+
+async def settled(result: object, command: Any) -> object:
+    """What a handler's result answers, awaited: for a coroutine that must hold an answer back
+    (the send that created its topic waits for the registration). A DeferredAnswer is bound to
+    the coroutine instead of the connection; its failure is raised."""
+    if type(result) is DeferredAnswer:
+        if not result.done():
+            future = asyncio.get_running_loop().create_future()
+            result.bind(_Settled(future), command, 0)
+            await future
+        if result.failure is not None:
+            raise result.failure
+        if result.cancelled():
+            raise RuntimeError("the answer was cancelled")
+        return result.response
+    if inspect.isawaitable(result):
+        return await result
+    return result

@@ -17,6 +17,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
+from cluster.remoting.busy_poll import DEFAULT_LIMIT_MICROS, BusyPoller
 from cluster.remoting.codec import RemotingCommand
 from cluster.remoting.codes import ResponseCode
 from cluster.remoting.connection import HandlerResult, RemotingConnection
@@ -80,6 +81,9 @@ class NettyServerConfig:
     server_channel_max_inflight_requests: int = 1024
     # ... and their frames' bytes together: 1024 sends of 16 MiB would be 16 GiB.
     server_channel_max_inflight_bytes: int = 64 << 20
+    # How long, at most, the loop polls instead of sleeping after answering a client that
+    # tends to send again sooner than that (busy_poll.py; ours, not RocketMQ's). 0: never.
+    server_busy_poll_micros: int = DEFAULT_LIMIT_MICROS
 
     def check(self) -> None:
         """Raise ServerConfigError for the first value the server cannot run with."""
@@ -149,6 +153,8 @@ class RemotingServer:
         self.config.check()
         self.max_connections = self.config.max_connections()
         self._flow = self.config.flow_control()
+        micros = self.config.server_busy_poll_micros
+        self.busy_poll = BusyPoller(micros) if micros else None
         self.processors: dict[int, Processor] = {}
         self.lanes: dict[int, Lane] = {}
         self.connections: set[RemotingConnection] = set()
@@ -190,7 +196,7 @@ class RemotingServer:
         if len(self.connections) >= self.max_connections:
             return _Refused(self)
         connection = RemotingConnection(self._dispatch, self._connection_closed, self._flow,
-                                        self.lanes)
+                                        self.lanes, self.busy_poll)
         self.connections.add(connection)
         return connection
 

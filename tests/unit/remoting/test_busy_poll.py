@@ -1,0 +1,175 @@
+"""The loop kept polling for a quick peer (cluster/remoting/busy_poll.py): when it asks, how
+long, and that it stops: on the peer's frame, at its limit, while an answer waits on another
+thread, and never for a slow peer."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+
+from cluster.broker.config import load_broker_config
+from cluster.remoting import busy_poll
+from cluster.remoting.busy_poll import BusyPoller
+from cluster.remoting.client import RemotingClient
+from cluster.remoting.codec import request
+from cluster.remoting.codes import ResponseCode
+from cluster.remoting.server import NettyServerConfig, RemotingServer, ServerConfigError
+
+ECHO = 1000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeConnection:
+    """What the poller keeps on a connection, with a switch for ``keeps_polling``."""
+
+    def __init__(self, loop) -> None:
+        self._loop = loop
+        self._written_at = 0.0
+        self._gap = math.inf
+        self.free = True
+
+    def keeps_polling(self) -> bool:
+        return self.free
+
+
+@pytest.fixture
+def clock(monkeypatch) -> Clock:
+    clock = Clock()
+    monkeypatch.setattr(busy_poll, "_clock", clock)
+    return clock
+
+
+def test_gaps_are_averaged_and_only_a_quick_peer_is_polled_for(clock):
+    loop = asyncio.new_event_loop()
+    try:
+        poller = BusyPoller(200)
+        connection = FakeConnection(loop)
+        poller.wrote(connection)  # no gap known yet: no poll
+        assert not poller.polling
+        clock.now += 50e-6
+        poller.read(connection)
+        assert connection._gap == pytest.approx(50e-6)  # the first gap as it is
+        poller.read(connection)  # a read with no write before it: no gap
+        assert connection._gap == pytest.approx(50e-6)
+        poller.wrote(connection)
+        assert poller.polling
+        assert poller._until == pytest.approx(clock.now + 120e-6)
+        clock.now += 450e-6
+        poller.read(connection)
+        assert connection._gap == pytest.approx(50e-6 + (450e-6 - 50e-6) / 4)  # 150 µs
+        assert poller._until == 0.0  # its frame came: the poll kept for it ends
+        clock.now += 1e-3
+        for _ in range(3):  # a slow peer: the average passes the limit, no poll is asked
+            poller.wrote(connection)
+            clock.now += 1e-3
+            poller.read(connection)
+        assert connection._gap > 200e-6
+        loop.run_until_complete(asyncio.sleep(0))  # the round scheduled above finds nothing due
+        assert not poller.polling
+        poller.wrote(connection)
+        assert not poller.polling
+    finally:
+        loop.close()
+
+
+def test_the_poll_never_outlasts_the_limit(clock):
+    loop = asyncio.new_event_loop()
+    try:
+        poller = BusyPoller(200)
+        connection = FakeConnection(loop)
+        connection._gap = 150e-6  # twice that and the slack would be 320 µs
+        poller.wrote(connection)
+        assert poller._until == pytest.approx(clock.now + 200e-6)
+    finally:
+        loop.close()
+
+
+def test_rounds_go_on_until_due_then_stop(clock):
+    async def main() -> None:
+        poller = BusyPoller(200)
+        connection = FakeConnection(asyncio.get_running_loop())
+        connection._gap = 10e-6
+        poller.wrote(connection)
+        for _ in range(5):  # the clock stands still: each iteration runs a round again
+            await asyncio.sleep(0)
+        assert poller.polling
+        assert poller.rounds >= 4
+        clock.now += 1e-3  # past due: the next round is the last
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert not poller.polling
+        rounds = poller.rounds
+        await asyncio.sleep(0.01)
+        assert poller.rounds == rounds  # nothing runs while idle
+
+    asyncio.run(main())
+
+
+def test_an_answer_waiting_on_another_thread_stops_the_rounds(clock):
+    async def main() -> None:
+        poller = BusyPoller(200)
+        connection = FakeConnection(asyncio.get_running_loop())
+        connection._gap = 10e-6
+        poller.wrote(connection)
+        await asyncio.sleep(0)
+        assert poller.polling
+        connection.free = False  # (a SYNC_FLUSH send's answer waits for the flush thread)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert not poller.polling
+
+    asyncio.run(main())
+
+
+def test_a_client_and_server_poll_while_exchanging_and_stop_when_idle():
+    async def main() -> None:
+        server = RemotingServer("127.0.0.1", 0, NettyServerConfig())
+
+        def echo(connection, command):
+            return command.make_response(ResponseCode.SUCCESS, body=command.body)
+
+        server.register(ECHO, echo)
+        await server.start()
+        client = RemotingClient()
+        try:
+            assert server.busy_poll is not None
+            assert client.busy_poll is not None
+            for index in range(200):
+                response = await client.invoke(server.address,
+                                               request(ECHO, body=b"%d" % index), timeout=2)
+                assert response.body == b"%d" % index
+            (connection,) = client._connections.values()
+            assert connection._gap < 0.1  # a loopback round trip, measured
+            (accepted,) = server.connections
+            assert accepted._gap < 0.1  # and the client's turnaround, on the server's side
+            await asyncio.sleep(0.05)  # far past any poll's limit
+            assert not client.busy_poll.polling
+            assert not server.busy_poll.polling
+            rounds = client.busy_poll.rounds + server.busy_poll.rounds
+            await asyncio.sleep(0.05)
+            assert client.busy_poll.rounds + server.busy_poll.rounds == rounds
+        finally:
+            await client.close()
+            await server.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_the_limit_is_a_setting_and_zero_turns_it_off():
+    assert RemotingClient(busy_poll_micros=0).busy_poll is None
+    config, _, _ = load_broker_config({"serverBusyPollMicros": "0"})
+    assert config.server_busy_poll_micros == 0
+    assert RemotingServer("127.0.0.1", 0, config).busy_poll is None
+    config, _, _ = load_broker_config({})
+    assert config.server_busy_poll_micros == busy_poll.DEFAULT_LIMIT_MICROS
+    with pytest.raises(ServerConfigError, match="serverBusyPollMicros"):
+        NettyServerConfig(server_busy_poll_micros=-1).check()
