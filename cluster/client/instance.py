@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from cluster.client.errors import ClientArgumentError
 from cluster.client.route import TopicRouteData, parse_mq_table
+from cluster.remoting.busy_poll import DEFAULT_LIMIT_MICROS
 from cluster.remoting.client import RemotingClient
 from cluster.remoting.codec import RemotingCommand, request
 from cluster.remoting.codes import RequestCode, ResponseCode
@@ -45,7 +46,8 @@ def local_ip() -> str:
 
 
 class MQClientInstance:
-    def __init__(self, namesrv_addr: str, instance_name: str = "DEFAULT") -> None:
+    def __init__(self, namesrv_addr: str, instance_name: str = "DEFAULT", *,
+                 busy_poll_micros: int = DEFAULT_LIMIT_MICROS) -> None:
         self.namesrv_addrs = [a.strip() for a in namesrv_addr.split(";") if a.strip()]
         if not self.namesrv_addrs:
             raise ClientArgumentError("a name server address (host:port) is needed")
@@ -54,7 +56,9 @@ class MQClientInstance:
         # RocketMQ's clientId with the pid in it (changeInstanceNameToPID): two processes of a
         # group on one host are two members of it.
         self.client_id = f"{self.client_ip}@{os.getpid()}#{instance_name}"
-        self.remoting = RemotingClient(self._on_server_request)
+        # (cluster/remoting/busy_poll.py: a broker answering sooner than this is polled for,
+        # not slept on; 0: never)
+        self.remoting = RemotingClient(self._on_server_request, busy_poll_micros)
         self.routes: dict[str, TopicRouteData] = {}
         self.broker_addrs: dict[str, dict[int, str]] = {}
         # Producers and consumers register themselves (they import this module, not the reverse).

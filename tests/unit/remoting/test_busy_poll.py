@@ -10,6 +10,7 @@ import math
 import pytest
 
 from cluster.broker.config import load_broker_config
+from cluster.client.instance import MQClientInstance
 from cluster.remoting import busy_poll
 from cluster.remoting.busy_poll import BusyPoller
 from cluster.remoting.client import RemotingClient
@@ -166,6 +167,8 @@ def test_a_client_and_server_poll_while_exchanging_and_stop_when_idle():
 
 def test_the_limit_is_a_setting_and_zero_turns_it_off():
     assert RemotingClient(busy_poll_micros=0).busy_poll is None
+    assert MQClientInstance("127.0.0.1:9876", busy_poll_micros=0).remoting.busy_poll is None
+    assert MQClientInstance("127.0.0.1:9876").remoting.busy_poll is not None
     config, _, _ = load_broker_config({"serverBusyPollMicros": "0"})
     assert config.server_busy_poll_micros == 0
     assert RemotingServer("127.0.0.1", 0, config).busy_poll is None
