@@ -86,9 +86,12 @@ class BusyPoller:
         until = now + min(self._limit, gap + gap + _SLACK)
         self._until = max(self._until, until)
         self._waiting = connection
-        if not self._running:
+        loop = connection._loop
+        # (a round scheduled on a loop that has since closed never runs: a client used again
+        # under a new loop starts afresh)
+        if not self._running or loop is not self._loop:
             self._running = True
-            loop = self._loop = connection._loop
+            self._loop = loop
             loop.call_soon(self._round)
 
     def _round(self) -> None:

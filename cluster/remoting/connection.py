@@ -361,7 +361,8 @@ class RemotingConnection(LaneRequests, asyncio.Protocol):
 
     def keeps_polling(self) -> bool:
         """Whether its busy poll may go on: not while an answer waits on another thread."""
-        return not self._tasks and self._transport is not None
+        transport = self._transport
+        return not self._tasks and transport is not None and not transport.is_closing()
 
     @property
     def reading_paused(self) -> bool:

@@ -176,3 +176,24 @@ def test_the_limit_is_a_setting_and_zero_turns_it_off():
     assert config.server_busy_poll_micros == busy_poll.DEFAULT_LIMIT_MICROS
     with pytest.raises(ServerConfigError, match="serverBusyPollMicros"):
         NettyServerConfig(server_busy_poll_micros=-1).check()
+
+
+def test_a_poller_used_again_under_a_new_loop_polls_there(clock):
+    poller = BusyPoller(200)
+
+    async def ask() -> None:
+        connection = FakeConnection(asyncio.get_running_loop())
+        connection._gap = 10e-6
+        poller.wrote(connection)
+
+    asyncio.run(ask())  # the loop closes with a round still scheduled on it
+    assert poller.polling
+
+    async def again() -> None:
+        await ask()
+        await asyncio.sleep(0)
+        rounds = poller.rounds
+        await asyncio.sleep(0)
+        assert poller.rounds > rounds
+
+    asyncio.run(again())
