@@ -42,6 +42,15 @@ class FakeConnection:
         return self.free
 
 
+def polling_for_a_quick_peer() -> tuple[BusyPoller, FakeConnection]:
+    """A poller asked to poll, on the running loop, for a peer 10 µs away."""
+    poller = BusyPoller(200)
+    connection = FakeConnection(asyncio.get_running_loop())
+    connection._gap = 10e-6
+    poller.wrote(connection)
+    return poller, connection
+
+
 @pytest.fixture
 def clock(monkeypatch) -> Clock:
     clock = Clock()
@@ -96,10 +105,7 @@ def test_the_poll_never_outlasts_the_limit(clock):
 
 def test_rounds_go_on_until_due_then_stop(clock):
     async def main() -> None:
-        poller = BusyPoller(200)
-        connection = FakeConnection(asyncio.get_running_loop())
-        connection._gap = 10e-6
-        poller.wrote(connection)
+        poller, _ = polling_for_a_quick_peer()
         for _ in range(5):  # the clock stands still: each iteration runs a round again
             await asyncio.sleep(0)
         assert poller.polling
@@ -117,10 +123,7 @@ def test_rounds_go_on_until_due_then_stop(clock):
 
 def test_an_answer_waiting_on_another_thread_stops_the_rounds(clock):
     async def main() -> None:
-        poller = BusyPoller(200)
-        connection = FakeConnection(asyncio.get_running_loop())
-        connection._gap = 10e-6
-        poller.wrote(connection)
+        poller, connection = polling_for_a_quick_peer()
         await asyncio.sleep(0)
         assert poller.polling
         connection.free = False  # (a SYNC_FLUSH send's answer waits for the flush thread)
