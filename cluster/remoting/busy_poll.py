@@ -14,10 +14,12 @@ from our write to its next frame, averaged). After a write, while that gap is sh
 limit), the loop keeps polling without sleeping for up to twice the gap, never past the limit;
 the peer's frame is read as it arrives. A peer that is slower (a consumer's long poll, a flush
 to disk, a user typing) makes the gap long, and the connection stops asking: idle connections
-cost nothing, and a loop keeps polling for at most the limit past its last write. It stops at
-once while the connection has an answer waiting on another thread (the disk under SYNC_FLUSH, a
-slave under SYNC_MASTER), so that thread gets the interpreter lock without waiting for a poll to
-end, and each round yields the CPU to any other runnable thread first.
+cost nothing, and a loop keeps polling for at most the limit past its last write; a write
+that got nothing back in its window counts as a long gap (a oneway sender stops being polled
+for). It stops at once while the connection it polls for has any request still being answered
+(a flush under SYNC_FLUSH, a slave under SYNC_MASTER, a held pull: coarse, but a thread that
+answers gets the interpreter lock without waiting for a poll to end), and each round yields the
+CPU to any other runnable thread first.
 
 The limit is ``serverBusyPollMicros`` on a name server or broker (0: never) and
 ``busy_poll_micros`` on a client's RemotingClient.
@@ -79,8 +81,15 @@ class BusyPoller:
 
     def wrote(self, connection: Polled) -> None:
         """``connection`` wrote: keep the loop polling if its peer tends to answer soon."""
-        now = connection._written_at = _clock()
+        now = _clock()
         gap = connection._gap
+        written = connection._written_at
+        if written and now - written > gap + gap + _SLACK:
+            # Nothing came in the window the last write polled for (a oneway send, a request
+            # answered late): the miss counts as a gap, so a peer that stopped answering soon
+            # stops being polled for.
+            gap = connection._gap = gap + (now - written - gap) * _WEIGHT
+        connection._written_at = now
         if gap >= self._limit:
             return
         until = now + min(self._limit, gap + gap + _SLACK)

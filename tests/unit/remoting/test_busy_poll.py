@@ -136,14 +136,14 @@ def test_an_answer_waiting_on_another_thread_stops_the_rounds(clock):
 
 def test_a_client_and_server_poll_while_exchanging_and_stop_when_idle():
     async def main() -> None:
-        server = RemotingServer("127.0.0.1", 0, NettyServerConfig())
+        server = RemotingServer("127.0.0.1", 0, NettyServerConfig(server_busy_poll_micros=50_000))
 
         def echo(connection, command):
             return command.make_response(ResponseCode.SUCCESS, body=command.body)
 
         server.register(ECHO, echo)
         await server.start()
-        client = RemotingClient()
+        client = RemotingClient(busy_poll_micros=50_000)  # (polled for even on a loaded machine)
         try:
             assert server.busy_poll is not None
             assert client.busy_poll is not None
@@ -155,7 +155,8 @@ def test_a_client_and_server_poll_while_exchanging_and_stop_when_idle():
             assert connection._gap < 0.1  # a loopback round trip, measured
             (accepted,) = server.connections
             assert accepted._gap < 0.1  # and the client's turnaround, on the server's side
-            await asyncio.sleep(0.05)  # far past any poll's limit
+            assert client.busy_poll.rounds > 0  # the loop polled while it waited
+            await asyncio.sleep(0.2)  # (past 2 x 50 ms)
             assert not client.busy_poll.polling
             assert not server.busy_poll.polling
             rounds = client.busy_poll.rounds + server.busy_poll.rounds
@@ -200,3 +201,21 @@ def test_a_poller_used_again_under_a_new_loop_polls_there(clock):
         assert poller.rounds > rounds
 
     asyncio.run(again())
+
+
+def test_writes_that_get_no_frame_back_stop_the_polling(clock):
+    loop = asyncio.new_event_loop()
+    try:
+        poller = BusyPoller(200)
+        connection = FakeConnection(loop)
+        connection._gap = 10e-6
+        for _ in range(3):  # oneway sends 1 ms apart: no frame comes in any window
+            poller.wrote(connection)
+            clock.now += 1e-3
+        poller.wrote(connection)
+        assert connection._gap > 200e-6
+        poller._running = False  # (the round scheduled at the first write is not run here)
+        poller.wrote(connection)
+        assert not poller.polling
+    finally:
+        loop.close()
