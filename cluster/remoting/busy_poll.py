@@ -34,6 +34,8 @@ import time
 from typing import Protocol
 
 DEFAULT_LIMIT_MICROS = 200  # past it, a sleep's wakeup costs little next to the wait
+# A poll past this would burn a core for a peer slow enough that sleeping costs nothing.
+MAX_LIMIT_MICROS = 100_000
 _SLACK = 20e-6  # added to twice the gap: a peer a little slower than usual is still caught
 _WEIGHT = 0.25  # of a new gap in the average: a few sends tell a slow peer from a fast one
 _clock = time.perf_counter  # (high resolution everywhere, Windows included)
@@ -56,6 +58,9 @@ class BusyPoller:
     __slots__ = ("_limit", "_loop", "_running", "_until", "_waiting", "rounds")
 
     def __init__(self, limit_micros: int = DEFAULT_LIMIT_MICROS) -> None:
+        if type(limit_micros) is not int or not 0 < limit_micros <= MAX_LIMIT_MICROS:
+            raise ValueError(f"a busy poll's limit is 1 to {MAX_LIMIT_MICROS} µs, "
+                             f"not {limit_micros!r}")
         self._limit = limit_micros / 1e6
         self._loop: asyncio.AbstractEventLoop | None = None
         self._running = False  # a round is scheduled

@@ -22,8 +22,9 @@ class RemotingClient:
     def __init__(self, handler: RequestHandler | None = None,
                  busy_poll_micros: int = DEFAULT_LIMIT_MICROS) -> None:
         self._handler = handler
-        # (busy_poll.py: while a server answers sooner than this, the loop polls for it)
-        self.busy_poll = BusyPoller(busy_poll_micros) if busy_poll_micros > 0 else None
+        # (busy_poll.py: while a server answers sooner than this, the loop polls for it;
+        # 0: never; a value past its range raises ValueError)
+        self.busy_poll = BusyPoller(busy_poll_micros) if busy_poll_micros != 0 else None
         self._connections: dict[str, RemotingConnection] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 

@@ -360,7 +360,8 @@ class RemotingConnection(LaneRequests, asyncio.Protocol):
         return self._transport is not None and not self._transport.is_closing()
 
     def keeps_polling(self) -> bool:
-        """Whether its busy poll may go on: not while an answer waits on another thread."""
+        """Whether its busy poll may go on: not while any request of it is still being
+        answered (some wait on another thread: a flush, a slave), nor once it closes."""
         transport = self._transport
         return not self._tasks and transport is not None and not transport.is_closing()
 

@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
-from cluster.remoting.busy_poll import DEFAULT_LIMIT_MICROS, BusyPoller
+from cluster.remoting.busy_poll import DEFAULT_LIMIT_MICROS, MAX_LIMIT_MICROS, BusyPoller
 from cluster.remoting.codec import RemotingCommand
 from cluster.remoting.codes import ResponseCode
 from cluster.remoting.connection import HandlerResult, RemotingConnection
@@ -96,6 +96,9 @@ class NettyServerConfig:
                      "server_channel_max_inflight_bytes"):
             if getattr(self, name) == 0:
                 raise ServerConfigError(_java_key(name), 0, "must be positive")
+        if self.server_busy_poll_micros > MAX_LIMIT_MICROS:
+            raise ServerConfigError("serverBusyPollMicros", self.server_busy_poll_micros,
+                                    f"must not exceed {MAX_LIMIT_MICROS}")
         if self.write_buffer_low_water_mark > self.write_buffer_high_water_mark:
             raise ServerConfigError("writeBufferLowWaterMark", self.write_buffer_low_water_mark,
                                     "must not exceed writeBufferHighWaterMark "

@@ -180,6 +180,12 @@ def test_the_limit_is_a_setting_and_zero_turns_it_off():
     assert config.server_busy_poll_micros == busy_poll.DEFAULT_LIMIT_MICROS
     with pytest.raises(ServerConfigError, match="serverBusyPollMicros"):
         NettyServerConfig(server_busy_poll_micros=-1).check()
+    with pytest.raises(ServerConfigError, match=r"serverBusyPollMicros=100001 .* not exceed"):
+        NettyServerConfig(server_busy_poll_micros=busy_poll.MAX_LIMIT_MICROS + 1).check()
+    NettyServerConfig(server_busy_poll_micros=busy_poll.MAX_LIMIT_MICROS).check()
+    for hostile in (-1, busy_poll.MAX_LIMIT_MICROS + 1, 10**30, 1.5, "200", None):
+        with pytest.raises(ValueError, match="busy poll's limit"):
+            RemotingClient(busy_poll_micros=hostile)  # type: ignore[arg-type]
 
 
 def test_a_poller_used_again_under_a_new_loop_polls_there(clock):
