@@ -34,7 +34,8 @@ MASTER_ID = 0
 class ActingMasterService:
     def __init__(self, broker) -> None:
         self.broker = broker
-        self.client = RemotingClient()
+        # (its busy poll follows the broker's serverBusyPollMicros: 0 turns off all of them)
+        self.client = RemotingClient(busy_poll_micros=broker.config.server_busy_poll_micros)
         self.lookup = NamesrvLookup(broker.config.namesrv_list(), self.client)
         self.escape = EscapeBridge(broker.config.broker_name, self.lookup, self.client)
         self.schedule: ScheduleMessageService | None = None

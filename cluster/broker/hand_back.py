@@ -40,7 +40,7 @@ async def take_over_from_slaves(broker, ask: Callable[[RemotingClient, str],
     over what the slave delivered while acting and says whether it still acts; None when it
     did not answer), until none of them delivers for this master any more, or
     TAKE_OVER_TIMEOUT. The schedule and the timer service both take over this way."""
-    client = RemotingClient()
+    client = RemotingClient(busy_poll_micros=broker.config.server_busy_poll_micros)
     lookup = NamesrvLookup(broker.config.namesrv_list(), client)
     deadline = time.monotonic() + TAKE_OVER_TIMEOUT
     try:

@@ -43,7 +43,8 @@ CHANGE_GAP = 0.1  # seconds between registrations made for changes
 class BrokerRegistration:
     def __init__(self, broker) -> None:
         self.broker = broker
-        self.client = RemotingClient()
+        # (its busy poll follows the broker's serverBusyPollMicros: 0 turns off all of them)
+        self.client = RemotingClient(busy_poll_micros=broker.config.server_busy_poll_micros)
         self.master_addr: str | None = None
         self.master_ha_addr: str | None = None
         self.on_master_changed = None  # a slave's HA client follows the master's HA address

@@ -33,7 +33,8 @@ SYNC_INTERVAL = 10.0
 class SlaveSynchronize:
     def __init__(self, broker) -> None:
         self.broker = broker
-        self.client = RemotingClient()
+        # (its busy poll follows the broker's serverBusyPollMicros: 0 turns off all of them)
+        self.client = RemotingClient(busy_poll_micros=broker.config.server_busy_poll_micros)
         self.last_sync_ms = 0
         self.last_error: str | None = None
         self._task: asyncio.Task | None = None

@@ -39,7 +39,9 @@ MAX_LIMIT_MICROS = 100_000
 _SLACK = 20e-6  # added to twice the gap: a peer a little slower than usual is still caught
 _WEIGHT = 0.25  # of a new gap in the average: a few sends tell a slow peer from a fast one
 _clock = time.perf_counter  # (high resolution everywhere, Windows included)
-_yield = getattr(os, "sched_yield", None)  # (none on Windows)
+# Gives the CPU to any other runnable thread first. Windows has no sched_yield; a sleep of 0
+# there does the same (it gives up the rest of the time slice).
+_yield = getattr(os, "sched_yield", None) or (lambda: time.sleep(0))
 
 
 class Polled(Protocol):
@@ -113,12 +115,17 @@ class BusyPoller:
         # sleeping, then runs this again (a callback scheduled by a callback waits for the
         # next iteration, asyncio's and uvloop's alike).
         waiting = self._waiting
-        if waiting is not None and _clock() < self._until and waiting.keeps_polling():
-            if _yield is not None:
+        scheduled = False
+        try:
+            if waiting is not None and _clock() < self._until and waiting.keeps_polling():
                 _yield()
-            self.rounds += 1
-            self._loop.call_soon(self._round)  # type: ignore[union-attr]
-            return
-        self._running = False
-        self._until = 0.0
-        self._waiting = None
+                self._loop.call_soon(self._round)  # type: ignore[union-attr]
+                self.rounds += 1
+                scheduled = True
+        finally:
+            # (whatever raised, a poller left "running" with no round scheduled would never
+            # poll again: the next write asks afresh)
+            if not scheduled:
+                self._running = False
+                self._until = 0.0
+                self._waiting = None

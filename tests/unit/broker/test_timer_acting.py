@@ -50,7 +50,7 @@ def _broker(store):
         topics=SimpleNamespace(create_in_send_message_back_method=lambda *a, **k: None),
         config=SimpleNamespace(broker_name="broker-a", broker_id=1, enable_remote_escape=True,
                                timer_wheel_enable=True, enable_slave_acting_master=True,
-                               namesrv_list=list))
+                               namesrv_list=list, server_busy_poll_micros=0))
 
 
 def test_an_acting_slave_hands_due_timers_and_rolls_to_the_escape_bridge_and_writes_nothing(
@@ -243,6 +243,7 @@ def test_a_master_waits_until_its_slave_stops_acting_and_takes_its_timer_progres
 def _sync_broker(tmp_path, acting_timer=None):
     return SimpleNamespace(
         store_config=SimpleNamespace(store_path_root_dir=str(tmp_path)),
+        config=SimpleNamespace(server_busy_poll_micros=0),
         acting_master=SimpleNamespace(timer=acting_timer))
 
 

@@ -225,3 +225,42 @@ def test_writes_that_get_no_frame_back_stop_the_polling(clock):
         assert not poller.polling
     finally:
         loop.close()
+
+
+def test_a_round_that_raises_leaves_the_poller_ready_to_poll_again(clock):
+    def broken() -> bool:
+        raise RuntimeError("keeps_polling broke")
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        errors: list[dict] = []
+        loop.set_exception_handler(lambda _, context: errors.append(context))
+        poller, connection = polling_for_a_quick_peer()
+        connection.keeps_polling = broken  # type: ignore[method-assign]
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert errors
+        assert not poller.polling  # (else no write would ever schedule a round)
+        del connection.keeps_polling
+        poller.wrote(connection)
+        await asyncio.sleep(0)
+        rounds = poller.rounds
+        await asyncio.sleep(0)
+        assert poller.rounds > rounds
+
+    asyncio.run(main())
+
+
+def test_a_brokers_outgoing_clients_follow_its_setting():
+    from types import SimpleNamespace
+
+    from cluster.broker.registration import BrokerRegistration
+    from cluster.broker.slave_sync import SlaveSynchronize
+
+    for micros, on in (("0", False), ("300", True)):
+        config, _, _ = load_broker_config({"serverBusyPollMicros": micros})
+        broker = SimpleNamespace(config=config)
+        for client in (BrokerRegistration(broker).client, SlaveSynchronize(broker).client):
+            assert (client.busy_poll is not None) is on
+            if on:
+                assert client.busy_poll._limit == pytest.approx(300e-6)
