@@ -16,9 +16,11 @@ the peer's frame is read as it arrives. A peer that is slower (a consumer's long
 to disk, a user typing) makes the gap long, and the connection stops asking: idle connections
 cost nothing, and a loop keeps polling for at most the limit past its last write; a write
 that got nothing back in its window counts as a long gap (a oneway sender stops being polled
-for). It stops at once while the connection it polls for has any request still being answered
-(a flush under SYNC_FLUSH, a slave under SYNC_MASTER, a held pull: coarse, but a thread that
-answers gets the interpreter lock without waiting for a poll to end), and each round yields the
+for). It stops at once while another thread owes the connection it polls for an answer (a
+flush under SYNC_FLUSH, a slave under SYNC_MASTER: that thread gets the interpreter lock without
+waiting for a poll to end); requests the loop itself answers (a held pull) do not stop it, so a
+client that sends while it consumes on the same connection is polled for (one sender beside an
+idle push consumer: 8k -> 13k sends/s, docs/benchmarks.md session 38). Each round yields the
 CPU to any other runnable thread first.
 
 The limit is ``serverBusyPollMicros`` on a name server or broker (0: never) and

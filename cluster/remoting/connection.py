@@ -96,6 +96,9 @@ class RemotingConnection(LaneRequests, asyncio.Protocol):
         self._draining = False  # handling the frames of one read: their answers leave at its end
         # Requests being answered: tasks, futures, deferred answers.
         self._tasks: set[asyncio.Future | DeferredAnswer] = set()
+        # Of them, answers another thread gives (SYNC_FLUSH, SYNC_MASTER): the busy poll stops
+        # while any is pending (keeps_polling).
+        self._deferred = 0
         self.closed = asyncio.Event()
         self.close_reason: CloseReason | None = None
         self.remote_address = ""
@@ -155,6 +158,7 @@ class RemotingConnection(LaneRequests, asyncio.Protocol):
             task.cancel()
             if type(task) is DeferredAnswer:  # (a future's done callback does this)
                 self._tasks.discard(task)
+                self._deferred -= 1
                 self._inflight_bytes -= task.size
         self.closed.set()
         if self._on_close is not None:
@@ -284,6 +288,7 @@ class RemotingConnection(LaneRequests, asyncio.Protocol):
                     self._reply(command, self._deferred_response(result))  # type: ignore[arg-type]
                 return
             self._tasks.add(result)  # type: ignore[arg-type]
+            self._deferred += 1
             self._inflight_bytes += size
             result.bind(self, command, size)  # type: ignore[union-attr]
             return
@@ -323,6 +328,7 @@ class RemotingConnection(LaneRequests, asyncio.Protocol):
         connection closed meanwhile."""
         if deferred not in self._tasks:
             return  # closed, or answered already
+        self._deferred -= 1
         self._reply(deferred.command, self._deferred_response(deferred))
         self._request_done(deferred.size, deferred)  # type: ignore[arg-type]
 
@@ -360,10 +366,13 @@ class RemotingConnection(LaneRequests, asyncio.Protocol):
         return self._transport is not None and not self._transport.is_closing()
 
     def keeps_polling(self) -> bool:
-        """Whether its busy poll may go on: not while any request of it is still being
-        answered (some wait on another thread: a flush, a slave), nor once it closes."""
+        """Whether its busy poll may go on: not while another thread owes one of its requests
+        an answer (a flush under SYNC_FLUSH, a slave under SYNC_MASTER: that thread needs the
+        interpreter lock, not a loop spinning beside it), nor once it closes. Requests the loop
+        itself answers (a held pull) do not stop it: a client that sends while it consumes is
+        polled for too."""
         transport = self._transport
-        return not self._tasks and transport is not None and not transport.is_closing()
+        return not self._deferred and transport is not None and not transport.is_closing()
 
     @property
     def reading_paused(self) -> bool:

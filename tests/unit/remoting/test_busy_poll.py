@@ -16,6 +16,8 @@ from cluster.remoting.busy_poll import BusyPoller
 from cluster.remoting.client import RemotingClient
 from cluster.remoting.codec import request
 from cluster.remoting.codes import ResponseCode
+from cluster.remoting.deferred_answer import DeferredAnswer
+from cluster.remoting.errors import RemotingConnectError
 from cluster.remoting.server import NettyServerConfig, RemotingServer, ServerConfigError
 
 ECHO = 1000
@@ -264,3 +266,63 @@ def test_a_brokers_outgoing_clients_follow_its_setting():
             assert (client.busy_poll is not None) is on
             if on:
                 assert client.busy_poll._limit == pytest.approx(300e-6)
+
+
+def test_a_held_request_keeps_the_poll_and_an_answer_owed_by_a_thread_stops_it():
+    HOLD, DEFER = 1001, 1002
+
+    async def main() -> None:
+        server = RemotingServer("127.0.0.1", 0, NettyServerConfig(server_busy_poll_micros=50_000))
+        release = asyncio.Event()
+        owed: list[tuple[DeferredAnswer, object]] = []
+
+        async def hold(connection, command):  # (a held pull: the loop itself answers it)
+            await release.wait()
+            return command.make_response(ResponseCode.SUCCESS)
+
+        def defer(connection, command):  # (a SYNC_FLUSH send: the flush thread answers it)
+            owed.append((DeferredAnswer(), command))
+            return owed[-1][0]
+
+        server.register(HOLD, hold)
+        server.register(DEFER, defer)
+        await server.start()
+        client = RemotingClient(busy_poll_micros=0)
+        try:
+            held = asyncio.ensure_future(client.invoke(server.address, request(HOLD), timeout=5))
+            while not server.connections:
+                await asyncio.sleep(0.01)
+            (accepted,) = server.connections
+            while not accepted._tasks:
+                await asyncio.sleep(0.01)
+            assert accepted.keeps_polling()  # a held request alone: still polled for
+            deferred = asyncio.ensure_future(client.invoke(server.address, request(DEFER),
+                                                           timeout=5))
+            while not owed:
+                await asyncio.sleep(0.01)
+            assert not accepted.keeps_polling()  # another thread owes an answer
+            answer, command = owed[0]
+            answer.answer(command.make_response(ResponseCode.SUCCESS))
+            assert (await deferred).code == ResponseCode.SUCCESS
+            assert accepted.keeps_polling()
+            release.set()
+            assert (await held).code == ResponseCode.SUCCESS
+            # A connection that closes with an answer still owed counts it off as it cancels it.
+            owed.clear()
+            deferred = asyncio.ensure_future(client.invoke(server.address, request(DEFER),
+                                                           timeout=5))
+            while not owed:
+                await asyncio.sleep(0.01)
+            assert accepted._deferred == 1
+            await client.close()
+            with pytest.raises(RemotingConnectError):
+                await deferred
+            while accepted.is_open:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.05)
+            assert accepted._deferred == 0
+        finally:
+            await client.close()
+            await server.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
