@@ -158,8 +158,8 @@ class RemotingConnection(LaneRequests, asyncio.Protocol):
             task.cancel()
             if type(task) is DeferredAnswer:  # (a future's done callback does this)
                 self._tasks.discard(task)
-                self._deferred -= 1
                 self._inflight_bytes -= task.size
+        self._deferred = 0  # (none is left in _tasks: exact even if an answer's reply raised)
         self.closed.set()
         if self._on_close is not None:
             self._on_close(self)
