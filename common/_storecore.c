@@ -40,6 +40,7 @@
 #include "_record_scan.h"
 #include "_batch_body.h"
 #include "_property_split.h"
+#include "_record_cut.h"
 #include "_record.h"
 #include "_crc32.h"
 #include "_file_write.h"
@@ -959,6 +960,7 @@ PyInit__storecore(void)
             || dispatch_run_add_functions(module) < 0
             || pull_gather_add_functions(module) < 0 || append_add_functions(module) < 0
             || property_split_add_functions(module) < 0
+            || record_cut_add_functions(module) < 0
             || record_scan_add_functions(module) < 0
             || batch_body_add_functions(module) < 0))
         Py_CLEAR(module);

@@ -1,12 +1,14 @@
 """Many records to one Arrow batch at once: columns cut with numpy and pyarrow compute.
 
 Decoding record by record costs ~12 µs of Python per message (docs/benchmarks.md). Here Python
-only lists where each record starts; the records' fixed parts are copied out in one step and
-their fields read as columns, bodies, topics and property strings are joined into Arrow value
-buffers, and the properties are split into the map column, and searched for TAGS, KEYS and
-UNIQ_KEY, in one pass (common/_property_split.c; without the compiled core, by numpy gathers
-and Arrow's string kernels). Records in a form this does not handle (IPv6 hosts, compressed
-bodies, an older magic code) send their batch to the record-by-record
+only lists where each record starts. With the compiled core, one call cuts the batch
+(common/_record_cut.c: the fixed fields, the message ids, the bodies and property strings
+joined into Arrow value buffers, which bodies are text, the hosts); without it, the records'
+fixed parts are copied out in one step and their fields read as columns by numpy, the same
+columns: that numpy cut is the compiled one's twin. Then the properties are split into the map
+column, and searched for TAGS, KEYS and UNIQ_KEY, in one pass (common/_property_split.c;
+without the compiled core, by Arrow's string kernels). Records in a form this does not handle
+(IPv6 hosts, compressed bodies, an older magic code) send their batch to the record-by-record
 :class:`~export.decode.RowBuilder`, which handles everything.
 
 Layout (the IPv4 record, MESSAGE_MAGIC_CODE v1): TOTALSIZE@0, MAGIC@4, BODYCRC@8, QUEUEID@12,
@@ -74,6 +76,8 @@ class ColumnarDecoder:
 
     def decode(self, data, starts: np.ndarray) -> pa.RecordBatch:
         """The records of ``data`` (bytes-like) starting at ``starts``, as one batch."""
+        if _cut_records is not None:
+            return self._decode_cut(data, starts)
         buf = np.frombuffer(data, np.uint8)
         n = len(starts)
         view = memoryview(data)  # slices of a view copy nothing until joined
@@ -129,8 +133,8 @@ class ColumnarDecoder:
             # holds, not wrapped around by the * 1000)
             "bornTimestamp": pa.array(np.clip(fixed(40, 8, ">i8"), *TIME_RANGE_MS) * 1000, ts),
             "storeTimestamp": pa.array(np.clip(fixed(56, 8, ">i8"), *TIME_RANGE_MS) * 1000, ts),
-            "bornHost": self._host_column(head[:, 48:56]),
-            "storeHost": self._host_column(head[:, 64:72]),
+            "bornHost": self._host_column(*_packed_hosts(head[:, 48:56])),
+            "storeHost": self._host_column(*_packed_hosts(head[:, 64:72])),
             "reconsumeTimes": pa.array(fixed(72, 4, ">i4"), pa.int32()),
             "sysFlag": pa.array(fixed(36, 4, ">i4"), pa.int32()),
         }
@@ -146,10 +150,55 @@ class ColumnarDecoder:
             return pa.repeat(pa.scalar(self.topic, pa.string()), n)
         return pa.Array.from_buffers(pa.string(), n, [None, *_join(view, starts, lengths)])
 
-    def _host_column(self, raw: np.ndarray) -> pa.Array:
-        """"ip:port" per row; a batch holds a handful of distinct hosts, formatted once each."""
-        packed = np.ascontiguousarray(raw).view(">u8").ravel()
-        distinct, which = np.unique(packed, return_inverse=True)
+    def _decode_cut(self, data, starts: np.ndarray) -> pa.RecordBatch:
+        """:meth:`decode` in one compiled pass (common/_record_cut.c): the same batch."""
+        n = len(starts)
+        cut = _cut_records(data, np.ascontiguousarray(starts, np.int64),
+                           self.topic.encode() if self.topic else b"")
+        if isinstance(cut, int):  # (the CommitLog offset of a record whose parts overrun it)
+            raise damaged_record(cut)
+
+        def numbers(name: str, kind: pa.DataType) -> pa.Array:
+            return pa.Array.from_buffers(kind, n, [None, pa.py_buffer(cut[name])])
+
+        body_offsets, body_data = map(pa.py_buffer, cut["body"])
+        props = pa.Array.from_buffers(pa.string(), n, [None, *map(pa.py_buffer, cut["properties"])])
+        if not cut["propertiesUtf8"]:
+            props.validate(full=True)  # (raises, as the pure path does: no property is not UTF-8)
+        properties, (uniq_key, keys, tags) = _properties(props, _PICKED)
+        if cut["topic"] is None:  # (every record holds the queue's topic)
+            topic = pa.repeat(pa.scalar(self.topic, pa.string()), n)
+        else:
+            topic = pa.Array.from_buffers(pa.string(), n, [None, *map(pa.py_buffer, cut["topic"])])
+        ts = _schema().field("storeTimestamp").type
+        columns = {
+            "topic": topic,
+            "brokerName": pa.repeat(pa.scalar(self.broker_name, pa.string()), n),
+            "queueId": numbers("queueId", pa.int32()),
+            "queueOffset": numbers("queueOffset", pa.int64()),
+            "commitLogOffset": numbers("commitLogOffset", pa.int64()),
+            "msgId": pa.Array.from_buffers(pa.string(), n, [
+                None, pa.py_buffer(np.arange(0, 32 * n + 1, 32, dtype=np.int32)),
+                pa.py_buffer(cut["msgId"])]),
+            "uniqKey": uniq_key,
+            "keys": keys,
+            "tags": tags,
+            "body": pa.Array.from_buffers(pa.binary(), n, [None, body_offsets, body_data]),
+            "bodyText": _text_of(n, *cut["bodyText"], body_offsets, body_data),
+            "properties": properties,
+            "bornTimestamp": numbers("bornTimestamp", ts),
+            "storeTimestamp": numbers("storeTimestamp", ts),
+            "bornHost": self._host_column(*_cut_hosts(cut["bornHost"])),
+            "storeHost": self._host_column(*_cut_hosts(cut["storeHost"])),
+            "reconsumeTimes": numbers("reconsumeTimes", pa.int32()),
+            "sysFlag": numbers("sysFlag", pa.int32()),
+        }
+        schema = _schema()
+        return pa.RecordBatch.from_arrays([columns[f.name] for f in schema], schema=schema)
+
+    def _host_column(self, distinct: np.ndarray, which: np.ndarray) -> pa.Array:
+        """"ip:port" per row, from the distinct hosts (ip:port words) and each row's index
+        among them; a batch holds a handful, formatted once each."""
         names = []
         for value in distinct.tolist():
             name = self._hosts.get(value)
@@ -158,7 +207,36 @@ class ColumnarDecoder:
                 name = self._hosts[value] = (f"{ip >> 24}.{(ip >> 16) & 255}.{(ip >> 8) & 255}."
                                              f"{ip & 255}:{value & 0xFFFFFFFF}")
             names.append(name)
+        if len(names) == 1:
+            return pa.repeat(pa.scalar(names[0], pa.string()), len(which))
         return pa.array(names, pa.string()).take(pa.array(which.ravel()))
+
+
+def _packed_hosts(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct hosts of a batch and each row's index among them, from the rows' 8 bytes
+    (IPv4 address, port)."""
+    packed = np.ascontiguousarray(raw).view(">u8").ravel()
+    return np.unique(packed, return_inverse=True)
+
+
+def _cut_hosts(cut: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_packed_hosts` from the compiled cut's (codes or None, distinct, every row's)."""
+    codes, distinct, every = cut
+    if codes is None:  # (more distinct hosts than the cut's table holds)
+        return np.unique(np.frombuffer(every, np.uint64), return_inverse=True)
+    return np.frombuffer(distinct, np.uint64), np.frombuffer(codes, np.int32)
+
+
+def _text_of(n: int, validity: bytes, valid: int, offsets: pa.Buffer,
+             data: pa.Buffer) -> pa.Array:
+    """The bodies as text from the compiled cut's validity bitmap (which are UTF-8): what
+    :func:`_text` makes."""
+    if valid == n:
+        return pa.Array.from_buffers(pa.string(), n, [None, offsets, data])
+    if not valid:
+        return pa.nulls(n, pa.string())
+    return pa.Array.from_buffers(pa.string(), n, [pa.py_buffer(validity), offsets, data],
+                                 null_count=n - valid)
 
 
 def gather(buf: np.ndarray, starts: np.ndarray, offset: int, width: int) -> np.ndarray:
@@ -332,6 +410,10 @@ def _last_of_each_key(keys: pa.Array, list_offsets: np.ndarray) -> np.ndarray | 
 
 
 # The compiled join (common/_pull_gather.c) and property split (common/_property_split.c) when
-# the core is built; _join_pure and _properties_pure are their twins.
+# the core is built; _join_pure and _properties_pure are their twins ...
 _join_ranges = None if speedups.store_core is None else speedups.store_core.join_ranges
 _split_properties = None if speedups.store_core is None else speedups.store_core.split_properties
+# ... and the whole cut (common/_record_cut.c), whose twin is ColumnarDecoder.decode's numpy path
+# (getattr: a core built before it still loads).
+_cut_records = (None if speedups.store_core is None
+                else getattr(speedups.store_core, "cut_records", None))

@@ -71,13 +71,13 @@ def _rows_by_record(data, starts):
 
 @contextlib.contextmanager
 def _pure_cutter():
-    """The columnar decoder without its compiled joins and property split."""
-    saved = columnar._join_ranges, columnar._split_properties
-    columnar._join_ranges = columnar._split_properties = None
+    """The columnar decoder without its compiled cut, joins and property split."""
+    saved = columnar._join_ranges, columnar._split_properties, columnar._cut_records
+    columnar._join_ranges = columnar._split_properties = columnar._cut_records = None
     try:
         yield
     finally:
-        columnar._join_ranges, columnar._split_properties = saved
+        columnar._join_ranges, columnar._split_properties, columnar._cut_records = saved
 
 
 @settings(max_examples=150, deadline=None)
@@ -96,6 +96,72 @@ def test_the_columnar_decoder_cuts_the_same_rows_as_the_record_decoder(items):
         for row in got:
             row["properties"] = sorted(row["properties"])
         assert got == want
+
+
+def _cut_or_error(data, starts, topic="T"):
+    """What the decoder makes of the records: a batch, None (not in the form it cuts), or the
+    error it stops with."""
+    decoder = ColumnarDecoder("broker-a", topic)
+    positions = np.asarray(starts, np.int64)
+    if not decoder.handles(np.frombuffer(data, np.uint8), positions):
+        return None
+    try:
+        return decoder.decode(data, positions)
+    except (DataLossError, pa.ArrowInvalid) as exc:
+        return type(exc), str(exc) if isinstance(exc, DataLossError) else ""
+
+
+@contextlib.contextmanager
+def _without_compiled_cut():
+    """The numpy cut (with the compiled joins and property split it calls)."""
+    saved = columnar._cut_records
+    columnar._cut_records = None
+    try:
+        yield
+    finally:
+        columnar._cut_records = saved
+
+
+@pytest.mark.twins
+@pytest.mark.skipif(columnar._cut_records is None, reason="the compiled core is not built")
+@settings(max_examples=300, deadline=None)
+@given(messages, st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=6),
+       st.sampled_from(["T", "Other", None]))
+def test_the_compiled_cut_makes_the_numpy_cuts_batch_whatever_the_bytes(items, damage, topic):
+    """Byte for byte the same columns (validity bitmaps, offsets and all), or the same error
+    for the same record, over records with bytes overwritten anywhere: lengths, topics,
+    property strings that are not UTF-8, fields of any value."""
+    data, starts = _buffer(items)
+    data = bytearray(data)
+    for at, value in damage:
+        data[at % len(data)] = value
+    data = bytes(data)
+    compiled = _cut_or_error(data, starts, topic)
+    with _without_compiled_cut():
+        numpy = _cut_or_error(data, starts, topic)
+    if isinstance(compiled, pa.RecordBatch):
+        assert isinstance(numpy, pa.RecordBatch), numpy
+        for name in compiled.schema.names:
+            assert compiled[name].equals(numpy[name]), name
+    else:
+        assert compiled == numpy
+
+
+@pytest.mark.twins
+@pytest.mark.skipif(columnar._cut_records is None, reason="the compiled core is not built")
+@pytest.mark.parametrize("hosts", [1, 2, 64, 65, 300])
+def test_the_compiled_cut_names_hosts_past_its_table_as_numpy_does(hosts):
+    """A batch with more distinct born hosts than the cut's table holds (64) falls back to
+    finding them all: the same column either way."""
+    data, starts = _buffer([(b"b", {}, None, None, "T")] * 400)
+    data = bytearray(data)
+    for i, pos in enumerate(starts):  # (a producer's port a row, in turn)
+        data[pos + 52:pos + 56] = (40_000 + i % hosts).to_bytes(4, "big")
+    compiled = _cut_or_error(bytes(data), starts)
+    with _without_compiled_cut():
+        numpy = _cut_or_error(bytes(data), starts)
+    assert compiled["bornHost"].equals(numpy["bornHost"])
+    assert len(set(compiled["bornHost"].to_pylist())) == hosts
 
 
 # Property strings as they come, and as they should not: separators anywhere, empty keys and
@@ -344,3 +410,22 @@ def test_a_record_whose_parts_run_past_its_size_stops_the_export(compressed, fie
     builder.add(bytes(data), starts, len(data))
     with pytest.raises(DataLossError, match="at CommitLog offset 4096 is damaged"):
         builder.take_batches()
+
+
+@pytest.mark.parametrize("cut", ["compiled", "numpy", "pure"])
+def test_a_body_ending_where_its_record_and_the_data_end_leaves_no_room_for_a_topic(cut):
+    """The topic's length byte would be the first byte after the data: damage, found before
+    anything past the data is read."""
+    if cut == "compiled" and columnar._cut_records is None:
+        pytest.skip("the compiled core is not built")
+    data, starts = _buffer([(b"body", {}, None, "k1", "T"), (b"last", {}, None, "k2", "T")])
+    last = starts[1]
+    size = len(data) - last
+    data = bytearray(data)
+    data[last + 84:last + 88] = (size - 88).to_bytes(4, "big")
+    modes = {"compiled": contextlib.nullcontext, "numpy": _without_compiled_cut,
+             "pure": _pure_cutter}
+    with modes[cut]():
+        assert _cut_or_error(bytes(data), starts) == (
+            DataLossError, f"the record at CommitLog offset {4096 + last} is damaged: its body, "
+            "topic and properties run past the size it gives")
