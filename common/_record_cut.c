@@ -292,13 +292,16 @@ cut_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
 
     /* Pass 2: the columns. */
-    const Py_ssize_t sizes[OUTPUTS] = {
-        [Q_ID] = 4 * n, [Q_OFFSET] = 8 * n, [PHY] = 8 * n, [SYS] = 4 * n, [BORN_TS] = 8 * n,
-        [STORE_TS] = 8 * n, [RECONSUME] = 4 * n, [MSG_ID] = 32 * n, [BODY_OFF] = 4 * (n + 1),
-        [BODY] = (Py_ssize_t)body_total, [TEXT] = (n + 7) / 8, [PROPS_OFF] = 4 * (n + 1),
-        [PROPS] = (Py_ssize_t)props_total, [TOPIC_OFF] = 4 * (n + 1),
-        [TOPIC] = (Py_ssize_t)topic_total, [BORN_CODES] = 4 * n, [BORN_SEEN] = 0,
-        [BORN_ALL] = 8 * n, [STORE_CODES] = 4 * n, [STORE_SEEN] = 0, [STORE_ALL] = 8 * n};
+    Py_ssize_t sizes[OUTPUTS] = {0}; /* (the tables, BORN_SEEN and STORE_SEEN, come last) */
+    sizes[Q_ID] = sizes[SYS] = sizes[RECONSUME] = sizes[BORN_CODES] = sizes[STORE_CODES] = 4 * n;
+    sizes[Q_OFFSET] = sizes[PHY] = sizes[BORN_TS] = sizes[STORE_TS] = 8 * n;
+    sizes[BORN_ALL] = sizes[STORE_ALL] = 8 * n;
+    sizes[MSG_ID] = 32 * n;
+    sizes[BODY_OFF] = sizes[PROPS_OFF] = sizes[TOPIC_OFF] = 4 * (n + 1);
+    sizes[BODY] = (Py_ssize_t)body_total;
+    sizes[PROPS] = (Py_ssize_t)props_total;
+    sizes[TOPIC] = (Py_ssize_t)topic_total;
+    sizes[TEXT] = (n + 7) / 8;
     char *w[OUTPUTS] = {NULL};
     for (int k = 0; k < OUTPUTS; k++) {
         if (k == BORN_SEEN || k == STORE_SEEN || (same_topic && (k == TOPIC_OFF || k == TOPIC)))
