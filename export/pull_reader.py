@@ -28,12 +28,14 @@ def read_ranges(ranges: list[QueueRange], options: SourceOptions) -> Iterator:
     connection and one batch builder for the ranges of each broker and topic, so many small
     queues make full batches, not a batch each."""
     # In Spark's Python worker: responses and batches of MiBs, their memory reused while the
-    # partition is read and handed back once it is done (the worker may serve others next).
+    # partitions are read and handed back once the worker has read none for a few seconds (it
+    # may serve others next; handed back after each partition, the next faulted it in again).
     allocator.keep_big_buffers()
+    allocator.hold_free_memory()
     try:
         yield from _read_ranges(ranges, options)
     finally:
-        allocator.release_free_memory()
+        allocator.release_free_memory_when_idle()
 
 
 def _read_ranges(ranges: list[QueueRange], options: SourceOptions) -> Iterator:
@@ -199,6 +201,7 @@ def read_store_range(rng: QueueRange, options: SourceOptions) -> Iterator:
     from export.store_reader import CommitLogReader, StoreQueue
 
     allocator.keep_big_buffers()
+    allocator.hold_free_memory()
     builder = BatchBuilder(rng.broker_name, options, rng.topic)
     log = CommitLogReader(options.path)
     offsets, sizes = StoreQueue(options.path, rng.topic, rng.queue_id).unit_arrays(rng.start, rng.end)
@@ -218,7 +221,7 @@ def read_store_range(rng: QueueRange, options: SourceOptions) -> Iterator:
             i = j
     finally:
         log.close()
-        allocator.release_free_memory()
+        allocator.release_free_memory_when_idle()
 
 
 def _check_units(view, positions, lengths, base: int) -> None:

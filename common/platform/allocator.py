@@ -12,8 +12,10 @@ from the start with the two settings below; the reader 1.1-1.4 µs, then ~1.0.
 
 So RocketDesk's own processes (nodes, the command line, the export's readers in Spark's
 workers) keep blocks up to glibc's ceiling on the heap and up to 64 MiB of free heap before
-returning it. The export's readers give the free heap back when a partition is done
-(``release_free_memory``): Spark reuses its Python workers for other work. macOS's and
+returning it. The export's readers give the free heap back once their worker has read no
+partition for a few seconds (``release_free_memory_when_idle``): Spark reuses its Python
+workers for other work, but handing it back at the end of every partition made the next one
+fault in its buffers afresh (~0.2 µs of CPU a record over pull, docs/benchmarks.md). macOS's and
 Windows's allocators cache big blocks themselves; musl has no such knobs. There, wherever
 mallopt is missing, where the operator tuned glibc's malloc (its environment variables), and
 with ROCKETDESK_MALLOC_TUNING=0, this does nothing.
@@ -25,6 +27,7 @@ import ctypes
 import functools
 import os
 import sys
+import threading
 
 M_TRIM_THRESHOLD = -1  # glibc's malloc.h
 M_MMAP_THRESHOLD = -3
@@ -56,6 +59,47 @@ def release_free_memory() -> None:
     libc = _glibc()
     if libc is not None:
         libc.malloc_trim(0)
+
+
+IDLE_SECONDS = 3.0  # no partition read for this long: the worker is idle, or serves others
+
+
+class _IdleRelease:
+    """The one release of the free heap set up for when the process goes idle."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+
+    def arm(self, after: float) -> None:
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = threading.Timer(after, release_free_memory)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def cancel(self) -> None:
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+
+
+_idle_release = _IdleRelease()
+
+
+def release_free_memory_when_idle(after: float = IDLE_SECONDS) -> None:
+    """:func:`release_free_memory` ``after`` seconds from now, unless :func:`hold_free_memory`
+    calls it off first: at the end of a piece of work that is often followed at once by the
+    next (a partition of an export, then the next partition on the same worker)."""
+    if keep_big_buffers():
+        _idle_release.arm(after)
+
+
+def hold_free_memory() -> None:
+    """Work begins again: a release :func:`release_free_memory_when_idle` set up is off."""
+    _idle_release.cancel()
 
 
 def _ours_to_tune(environ) -> bool:

@@ -39,6 +39,14 @@ del block
 kept = libc.mallinfo2().fordblks
 if sys.argv[1] == "released":
     allocator.release_free_memory()
+elif sys.argv[1] in ("idle", "held"):
+    import time
+    allocator.release_free_memory_when_idle(0.3)
+    assert libc.mallinfo2().fordblks >= 20 << 20  # (not yet: the next piece of work may come)
+    if sys.argv[1] == "held":
+        time.sleep(0.1)
+        allocator.hold_free_memory()  # (it came)
+    time.sleep(1.0)
 print(tuned, mapped, kept, libc.mallinfo2().fordblks)
 """
 
@@ -80,6 +88,22 @@ def test_the_free_heap_goes_back_when_asked():
     _tuned, _mapped, kept, free = _probe("released")
     assert kept >= 20 << 20
     assert free < 4 << 20
+
+
+@needs_glibc
+def test_the_free_heap_goes_back_once_no_work_came_for_a_while():
+    # The export's readers, at the end of a partition: the worker's next partition often
+    # follows at once and reuses the heap; an idle worker hands it back.
+    _tuned, _mapped, kept, free = _probe("idle")
+    assert kept >= 20 << 20
+    assert free < 4 << 20
+
+
+@needs_glibc
+def test_work_that_comes_before_the_idle_release_keeps_the_free_heap():
+    _tuned, _mapped, kept, free = _probe("held")
+    assert kept >= 20 << 20
+    assert free >= 20 << 20
 
 
 @needs_glibc
