@@ -159,6 +159,24 @@ def _cpu_seconds(processes) -> float:
     return sum(sum(process.cpu_times()[:2]) for process in processes)
 
 
+def _python_workers_cpu() -> float:
+    """User and system CPU of Spark's Python workers so far (the daemon, the workers it
+    forked, those it has reaped): where the export's readers decode, and where the floor's
+    replay only hands batches on. Beside the rates, which swing with the VM by ±10 %, this
+    shows what the reader costs a row."""
+    total = 0.0
+    for process in psutil.Process().children(recursive=True):
+        try:
+            command = process.cmdline()
+            if command[1:3] != ["-m", "pyspark.daemon"]:  # (not the JVM: "pyspark-shell")
+                continue
+            times = process.cpu_times()
+            total += times.user + times.system + times.children_user + times.children_system
+        except psutil.Error:  # (a worker that ended meanwhile)
+            continue
+    return total
+
+
 def _export_against_floor(spark, scratch: Path, mode: str, options: dict, brokers,
                           args: argparse.Namespace) -> tuple[float, float]:
     """Rounds of the export over ``mode``, each paired with a round of Spark's floor on the
@@ -176,12 +194,13 @@ def _export_against_floor(spark, scratch: Path, mode: str, options: dict, broker
     def export(round_: int, name: str) -> float:
         nonlocal floor_df, staged, rows
         out = scratch / f"out-{_slug(mode)}-{round_}"
-        served = _cpu_seconds(brokers)
+        served, read = _cpu_seconds(brokers), _python_workers_cpu()
         written, rate = _write_parquet(df, out, keep=floor_df is None)
-        served = _cpu_seconds(brokers) - served
+        served, read = _cpu_seconds(brokers) - served, _python_workers_cpu() - read
         print(f"export over {mode}, {name}: {written:,} messages to Parquet at "
-              f"{rate:,.0f} msg/s ({args.master}); the brokers' CPU "
-              f"{served / max(written, 1) * 1e6:.2f} µs a message")
+              f"{rate:,.0f} msg/s ({args.master}); CPU a message: the brokers' "
+              f"{served / max(written, 1) * 1e6:.2f} µs, Spark's Python workers' "
+              f"{read / max(written, 1) * 1e6:.2f} µs")
         if floor_df is None:  # (the warm-up round's rows are the floor's)
             floor_df, staged, rows = _floor_source(spark, scratch, mode, out)
         elif written != rows:
@@ -189,11 +208,14 @@ def _export_against_floor(spark, scratch: Path, mode: str, options: dict, broker
         return rate
 
     def floor(round_: int, name: str) -> float:
+        read = _python_workers_cpu()
         written, rate = _write_parquet(floor_df, scratch / f"out-floor-{_slug(mode)}-{round_}")
+        read = _python_workers_cpu() - read
         if written != rows:
             raise SystemExit(f"the floor's {name} wrote {written:,} rows of {rows:,} staged")
         print(f"Spark's floor on the same {written:,} rows, {name}: {rate:,.0f} rows/s to "
-              "Parquet (a source that decodes nothing)")
+              f"Parquet (a source that decodes nothing); Spark's Python workers' CPU "
+              f"{read / max(written, 1) * 1e6:.2f} µs a row")
         return rate
 
     shares: list[float] = []
