@@ -165,6 +165,15 @@ locate(const unsigned char *d, Py_ssize_t len, int64_t s, Parts *r)
     return 0;
 }
 
+/* The i-th of the int64 starts, which need not be aligned (a view into other bytes). */
+static inline int64_t
+start_at(const char *starts, Py_ssize_t i)
+{
+    int64_t value;
+    memcpy(&value, starts + i * (Py_ssize_t)sizeof(int64_t), sizeof value);
+    return value;
+}
+
 /* A bytes object of `size` to fill, kept in `keep` (released on any failure). */
 static char *
 new_bytes(PyObject **keep, Py_ssize_t size)
@@ -177,7 +186,20 @@ enum { Q_ID, Q_OFFSET, PHY, SYS, BORN_TS, STORE_TS, RECONSUME, MSG_ID, BODY_OFF,
        PROPS_OFF, PROPS, TOPIC_OFF, TOPIC, BORN_CODES, BORN_SEEN, BORN_ALL, STORE_CODES,
        STORE_SEEN, STORE_ALL, OUTPUTS };
 
-/* The dict cut_records returns, taking the references of `out`. */
+/* result[key] = value, taking the new reference `value`; -1 when it is NULL (its maker's
+ * error set) or the dict refuses it. */
+static int
+put_new(PyObject *result, const char *key, PyObject *value)
+{
+    if (value == NULL)
+        return -1;
+    int failed = PyDict_SetItemString(result, key, value);
+    Py_DECREF(value);
+    return failed;
+}
+
+/* The dict cut_records returns, from `out` (borrowed: the caller drops them). Each step runs
+ * only while the ones before succeeded, so no call is made with an error pending. */
 static PyObject *
 columns(PyObject **out, Py_ssize_t valid, int props_utf8, const HostTable *born,
         const HostTable *store)
@@ -187,33 +209,24 @@ columns(PyObject **out, Py_ssize_t valid, int props_utf8, const HostTable *born,
         return NULL;
     const char *fixed[] = {"queueId", "queueOffset", "commitLogOffset", "sysFlag",
                            "bornTimestamp", "storeTimestamp", "reconsumeTimes", "msgId"};
-    int ok = 1;
-    for (int i = Q_ID; i <= MSG_ID; i++)
-        ok = ok && PyDict_SetItemString(result, fixed[i], out[i]) == 0;
-    PyObject *body = PyTuple_Pack(2, out[BODY_OFF], out[BODY]);
-    PyObject *text = Py_BuildValue("(On)", out[TEXT], valid);
-    PyObject *props = PyTuple_Pack(2, out[PROPS_OFF], out[PROPS]);
-    PyObject *topic = out[TOPIC] == NULL ? Py_NewRef(Py_None)
-                                         : PyTuple_Pack(2, out[TOPIC_OFF], out[TOPIC]);
-    PyObject *born_host = PyTuple_Pack(3, born->full ? Py_None : out[BORN_CODES], out[BORN_SEEN],
-                                       out[BORN_ALL]);
-    PyObject *store_host = PyTuple_Pack(3, store->full ? Py_None : out[STORE_CODES],
-                                        out[STORE_SEEN], out[STORE_ALL]);
-    ok = ok && body && text && props && topic && born_host && store_host
-         && PyDict_SetItemString(result, "body", body) == 0
-         && PyDict_SetItemString(result, "bodyText", text) == 0
-         && PyDict_SetItemString(result, "properties", props) == 0
-         && PyDict_SetItemString(result, "propertiesUtf8", props_utf8 ? Py_True : Py_False) == 0
-         && PyDict_SetItemString(result, "topic", topic) == 0
-         && PyDict_SetItemString(result, "bornHost", born_host) == 0
-         && PyDict_SetItemString(result, "storeHost", store_host) == 0;
-    Py_XDECREF(body);
-    Py_XDECREF(text);
-    Py_XDECREF(props);
-    Py_XDECREF(topic);
-    Py_XDECREF(born_host);
-    Py_XDECREF(store_host);
-    if (!ok)
+    int failed = 0;
+    for (int i = Q_ID; i <= MSG_ID && !failed; i++)
+        failed = PyDict_SetItemString(result, fixed[i], out[i]);
+    failed = failed || put_new(result, "body", PyTuple_Pack(2, out[BODY_OFF], out[BODY]));
+    failed = failed || put_new(result, "bodyText", Py_BuildValue("(On)", out[TEXT], valid));
+    failed = failed || put_new(result, "properties", PyTuple_Pack(2, out[PROPS_OFF], out[PROPS]));
+    failed = failed || PyDict_SetItemString(result, "propertiesUtf8",
+                                            props_utf8 ? Py_True : Py_False);
+    failed = failed || put_new(result, "topic",
+                               out[TOPIC] == NULL ? Py_NewRef(Py_None)
+                                                  : PyTuple_Pack(2, out[TOPIC_OFF], out[TOPIC]));
+    failed = failed || put_new(result, "bornHost",
+                               PyTuple_Pack(3, born->full ? Py_None : out[BORN_CODES],
+                                            out[BORN_SEEN], out[BORN_ALL]));
+    failed = failed || put_new(result, "storeHost",
+                               PyTuple_Pack(3, store->full ? Py_None : out[STORE_CODES],
+                                            out[STORE_SEEN], out[STORE_ALL]));
+    if (failed)
         Py_CLEAR(result);
     return result;
 }
@@ -240,6 +253,7 @@ cut_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     PyObject *out[OUTPUTS] = {NULL};
     PyObject *result = NULL;
+    Parts *parts = NULL;
     const unsigned char *d = (const unsigned char *)data.buf;
     const Py_ssize_t len = data.len;
     const char *format = starts.format == NULL ? "B" : starts.format;
@@ -249,15 +263,27 @@ cut_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "cut_records() needs int64 starts");
         goto done;
     }
-    const int64_t *start = (const int64_t *)starts.buf;
+    const char *start = (const char *)starts.buf; /* (any alignment: start_at) */
     const Py_ssize_t n = starts.len / 8;
+    if (n > PY_SSIZE_T_MAX / 32 - 1) { /* (the widest column, 32 bytes a row, must be sizable) */
+        PyErr_SetString(PyExc_OverflowError, "cut_records(): too many records");
+        goto done;
+    }
+    /* Each record's parts as pass 1 read and checked them: pass 2 copies by these, never by
+     * a second read of the lengths, which another process may be changing (a store file
+     * mapped while its broker runs). */
+    parts = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(Parts));
+    if (parts == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
 
     /* Pass 1: every record in the form cut, its parts within it; the columns' sizes. */
     Py_ssize_t first_bad[3] = {-1, -1, -1};
     int64_t body_total = 0, props_total = 0, topic_total = 0;
     int same_topic = topic.len > 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t s = start[i];
+        int64_t s = start_at(start, i);
         if (s < 0 || s > (int64_t)len - HEAD) {
             PyErr_Format(PyExc_ValueError, "cut_records(): record %zd lies outside the data", i);
             goto done;
@@ -266,27 +292,28 @@ cut_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             PyErr_Format(PyExc_ValueError, "cut_records(): record %zd is not in the form cut", i);
             goto done;
         }
-        Parts r;
-        int bad = locate(d, len, s, &r);
+        Parts *r = &parts[i];
+        int bad = locate(d, len, s, r);
         if (bad) {
             if (first_bad[bad - 1] < 0)
                 first_bad[bad - 1] = i;
             continue;
         }
-        body_total += r.body_len;
-        props_total += r.props_len;
-        topic_total += r.topic_len;
-        if (same_topic && (r.topic_len != topic.len || memcmp(d + r.topic, topic.buf, (size_t)topic.len)))
+        body_total += r->body_len;
+        props_total += r->props_len;
+        topic_total += r->topic_len;
+        if (same_topic && (r->topic_len != topic.len
+                           || memcmp(d + r->topic, topic.buf, (size_t)topic.len)))
             same_topic = 0;
     }
     for (int k = 0; k < 3; k++) {
         if (first_bad[k] >= 0) {
-            result = PyLong_FromLongLong((long long)get_u64(d + start[first_bad[k]] + 28));
+            result = PyLong_FromLongLong((long long)get_u64(d + start_at(start, first_bad[k]) + 28));
             goto done;
         }
     }
     if (body_total >= ((int64_t)1 << 31) || props_total >= ((int64_t)1 << 31)
-        || topic_total >= ((int64_t)1 << 31)) {
+        || (!same_topic && topic_total >= ((int64_t)1 << 31))) {
         PyErr_SetString(PyExc_OverflowError, "a batch of more than 2 GiB of values");
         goto done;
     }
@@ -328,9 +355,8 @@ cut_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (topic_off != NULL)
         topic_off[0] = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        const unsigned char *h = d + start[i];
-        Parts r;
-        locate(d, len, start[i], &r);
+        const unsigned char *h = d + start_at(start, i);
+        const Parts r = parts[i];
         queue_id[i] = (int32_t)get_u32(h + 12);
         queue_offset[i] = (int64_t)get_u64(h + 20);
         phy[i] = (int64_t)get_u64(h + 28);
@@ -345,13 +371,13 @@ cut_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         born_code[i] = host_code(&born, born_all[i]);
         store_code[i] = host_code(&store, store_all[i]);
         memcpy(body + body_at, d + r.body, (size_t)r.body_len);
-        if (is_utf8(d + r.body, r.body_len)) {
+        if (is_utf8((const unsigned char *)body + body_at, r.body_len)) { /* (the copy handed on) */
             text[i >> 3] |= (unsigned char)(1u << (i & 7));
             valid++;
         }
         body_off[i + 1] = body_at += (int32_t)r.body_len;
         memcpy(props + props_at, d + r.props, (size_t)r.props_len);
-        props_utf8 = props_utf8 && is_utf8(d + r.props, r.props_len);
+        props_utf8 = props_utf8 && is_utf8((const unsigned char *)props + props_at, r.props_len);
         props_off[i + 1] = props_at += (int32_t)r.props_len;
         if (topics != NULL) {
             memcpy(topics + topic_at, d + r.topic, (size_t)r.topic_len);
@@ -359,10 +385,13 @@ cut_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
     }
     out[BORN_SEEN] = PyBytes_FromStringAndSize((const char *)born.value, 8 * (Py_ssize_t)born.count);
+    if (out[BORN_SEEN] == NULL)
+        goto done;
     out[STORE_SEEN] = PyBytes_FromStringAndSize((const char *)store.value, 8 * (Py_ssize_t)store.count);
-    if (out[BORN_SEEN] != NULL && out[STORE_SEEN] != NULL)
+    if (out[STORE_SEEN] != NULL)
         result = columns(out, valid, props_utf8, &born, &store);
 done:
+    PyMem_Free(parts);
     for (int k = 0; k < OUTPUTS; k++)
         Py_XDECREF(out[k]);
     PyBuffer_Release(&topic);
