@@ -224,6 +224,15 @@ gather_joined(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                         g.count - count_before, joined);
 }
 
+/* The i-th int64 of a vector, which need not be aligned (a numpy view at an odd offset). */
+static inline int64_t
+int64_at(const char *vector, Py_ssize_t i)
+{
+    int64_t value;
+    memcpy(&value, vector + i * (Py_ssize_t)sizeof(int64_t), sizeof value);
+    return value;
+}
+
 /* An int64 vector argument (a numpy array, an array('q')): 0, or -1 with an exception set. */
 static int
 int64_vector(PyObject *arg, Py_buffer *view)
@@ -270,20 +279,21 @@ join_ranges(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     PyObject *offsets = NULL, *values = NULL, *result = NULL;
     Py_ssize_t n = starts.len / 8;
-    const int64_t *start = (const int64_t *)starts.buf, *length = (const int64_t *)lengths.buf;
+    const char *start = (const char *)starts.buf, *length = (const char *)lengths.buf;
     int64_t total = 0;
     if (lengths.len / 8 != n) {
         PyErr_SetString(PyExc_ValueError, "join_ranges(): as many lengths as starts");
         goto done;
     }
     for (Py_ssize_t i = 0; i < n; i++) { /* every range checked before a byte is copied */
-        if (start[i] < 0 || length[i] < 0 || start[i] > data.len || length[i] > data.len - start[i]) {
+        int64_t s = int64_at(start, i), l = int64_at(length, i);
+        if (s < 0 || l < 0 || s > data.len || l > data.len - s) {
             PyErr_Format(PyExc_ValueError, "join_ranges(): range %zd lies outside the data", i);
             goto done;
         }
     }
     for (Py_ssize_t i = 0; i < n; i++) { /* (each within the data: no sum overflows first) */
-        total += length[i];
+        total += int64_at(length, i);
         if (total >= ((int64_t)1 << 31)) {
             PyErr_SetString(PyExc_OverflowError, "a batch of more than 2 GiB of values");
             goto done;
@@ -299,8 +309,9 @@ join_ranges(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     int32_t at = 0;
     o[0] = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        memcpy(v + at, d + start[i], (size_t)length[i]);
-        at += (int32_t)length[i];
+        int64_t l = int64_at(length, i);
+        memcpy(v + at, d + int64_at(start, i), (size_t)l);
+        at += (int32_t)l;
         o[i + 1] = at;
     }
     result = PyTuple_Pack(2, offsets, values);

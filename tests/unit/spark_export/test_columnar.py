@@ -273,6 +273,24 @@ def test_the_compiled_property_split_reads_offsets_at_any_alignment():
     assert np.frombuffer(got[5], np.int32).tolist() == [0, -1, -1, 1]
 
 
+def _misaligned(values) -> np.ndarray:
+    """int64s at an odd address: a numpy view of bytes at offset 1 (ascontiguousarray keeps it)."""
+    view = np.frombuffer(b"\0" + np.asarray(values, np.int64).tobytes(), np.int64, offset=1)
+    assert not view.flags.aligned
+    return view
+
+
+@pytest.mark.twins
+@pytest.mark.skipif(columnar._cut_records is None, reason="the compiled core is not built")
+def test_the_compiled_join_and_cut_read_starts_at_any_alignment():
+    data, starts = _buffer([(b"one", {}, "TagA", "k1", "T"), (b"two", {}, None, None, "T")])
+    assert columnar._join_ranges(data, _misaligned(starts), _misaligned([3, 3])) == \
+        columnar._join_ranges(data, np.asarray(starts, np.int64), np.array([3, 3], np.int64))
+    shifted = columnar._cut_records(data, _misaligned(starts), b"T")
+    aligned = columnar._cut_records(data, np.asarray(starts, np.int64), b"T")
+    assert shifted == aligned
+
+
 def test_an_empty_column_of_properties_is_an_empty_map():
     empty = pa.Array.from_buffers(pa.string(), 0, [None, pa.py_buffer(b""), pa.py_buffer(b"")])
     mapped, picked = _properties(empty, ("KEYS",))
