@@ -31,7 +31,7 @@ setup(
                            "common/_file_write.h",
                            "common/_populator.h", "common/_range_sync.h",
                            "common/_dispatch_run.h", "common/_pull_gather.h",
-                           "common/_property_split.h", "common/_record_cut.h",
+                           "common/_property_split.h", "common/_record_cut.h", "common/_vectors.h",
                            "common/_crc32.h",
                            "common/_record_scan.h", "common/_batch_body.h"],
                   extra_compile_args=_FLAGS, optional=True),

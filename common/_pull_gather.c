@@ -14,6 +14,7 @@
 #include "_bytes.h"
 #include "_pull_gather.h"
 #include "_text.h"
+#include "_vectors.h"
 
 #define UNIT_SIZE 20
 #define FILLER_SIZE 0x7FFFFFFF
@@ -224,32 +225,6 @@ gather_joined(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                         g.count - count_before, joined);
 }
 
-/* The i-th int64 of a vector, which need not be aligned (a numpy view at an odd offset). */
-static inline int64_t
-int64_at(const char *vector, Py_ssize_t i)
-{
-    int64_t value;
-    memcpy(&value, vector + i * (Py_ssize_t)sizeof(int64_t), sizeof value);
-    return value;
-}
-
-/* An int64 vector argument (a numpy array, an array('q')): 0, or -1 with an exception set. */
-static int
-int64_vector(PyObject *arg, Py_buffer *view)
-{
-    if (PyObject_GetBuffer(arg, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
-        return -1;
-    const char *f = view->format == NULL ? "B" : view->format;
-    if (*f == '<' || *f == '=' || *f == '@')
-        f++;
-    if (view->itemsize != 8 || (strcmp(f, "q") != 0 && strcmp(f, "l") != 0)) {
-        PyBuffer_Release(view);
-        PyErr_SetString(PyExc_TypeError, "join_ranges() needs int64 starts and lengths");
-        return -1;
-    }
-    return 0;
-}
-
 PyDoc_STRVAR(join_doc,
 "join_ranges(data, starts, lengths) -> (offsets, values)\n\n"
 "The slices data[start:start + length] (starts and lengths int64 vectors) joined into one\n"
@@ -268,11 +243,11 @@ join_ranges(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_buffer data, starts, lengths;
     if (PyObject_GetBuffer(args[0], &data, PyBUF_SIMPLE) < 0)
         return NULL;
-    if (int64_vector(args[1], &starts) < 0) {
+    if (int64_vector(args[1], &starts, "join_ranges() needs int64 starts and lengths") < 0) {
         PyBuffer_Release(&data);
         return NULL;
     }
-    if (int64_vector(args[2], &lengths) < 0) {
+    if (int64_vector(args[2], &lengths, "join_ranges() needs int64 starts and lengths") < 0) {
         PyBuffer_Release(&starts);
         PyBuffer_Release(&data);
         return NULL;

@@ -23,6 +23,7 @@
 
 #include "_bytes.h"
 #include "_record_cut.h"
+#include "_vectors.h"
 
 #define HEAD 88           /* everything up to the body */
 #define MAGIC_V1 0xDAA320A7u
@@ -165,15 +166,6 @@ locate(const unsigned char *d, Py_ssize_t len, int64_t s, Parts *r)
     return 0;
 }
 
-/* The i-th of the int64 starts, which need not be aligned (a view into other bytes). */
-static inline int64_t
-start_at(const char *starts, Py_ssize_t i)
-{
-    int64_t value;
-    memcpy(&value, starts + i * (Py_ssize_t)sizeof(int64_t), sizeof value);
-    return value;
-}
-
 /* A bytes object of `size` to fill, kept in `keep` (released on any failure). */
 static char *
 new_bytes(PyObject **keep, Py_ssize_t size)
@@ -242,7 +234,7 @@ cut_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_buffer data, starts, topic;
     if (PyObject_GetBuffer(args[0], &data, PyBUF_SIMPLE) < 0)
         return NULL;
-    if (PyObject_GetBuffer(args[1], &starts, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+    if (int64_vector(args[1], &starts, "cut_records() needs int64 starts") < 0) {
         PyBuffer_Release(&data);
         return NULL;
     }
@@ -256,14 +248,7 @@ cut_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Parts *parts = NULL;
     const unsigned char *d = (const unsigned char *)data.buf;
     const Py_ssize_t len = data.len;
-    const char *format = starts.format == NULL ? "B" : starts.format;
-    if (*format == '<' || *format == '=' || *format == '@')
-        format++;
-    if (starts.itemsize != 8 || (strcmp(format, "q") != 0 && strcmp(format, "l") != 0)) {
-        PyErr_SetString(PyExc_TypeError, "cut_records() needs int64 starts");
-        goto done;
-    }
-    const char *start = (const char *)starts.buf; /* (any alignment: start_at) */
+    const char *start = (const char *)starts.buf; /* (any alignment: int64_at) */
     const Py_ssize_t n = starts.len / 8;
     if (n > PY_SSIZE_T_MAX / 32 - 1) { /* (the widest column, 32 bytes a row, must be sizable) */
         PyErr_SetString(PyExc_OverflowError, "cut_records(): too many records");
@@ -283,7 +268,7 @@ cut_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     int64_t body_total = 0, props_total = 0, topic_total = 0;
     int same_topic = topic.len > 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t s = start_at(start, i);
+        int64_t s = int64_at(start, i);
         if (s < 0 || s > (int64_t)len - HEAD) {
             PyErr_Format(PyExc_ValueError, "cut_records(): record %zd lies outside the data", i);
             goto done;
@@ -308,7 +293,7 @@ cut_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     for (int k = 0; k < 3; k++) {
         if (first_bad[k] >= 0) {
-            result = PyLong_FromLongLong((long long)get_u64(d + start_at(start, first_bad[k]) + 28));
+            result = PyLong_FromLongLong((long long)get_u64(d + int64_at(start, first_bad[k]) + 28));
             goto done;
         }
     }
@@ -355,7 +340,7 @@ cut_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (topic_off != NULL)
         topic_off[0] = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        const unsigned char *h = d + start_at(start, i);
+        const unsigned char *h = d + int64_at(start, i);
         const Parts r = parts[i];
         queue_id[i] = (int32_t)get_u32(h + 12);
         queue_offset[i] = (int64_t)get_u64(h + 20);
