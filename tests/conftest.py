@@ -172,14 +172,16 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def end_processes_under(folder: str, grace: float = 5.0) -> list[int]:
-    """Terminate (then kill, after ``grace`` seconds) every process but this one whose command
-    line names ``folder``; their pids."""
+    """Terminate (then kill, after ``grace`` seconds) every process but this one and its
+    ancestors whose command line names ``folder``; their pids."""
     import psutil
 
     found = []
+    # Not this run nor what runs it: a wrapper given --basetemp names the folder too.
+    spared = {os.getpid(), *(parent.pid for parent in psutil.Process().parents())}
     for process in psutil.process_iter(["cmdline"]):
         try:
-            if process.pid != os.getpid() and folder in " ".join(process.info["cmdline"] or []):
+            if process.pid not in spared and folder in " ".join(process.info["cmdline"] or []):
                 process.terminate()
                 found.append(process)
         except psutil.Error:

@@ -285,6 +285,14 @@ class BrokerController:
             }
         return {}
 
+    def _persist_configs_last(self) -> None:
+        """The writes asked for aside finished (every change to topics and groups asked for
+        one), and the groups written once more, as before (in a worker thread: the disk may
+        be slow)."""
+        self.topics.close()
+        self.subscription_groups.close()
+        self.subscription_groups.persist()
+
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
@@ -309,6 +317,6 @@ class BrokerController:
             await self.server.stop()
         self.offsets.persist(force=True)
         await self.pop_order.persist_last()
-        self.subscription_groups.persist()
+        await asyncio.to_thread(self._persist_configs_last)
         if self.store is not None:
             await asyncio.to_thread(self.store.shutdown)

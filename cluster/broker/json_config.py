@@ -2,15 +2,23 @@
 
 Loading falls back to ``.bak`` when the file is missing, empty or does not parse; writing goes
 through a temporary file, fsync and rename, so a crash never leaves half a file.
+
+What a request creates on its way (a heartbeat's group and retry topic, a send's topic) is
+written aside (:class:`AsideWriter`), never on the event loop: on a disk busy with other
+writers one fsync took seconds, every client of the broker waited behind it, and the official
+C++ client, whose heartbeat waits 3 s, closed its connection and lost its rebalance's offset
+queries (it then starts the queue at its end, skipping what was there).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 
 from cluster.remoting import fastjson
 from common.platform.files import write_config_file
@@ -58,16 +66,15 @@ def table_text(wrapper: dict, table_key: str) -> str:
 
 
 class PersistBatch:
-    """Persists asked for inside ``with batch:`` on one thread, made once when the outermost
-    block ends.
+    """Persists asked for inside ``with batch:`` on one thread, asked for once when the
+    outermost block ends.
 
     A request may change a file many times: a HEART_BEAT naming 1,024 new groups creates a
     group and a retry topic for each, and one write (fsync and rename) a change rewrote the
     whole, growing subscriptionGroup.json and topics.json 1,024 times each on the event loop
-    (9 s, then 26 s for the next such heartbeat). Inside a batch the request's changes are all
-    on disk before it is answered, as before; only the writes in between, which nothing could
-    observe, are skipped. The depth is the thread's own: a change made on another thread
-    meanwhile is written as it is made, not when this thread's request ends.
+    (9 s, then 26 s for the next such heartbeat). Inside a batch only the writes in between,
+    which nothing could observe, are skipped. The depth is the thread's own: a change made on
+    another thread meanwhile is persisted as it is made, not when this thread's request ends.
     """
 
     def __init__(self, persist: Callable[[], object]) -> None:
@@ -104,6 +111,15 @@ class JsonConfigFile:
         self._lock = threading.Lock()
         self.failing_since: float | None = None
         self._last_said = 0.0
+        self._sequence = itertools.count(1)  # (its next() is one atomic call)
+        self._on_disk = 0  # the sequence number of the snapshot the file holds
+
+    def next_sequence(self) -> int:
+        """A number for a snapshot of the content, to be taken under the owner's lock with
+        the snapshot: the numbers then follow the order of the states they were taken from,
+        and :meth:`persist` never lets an older snapshot replace a newer one (two threads may
+        write one file: the aside writer and a caller that must see its change on disk)."""
+        return next(self._sequence)
 
     def load(self) -> dict | None:
         """The parsed content, or None when neither the file nor its .bak holds any."""
@@ -124,19 +140,24 @@ class JsonConfigFile:
                 return data
         return None
 
-    def persist(self, text: str) -> bool:
+    def persist(self, text: str, sequence: int | None = None) -> bool:
         """Replace the file's content atomically, keeping the previous content as .bak.
 
         A write that fails (ENOSPC, EROFS…) keeps the old file and is reported, not raised, as
         RocketMQ's ConfigManager does: the broker goes on with what it holds in memory and the
-        next save tries again. Returns whether the file now holds ``text``.
+        next save tries again. Returns whether the file now holds ``text`` (or, for a snapshot
+        numbered by :meth:`next_sequence`, a later one, when that is written already).
         """
         with self._lock:
+            if sequence is not None and sequence <= self._on_disk:
+                return True
             try:
                 write_config_file(self.path, text)
             except OSError as exc:
                 self._report(exc)
                 return False
+            if sequence is not None:
+                self._on_disk = sequence
             if self.failing_since is not None:
                 log.warning("%s is written again", self.path)
                 self.failing_since = None
@@ -151,3 +172,80 @@ class JsonConfigFile:
         self._last_said = now
         log.warning("cannot write %s (%s); keeping the change in memory and trying again on "
                     "the next save", self.path, exc.strerror or exc)
+
+
+class AsideWriter:
+    """Writes one config file on a thread of its own when asked: ``ask()`` returns at once,
+    and the write that follows holds the content as it is then or later.
+
+    Asks that come while a write is under way share the next one, so a burst of changes costs
+    one or two writes. The thread starts at the first ask; ``close`` lets it finish what was
+    asked, and asks after it are written in the asking thread.
+    """
+
+    def __init__(self, write: Callable[[], bool], name: str) -> None:
+        self._write = write  # takes a snapshot and writes it; whether it reached the disk
+        self._name = name
+        self._cond = threading.Condition()
+        self._waiting: list[Future[bool]] = []
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._busy = False  # a write under way
+
+    def ask(self) -> Future[bool]:
+        """A write to come; its future tells whether the file then held the content."""
+        future: Future[bool] = Future()
+        with self._cond:
+            closed = self._closed
+            if not closed:
+                self._waiting.append(future)
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, name=self._name,
+                                                    daemon=True)
+                    self._thread.start()
+                else:
+                    self._cond.notify()
+        if closed:
+            future.set_running_or_notify_cancel()
+            future.set_result(self._written())
+        return future
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until what was asked so far is written; whether it was, within ``timeout``."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._waiting and not self._busy, timeout)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Write what was asked, then end the thread (waiting at most ``timeout``)."""
+        with self._cond:
+            self._closed = True
+            thread = self._thread
+            self._cond.notify()
+        if thread is not None:
+            thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._waiting and not self._closed:
+                    self._cond.wait()
+                if not self._waiting:
+                    return
+                waiting, self._waiting = self._waiting, []
+                self._busy = True
+            # (an asker that gave up has cancelled its future: no answer for it; the others can
+            # no longer be cancelled)
+            waiting = [future for future in waiting if future.set_running_or_notify_cancel()]
+            ok = self._written()
+            for future in waiting:
+                future.set_result(ok)
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()
+
+    def _written(self) -> bool:
+        try:
+            return self._write()
+        except Exception:  # (a bug; an OSError is reported by the file and returns False)
+            log.exception("writing %s failed", self._name)
+            return False

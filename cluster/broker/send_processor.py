@@ -116,20 +116,23 @@ class SendMessageProcessor:
                                result: HandlerResult) -> Response:
         """``result``, the answer to a send that created its topic, once the topic was
         registered (each name server answered or timed out): a client that asks for the
-        topic's route when its send returned finds it."""
+        topic's route when its send returned finds it. The topic is then in topics.json too
+        (written aside: the event loop serves the others meanwhile)."""
+        waits = [asyncio.shield(asyncio.wrap_future(self.broker.topics.persist_aside()))]
         registration = self.broker.registration
         if registration is not None:
-            try:
-                # At most NEW_TOPIC_WAIT: the message is stored, and a name server that hangs
-                # must not hold the answer past the client's timeout (3 s), whose retry would
-                # store it again. The registration goes on meanwhile.
-                await asyncio.wait_for(asyncio.shield(registration.register_topics([topic])),
-                                       NEW_TOPIC_WAIT)
-            except TimeoutError:
-                log.warning("answering a send to the new topic %s before every name server "
-                            "took its registration (%.1f s)", topic, NEW_TOPIC_WAIT)
-            except Exception:  # stored: the answer is given, the whole registration follows
-                log.exception("registering the new topic %s failed", topic)
+            waits.append(asyncio.shield(registration.register_topics([topic])))
+        try:
+            # At most NEW_TOPIC_WAIT: the message is stored, and a name server that hangs (or
+            # a disk) must not hold the answer past the client's timeout (3 s), whose retry
+            # would store it again. The registration and the write go on meanwhile.
+            await asyncio.wait_for(asyncio.gather(*waits), NEW_TOPIC_WAIT)
+        except TimeoutError:
+            log.warning("answering a send to the new topic %s before every name server took "
+                        "its registration and topics.json was written (%.1f s)",
+                        topic, NEW_TOPIC_WAIT)
+        except Exception:  # stored: the answer is given, the whole registration follows
+            log.exception("registering the new topic %s failed", topic)
         return await settled(result, command)
 
     def refused(self, command: RemotingCommand, exc: PutMessageError) -> Response:

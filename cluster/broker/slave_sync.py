@@ -110,7 +110,7 @@ class SlaveSynchronize:
         table = data.get("offsetTable") or {}
         await self._hand_back_local_commits(master, table)
         self.broker.offsets.merge_from_master(table)
-        self.broker.offsets.persist()
+        await asyncio.to_thread(self.broker.offsets.persist)  # (its fsync: off the event loop)
 
     async def _hand_back_local_commits(self, master: str, table: dict) -> None:
         """Offsets committed here while the master was down go back to it when they are ahead

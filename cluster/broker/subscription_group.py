@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 
-from cluster.broker.json_config import JsonConfigFile, PersistBatch, table_text
+from cluster.broker.json_config import AsideWriter, JsonConfigFile, PersistBatch, table_text
 from cluster.broker.topic_config import DataVersion
 from cluster.remoting.body import JsonBody
 from cluster.remoting.header import HeaderError
@@ -87,7 +88,8 @@ class SubscriptionGroupManager:
         self.table: dict[str, SubscriptionGroupConfig] = {}
         self.data_version = DataVersion()
         self._lock = threading.Lock()
-        self._batch = PersistBatch(self.persist)
+        self._aside = AsideWriter(self._write_snapshot, "subscriptionGroup.json writer")
+        self._batch = PersistBatch(self._aside.ask)
         # Whether the store's file system takes "a" and "A" for one name (the broker asks it),
         # and the broker's check of a new topic's folder (TopicConfigManager.folder_problem).
         self.names_ignore_case = False
@@ -110,15 +112,36 @@ class SubscriptionGroupManager:
 
     def wrapper_json(self) -> dict:
         with self._lock:
-            return {"dataVersion": self.data_version.to_json(),
-                    "subscriptionGroupTable": {n: c.to_json() for n, c in sorted(self.table.items())}}
+            return self._wrapper()
+
+    def _wrapper(self) -> dict:
+        return {"dataVersion": self.data_version.to_json(),
+                "subscriptionGroupTable": {n: c.to_json() for n, c in sorted(self.table.items())}}
 
     def persist(self) -> None:
-        self.file.persist(table_text(self.wrapper_json(), "subscriptionGroupTable"))
+        """Write the groups now, in the calling thread."""
+        self._write_snapshot()
+
+    def persist_aside(self) -> Future[bool]:
+        """Write the groups on the writer's thread; the future tells when it is done."""
+        return self._aside.ask()
+
+    def wait_written(self, timeout: float | None = None) -> bool:
+        """Wait until the writes asked for aside so far are done; whether they were."""
+        return self._aside.wait_idle(timeout)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Finish the writes asked for aside (at shutdown, before the last ``persist``)."""
+        self._aside.close(timeout)
+
+    def _write_snapshot(self) -> bool:
+        with self._lock:  # (the snapshot and its number together: see next_sequence)
+            wrapper, sequence = self._wrapper(), self.file.next_sequence()
+        return self.file.persist(table_text(wrapper, "subscriptionGroupTable"), sequence)
 
     def persist_once(self) -> PersistBatch:
         """``with groups.persist_once():`` groups auto-created inside are written in one write
-        when it ends (a heartbeat naming many groups; see :class:`PersistBatch`)."""
+        asked for when it ends (a heartbeat naming many groups; see :class:`PersistBatch`)."""
         return self._batch
 
     def replace_from_master(self, wrapper: dict) -> bool:
@@ -137,7 +160,7 @@ class SubscriptionGroupManager:
         with self._lock:
             self.table = table
             self.data_version = DataVersion(*incoming)
-        self.persist()
+        self.persist_aside()  # (every 10 s on the slave's event loop: never wait for the disk)
         return True
 
     def folder_problem(self, group: str) -> str | None:
@@ -172,7 +195,8 @@ class SubscriptionGroupManager:
             with self._lock:
                 config = self.table.setdefault(group, SubscriptionGroupConfig(group))
                 self.data_version.next_version()
-            # (RocketMQ writes at once too; inside a request's batch, at the request's end)
+            # (written aside: a heartbeat is answered without waiting for the disk; inside a
+            # request's batch, asked for at the request's end)
             self._batch.persist()
         return config
 

@@ -6,9 +6,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 
-from cluster.broker.json_config import JsonConfigFile, PersistBatch, table_text
+from cluster.broker.json_config import AsideWriter, JsonConfigFile, PersistBatch, table_text
 from cluster.topic_validator import (
     AUTO_CREATE_TOPIC_KEY,
     BENCHMARK_TOPIC,
@@ -96,7 +97,8 @@ class TopicConfigManager:
         # Called after each change with whether an admin made it (``at_once``), not a send
         # creating a topic on its way.
         self.on_change: list[Callable[[bool], None]] = []
-        self._batch = PersistBatch(self.persist)
+        self._aside = AsideWriter(self._write_snapshot, "topics.json writer")
+        self._batch = PersistBatch(self._aside.ask)
         self._add_system_topics()
 
     def _add_system_topics(self) -> None:
@@ -147,17 +149,35 @@ class TopicConfigManager:
             return {"dataVersion": self.data_version.to_json(), "topicConfigTable": table}
 
     def persist(self) -> None:
-        self.file.persist(table_text(self.wrapper_json(), "topicConfigTable"))
+        """Write the topics now, in the calling thread."""
+        self._write_snapshot()
+
+    def persist_aside(self) -> Future[bool]:
+        """Write the topics on the writer's thread; the future tells when it is done."""
+        return self._aside.ask()
+
+    def wait_written(self, timeout: float | None = None) -> bool:
+        """Wait until the writes asked for aside so far are done; whether they were."""
+        return self._aside.wait_idle(timeout)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Finish the writes asked for aside (at shutdown, before the last ``persist``)."""
+        self._aside.close(timeout)
+
+    def _write_snapshot(self) -> bool:
+        with self._lock:  # (the snapshot and its number together: see next_sequence)
+            wrapper, sequence = self.wrapper_json(), self.file.next_sequence()
+        return self.file.persist(table_text(wrapper, "topicConfigTable"), sequence)
 
     def persist_once(self) -> PersistBatch:
         """``with topics.persist_once():`` topics created inside are written in one write
-        when it ends (a heartbeat's retry topics; see :class:`PersistBatch`)."""
+        asked for when it ends (a heartbeat's retry topics; see :class:`PersistBatch`)."""
         return self._batch
 
     def _changed(self, *, at_once: bool = False) -> None:
         """A topic was created, updated or deleted: a new data version, persisted. An admin's
         change (``at_once``) is on disk before it is answered, even inside a batch; a topic
-        created on the way (auto-creation) may wait for the end of its request's batch."""
+        created on the way (auto-creation) is written aside, when its request's batch ends."""
         self.data_version.next_version()
         if at_once:
             self.persist()
@@ -183,7 +203,7 @@ class TopicConfigManager:
         with self._lock:
             self.table = table
             self.data_version = incoming
-        self.persist()
+        self.persist_aside()  # (every 10 s on the slave's event loop: never wait for the disk)
         return True
 
     # -- queries and updates ------------------------------------------------------------------

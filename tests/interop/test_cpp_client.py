@@ -34,6 +34,17 @@ def client(core_path: str, tmp_path, *args: str, timeout: float = 60) -> list[di
     return events
 
 
+def client_troubles(tmp_path, lines: int = 40) -> str:
+    """The last warnings and errors the C++ cores logged under ``tmp_path`` (their HOME), for
+    a failing assertion to show what the client saw: a timeout, a closed connection, an offset
+    query that failed (the core then starts the queue at its end)."""
+    found = []
+    for log_file in sorted((tmp_path / "logs").rglob("*.log*")):
+        text = log_file.read_text(encoding="utf-8", errors="replace")
+        found += [line[:300] for line in text.splitlines() if "(error)" in line or "(warning)" in line]
+    return "\n".join(found[-lines:])
+
+
 @pytest.fixture
 def cluster(tmp_path):
     env = {"HOME": str(tmp_path)}
@@ -72,7 +83,7 @@ def test_cpp_producer_and_push_consumer_round_trip_with_keys_and_tags(cluster, c
     got = client(cpp_clients["cpp"], tmp_path, "consume", namesrv, "CppTopic", "CID-cpp", "5",
                  "--tags", "tagA", "--timeout", "30")
     received = sorted((e["body"], e["keys"], e["tags"]) for e in got if e["event"] == "received")
-    assert received == [(f"cpp-{i}", f"key-{i}", "tagA") for i in range(5)]
+    assert received == [(f"cpp-{i}", f"key-{i}", "tagA") for i in range(5)], client_troubles(tmp_path)
 
 
 def test_cpp_oneway_sends_arrive(cluster, cpp_clients, tmp_path):
@@ -80,7 +91,8 @@ def test_cpp_oneway_sends_arrive(cluster, cpp_clients, tmp_path):
     client(cpp_clients["cpp"], tmp_path, "produce", namesrv, "OnewayTopic", "3", "--oneway")
     got = client(cpp_clients["cpp"], tmp_path, "consume", namesrv, "OnewayTopic", "CID-oneway", "3",
                  "--timeout", "30")
-    assert sorted(e["body"] for e in got if e["event"] == "received") == ["cpp-0", "cpp-1", "cpp-2"]
+    assert sorted(e["body"] for e in got if e["event"] == "received") == [
+        "cpp-0", "cpp-1", "cpp-2"], client_troubles(tmp_path)
 
 
 def test_older_core_uses_send_message_v1_and_consumes(cluster, cpp_clients, tmp_path):
@@ -89,7 +101,8 @@ def test_older_core_uses_send_message_v1_and_consumes(cluster, cpp_clients, tmp_
     assert [e["status"] for e in sent if e["event"] == "sent"] == ["0"] * 3
     got = client(cpp_clients["old"], tmp_path, "consume", namesrv, "OldCore", "CID-old", "3",
                  "--tags", "tagB", "--timeout", "30")
-    assert sorted(e["body"] for e in got if e["event"] == "received") == ["cpp-0", "cpp-1", "cpp-2"]
+    assert sorted(e["body"] for e in got if e["event"] == "received") == [
+        "cpp-0", "cpp-1", "cpp-2"], client_troubles(tmp_path)
 
 
 def test_cpp_consumer_reads_from_the_slave_while_the_master_is_down(cpp_clients, tmp_path):
@@ -113,7 +126,7 @@ def test_cpp_consumer_reads_from_the_slave_while_the_master_is_down(cpp_clients,
                 got = client(cpp_clients["cpp"], tmp_path, "consume", namesrv, "SlaveRead",
                              "CID-slave-read", "6", "--timeout", "45", timeout=90)
                 bodies = sorted(e["body"] for e in got if e["event"] == "received")
-                assert len(set(bodies)) == 6
+                assert len(set(bodies)) == 6, client_troubles(tmp_path)
         finally:
             master.__exit__(None, None, None)
 

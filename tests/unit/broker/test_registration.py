@@ -138,6 +138,7 @@ def test_the_topics_file_is_the_table_text(tmp_path):
     config = BrokerConfig()
     topics = TopicConfigManager(str(tmp_path / "topics.json"), config)
     topics.create_in_send_message_method("Saved", "TBW102", 4)
+    assert topics.wait_written(10)  # (written aside)
     written = (tmp_path / "topics.json").read_text(encoding="utf-8")
     assert written == table_text(topics.wrapper_json(), "topicConfigTable")
     again = TopicConfigManager(str(tmp_path / "topics.json"), config)
