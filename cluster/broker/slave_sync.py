@@ -142,17 +142,19 @@ class SlaveSynchronize:
         slave that delivered while the master was down must not forget how far it went. The
         same answer carries the master's timer progress (admin_processor.get_all_delay_offset)."""
         response = await self._ask(master, RequestCode.GET_ALL_DELAY_OFFSET)
-        self._sync_timer_progress(TimerProgress.from_ext_fields(response.ext_fields))
+        await self._sync_timer_progress(TimerProgress.from_ext_fields(response.ext_fields))
         if not response.body:
             return
         theirs = parse_delay_offsets(fastjson.loads(response.body.decode()))
         file = JsonConfigFile(delay_offset_path(self.broker))
-        offsets = read_delay_offsets(file)
+        ours = read_delay_offsets(file)
+        offsets = dict(ours)
         for level, offset in theirs.items():
             offsets[level] = max(offset, offsets.get(level, 0))
-        file.persist(delay_offsets_json(offsets))
+        if offsets != ours:  # (every 10 s: written only when it moved, and off the event loop)
+            await asyncio.to_thread(file.persist, delay_offsets_json(offsets))
 
-    def _sync_timer_progress(self, theirs: TimerProgress | None) -> None:
+    async def _sync_timer_progress(self, theirs: TimerProgress | None) -> None:
         """The master's timer progress, so that this slave, should it act for the master,
         starts about where the master stopped rather than at the oldest pending timer it ever
         knew (RocketMQ 5's syncTimerCheckPoint). Not while it acts, and not over progress of
@@ -164,7 +166,7 @@ class SlaveSynchronize:
         file = JsonConfigFile(timer_check_path(self.broker))
         ours = read_timer_progress(file)
         if ours is None or (theirs != ours and theirs.covers(ours)):
-            file.persist(theirs.to_json())
+            await asyncio.to_thread(file.persist, theirs.to_json())  # (off the event loop)
 
     async def _sync_groups(self, master: str) -> None:
         body = await self._fetch(master, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)

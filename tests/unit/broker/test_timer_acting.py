@@ -252,20 +252,20 @@ def test_a_slave_copies_its_masters_timer_progress_but_keeps_its_own_until_the_m
     path = tmp_path / "config" / "timercheck.json"
     sync = SlaveSynchronize(_sync_broker(tmp_path))
     master = TimerProgress(scan_offset=10, min_pending_offset=8, delivered_up_to=NOW)
-    sync._sync_timer_progress(master)
+    asyncio.run(sync._sync_timer_progress(master))
     assert TimerProgress.from_json(json.loads(path.read_text())) == master
     # It acted while the master was down, and stood down: the returning master has not
     # taken its progress yet, and still answers with what it had before it died.
     acted = TimerProgress(scan_offset=12, min_pending_offset=11, delivered_up_to=NOW + 9_000)
     path.write_text(acted.to_json())
-    sync._sync_timer_progress(master)
+    asyncio.run(sync._sync_timer_progress(master))
     assert TimerProgress.from_json(json.loads(path.read_text())) == acted
     caught_up = TimerProgress(scan_offset=12, min_pending_offset=12, delivered_up_to=NOW + 9_000)
-    sync._sync_timer_progress(caught_up)
+    asyncio.run(sync._sync_timer_progress(caught_up))
     assert TimerProgress.from_json(json.loads(path.read_text())) == caught_up
     # Not while it acts: its own service writes its progress.
     acting = SlaveSynchronize(_sync_broker(tmp_path, acting_timer=object()))
-    acting._sync_timer_progress(TimerProgress(20, 20, NOW + 20_000))
+    asyncio.run(acting._sync_timer_progress(TimerProgress(20, 20, NOW + 20_000)))
     assert TimerProgress.from_json(json.loads(path.read_text())) == caught_up
 
 
@@ -318,3 +318,34 @@ def test_an_acting_slave_runs_the_timer_shows_its_counts_and_saves_its_progress_
     assert saved.scan_offset == 2
     assert saved.delivered_up_to >= now - 1_000
     assert store.get_max_phy_offset() == written
+
+
+def test_a_slave_keeps_the_furthest_delay_offsets_and_writes_only_when_they_moved(
+        tmp_path, monkeypatch):
+    path = tmp_path / "config" / "delayOffset.json"
+    path.parent.mkdir()
+    path.write_text('{"offsetTable":{1:10,2:5}}')  # (what it delivered itself while acting)
+    sync = SlaveSynchronize(_sync_broker(tmp_path))
+    answers = iter([{"offsetTable": {1: 7, 3: 4}}, {"offsetTable": {1: 7, 3: 4}},
+                    {"offsetTable": {2: 6}}])
+
+    async def master_answers(master, code):
+        assert code == RequestCode.GET_ALL_DELAY_OFFSET
+        return SimpleNamespace(body=json.dumps(next(answers)).encode(), ext_fields={})
+
+    monkeypatch.setattr(sync, "_ask", master_answers)
+    writes = []
+    real = schedule.JsonConfigFile.persist
+    monkeypatch.setattr(schedule.JsonConfigFile, "persist",
+                        lambda self, text, sequence=None: writes.append(text) or real(self, text))
+
+    def on_disk():
+        return schedule.read_delay_offsets(schedule.JsonConfigFile(str(path)))
+
+    asyncio.run(sync._sync_delay_offsets("master"))
+    assert on_disk() == {1: 10, 2: 5, 3: 4}
+    asyncio.run(sync._sync_delay_offsets("master"))  # nothing moved: no write (every 10 s)
+    assert len(writes) == 1
+    asyncio.run(sync._sync_delay_offsets("master"))
+    assert on_disk() == {1: 10, 2: 6, 3: 4}
+    assert len(writes) == 2
