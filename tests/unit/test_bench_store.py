@@ -12,6 +12,7 @@ from rocketdesk.bench.store import add_arguments
 def test_the_store_benchmark_prints_each_part(tmp_path, capsys, monkeypatch):
     # the benchmark tunes the interpreter for itself (GC, switch interval): not this process
     monkeypatch.setattr(bench_store, "tune_process", lambda: None)
+    monkeypatch.setattr(bench_store, "PROPERTIES_CHUNK", 1000)  # (chunks and a part of one)
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     args = parser.parse_args([
