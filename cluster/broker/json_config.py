@@ -191,24 +191,43 @@ class AsideWriter:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._busy = False  # a write under way
+        self._last: Future[bool] = Future()  # (none asked yet: done, nothing to wait for)
+        self._last.set_running_or_notify_cancel()
+        self._last.set_result(True)
 
     def ask(self) -> Future[bool]:
-        """A write to come; its future tells whether the file then held the content."""
+        """A write to come; its future tells whether the file then held the content. After
+        ``close`` (shutdown), the write is made before this returns, in the asking thread."""
         future: Future[bool] = Future()
         with self._cond:
-            closed = self._closed
-            if not closed:
+            self._last = future
+            inline = self._closed
+            if not inline:
                 self._waiting.append(future)
                 if self._thread is None:
-                    self._thread = threading.Thread(target=self._run, name=self._name,
-                                                    daemon=True)
-                    self._thread.start()
-                else:
-                    self._cond.notify()
-        if closed:
+                    inline = not self._start()
+                self._cond.notify_all()
+        if inline:
             future.set_running_or_notify_cancel()
             future.set_result(self._written())
         return future
+
+    def last_asked(self) -> Future[bool]:
+        """The future of the latest ask: its write holds every change asked for before it."""
+        with self._cond:
+            return self._last
+
+    def _start(self) -> bool:
+        """Start the thread (the condition held); False, the asks taken back, if it cannot."""
+        thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:  # (can't start new thread: written by the asker instead)
+            log.warning("no thread to write %s aside; writing it at once", self._name)
+            self._waiting.clear()
+            return False
+        self._thread = thread
+        return True
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait until what was asked so far is written; whether it was, within ``timeout``."""
@@ -220,7 +239,7 @@ class AsideWriter:
         with self._cond:
             self._closed = True
             thread = self._thread
-            self._cond.notify()
+            self._cond.notify_all()
         if thread is not None:
             thread.join(timeout)
 

@@ -118,7 +118,7 @@ class SendMessageProcessor:
         registered (each name server answered or timed out): a client that asks for the
         topic's route when its send returned finds it. The topic is then in topics.json too
         (written aside: the event loop serves the others meanwhile)."""
-        waits = [asyncio.shield(asyncio.wrap_future(self.broker.topics.persist_aside()))]
+        waits = [asyncio.shield(asyncio.wrap_future(self.broker.topics.written_aside()))]
         registration = self.broker.registration
         if registration is not None:
             waits.append(asyncio.shield(registration.register_topics([topic])))

@@ -145,6 +145,12 @@ class SlaveSynchronize:
         await self._sync_timer_progress(TimerProgress.from_ext_fields(response.ext_fields))
         if not response.body:
             return
+        acting = self.broker.acting_master
+        if acting is not None and acting.acting:
+            # Its own schedule service writes the file while it acts, and at its stand-down
+            # the progress the returning master takes: a copy written from a thread could land
+            # after that last write with older offsets.
+            return
         theirs = parse_delay_offsets(fastjson.loads(response.body.decode()))
         file = JsonConfigFile(delay_offset_path(self.broker))
         ours = read_delay_offsets(file)

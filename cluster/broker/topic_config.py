@@ -156,6 +156,11 @@ class TopicConfigManager:
         """Write the topics on the writer's thread; the future tells when it is done."""
         return self._aside.ask()
 
+    def written_aside(self) -> Future[bool]:
+        """When the changes made so far are on disk: the write they asked for (a topic created
+        on the way asks for one itself; asking again could cost a second write)."""
+        return self._aside.last_asked()
+
     def wait_written(self, timeout: float | None = None) -> bool:
         """Wait until the writes asked for aside so far are done; whether they were."""
         return self._aside.wait_idle(timeout)

@@ -101,3 +101,34 @@ def test_the_caller_and_the_writer_race_and_the_last_state_is_on_disk(tmp_path):
     table = JsonConfigFile(groups.file.path).load()["subscriptionGroupTable"]
     assert {f"auto-{n}" for n in range(200)} | {f"admin-{n}" for n in range(0, 200, 20)} \
         <= set(table)
+
+
+def test_without_a_thread_the_asker_writes_and_a_later_ask_tries_again(monkeypatch):
+    writes = []
+    writer = AsideWriter(lambda: writes.append(1) or True, "test writer")
+    real_start = threading.Thread.start
+
+    def refuse(self):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    first = writer.ask()
+    assert first.done()
+    assert first.result()
+    assert writes == [1]
+    assert writer.wait_idle(1)  # nothing left waiting for a thread that never came
+    monkeypatch.setattr(threading.Thread, "start", real_start)
+    assert writer.ask().result(10)
+    assert writes == [1, 1]
+    writer.close(10)
+
+
+def test_the_last_ask_is_what_a_change_made_before_it_waits_for():
+    gate = _Gate()
+    writer = AsideWriter(gate.write, "test writer")
+    assert writer.last_asked().result(0)  # none asked: nothing to wait for
+    asked = writer.ask()
+    assert writer.last_asked() is asked
+    gate.go.set()
+    assert asked.result(10)
+    writer.close(10)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 
 import pytest
 
@@ -195,14 +196,28 @@ def test_a_send_creating_its_topic_waits_for_its_write_at_most_the_new_topic_wai
     on_a_broker(tmp_path, scenario)
 
 
-def test_a_send_creating_its_topic_is_answered_with_the_topic_on_disk(tmp_path):
+def test_a_send_creating_its_topic_is_answered_with_the_topic_on_disk_in_one_write(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(send_processor, "NEW_TOPIC_WAIT", 30.0)
+
     async def scenario(broker):
+        await _written_aside(broker)  # (the broker's own, at its start)
+        written = _count_writes(broker)
+        real = json_config.write_config_file
+
+        def slow_write(path, text):  # (the write under way when the send waits for it)
+            time.sleep(0.2)
+            real(path, text)
+
+        monkeypatch.setattr(json_config, "write_config_file", slow_write)
         sent = await ask(broker, request(RequestCode.SEND_MESSAGE, {
             "producerGroup": "P", "topic": "Fresh", "defaultTopic": "TBW102",
             "defaultTopicQueueNums": 4, "queueId": 0, "sysFlag": 0, "bornTimestamp": 0,
             "flag": 0, "properties": "", "reconsumeTimes": 0}, body=b"hello"))
         assert sent.code == ResponseCode.SUCCESS
         assert "Fresh" in _on_disk(broker.topics.file.path)["topicConfigTable"]
+        await _written_aside(broker)
+        assert len(written["topics"]) == 1  # the write the creation asked for, not a second
 
     on_a_broker(tmp_path, scenario)
 

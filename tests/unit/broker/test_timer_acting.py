@@ -244,7 +244,7 @@ def _sync_broker(tmp_path, acting_timer=None):
     return SimpleNamespace(
         store_config=SimpleNamespace(store_path_root_dir=str(tmp_path)),
         config=SimpleNamespace(server_busy_poll_micros=0),
-        acting_master=SimpleNamespace(timer=acting_timer))
+        acting_master=SimpleNamespace(timer=acting_timer, acting=acting_timer is not None))
 
 
 def test_a_slave_copies_its_masters_timer_progress_but_keeps_its_own_until_the_master_has_it(
@@ -346,6 +346,12 @@ def test_a_slave_keeps_the_furthest_delay_offsets_and_writes_only_when_they_move
     assert on_disk() == {1: 10, 2: 5, 3: 4}
     asyncio.run(sync._sync_delay_offsets("master"))  # nothing moved: no write (every 10 s)
     assert len(writes) == 1
+    asyncio.run(sync._sync_delay_offsets("master"))
+    assert on_disk() == {1: 10, 2: 6, 3: 4}
+    assert len(writes) == 2
+    # Not while it acts: its schedule service writes the file, the last time at its stand-down.
+    sync.broker.acting_master.acting = True
+    answers = iter([{"offsetTable": {1: 99}}])
     asyncio.run(sync._sync_delay_offsets("master"))
     assert on_disk() == {1: 10, 2: 6, 3: 4}
     assert len(writes) == 2
