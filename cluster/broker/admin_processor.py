@@ -7,6 +7,7 @@ which Java tools expect.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -50,6 +51,14 @@ def system_topic_conflict(topic: str) -> str:
 SLAVE_READ_ONLY = "Can't modify topic or subscription group from slave broker, please use the master"
 
 
+
+async def on_disk(manager) -> None:
+    """Until the change just made to ``manager``'s file is on disk: an admin's change is
+    answered once written, as RocketMQ answers it, but the event loop serves the others
+    meanwhile (the write is the manager's aside writer's). Shielded: the write's future is
+    shared by every change it covers, and a closed connection must not cancel it."""
+    await asyncio.shield(asyncio.wrap_future(manager.written_aside()))
+
 class AdminBrokerProcessor:
     def __init__(self, broker) -> None:
         self.broker = broker
@@ -75,7 +84,7 @@ class AdminBrokerProcessor:
             server.register(code, handler)
 
     @checked(CreateTopicRequestHeader)
-    def update_and_create_topic(self, connection, command, header):
+    async def update_and_create_topic(self, connection, command, header):
         topic = header.topic
         if not self.broker.is_master:
             return command.make_response(ResponseCode.SYSTEM_ERROR, SLAVE_READ_ONLY)
@@ -93,16 +102,18 @@ class AdminBrokerProcessor:
         config = TopicConfig(topic, header.read_queue_nums, header.write_queue_nums, header.perm,
                              header.topic_filter_type, header.topic_sys_flag, header.order)
         self.broker.topics.update(config)
+        await on_disk(self.broker.topics)
         return command.make_response(ResponseCode.SUCCESS)
 
     @checked(TopicRequestHeader)
-    def delete_topic(self, connection, command, header):
+    async def delete_topic(self, connection, command, header):
         topic = header.topic
         if self.broker.topics.is_system_topic(topic):
             return command.make_response(ResponseCode.SYSTEM_ERROR, system_topic_conflict(topic))
         self.broker.topics.delete(topic)
         self.broker.offsets.remove_topic(topic)
         self.broker.store.delete_topics({topic})
+        await on_disk(self.broker.topics)
         return command.make_response(ResponseCode.SUCCESS)
 
     @checked(EmptyHeader)
@@ -190,14 +201,16 @@ class AdminBrokerProcessor:
         if clash:
             return command.make_response(ResponseCode.SYSTEM_ERROR, clash)
         self.broker.subscription_groups.update(config)
+        await on_disk(self.broker.subscription_groups)
         return command.make_response(ResponseCode.SUCCESS)
 
     @checked(DeleteSubscriptionGroupRequestHeader)
-    def delete_subscription_group(self, connection, command, header):
+    async def delete_subscription_group(self, connection, command, header):
         group = header.group_name
         self.broker.subscription_groups.delete(group)
         if header.clean_offset:
             self.broker.offsets.remove_group(group)
+        await on_disk(self.broker.subscription_groups)
         return command.make_response(ResponseCode.SUCCESS)
 
     @checked(EmptyHeader)

@@ -126,6 +126,10 @@ class SubscriptionGroupManager:
         """Write the groups on the writer's thread; the future tells when it is done."""
         return self._aside.ask()
 
+    def written_aside(self) -> Future[bool]:
+        """When the changes made so far are on disk: the write the latest of them asked for."""
+        return self._aside.last_asked()
+
     def wait_written(self, timeout: float | None = None) -> bool:
         """Wait until the writes asked for aside so far are done; whether they were."""
         return self._aside.wait_idle(timeout)
@@ -201,11 +205,12 @@ class SubscriptionGroupManager:
         return config
 
     def update(self, config: SubscriptionGroupConfig) -> None:
-        """An admin's change: on disk before it returns, batch or none."""
+        """An admin's change: its write asked for at once, batch or none (its handler answers
+        once it is on disk: :meth:`written_aside`)."""
         with self._lock:
             self.table[config.group_name] = config
             self.data_version.next_version()
-        self.persist()
+        self._aside.ask()
 
     def delete(self, group: str) -> bool:
         with self._lock:
@@ -213,5 +218,5 @@ class SubscriptionGroupManager:
             if gone:
                 self.data_version.next_version()
         if gone:
-            self.persist()
+            self._aside.ask()
         return gone

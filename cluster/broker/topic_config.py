@@ -180,12 +180,13 @@ class TopicConfigManager:
         return self._batch
 
     def _changed(self, *, at_once: bool = False) -> None:
-        """A topic was created, updated or deleted: a new data version, persisted. An admin's
-        change (``at_once``) is on disk before it is answered, even inside a batch; a topic
-        created on the way (auto-creation) is written aside, when its request's batch ends."""
+        """A topic was created, updated or deleted: a new data version, written aside. An
+        admin's change (``at_once``) asks for its write at once, even inside a batch, and is
+        answered once it is on disk (:meth:`written_aside`); a topic created on the way
+        (auto-creation) asks when its request's batch ends."""
         self.data_version.next_version()
         if at_once:
-            self.persist()
+            self._aside.ask()
         else:
             self._batch.persist()
         for callback in self.on_change:

@@ -99,8 +99,10 @@ def test_an_admin_change_inside_a_batch_is_written_at_once(tmp_path):
         written = _count_writes(broker)
         with broker.topics.persist_once(), broker.subscription_groups.persist_once():
             broker.topics.create_in_send_message_back_method("%RETRY%x", 1, 6)
+            await _written_aside(broker)
             assert written["topics"] == []
             broker.topics.update(TopicConfig("Admin", 2, 2))
+            assert await asyncio.wrap_future(broker.topics.written_aside())  # (the batch open)
             assert len(written["topics"]) == 1
         await _written_aside(broker)
         assert len(written["topics"]) == 2  # the batch's own write, asked for at its end
@@ -241,5 +243,26 @@ def test_a_slaves_copy_of_its_masters_configs_is_written_aside(tmp_path, monkeyp
         await _written_aside(broker)
         path = getattr(broker, manager).file.path
         assert "Copied" in _on_disk(path)[table_key[manager]]
+
+    on_a_broker(tmp_path, scenario)
+
+
+def test_admin_changes_are_answered_once_written_while_the_others_are_served(
+        tmp_path, monkeypatch):
+    async def scenario(broker):
+        disk = _SlowDisk(monkeypatch)
+        try:
+            created = asyncio.ensure_future(ask(broker, request(
+                RequestCode.UPDATE_AND_CREATE_TOPIC, {
+                    "topic": "Orders", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6})))
+            assert await asyncio.to_thread(disk.started.wait, 10)
+            other = await ask(broker, request(RequestCode.GET_BROKER_RUNTIME_INFO))
+            assert other.code == ResponseCode.SUCCESS  # served while the write waits
+            assert not created.done()  # the admin's answer waits for its write
+        finally:
+            disk.release()
+        assert (await created).code == ResponseCode.SUCCESS
+        assert disk.finished.is_set()
+        assert "Orders" in _on_disk(broker.topics.file.path)["topicConfigTable"]
 
     on_a_broker(tmp_path, scenario)
