@@ -268,3 +268,53 @@ class AsideWriter:
         except Exception:  # (a bug; an OSError is reported by the file and returns False)
             log.exception("writing %s failed", self._name)
             return False
+
+
+class AsideWrittenTable:
+    """What a manager of one table file (topics.json, subscriptionGroup.json) does to write it:
+    now, in the calling thread (``persist``), or aside (``persist_aside``; a request's changes
+    in one write: ``persist_once``), never an older snapshot over a newer one. The manager
+    calls ``_init_writes`` and gives ``_snapshot``."""
+
+    TABLE_KEY = ""
+    file: JsonConfigFile
+
+    def _init_writes(self, path: str) -> None:
+        self.file = JsonConfigFile(path)
+        self._aside = AsideWriter(self._write_snapshot, f"{path} writer")
+        self._batch = PersistBatch(self._aside.ask)
+
+    def _snapshot(self) -> tuple[dict, int]:
+        """The file's content as a wrapper, and its number from ``file.next_sequence()``, both
+        taken under the manager's lock."""
+        raise NotImplementedError
+
+    def _write_snapshot(self) -> bool:
+        wrapper, sequence = self._snapshot()
+        return self.file.persist(table_text(wrapper, self.TABLE_KEY), sequence)
+
+    def persist(self) -> None:
+        """Write the table now, in the calling thread."""
+        self._write_snapshot()
+
+    def persist_aside(self) -> Future[bool]:
+        """Write the table on the writer's thread; the future tells when it is done."""
+        return self._aside.ask()
+
+    def written_aside(self) -> Future[bool]:
+        """When the changes made so far are on disk: the write the latest of them asked for
+        (each change asks for one itself; asking again could cost a second write)."""
+        return self._aside.last_asked()
+
+    def wait_written(self, timeout: float | None = None) -> bool:
+        """Wait until the writes asked for aside so far are done; whether they were."""
+        return self._aside.wait_idle(timeout)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Finish the writes asked for aside (at shutdown, before the last ``persist``)."""
+        self._aside.close(timeout)
+
+    def persist_once(self) -> PersistBatch:
+        """``with manager.persist_once():`` what is created inside is written in one write,
+        asked for when it ends (a heartbeat's groups and retry topics; see PersistBatch)."""
+        return self._batch

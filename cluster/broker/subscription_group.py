@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass
 
-from cluster.broker.json_config import AsideWriter, JsonConfigFile, PersistBatch, table_text
+from cluster.broker.json_config import AsideWrittenTable
 from cluster.broker.topic_config import DataVersion
 from cluster.remoting.body import JsonBody
 from cluster.remoting.header import HeaderError
@@ -81,15 +80,15 @@ def checked_subscription_group(body: JsonBody) -> SubscriptionGroupConfig:
         body.boolean("consumeMessageOrderly", False))
 
 
-class SubscriptionGroupManager:
+class SubscriptionGroupManager(AsideWrittenTable):
+    TABLE_KEY = "subscriptionGroupTable"
+
     def __init__(self, path: str, auto_create: bool) -> None:
-        self.file = JsonConfigFile(path)
+        self._init_writes(path)
         self.auto_create = auto_create
         self.table: dict[str, SubscriptionGroupConfig] = {}
         self.data_version = DataVersion()
         self._lock = threading.Lock()
-        self._aside = AsideWriter(self._write_snapshot, "subscriptionGroup.json writer")
-        self._batch = PersistBatch(self._aside.ask)
         # Whether the store's file system takes "a" and "A" for one name (the broker asks it),
         # and the broker's check of a new topic's folder (TopicConfigManager.folder_problem).
         self.names_ignore_case = False
@@ -118,35 +117,9 @@ class SubscriptionGroupManager:
         return {"dataVersion": self.data_version.to_json(),
                 "subscriptionGroupTable": {n: c.to_json() for n, c in sorted(self.table.items())}}
 
-    def persist(self) -> None:
-        """Write the groups now, in the calling thread."""
-        self._write_snapshot()
-
-    def persist_aside(self) -> Future[bool]:
-        """Write the groups on the writer's thread; the future tells when it is done."""
-        return self._aside.ask()
-
-    def written_aside(self) -> Future[bool]:
-        """When the changes made so far are on disk: the write the latest of them asked for."""
-        return self._aside.last_asked()
-
-    def wait_written(self, timeout: float | None = None) -> bool:
-        """Wait until the writes asked for aside so far are done; whether they were."""
-        return self._aside.wait_idle(timeout)
-
-    def close(self, timeout: float | None = None) -> None:
-        """Finish the writes asked for aside (at shutdown, before the last ``persist``)."""
-        self._aside.close(timeout)
-
-    def _write_snapshot(self) -> bool:
+    def _snapshot(self) -> tuple[dict, int]:
         with self._lock:  # (the snapshot and its number together: see next_sequence)
-            wrapper, sequence = self._wrapper(), self.file.next_sequence()
-        return self.file.persist(table_text(wrapper, "subscriptionGroupTable"), sequence)
-
-    def persist_once(self) -> PersistBatch:
-        """``with groups.persist_once():`` groups auto-created inside are written in one write
-        asked for when it ends (a heartbeat naming many groups; see :class:`PersistBatch`)."""
-        return self._batch
+            return self._wrapper(), self.file.next_sequence()
 
     def replace_from_master(self, wrapper: dict) -> bool:
         """A slave's copy of its master's groups (every 10 s); returns whether anything changed."""

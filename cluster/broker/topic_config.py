@@ -6,10 +6,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass
 
-from cluster.broker.json_config import AsideWriter, JsonConfigFile, PersistBatch, table_text
+from cluster.broker.json_config import AsideWrittenTable
 from cluster.topic_validator import (
     AUTO_CREATE_TOPIC_KEY,
     BENCHMARK_TOPIC,
@@ -82,11 +81,13 @@ class DataVersion:
         return {"counter": self.counter, "timestamp": self.timestamp}
 
 
-class TopicConfigManager:
+class TopicConfigManager(AsideWrittenTable):
     """Topics of one broker, persisted to ``<store>/config/topics.json``."""
 
+    TABLE_KEY = "topicConfigTable"
+
     def __init__(self, path: str, broker_config) -> None:
-        self.file = JsonConfigFile(path)
+        self._init_writes(path)
         self.broker_config = broker_config
         self.table: dict[str, TopicConfig] = {}
         self.data_version = DataVersion()
@@ -97,8 +98,6 @@ class TopicConfigManager:
         # Called after each change with whether an admin made it (``at_once``), not a send
         # creating a topic on its way.
         self.on_change: list[Callable[[bool], None]] = []
-        self._aside = AsideWriter(self._write_snapshot, "topics.json writer")
-        self._batch = PersistBatch(self._aside.ask)
         self._add_system_topics()
 
     def _add_system_topics(self) -> None:
@@ -148,36 +147,9 @@ class TopicConfigManager:
                          if (tc := self.table.get(name)) is not None}
             return {"dataVersion": self.data_version.to_json(), "topicConfigTable": table}
 
-    def persist(self) -> None:
-        """Write the topics now, in the calling thread."""
-        self._write_snapshot()
-
-    def persist_aside(self) -> Future[bool]:
-        """Write the topics on the writer's thread; the future tells when it is done."""
-        return self._aside.ask()
-
-    def written_aside(self) -> Future[bool]:
-        """When the changes made so far are on disk: the write they asked for (a topic created
-        on the way asks for one itself; asking again could cost a second write)."""
-        return self._aside.last_asked()
-
-    def wait_written(self, timeout: float | None = None) -> bool:
-        """Wait until the writes asked for aside so far are done; whether they were."""
-        return self._aside.wait_idle(timeout)
-
-    def close(self, timeout: float | None = None) -> None:
-        """Finish the writes asked for aside (at shutdown, before the last ``persist``)."""
-        self._aside.close(timeout)
-
-    def _write_snapshot(self) -> bool:
+    def _snapshot(self) -> tuple[dict, int]:
         with self._lock:  # (the snapshot and its number together: see next_sequence)
-            wrapper, sequence = self.wrapper_json(), self.file.next_sequence()
-        return self.file.persist(table_text(wrapper, "topicConfigTable"), sequence)
-
-    def persist_once(self) -> PersistBatch:
-        """``with topics.persist_once():`` topics created inside are written in one write
-        asked for when it ends (a heartbeat's retry topics; see :class:`PersistBatch`)."""
-        return self._batch
+            return self.wrapper_json(), self.file.next_sequence()
 
     def _changed(self, *, at_once: bool = False) -> None:
         """A topic was created, updated or deleted: a new data version, written aside. An

@@ -38,6 +38,14 @@ async def _written_aside(broker) -> None:
     assert await asyncio.to_thread(broker.subscription_groups.wait_written, 10)
 
 
+def _send_to_new_topic(broker):
+    """A send to the topic Fresh, which it creates (from TBW102)."""
+    return ask(broker, request(RequestCode.SEND_MESSAGE, {
+        "producerGroup": "P", "topic": "Fresh", "defaultTopic": "TBW102",
+        "defaultTopicQueueNums": 4, "queueId": 0, "sysFlag": 0, "bornTimestamp": 0, "flag": 0,
+        "properties": "", "reconsumeTimes": 0}, body=b"hello"))
+
+
 def _on_disk(path) -> dict:
     with open(path, encoding="utf-8") as handle:
         return json.load(handle)
@@ -184,10 +192,7 @@ def test_a_send_creating_its_topic_waits_for_its_write_at_most_the_new_topic_wai
     async def scenario(broker):
         disk = _SlowDisk(monkeypatch)
         try:
-            sent = await ask(broker, request(RequestCode.SEND_MESSAGE, {
-                "producerGroup": "P", "topic": "Fresh", "defaultTopic": "TBW102",
-                "defaultTopicQueueNums": 4, "queueId": 0, "sysFlag": 0, "bornTimestamp": 0,
-                "flag": 0, "properties": "", "reconsumeTimes": 0}, body=b"hello"))
+            sent = await _send_to_new_topic(broker)
             assert sent.code == ResponseCode.SUCCESS
             assert not disk.finished.is_set()  # answered after the wait, the write still going
         finally:
@@ -212,10 +217,7 @@ def test_a_send_creating_its_topic_is_answered_with_the_topic_on_disk_in_one_wri
             real(path, text)
 
         monkeypatch.setattr(json_config, "write_config_file", slow_write)
-        sent = await ask(broker, request(RequestCode.SEND_MESSAGE, {
-            "producerGroup": "P", "topic": "Fresh", "defaultTopic": "TBW102",
-            "defaultTopicQueueNums": 4, "queueId": 0, "sysFlag": 0, "bornTimestamp": 0,
-            "flag": 0, "properties": "", "reconsumeTimes": 0}, body=b"hello"))
+        sent = await _send_to_new_topic(broker)
         assert sent.code == ResponseCode.SUCCESS
         assert "Fresh" in _on_disk(broker.topics.file.path)["topicConfigTable"]
         await _written_aside(broker)
