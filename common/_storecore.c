@@ -32,6 +32,7 @@
 
 #include "_populator.h"
 #include "_range_sync.h"
+#include "_put_counter.h"
 #include "_bytes.h"
 #include "_index_entry.h"
 #include "_properties.h"
@@ -957,6 +958,7 @@ PyInit__storecore(void)
     PyObject *module = PyModule_Create(&module_def);
     if (module != NULL
         && (populator_add_type(module) < 0 || range_syncer_add_type(module) < 0
+            || put_counter_add_type(module) < 0
             || dispatch_run_add_functions(module) < 0
             || pull_gather_add_functions(module) < 0 || append_add_functions(module) < 0
             || property_split_add_functions(module) < 0
