@@ -11,6 +11,7 @@
  */
 #include "_put_counter.h"
 
+#include <limits.h>
 #include <stdint.h>
 
 /* Upper bounds (ms) of the latency buckets, RocketMQ's putMessageDistributeTime; the last
@@ -72,15 +73,10 @@ bucket_of(double elapsed)
     return lo;
 }
 
-/* The topic's pair, added (zeros) on its first put; NULL with an exception set. */
+/* A new topic's pair (zeros); NULL with an exception set. */
 static long long *
-pair_of(PutCounter *self, PyObject *topic)
+new_pair(PutCounter *self, PyObject *topic)
 {
-    PyObject *index = PyDict_GetItemWithError(self->topics, topic);  /* borrowed */
-    if (index != NULL)
-        return self->pairs[PyLong_AsSsize_t(index)];
-    if (PyErr_Occurred())
-        return NULL;
     if (self->n_pairs == self->cap_pairs) {
         Py_ssize_t cap = self->cap_pairs ? self->cap_pairs * 2 : 8;
         if (cap > PY_SSIZE_T_MAX / (Py_ssize_t)sizeof(self->pairs[0])) {
@@ -105,6 +101,13 @@ pair_of(PutCounter *self, PyObject *topic)
     long long *pair = self->pairs[self->n_pairs++];
     pair[0] = pair[1] = 0;
     return pair;
+}
+
+/* Whether a + b leaves the range of long long (checked before any count changes). */
+static int
+sum_overflows(long long a, long long b)
+{
+    return b > 0 ? a > LLONG_MAX - b : a < LLONG_MIN - b;
 }
 
 /* An int argument, as operator.index takes it (a float is refused). */
@@ -140,31 +143,49 @@ counter_record(PutCounter *self, PyObject *const *args, Py_ssize_t nargs, PyObje
                         "puts, by position or by name");
         return NULL;
     }
+    /* An exact str, checked first: its hash and comparison run no Python code, so nothing
+     * else runs in the middle of this call once the numbers are read (another thread's
+     * record would otherwise take the same slot). */
+    PyObject *topic = args[0];
+    if (!PyUnicode_CheckExact(topic)) {
+        PyErr_Format(PyExc_TypeError, "topic must be a str, not %.100s", Py_TYPE(topic)->tp_name);
+        return NULL;
+    }
     long long count, size, puts = 1;
     if (int_arg(args[1], "count", &count) < 0 || int_arg(args[2], "size", &size) < 0
         || (puts_arg != NULL && int_arg(puts_arg, "puts", &puts) < 0))
         return NULL;
-    if (!PyFloat_Check(args[3]) && !PyLong_Check(args[3])) {
+    double elapsed;
+    if (PyFloat_CheckExact(args[3])) {
+        elapsed = PyFloat_AS_DOUBLE(args[3]);
+    } else if (PyFloat_Check(args[3]) || PyLong_Check(args[3])) {
+        PyObject *number = PyNumber_Float(args[3]);  /* (as float() takes it) */
+        if (number == NULL)
+            return NULL;
+        elapsed = PyFloat_AS_DOUBLE(number);
+        Py_DECREF(number);
+    } else {
         PyErr_Format(PyExc_TypeError, "elapsed_ms must be a number, not %.100s",
                      Py_TYPE(args[3])->tp_name);
         return NULL;
     }
-    double elapsed = PyFloat_AsDouble(args[3]);
-    if (elapsed == -1.0 && PyErr_Occurred())
+    PyObject *index = PyDict_GetItemWithError(self->topics, topic);  /* borrowed */
+    if (index == NULL && PyErr_Occurred())
         return NULL;
-    /* An exact str: its hash and comparison run no Python code, so nothing else runs in the
-     * middle of this call (another thread's record would otherwise take the same slot). */
-    if (!PyUnicode_CheckExact(args[0])) {
-        PyErr_Format(PyExc_TypeError, "topic must be a str, not %.100s",
-                     Py_TYPE(args[0])->tp_name);
+    long long *pair = index != NULL ? self->pairs[PyLong_AsSsize_t(index)] : NULL;
+    Py_ssize_t bucket = bucket_of(elapsed);
+    /* Every sum checked before any changes: a refused count leaves the counter as it was. */
+    if (sum_overflows(self->times, count) || sum_overflows(self->size, size)
+        || sum_overflows(self->buckets[bucket], puts)
+        || (pair != NULL && (sum_overflows(pair[0], count) || sum_overflows(pair[1], size)))) {
+        PyErr_SetString(PyExc_OverflowError, "a put counter would leave the range of int64");
         return NULL;
     }
-    long long *pair = pair_of(self, args[0]);
-    if (pair == NULL)
-        return NULL;
+    if (pair == NULL && (pair = new_pair(self, topic)) == NULL)
+        return NULL;  /* (a new pair starts at zero: its sums cannot overflow) */
     self->times += count;
     self->size += size;
-    self->buckets[bucket_of(elapsed)] += puts;
+    self->buckets[bucket] += puts;
     if (elapsed > self->max_ms)
         self->max_ms = elapsed;
     pair[0] += count;
@@ -218,7 +239,7 @@ counter_topic_puts(PutCounter *self, PyObject *unused)
 
 static PyMethodDef counter_methods[] = {
     {"record", (PyCFunction)(void (*)(void))counter_record, METH_FASTCALL | METH_KEYWORDS,
-     "record(topic, count, size, elapsed_ms, puts=1)\n\nCount ``puts`` puts of ``count`` "
+     "record($self, topic, count, size, elapsed_ms, /, puts=1)\n--\n\nCount ``puts`` puts of ``count`` "
      "messages and ``size`` bytes in all, each taking up to ``elapsed_ms``."},
     {"totals", (PyCFunction)counter_totals, METH_NOARGS,
      "totals() -> (messages, bytes, the slowest put's ms)"},

@@ -36,6 +36,16 @@ class _Sample:
     get_transferred: int
 
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _int64(value: object) -> int:
+    number = operator.index(value)  # type: ignore[arg-type]
+    if not _INT64_MIN <= number <= _INT64_MAX:
+        raise OverflowError("Python int too large to convert to C long long")
+    return number
+
+
 class PutCounter:
     """The store's put counters: messages, bytes, latency buckets, the slowest put, and each
     topic's messages and bytes. The pure twin (and reference) of common/_put_counter.c, which
@@ -49,27 +59,29 @@ class PutCounter:
         self._buckets = [0] * len(PUT_LATENCY_LABELS)
         self._topics: dict[str, list[int]] = {}  # topic -> [messages, bytes]
 
-    def record(self, topic: str, count: int, size: int, elapsed_ms: float, puts: int = 1) -> None:
+    def record(self, topic: str, count: int, size: int, elapsed_ms: float, /,
+               puts: int = 1) -> None:
         """Count ``puts`` puts of ``count`` messages and ``size`` bytes in all, each taking up
-        to ``elapsed_ms``."""
+        to ``elapsed_ms``. Every count stays an int64, as the compiled one's: a put that would
+        take one past it raises OverflowError and changes nothing."""
         if type(topic) is not str:
             raise TypeError(f"topic must be a str, not {type(topic).__name__}")
-        count, size, puts = operator.index(count), operator.index(size), operator.index(puts)
-        if not isinstance(elapsed_ms, int | float):
-            raise TypeError(f"elapsed_ms must be a number, not {type(elapsed_ms).__name__}")
-        elapsed_ms = float(elapsed_ms)
+        count, size, puts = _int64(count), _int64(size), _int64(puts)
+        if type(elapsed_ms) is not float:
+            if not isinstance(elapsed_ms, int | float):
+                raise TypeError(f"elapsed_ms must be a number, not {type(elapsed_ms).__name__}")
+            elapsed_ms = float(elapsed_ms)
         bucket = bisect_left(PUT_LATENCY_BOUNDS_MS, elapsed_ms)  # first bound >= elapsed
         with self._lock:
-            self._times += count
-            self._size += size
-            self._buckets[bucket] += puts
+            pair = self._topics.get(topic) or [0, 0]
+            sums = (self._times + count, self._size + size, self._buckets[bucket] + puts,
+                    pair[0] + count, pair[1] + size)
+            if not all(_INT64_MIN <= value <= _INT64_MAX for value in sums):
+                raise OverflowError("a put counter would leave the range of int64")
+            self._times, self._size, self._buckets[bucket], pair[0], pair[1] = sums
+            self._topics[topic] = pair
             if elapsed_ms > self._max_ms:  # noqa: PLR1730 (as the compiled one compares)
                 self._max_ms = elapsed_ms
-            pair = self._topics.get(topic)
-            if pair is None:
-                pair = self._topics[topic] = [0, 0]
-            pair[0] += count
-            pair[1] += size
 
     def totals(self) -> tuple[int, int, float]:
         """(messages, bytes, the slowest put's ms)."""

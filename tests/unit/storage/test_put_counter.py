@@ -26,8 +26,9 @@ ELAPSED = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),
     st.integers(-(2**31), 2**31),
     st.sampled_from([0, 0.0, -0.0, 10, 10.0, 10.000001, 9999.9, 10_000, 10_001, 5e-324]))
-RECORDS = st.lists(st.tuples(TOPICS, st.integers(0, 2**40), st.integers(0, 2**40), ELAPSED,
-                             st.integers(0, 64), st.booleans()), max_size=60)
+COUNTS = st.one_of(st.integers(-(2**40), 2**40), st.integers(-(2**63), 2**63 - 1))
+RECORDS = st.lists(st.tuples(TOPICS, COUNTS, COUNTS, ELAPSED, COUNTS, st.booleans()),
+                   max_size=60)
 
 
 def _state(counter) -> tuple:
@@ -43,11 +44,54 @@ def _state(counter) -> tuple:
 def test_the_compiled_counter_counts_as_its_pure_twin(records):
     twins = (core.PutCounter(), PutCounter())
     for topic, count, size, elapsed, puts, by_name in records:
+        refused = []
         for counter in twins:
-            if by_name:
-                counter.record(topic, count, size, elapsed, puts=puts)
-            else:
-                counter.record(topic, count, size, elapsed, puts)
+            try:
+                if by_name:
+                    counter.record(topic, count, size, elapsed, puts=puts)
+                else:
+                    counter.record(topic, count, size, elapsed, puts)
+                refused.append(None)
+            except OverflowError:  # (huge counts: past int64, refused alike, nothing changed)
+                refused.append(OverflowError)
+        assert refused[0] == refused[1]
+        assert _state(twins[0]) == _state(twins[1])
+
+
+@pytest.mark.twins
+@compiled
+@pytest.mark.parametrize("calls", [
+    [("t", 2**63 - 1, 1, 1.0, 1), ("t", 1, 1, 1.0, 1)],  # the messages' sum
+    [("t", 1, 2**63 - 1, 1.0, 1), ("u", 1, 1, 1.0, 1)],  # the bytes' sum, another topic
+    [("t", 1, 1, 1.0, 2**63 - 1), ("u", 1, 1, 5.0, 1)],  # a bucket's sum
+    [("t", -(2**63), 0, 1.0, 1), ("t", -1, 0, 1.0, 1)],  # below
+    [("t", 2**63, 1, 1.0, 1)], [("t", 1, 1, 1.0, -(2**63) - 1)],  # past int64 itself
+    [("t", 1, 1, 2**1024, 1)],  # elapsed no float can hold
+])
+def test_both_refuse_a_count_past_int64_and_change_nothing(calls):
+    twins = (core.PutCounter(), PutCounter())
+    for counter in twins:
+        for call in calls[:-1]:
+            counter.record(*call)
+        before = _state(counter)
+        with pytest.raises(OverflowError):
+            counter.record(*calls[-1])
+        assert _state(counter) == before
+    assert _state(twins[0]) == _state(twins[1])
+
+
+@pytest.mark.twins
+@compiled
+def test_both_take_elapsed_as_float_takes_it():
+    class Odd(float):
+        def __float__(self):
+            return 99999.0
+
+    twins = (core.PutCounter(), PutCounter())
+    for counter in twins:
+        counter.record("t", 1, 1, Odd(1.0))
+        counter.record("t", 1, 1, True)
+        counter.record("t", 1, 1, 2**60)
     assert _state(twins[0]) == _state(twins[1])
 
 
@@ -55,7 +99,7 @@ def test_the_compiled_counter_counts_as_its_pure_twin(records):
 @compiled
 @pytest.mark.parametrize("args", [
     (1, 1, 1, 0.1), ("A", 1.5, 1, 0.1), ("A", 1, "1", 0.1), ("A", 1, 1, "0.1"),
-    ("A", 1, 1, None), ("A", 1, 1, 0.1, 1.0), (b"A", 1, 1, 0.1),
+    ("A", 1, 1, None), ("A", 1, 1, 0.1, 1.0), (b"A", 1, 1, 0.1), (b"A", 10**30, 1, 0.1),
 ])
 def test_both_refuse_the_same_arguments_and_count_nothing(args):
     for counter in (core.PutCounter(), PutCounter()):
@@ -77,6 +121,9 @@ def test_a_str_subclass_topic_is_refused_by_the_compiled_counter():
         counter.record("A", 1, 1, 0.1, 2, 3)
     with pytest.raises(TypeError):
         counter.record("A", 1, 1, 0.1, pots=2)
+    for twin in (counter, PutCounter()):  # (only puts by name, in both)
+        with pytest.raises(TypeError):
+            twin.record("A", 1, 1, elapsed_ms=0.1)
 
 
 def test_the_service_counts_on_the_counter_the_build_has():
