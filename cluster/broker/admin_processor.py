@@ -51,13 +51,13 @@ def system_topic_conflict(topic: str) -> str:
 SLAVE_READ_ONLY = "Can't modify topic or subscription group from slave broker, please use the master"
 
 
-
 async def on_disk(manager) -> None:
     """Until the change just made to ``manager``'s file is on disk: an admin's change is
     answered once written, as RocketMQ answers it, but the event loop serves the others
     meanwhile (the write is the manager's aside writer's). Shielded: the write's future is
     shared by every change it covers, and a closed connection must not cancel it."""
     await asyncio.shield(asyncio.wrap_future(manager.written_aside()))
+
 
 class AdminBrokerProcessor:
     def __init__(self, broker) -> None:

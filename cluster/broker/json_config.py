@@ -3,11 +3,12 @@
 Loading falls back to ``.bak`` when the file is missing, empty or does not parse; writing goes
 through a temporary file, fsync and rename, so a crash never leaves half a file.
 
-What a request creates on its way (a heartbeat's group and retry topic, a send's topic) is
-written aside (:class:`AsideWriter`), never on the event loop: on a disk busy with other
-writers one fsync took seconds, every client of the broker waited behind it, and the official
-C++ client, whose heartbeat waits 3 s, closed its connection and lost its rebalance's offset
-queries (it then starts the queue at its end, skipping what was there).
+topics.json and subscriptionGroup.json are written aside (:class:`AsideWriter`), never on the
+event loop: what a request creates on its way (a heartbeat's group and retry topic, a send's
+topic), a slave's copies, and an admin's changes, whose handlers await the write. On a disk
+busy with other writers one fsync took seconds, every client of the broker waited behind it,
+and the official C++ client, whose heartbeat waits 3 s, closed its connection and lost its
+rebalance's offset queries (it then starts the queue at its end, skipping what was there).
 """
 
 from __future__ import annotations
