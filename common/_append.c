@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "_append.h"
 #include "_file_write.h"
@@ -30,12 +31,16 @@
 /* storage.commitlog's namespace: its ``time`` is read there on every put, as the pure method
  * reads it (a test may give the module a clock of its own). */
 static PyObject *commitlog_globals;
+/* The time module and its two clocks as first seen: while storage.commitlog's ``time`` is that
+ * module with those functions, clock_now reads the clocks itself. */
+static PyObject *real_time, *real_time_time, *real_monotonic;
 static PyObject *s_time, *s_monotonic;
 static PyObject *s_put_lock, *s_acquire, *s_release, *s_mapped_file_queue, *s_mapped_files;
 static PyObject *s_write_buffer, *s_fd, *s_wrote_position, *s_file_size, *s_allocated_position;
 static PyObject *s_file_from_offset, *s_store_timestamp, *s_store_host_bytes, *s_store_host_v6;
 static PyObject *s_page_warmer, *s_topic_queue_table, *s_appended, *s_append;
-static PyObject *s_msg_id_prefix, *s_begin_time_in_lock, *s_notify_append, *s_refusal;
+static PyObject *s_msg_id_prefix, *s_begin_time_in_lock, *s_on_append,
+    *s_hook_failed, *s_refusal;
 static PyObject *s_pure, *s_claim_early, *s_after_claim, *s_extend, *s_pop, *s_pure_run;
 
 /* An attribute that must be an int fitting int64; -1 with an exception set otherwise. */
@@ -78,6 +83,21 @@ clock_now(PyObject *name)
         PyObject *module = PyImport_ImportModule("storage.commitlog");
         if (module == NULL)
             return -1.0;
+        PyObject *time_module = PyImport_ImportModule("time");
+        if (time_module == NULL) {
+            Py_DECREF(module);
+            return -1.0;
+        }
+        real_time_time = PyObject_GetAttr(time_module, s_time);
+        real_monotonic = PyObject_GetAttr(time_module, s_monotonic);
+        if (real_time_time == NULL || real_monotonic == NULL) {
+            Py_CLEAR(real_time_time);
+            Py_CLEAR(real_monotonic);
+            Py_DECREF(time_module);
+            Py_DECREF(module);
+            return -1.0;
+        }
+        real_time = time_module;
         commitlog_globals = Py_NewRef(PyModule_GetDict(module));
         Py_DECREF(module);
     }
@@ -86,6 +106,24 @@ clock_now(PyObject *name)
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_RuntimeError, "storage.commitlog has no time");
         return -1.0;
+    }
+    if (time == real_time && real_time != NULL) {
+        /* The time module itself, its functions untouched (a test may patch them): read the
+         * clock here, as they do, without two calls through Python a put. */
+        PyObject *dict = PyModule_GetDict(time); /* borrowed */
+        int monotonic = name == s_monotonic;
+        PyObject *now = PyDict_GetItemWithError(dict, name); /* borrowed */
+        if (now != NULL && now == (monotonic ? real_monotonic : real_time_time)) {
+            struct timespec ts;
+            if (clock_gettime(monotonic ? CLOCK_MONOTONIC : CLOCK_REALTIME, &ts) == 0) {
+                /* (as _PyTime_AsSecondsDouble: nanoseconds as one integer, then divided) */
+                long long ns = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+                return (double)ns / 1e9;
+            }
+        }
+        else if (now == NULL && PyErr_Occurred()) {
+            return -1.0;
+        }
     }
     PyObject *t = PyObject_CallMethodNoArgs(time, name);
     if (t == NULL)
@@ -140,11 +178,13 @@ refuse(PyObject *self, int fd, unsigned char *staging, long long total, long lon
 }
 
 /* Undo a run's accounting that failed partway, keeping the error set: each queue's next offset
- * back to what it was (``before``: None where the table had none), and every entry for dispatch
+ * back to what it was (``before``, or ``one_key`` and ``one_before`` for a put by itself: None
+ * where the table had none), and every entry for dispatch
  * at or past the run's first offset taken back off the deque's right end (only the put lock's
  * holder appends there, and nothing reads past the wrote position, which has not moved). */
 static void
-undo_accounting(PyObject *table, PyObject *before, PyObject *appended, long long first)
+undo_accounting(PyObject *table, PyObject *before, PyObject *one_key, PyObject *one_before,
+                PyObject *appended, long long first)
 {
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback);
@@ -155,6 +195,11 @@ undo_accounting(PyObject *table, PyObject *before, PyObject *appended, long long
             if (old == Py_None ? PyDict_DelItem(table, key) : PyDict_SetItem(table, key, old))
                 PyErr_Clear(); /* (absent already) */
         }
+    }
+    if (table != NULL && one_key != NULL && one_before != NULL) { /* (a put by itself) */
+        if (one_before == Py_None ? PyDict_DelItem(table, one_key)
+                                  : PyDict_SetItem(table, one_key, one_before))
+            PyErr_Clear();
     }
     while (appended != NULL && PyObject_Length(appended) > 0) {
         PyObject *last = PySequence_GetItem(appended, -1);
@@ -173,6 +218,53 @@ undo_accounting(PyObject *table, PyObject *before, PyObject *appended, long long
     PyErr_Restore(type, value, traceback);
 }
 
+/* Records up to this size are staged on the stack (a put of a few KiB: most of them). */
+#define STACK_STAGING 8192
+
+/* (topic, queue id): a key of the CommitLog's topic-queue table. Built item by item, as
+ * Py_BuildValue would parse its format on every put. */
+static PyObject *
+pair_of(PyObject *topic, long long queue_id)
+{
+    PyObject *id = PyLong_FromLongLong(queue_id);
+    if (id == NULL)
+        return NULL;
+    PyObject *pair = PyTuple_New(2);
+    if (pair == NULL) {
+        Py_DECREF(id);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(pair, 0, Py_NewRef(topic));
+    PyTuple_SET_ITEM(pair, 1, id);
+    return pair;
+}
+
+/* The entry dispatch reads for a written put (CommitLog.appended): (offset, total, store
+ * timestamp, queue offset, topic, queue id, sys flag, 0, properties). */
+static PyObject *
+appended_entry(const Put *put, long long store_ts)
+{
+    PyObject *entry = PyTuple_New(9);
+    if (entry == NULL)
+        return NULL;
+    const long long numbers[7] = {put->offset, put->total, store_ts, put->queue_offset, 0,
+                                  put->queue_id, put->sys_flag};
+    for (int i = 0; i < 7; i++) {
+        if (i == 4)
+            continue;
+        PyObject *number = PyLong_FromLongLong(numbers[i]);
+        if (number == NULL) {
+            Py_DECREF(entry); /* (its empty slots are NULL: tupledealloc skips them) */
+            return NULL;
+        }
+        PyTuple_SET_ITEM(entry, i, number);
+    }
+    PyTuple_SET_ITEM(entry, 4, Py_NewRef(put->topic));
+    PyTuple_SET_ITEM(entry, 7, PyLong_FromLong(0)); /* (a small int: never fails) */
+    PyTuple_SET_ITEM(entry, 8, Py_NewRef(put->properties));
+    return entry;
+}
+
 /* The puts of a run, with the put lock held: WROTE (*wrote of them, the first ones, each with
  * its offset, queue_offset and begin set), DECLINED (none fits the file as claimed: a new
  * file, blocks to claim), DELEGATE (nothing read that matters: the pure method takes it) or
@@ -187,7 +279,9 @@ run_locked(PyObject *self, Put *puts, Py_ssize_t count, Py_ssize_t *wrote)
     PyObject *queue = NULL, *files = NULL, *mapped_file = NULL, *attr = NULL, *table = NULL;
     PyObject *warmer = NULL, *pending = NULL, *entries = NULL, *before = NULL;
     PyObject *appended = NULL;
+    PyObject *one_key = NULL, *one_before = NULL, *one_next = NULL, *one_entry = NULL;
     unsigned char *staging = NULL;
+    unsigned char stack_staging[STACK_STAGING];
     int timed = 0, stamped = 0;
     long long old_store_ts = 0, base = 0;
     Py_ssize_t fit = 0;
@@ -258,30 +352,41 @@ run_locked(PyObject *self, Put *puts, Py_ssize_t count, Py_ssize_t *wrote)
         outcome = DELEGATE;
         goto done;
     }
-    /* Each queue's next offset after the run, put into the table once the records are in. */
-    pending = PyDict_New();
-    before = PyDict_New();
-    entries = PyList_New(fit);
-    staging = PyMem_Malloc((size_t)total);
-    if (pending == NULL || before == NULL || entries == NULL || staging == NULL) {
-        if (staging == NULL)
-            PyErr_NoMemory();
+    /* Each queue's next offset after the run, put into the table once the records are in
+     * (``before``: what the table held, for an undo). One put needs no dictionaries and no
+     * list: its key, its queue's values and its entry are held as they are. */
+    if (fit > 1) {
+        pending = PyDict_New();
+        before = PyDict_New();
+        entries = PyList_New(fit);
+        if (pending == NULL || before == NULL || entries == NULL)
+            goto done;
+    }
+    /* (a put's record fits the stack: no allocation for it) */
+    staging = total <= STACK_STAGING ? stack_staging : PyMem_Malloc((size_t)total);
+    if (staging == NULL) {
+        PyErr_NoMemory();
         goto done;
     }
     long long at = 0;
     for (Py_ssize_t i = 0; i < fit; i++) {
         Put *put = &puts[i];
         long long queue_offset = 0;
-        PyObject *key = Py_BuildValue("(OL)", put->topic, put->queue_id);
+        PyObject *key = pair_of(put->topic, put->queue_id);
         if (key == NULL)
             goto done;
-        PyObject *known = PyDict_GetItemWithError(pending, key); /* borrowed */
-        if (known == NULL && !PyErr_Occurred()) {
+        PyObject *known = pending != NULL ? PyDict_GetItemWithError(pending, key) : NULL;
+        if (known == NULL && !PyErr_Occurred()) { /* (borrowed, both) */
             known = PyDict_GetItemWithError(table, key);
-            if ((known != NULL || !PyErr_Occurred())
-                && PyDict_SetItem(before, key, known != NULL ? known : Py_None) < 0) {
-                Py_DECREF(key);
-                goto done;
+            if (known != NULL || !PyErr_Occurred()) {
+                if (before == NULL) {
+                    one_key = Py_NewRef(key);
+                    one_before = Py_NewRef(known != NULL ? known : Py_None);
+                }
+                else if (PyDict_SetItem(before, key, known != NULL ? known : Py_None) < 0) {
+                    Py_DECREF(key);
+                    goto done;
+                }
             }
         }
         if (known == NULL && PyErr_Occurred()) {
@@ -296,7 +401,9 @@ run_locked(PyObject *self, Put *puts, Py_ssize_t count, Py_ssize_t *wrote)
             }
         }
         PyObject *next = PyLong_FromLongLong(queue_offset + 1);
-        int failed = next == NULL || PyDict_SetItem(pending, key, next) < 0;
+        int failed = next == NULL || (pending != NULL && PyDict_SetItem(pending, key, next) < 0);
+        if (pending == NULL && next != NULL)
+            one_next = Py_NewRef(next);
         Py_XDECREF(next);
         Py_DECREF(key);
         if (failed)
@@ -316,12 +423,13 @@ run_locked(PyObject *self, Put *puts, Py_ssize_t count, Py_ssize_t *wrote)
         };
         unsigned char *p = write_record_head(staging + at, &head);
         memcpy(p, put->props, (size_t)put->props_len);
-        PyObject *entry = Py_BuildValue("(LLLLOLLiO)", put->offset, put->total, store_ts,
-                                        queue_offset, put->topic, put->queue_id, put->sys_flag,
-                                        0, put->properties);
+        PyObject *entry = appended_entry(put, store_ts);
         if (entry == NULL)
             goto done;
-        PyList_SET_ITEM(entries, i, entry);
+        if (entries != NULL)
+            PyList_SET_ITEM(entries, i, entry);
+        else
+            one_entry = entry;
         at += put->total;
     }
     if (warmer != Py_None) {
@@ -350,11 +458,14 @@ run_locked(PyObject *self, Put *puts, Py_ssize_t count, Py_ssize_t *wrote)
     appended = PyObject_GetAttr(self, s_appended);
     if (appended == NULL)
         goto done;
-    PyObject *done_extend = PyObject_CallMethodOneArg(appended, s_extend, entries);
-    if (done_extend == NULL)
+    PyObject *added = entries != NULL
+        ? PyObject_CallMethodOneArg(appended, s_extend, entries)
+        : PyObject_CallMethodOneArg(appended, s_append, one_entry);
+    if (added == NULL)
         goto done;
-    Py_DECREF(done_extend);
-    if (PyDict_Update(table, pending) < 0)
+    Py_DECREF(added);
+    if (pending != NULL ? PyDict_Update(table, pending) < 0
+                        : PyDict_SetItem(table, one_key, one_next) < 0)
         goto done;
     stamped = 1;
     if (set_int_attr(mapped_file, s_store_timestamp, store_ts) < 0
@@ -365,7 +476,7 @@ run_locked(PyObject *self, Put *puts, Py_ssize_t count, Py_ssize_t *wrote)
 done:
     if (outcome == FAILED && staging != NULL) {
         /* Once the records are being made, whatever fails refuses the run, none of it kept. */
-        undo_accounting(table, before, appended, base + start);
+        undo_accounting(table, before, one_key, one_before, appended, base + start);
         if (stamped) {
             PyObject *type, *value, *traceback;
             PyErr_Fetch(&type, &value, &traceback);
@@ -391,11 +502,16 @@ done:
         }
         PyErr_Restore(type, value, traceback);
     }
-    PyMem_Free(staging);
+    if (staging != stack_staging)
+        PyMem_Free(staging);
     Py_XDECREF(appended);
     Py_XDECREF(before);
     Py_XDECREF(entries);
     Py_XDECREF(pending);
+    Py_XDECREF(one_key);
+    Py_XDECREF(one_before);
+    Py_XDECREF(one_next);
+    Py_XDECREF(one_entry);
     Py_XDECREF(table);
     Py_XDECREF(attr);
     Py_XDECREF(warmer);
@@ -603,6 +719,42 @@ msg_id_prefix(PyObject *self)
     return prefix;
 }
 
+/* CommitLog._notify_append without its frame: the ``on_append`` hook called, a failure of it
+ * (an Exception) handed to ``_append_hook_failed`` to log. -1 with an exception set when that
+ * fails, or for what is not an Exception (KeyboardInterrupt and the like, as they are). */
+static int
+notify_append(PyObject *self)
+{
+    PyObject *hook = PyObject_GetAttr(self, s_on_append);
+    if (hook == NULL)
+        return -1;
+    if (hook == Py_None) {
+        Py_DECREF(hook);
+        return 0;
+    }
+    PyObject *called = PyObject_CallNoArgs(hook);
+    Py_DECREF(hook);
+    if (called != NULL) {
+        Py_DECREF(called);
+        return 0;
+    }
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        return -1;
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyErr_NormalizeException(&type, &value, &traceback);
+    if (traceback != NULL)
+        PyException_SetTraceback(value, traceback);
+    PyObject *logged = PyObject_CallMethodOneArg(self, s_hook_failed, value);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(traceback);
+    if (logged == NULL)
+        return -1;
+    Py_DECREF(logged);
+    return 0;
+}
+
 /* After a run's records are in and the lock let go: dispatch told, then each written put's
  * result (as put_result), in a new list; NULL with an exception set on failure. */
 static PyObject *
@@ -611,10 +763,8 @@ written_results(PyObject *self, const Put *puts, Py_ssize_t wrote)
     double finished = clock_now(s_monotonic);
     if (finished == -1.0 && PyErr_Occurred())
         return NULL;
-    PyObject *notified = PyObject_CallMethodNoArgs(self, s_notify_append);
-    if (notified == NULL)
+    if (notify_append(self) < 0)
         return NULL;
-    Py_DECREF(notified);
     PyObject *prefix = msg_id_prefix(self);
     if (prefix == NULL)
         return NULL;
@@ -824,7 +974,8 @@ append_add_functions(PyObject *module)
     INTERN(s_pure_run, "_append_plain_run_pure");
     INTERN(s_msg_id_prefix, "_msg_id_prefix");
     INTERN(s_begin_time_in_lock, "begin_time_in_lock");
-    INTERN(s_notify_append, "_notify_append");
+    INTERN(s_on_append, "on_append");
+    INTERN(s_hook_failed, "_append_hook_failed");
     INTERN(s_refusal, "_refusal");
     INTERN(s_pure, "_append_plain_pure");
     INTERN(s_claim_early, "claim_early");

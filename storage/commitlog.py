@@ -458,10 +458,15 @@ class CommitLog:
             return
         try:
             hook()
-        except Exception:
-            due, _ = self._failures.should_log("on_append")
-            if due:
-                log.exception("waking dispatch after a put failed; it catches up on its own")
+        except Exception as exc:
+            self._append_hook_failed(exc)
+
+    def _append_hook_failed(self, exc: Exception) -> None:
+        """Log a failing ``on_append`` (now and then); the compiled put calls this too."""
+        due, _ = self._failures.should_log("on_append")
+        if due:
+            log.error("waking dispatch after a put failed; it catches up on its own",
+                      exc_info=exc)
 
     def _record_total(self, tail_length: int, born_host_length: int) -> int:
         store = 20 if self.store_host_v6 else 8

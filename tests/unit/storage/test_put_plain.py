@@ -311,3 +311,68 @@ def test_statistics_that_fail_do_not_fail_a_stored_message(store_factory, monkey
 
     monkeypatch.setattr(store.stats, "record_put", broken)
     assert store.put_plain("TopicTest", 0, 0, b"y", "", 0, 1, host, 0)[0] == 1
+
+
+@pytest.mark.skipif(commitlog._append_plain_compiled is None, reason="no compiled core")
+def test_the_compiled_put_reads_the_clocks_as_the_time_module_does(store_factory, monkeypatch):
+    # While storage.commitlog's clock is the time module itself, the compiled put reads the
+    # clocks without calling it: the store timestamp is the wall clock's milliseconds, the time
+    # in the lock a small positive number. A clock patched into that module is still the one
+    # used (tests and tools do that).
+    store = store_factory(mapped_file_size_commit_log=1 << 20)
+    host, end, _ = _taking_one_step_puts(store)
+    assert commitlog.time is real_time
+    before = int(real_time.time() * 1000)
+    put = store.commit_log.append_plain("TopicTest", b"TopicTest", 0, 0, b"now", "", 0, 1, host, 0)
+    after = int(real_time.time() * 1000)
+    assert put is not None
+    assert put[0] == end
+    assert 0.0 <= put[4] < 1000.0
+    stamp = store.commit_log.appended[-1][2]
+    assert before <= stamp <= after
+    assert store.commit_log.mapped_file_queue.mapped_files[-1].store_timestamp == stamp
+
+    monkeypatch.setattr(real_time, "time", lambda: 1_600_000_000.5)
+    monkeypatch.setattr(real_time, "monotonic", lambda: 42.0)
+    put = store.commit_log.append_plain("TopicTest", b"TopicTest", 0, 0, b"then", "", 0, 1, host,
+                                        0)
+    monkeypatch.undo()  # (the store's threads read these clocks too)
+    assert put is not None
+    assert put[4] == 0.0  # the patched monotonic clock, read twice
+    assert store.commit_log.appended[-1][2] == 1_600_000_000_500
+
+
+def test_a_failing_append_hook_is_logged_and_the_put_stands(store_factory, monkeypatch, caplog):
+    # Waking dispatch may fail; the message is written and answered all the same (dispatch
+    # looks on its own every second), compiled and pure alike. What is not an Exception is
+    # raised as it is.
+    store = store_factory(mapped_file_size_commit_log=1 << 20)
+    host, _end, next_queue_offset = _taking_one_step_puts(store)
+
+    def failing():
+        raise RuntimeError("injected: waking dispatch failed")
+
+    monkeypatch.setattr(store.commit_log, "on_append", failing)
+    for append in (store.commit_log.append_plain, store.commit_log._append_plain_pure):
+        caplog.clear()
+        store.commit_log._failures = type(store.commit_log._failures)()  # (logs at once)
+        put = append("TopicTest", b"TopicTest", 0, 0, b"y", "", 0, 1, host, 0)
+        assert put is not None
+        assert put[2] == next_queue_offset
+        next_queue_offset += 1
+        assert "waking dispatch after a put failed" in caplog.text
+        assert "injected: waking dispatch failed" in caplog.text
+
+    class Stop(BaseException):
+        pass
+
+    def stopping():
+        raise Stop
+
+    monkeypatch.setattr(store.commit_log, "on_append", stopping)
+    for append in (store.commit_log.append_plain, store.commit_log._append_plain_pure):
+        with pytest.raises(Stop):
+            append("TopicTest", b"TopicTest", 0, 0, b"z", "", 0, 1, host, 0)
+        assert store.commit_log.topic_queue_table[("TopicTest", 0)] == next_queue_offset + 1
+        next_queue_offset += 1  # (written before the hook ran)
+    assert not store.commit_log.put_lock.locked()
