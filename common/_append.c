@@ -31,9 +31,6 @@
 /* storage.commitlog's namespace: its ``time`` is read there on every put, as the pure method
  * reads it (a test may give the module a clock of its own). */
 static PyObject *commitlog_globals;
-/* The time module and its two clocks as first seen: while storage.commitlog's ``time`` is that
- * module with those functions, clock_now reads the clocks itself. */
-static PyObject *real_time, *real_time_time, *real_monotonic;
 static PyObject *s_time, *s_monotonic;
 static PyObject *s_put_lock, *s_acquire, *s_release, *s_mapped_file_queue, *s_mapped_files;
 static PyObject *s_write_buffer, *s_fd, *s_wrote_position, *s_file_size, *s_allocated_position;
@@ -83,21 +80,6 @@ clock_now(PyObject *name)
         PyObject *module = PyImport_ImportModule("storage.commitlog");
         if (module == NULL)
             return -1.0;
-        PyObject *time_module = PyImport_ImportModule("time");
-        if (time_module == NULL) {
-            Py_DECREF(module);
-            return -1.0;
-        }
-        real_time_time = PyObject_GetAttr(time_module, s_time);
-        real_monotonic = PyObject_GetAttr(time_module, s_monotonic);
-        if (real_time_time == NULL || real_monotonic == NULL) {
-            Py_CLEAR(real_time_time);
-            Py_CLEAR(real_monotonic);
-            Py_DECREF(time_module);
-            Py_DECREF(module);
-            return -1.0;
-        }
-        real_time = time_module;
         commitlog_globals = Py_NewRef(PyModule_GetDict(module));
         Py_DECREF(module);
     }
@@ -107,24 +89,30 @@ clock_now(PyObject *name)
             PyErr_SetString(PyExc_RuntimeError, "storage.commitlog has no time");
         return -1.0;
     }
-    if (time == real_time && real_time != NULL) {
-        /* The time module itself, its functions untouched (a test may patch them): read the
-         * clock here, as they do, without two calls through Python a put. */
-        PyObject *dict = PyModule_GetDict(time); /* borrowed */
+#ifdef __linux__
+    /* While that is the time module and the clock asked for is its own function (a test may
+     * patch either), read the clock here, as that function does, without a call through
+     * Python. Linux only: there time.monotonic() is CLOCK_MONOTONIC (not on macOS). */
+    if (PyModule_CheckExact(time)) {
+        PyObject *now = PyDict_GetItemWithError(PyModule_GetDict(time), name); /* borrowed */
+        if (now == NULL && PyErr_Occurred())
+            return -1.0;
         int monotonic = name == s_monotonic;
-        PyObject *now = PyDict_GetItemWithError(dict, name); /* borrowed */
-        if (now != NULL && now == (monotonic ? real_monotonic : real_time_time)) {
+        if (now != NULL && PyCFunction_Check(now) && PyCFunction_GET_SELF(now) == time
+            && strcmp(((PyCFunctionObject *)now)->m_ml->ml_name,
+                      monotonic ? "monotonic" : "time") == 0) {
+            /* (only the time module's own functions have it as their self) */
             struct timespec ts;
             if (clock_gettime(monotonic ? CLOCK_MONOTONIC : CLOCK_REALTIME, &ts) == 0) {
                 /* (as _PyTime_AsSecondsDouble: nanoseconds as one integer, then divided) */
                 long long ns = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+                if (ns % 1000000000LL == 0)
+                    return (double)(ns / 1000000000LL);
                 return (double)ns / 1e9;
             }
         }
-        else if (now == NULL && PyErr_Occurred()) {
-            return -1.0;
-        }
     }
+#endif
     PyObject *t = PyObject_CallMethodNoArgs(time, name);
     if (t == NULL)
         return -1.0;
@@ -458,9 +446,18 @@ run_locked(PyObject *self, Put *puts, Py_ssize_t count, Py_ssize_t *wrote)
     appended = PyObject_GetAttr(self, s_appended);
     if (appended == NULL)
         goto done;
-    PyObject *added = entries != NULL
-        ? PyObject_CallMethodOneArg(appended, s_extend, entries)
-        : PyObject_CallMethodOneArg(appended, s_append, one_entry);
+    /* (extended with a tuple of one for a put by itself, as the pure method extends it) */
+    PyObject *added = NULL;
+    if (entries != NULL) {
+        added = PyObject_CallMethodOneArg(appended, s_extend, entries);
+    }
+    else {
+        PyObject *one = PyTuple_Pack(1, one_entry);
+        if (one != NULL) {
+            added = PyObject_CallMethodOneArg(appended, s_extend, one);
+            Py_DECREF(one);
+        }
+    }
     if (added == NULL)
         goto done;
     Py_DECREF(added);

@@ -319,19 +319,30 @@ def test_the_compiled_put_reads_the_clocks_as_the_time_module_does(store_factory
     # clocks without calling it: the store timestamp is the wall clock's milliseconds, the time
     # in the lock a small positive number. A clock patched into that module is still the one
     # used (tests and tools do that).
-    store = store_factory(mapped_file_size_commit_log=1 << 20)
+    store = store_factory(mapped_file_size_commit_log=1 << 20, warm_commit_log_pages=True)
     host, end, _ = _taking_one_step_puts(store)
     assert commitlog.time is real_time
+    in_lock = []
+    warmer = store.commit_log.page_warmer
+    if warmer is not None:  # (called in the lock: the lock's start is on the monotonic clock)
+        after_claim = warmer.after_claim
+        monkeypatch.setattr(warmer, "after_claim", lambda *args: (
+            in_lock.append((store.commit_log.begin_time_in_lock, real_time.monotonic())),
+            after_claim(*args))[1])
     before = int(real_time.time() * 1000)
     put = store.commit_log.append_plain("TopicTest", b"TopicTest", 0, 0, b"now", "", 0, 1, host, 0)
     after = int(real_time.time() * 1000)
     assert put is not None
     assert put[0] == end
     assert 0.0 <= put[4] < 1000.0
+    if warmer is not None:
+        begun, now = in_lock[0]
+        assert 0.0 <= now - begun < 1.0
     stamp = store.commit_log.appended[-1][2]
     assert before <= stamp <= after
     assert store.commit_log.mapped_file_queue.mapped_files[-1].store_timestamp == stamp
 
+    monkeypatch.undo()
     monkeypatch.setattr(real_time, "time", lambda: 1_600_000_000.5)
     monkeypatch.setattr(real_time, "monotonic", lambda: 42.0)
     put = store.commit_log.append_plain("TopicTest", b"TopicTest", 0, 0, b"then", "", 0, 1, host,

@@ -294,6 +294,39 @@ def test_a_run_whose_accounting_fails_after_the_write_is_undone_and_refused(
 
 
 @pytest.mark.parametrize("pure", [False, True])
+@pytest.mark.parametrize("failing", ["store_timestamp", "wrote_position"])
+@pytest.mark.parametrize("queue", [("TopicTest", 0), ("Other", 3)])
+def test_one_put_whose_accounting_fails_after_the_write_is_undone_and_refused(
+        store_factory, monkeypatch, pure, failing, queue):
+    # As above for a run of one, which the compiled put accounts for without the run's
+    # dictionaries: its queue's next offset goes back to what it was (a queue it made is
+    # forgotten), its entry for dispatch is taken back, the put is refused.
+    store, host = _twin_store(store_factory, pure, monkeypatch)
+    log = store.commit_log
+    end = log.get_max_offset()
+    before = log.topic_queue_table.get(queue)
+    mapped_file = log.mapped_file_queue.mapped_files[-1]
+    kind = type(mapped_file)
+    mapped_file.__class__ = _failing_to_set(kind, failing)
+    topic, queue_id = queue
+    try:
+        results, error = store.put_plain_run(
+            [(topic, topic.encode(), queue_id, 0, b"o", "", 0, 1, host, 0)])
+    finally:
+        mapped_file.__class__ = kind
+    assert results == []
+    assert isinstance(error, AppendMessageError)
+    assert log.get_max_offset() == end
+    assert log.topic_queue_table.get(queue) == before
+    assert all(entry[0] < end for entry in log.appended)
+    assert not log.put_lock.locked()
+    results, error = store.put_plain_run(
+        [(topic, topic.encode(), queue_id, 0, b"o", "", 0, 1, host, 0)])
+    assert error is None
+    assert [(result[0], result[2]) for result in results] == [(end, before or 0)]
+
+
+@pytest.mark.parametrize("pure", [False, True])
 @pytest.mark.parametrize("clock", ["time", "monotonic"])
 def test_a_run_whose_clock_fails_writes_nothing_and_frees_the_lock(
         store_factory, monkeypatch, pure, clock):
