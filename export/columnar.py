@@ -244,7 +244,14 @@ def gather(buf: np.ndarray, starts: np.ndarray, offset: int, width: int) -> np.n
     when the core is built (numpy's 2-D gather builds an index a byte and took ~4x as long)."""
     n = len(starts)
     if _join_ranges is None or not n:
-        return np.ascontiguousarray(buf[starts[:, None] + np.arange(offset, offset + width)])
+        # As the compiled join refuses a range outside the data (numpy would wrap a negative
+        # index round to the end, and word one past it as an IndexError).
+        first = np.asarray(starts, np.int64) + offset
+        bad = (first < 0) | (first > len(buf)) | (width > len(buf) - first)
+        if bad.any():
+            raise ValueError(f"join_ranges(): range {int(np.flatnonzero(bad)[0])} lies outside "
+                             "the data")
+        return np.ascontiguousarray(buf[first[:, None] + np.arange(width)])
     _, data = _join_ranges(buf, np.ascontiguousarray(starts, np.int64) + offset,
                            np.full(n, width, np.int64))
     return np.frombuffer(data, np.uint8).reshape(n, width)

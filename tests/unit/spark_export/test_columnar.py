@@ -291,6 +291,23 @@ def test_the_compiled_join_and_cut_read_starts_at_any_alignment():
     assert shifted == aligned
 
 
+@pytest.mark.parametrize("pure", [False, True])
+@pytest.mark.parametrize(("start", "offset"), [(-8, 4), (0, -1), (60, 4), (62, 0), (64, 0)])
+def test_a_gather_outside_the_data_is_refused_alike_on_both_paths(monkeypatch, pure, start,
+                                                                    offset):
+    # Four bytes at start + offset of each row, from 64 bytes of data: a range that leaves the
+    # data is a ValueError on both paths (numpy alone would wrap -4 round to the end).
+    if pure:
+        monkeypatch.setattr(columnar, "_join_ranges", None)
+    elif columnar._join_ranges is None:
+        pytest.skip("the compiled core is not built")
+    buf = np.arange(64, dtype=np.uint8)
+    with pytest.raises(ValueError, match=r"range 1 lies outside the data"):
+        columnar.gather(buf, np.array([8, start], np.int64), offset, 4)
+    assert columnar.gather(buf, np.array([8, 60], np.int64), 0, 4).tolist() == [
+        [8, 9, 10, 11], [60, 61, 62, 63]]
+
+
 def test_an_empty_column_of_properties_is_an_empty_map():
     empty = pa.Array.from_buffers(pa.string(), 0, [None, pa.py_buffer(b""), pa.py_buffer(b"")])
     mapped, picked = _properties(empty, ("KEYS",))
