@@ -374,10 +374,12 @@ class ReputMessageService(ServiceThread):
                 self.reput_from_offset = self.commit_log.roll_next_file(offset)
                 continue
             if plain_run is not None and not item[6] & 0xC and topic not in TIMED_TOPICS:
-                try:
-                    following = appended[1]  # a batch's next record, or a burst's
-                except IndexError:  # (none, or a failed put took it back meanwhile)
-                    following = None
+                following = None  # a batch's next record, or a burst's
+                if len(appended) > 1:  # (a lone record raises no IndexError a dispatch)
+                    try:
+                        following = appended[1]
+                    except IndexError:  # (a failed put took it back meanwhile)
+                        pass
                 if (following is not None and following[0] == offset + size
                         and following[4] == topic and not following[6] & 0xC):
                     taken = self._dispatch_run(appended, readable, plain_run, listening)
