@@ -11,7 +11,7 @@ import pytest
 from cluster.remoting.codec import encode, request
 from cluster.remoting.codes import RequestCode, ResponseCode
 from storage.message import properties_to_string
-from tests.unit.broker.test_pull_answers import _broker, _connection
+from tests.unit.broker.test_pull_answers import _broker, _connection, _until
 from tests.unit.broker.test_send_lane import _answers
 
 
@@ -32,7 +32,9 @@ def test_a_retry_at_its_most_reconsume_times_goes_to_the_dlq(tmp_path, times, de
         try:
             connection, transport = _connection(broker)
             connection.data_received(_send_back(times, 3, 7))
-            await asyncio.sleep(0.05)
+            # (a dead one creates the DLQ topic, answered once its topics.json write is done:
+            # on a loaded disk that can take a while)
+            assert await _until(lambda: transport.writes, 10)
             [(code, _opaque, remark, _fields)] = _answers(b"".join(transport.writes))
             assert code == ResponseCode.SUCCESS, remark
             broker.store.wait_dispatched()
