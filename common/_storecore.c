@@ -36,6 +36,7 @@
 #include "_bytes.h"
 #include "_index_entry.h"
 #include "_properties.h"
+#include "_dispatch_one.h"
 #include "_dispatch_run.h"
 #include "_pull_gather.h"
 #include "_record_scan.h"
@@ -959,7 +960,7 @@ PyInit__storecore(void)
     if (module != NULL
         && (populator_add_type(module) < 0 || range_syncer_add_type(module) < 0
             || put_counter_add_type(module) < 0
-            || dispatch_run_add_functions(module) < 0
+            || dispatch_run_add_functions(module) < 0 || dispatch_one_add_functions(module) < 0
             || pull_gather_add_functions(module) < 0 || append_add_functions(module) < 0
             || property_split_add_functions(module) < 0
             || record_cut_add_functions(module) < 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from common import speedups
 from storage.dispatch import TIMED_TOPICS, DispatchRequest
 from storage.dispatch_runs import consume_queue_units_into, index_keys_into
 from storage.message import (
@@ -24,6 +25,9 @@ from storage.message import (
 
 if TYPE_CHECKING:
     from storage.message_store import DefaultMessageStore
+
+_dispatch_plain_one = (None if speedups.store_core is None
+                       else speedups.store_core.dispatch_plain_one)
 
 
 class Dispatchers:
@@ -52,7 +56,21 @@ class Dispatchers:
         """Both dispatchers for an entry the put path appended (see ``CommitLog.appended``),
         in one call and without a DispatchRequest, when it is a plain record: not a
         transaction's prepare, commit or rollback, not parked in the delay or timer topic
-        (their tags code is a time). False, having done nothing, for the others."""
+        (their tags code is a time). False, having done nothing, for the others.
+
+        Compiled (common/_dispatch_one.c) for the common case, the next unit and keys of the
+        last files; it leaves anything else to :meth:`dispatch_plain_pure`."""
+        if _dispatch_plain_one is not None:
+            store = self.store
+            done = _dispatch_plain_one(
+                entry, store.consume_queue_table,
+                store.index_service if store.config.message_index_enable else None, TIMED_TOPICS)
+            if done is not None:
+                return done
+        return self.dispatch_plain_pure(entry)
+
+    def dispatch_plain_pure(self, entry: tuple) -> bool:
+        """:meth:`dispatch_plain` in Python, every case."""
         offset, size, store_ts, queue_offset, topic, queue_id, sys_flag, _, props = entry
         if sys_flag & 0xC or topic in TIMED_TOPICS:
             return False

@@ -1,0 +1,408 @@
+/*
+ * common._storecore's dispatch of one plain record the put path has just appended: its
+ * ConsumeQueue unit and its index keys in one call. One sender's every send is such a record,
+ * dispatched right after its put; through Python (storage/dispatchers.py's
+ * Dispatchers.dispatch_plain_pure: ConsumeQueue.put_message_position_info, then
+ * IndexService.build_index and IndexFile.put_keys) its dispatch took about as long as the put.
+ *
+ * This reads and updates the same attributes those methods do, and writes the same bytes. It
+ * takes only their common step: the next unit of the queue's last file, within its claimed
+ * blocks; the keys in the last index file, within its claimed blocks. For anything else (a
+ * queue not made yet, a new file, blocks to claim, a surrogate in the text, more keys than one
+ * call takes) it returns None having changed nothing, and the caller goes the Python way.
+ * Everything is read and checked before the first byte is written, with the interpreter lock
+ * held throughout. tests/unit/storage/test_dispatch_one.py holds the two ways to the same
+ * bytes and attributes.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "_bytes.h"
+#include "_dispatch_entry.h"
+#include "_dispatch_one.h"
+#include "_index_entry.h"
+
+#define MAX_ONE_KEYS 1024 /* as IndexFile.put_keys' compiled call: more go key by key */
+#define SANE (1LL << 62)  /* offsets and counts past this are left to Python's ints */
+
+enum {
+    A_MAX_PHYSIC_OFFSET, A_MAPPED_FILE_QUEUE, A_MAPPED_FILES, A_WROTE_POSITION,
+    A_FILE_FROM_OFFSET, A_ALLOCATED_POSITION, A_FILE_SIZE, A_WRITE_BUFFER, A_MM,
+    A_LAST_INDEXED_OFFSET, A_INDEX_FILES, A_INDEX_COUNT, A_INDEX_NUM, A_HASH_SLOT_NUM,
+    A_ENTRIES_BASE, A_MAPPED_FILE, A_BEGIN_TIMESTAMP, A_BEGIN_PHY_OFFSET, A_END_TIMESTAMP,
+    A_END_PHY_OFFSET, A_HASH_SLOT_COUNT, A_COUNT
+};
+
+static const char *const attribute_names[A_COUNT] = {
+    "max_physic_offset", "mapped_file_queue", "mapped_files", "wrote_position",
+    "file_from_offset", "allocated_position", "file_size", "write_buffer", "mm",
+    "last_indexed_offset", "index_files", "index_count", "index_num", "hash_slot_num",
+    "_entries_base", "mapped_file", "begin_timestamp", "begin_phy_offset", "end_timestamp",
+    "end_phy_offset", "hash_slot_count",
+};
+
+static PyObject *attributes[A_COUNT]; /* interned, made once */
+
+/* Attribute `a` of `obj` as a long long in [0, SANE) (begin_timestamp may be anything an int
+ * holds): 0 done, 1 when it is not such an int (the caller declines), -1 with an error set. */
+static int
+int_attribute(PyObject *obj, int a, long long *out, int any_sign)
+{
+    PyObject *value = PyObject_GetAttr(obj, attributes[a]);
+    if (value == NULL)
+        return -1;
+    int rc = 0;
+    if (!PyLong_CheckExact(value)) {
+        rc = 1;
+    }
+    else {
+        int overflow;
+        *out = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (*out == -1 && PyErr_Occurred())
+            rc = -1;
+        else if (overflow || (!any_sign && (*out < 0 || *out >= SANE)))
+            rc = 1;
+    }
+    Py_DECREF(value);
+    return rc;
+}
+
+static int
+set_int_attribute(PyObject *obj, int a, long long value)
+{
+    PyObject *v = PyLong_FromLongLong(value);
+    if (v == NULL)
+        return -1;
+    int rc = PyObject_SetAttr(obj, attributes[a], v);
+    Py_DECREF(v);
+    return rc;
+}
+
+/* The last item of list attribute `a` of `obj`, a new reference; NULL with no error set when
+ * the attribute is not a list or it is empty. */
+static PyObject *
+last_of(PyObject *obj, int a)
+{
+    PyObject *list = PyObject_GetAttr(obj, attributes[a]);
+    if (list == NULL)
+        return NULL;
+    PyObject *last = NULL;
+    if (PyList_CheckExact(list) && PyList_GET_SIZE(list) > 0) {
+        last = PyList_GET_ITEM(list, PyList_GET_SIZE(list) - 1);
+        Py_INCREF(last);
+    }
+    Py_DECREF(list);
+    return last;
+}
+
+/* A writable view of attribute `a` of `obj` (a file's mapping) of at least `need` bytes:
+ * 0 done, 1 when it is shorter (the caller declines), -1 with an error set. */
+static int
+mapping_of(PyObject *obj, int a, Py_buffer *view, long long need)
+{
+    PyObject *mm = PyObject_GetAttr(obj, attributes[a]);
+    if (mm == NULL)
+        return -1;
+    int rc = PyObject_GetBuffer(mm, view, PyBUF_WRITABLE);
+    Py_DECREF(mm); /* (the view holds the mapping) */
+    if (rc < 0)
+        return -1;
+    if ((long long)view->len < need) {
+        PyBuffer_Release(view);
+        return 1;
+    }
+    return 0;
+}
+
+/* What the ConsumeQueue step needs, read and checked. */
+typedef struct {
+    int needed;           /* 0: the queue holds the record already (dispatched again) */
+    PyObject *tail;       /* the queue's last file */
+    long long position;   /* where the unit goes in it */
+    Py_buffer view;
+} UnitStep;
+
+/* What the index step needs, read and checked. */
+typedef struct {
+    int needed;           /* 0: no keys, indexing off, or indexed already */
+    PyObject *file;       /* the last index file */
+    long long count, slot_num, slot_count, begin, time_diff;
+    int first;            /* the file's first entries: they set its begin */
+    int keys;
+    uint32_t hashes[MAX_ONE_KEYS];
+    Py_buffer view;
+} IndexStep;
+
+/* Read and check the unit's step: 0 ready, 1 decline, -1 error. */
+static int
+unit_step(PyObject *queue, long long offset, long long size, long long queue_offset,
+          UnitStep *step)
+{
+    long long max_physic;
+    int rc = int_attribute(queue, A_MAX_PHYSIC_OFFSET, &max_physic, 1);
+    if (rc != 0)
+        return rc;
+    if (offset + size <= max_physic)
+        return 0; /* put_message_position_info's first check: held already */
+    step->needed = 1;
+    PyObject *files_owner = PyObject_GetAttr(queue, attributes[A_MAPPED_FILE_QUEUE]);
+    if (files_owner == NULL)
+        return -1;
+    step->tail = last_of(files_owner, A_MAPPED_FILES);
+    Py_DECREF(files_owner);
+    if (step->tail == NULL)
+        return PyErr_Occurred() ? -1 : 1;
+    /* The fast step of put_message_position_info: the next unit of the last file, claimed. */
+    long long pos, from, allocated, file_size;
+    if ((rc = int_attribute(step->tail, A_WROTE_POSITION, &pos, 0)) != 0
+        || (rc = int_attribute(step->tail, A_FILE_FROM_OFFSET, &from, 0)) != 0
+        || (rc = int_attribute(step->tail, A_ALLOCATED_POSITION, &allocated, 0)) != 0
+        || (rc = int_attribute(step->tail, A_FILE_SIZE, &file_size, 0)) != 0)
+        return rc;
+    PyObject *write_buffer = PyObject_GetAttr(step->tail, attributes[A_WRITE_BUFFER]);
+    if (write_buffer == NULL)
+        return -1;
+    int buffered = write_buffer != Py_None;
+    Py_DECREF(write_buffer);
+    if (buffered || pos == 0 || queue_offset * CQ_UNIT_SIZE != from + pos
+        || pos + CQ_UNIT_SIZE > allocated || pos + CQ_UNIT_SIZE > file_size)
+        return 1;
+    step->position = pos;
+    return mapping_of(step->tail, A_MM, &step->view, pos + CQ_UNIT_SIZE);
+}
+
+/* Read and check the index step: 0 ready, 1 decline, -1 error. The keys are hashed here. */
+static int
+index_step(PyObject *index, PyObject *topic, const char *found[P_COUNT],
+           const Py_ssize_t found_len[P_COUNT], long long offset, long long store_ts,
+           IndexStep *step)
+{
+    long long last_indexed;
+    int rc = int_attribute(index, A_LAST_INDEXED_OFFSET, &last_indexed, 1);
+    if (rc != 0)
+        return rc;
+    if (offset <= last_indexed)
+        return 0; /* build_index's first check: dispatched again after recovery */
+    step->needed = 1;
+    step->file = last_of(index, A_INDEX_FILES);
+    if (step->file == NULL)
+        return PyErr_Occurred() ? -1 : 1;
+    long long index_num, entries_base, allocated;
+    if ((rc = int_attribute(step->file, A_INDEX_COUNT, &step->count, 0)) != 0
+        || (rc = int_attribute(step->file, A_INDEX_NUM, &index_num, 0)) != 0
+        || (rc = int_attribute(step->file, A_HASH_SLOT_NUM, &step->slot_num, 0)) != 0
+        || (rc = int_attribute(step->file, A_ENTRIES_BASE, &entries_base, 0)) != 0
+        || (rc = int_attribute(step->file, A_HASH_SLOT_COUNT, &step->slot_count, 0)) != 0)
+        return rc;
+    if (step->count < 1 || step->count >= index_num || step->slot_num <= 0
+        || index_num > (SANE - entries_base) / INDEX_ENTRY_SIZE)
+        return 1; /* full: build_index makes the next file */
+    PyObject *mapped_file = PyObject_GetAttr(step->file, attributes[A_MAPPED_FILE]);
+    if (mapped_file == NULL)
+        return -1;
+    rc = int_attribute(mapped_file, A_ALLOCATED_POSITION, &allocated, 0);
+    Py_DECREF(mapped_file);
+    if (rc != 0)
+        return rc;
+    /* put_keys claims room for a UNIQ_KEY and every KEYS value before it writes. */
+    long long most = step->count + 1;
+    if (found[P_KEYS] != NULL) {
+        most += 1;
+        for (Py_ssize_t i = 0; i < found_len[P_KEYS]; i++)
+            most += found[P_KEYS][i] == ' ';
+    }
+    if (most > index_num)
+        most = index_num;
+    if (entries_base + most * INDEX_ENTRY_SIZE > allocated)
+        return 1; /* blocks to claim first */
+    /* The keys, in build_index's order: UNIQ_KEY, then every non-empty KEYS value. */
+    Py_ssize_t topic_len;
+    const char *topic_text = PyUnicode_AsUTF8AndSize(topic, &topic_len);
+    if (topic_text == NULL) {
+        PyErr_Clear();
+        return 1; /* (a surrogate: the pure hash copes) */
+    }
+    uint32_t seed = java_hash_utf8(0, (const unsigned char *)topic_text, topic_len) * 31 + '#';
+    int keys = 0;
+    if (found[P_UNIQ] != NULL)
+        step->hashes[keys++] = java_hash_utf8(seed, (const unsigned char *)found[P_UNIQ],
+                                              found_len[P_UNIQ]);
+    const char *k = found[P_KEYS], *kend = k + found_len[P_KEYS];
+    while (k != NULL && k < kend) {
+        const char *space = memchr(k, ' ', (size_t)(kend - k));
+        if (space == NULL)
+            space = kend;
+        if (space > k) {
+            if (keys == MAX_ONE_KEYS)
+                return 1;
+            step->hashes[keys++] = java_hash_utf8(seed, (const unsigned char *)k, space - k);
+        }
+        k = space + 1;
+    }
+    if (step->count + keys > index_num)
+        return 1; /* the rest go into the next file, key by key */
+    step->keys = keys;
+    step->first = step->count <= 1;
+    if (step->first) {
+        step->begin = store_ts;
+    }
+    else if ((rc = int_attribute(step->file, A_BEGIN_TIMESTAMP, &step->begin, 1)) != 0) {
+        return rc;
+    }
+    /* Python's floor division of the difference, clamped to [0, Integer.MAX_VALUE] */
+    unsigned long long later = step->begin > 0 && store_ts > step->begin
+        ? ((unsigned long long)store_ts - (unsigned long long)step->begin) / 1000 : 0;
+    step->time_diff = later > 0x7FFFFFFFull ? 0x7FFFFFFFLL : (long long)later;
+    if (keys == 0)
+        return 0;
+    return mapping_of(step->file, A_MM, &step->view,
+                      entries_base + (step->count + keys) * INDEX_ENTRY_SIZE);
+}
+
+PyDoc_STRVAR(dispatch_plain_one_doc,
+"dispatch_plain_one(entry, consume_queue_table, index_service, timed_topics) -> bool | None\n\n"
+"Dispatch one entry of CommitLog.appended as storage.dispatchers.Dispatchers.dispatch_plain_pure\n"
+"does: True once its ConsumeQueue unit and its index keys (none when index_service is None)\n"
+"are in; False, having done nothing, for a record that is not plain (transaction bits, a\n"
+"topic in timed_topics); None, having done nothing, where the Python way must take it.");
+
+static PyObject *
+dispatch_plain_one(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "dispatch_plain_one() takes 4 arguments");
+        return NULL;
+    }
+    PyObject *entry = args[0], *table = args[1], *index = args[2], *timed = args[3];
+    if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != ENTRY_FIELDS
+        || !PyDict_CheckExact(table))
+        Py_RETURN_NONE;
+    int ok = 1;
+    long long offset = entry_int(entry, 0, &ok), size = entry_int(entry, 1, &ok);
+    long long store_ts = entry_int(entry, 2, &ok), queue_offset = entry_int(entry, 3, &ok);
+    long long sys_flag = entry_int(entry, 6, &ok);
+    PyObject *topic = PyTuple_GET_ITEM(entry, 4), *queue_id = PyTuple_GET_ITEM(entry, 5);
+    if (!ok || !PyUnicode_CheckExact(topic))
+        Py_RETURN_NONE;
+    if (sys_flag & 0xC)
+        Py_RETURN_FALSE;
+    int is_timed = PySequence_Contains(timed, topic);
+    if (is_timed < 0)
+        return NULL;
+    if (is_timed)
+        Py_RETURN_FALSE;
+    if (offset < 0 || offset >= SANE || size <= 0 || size > INT32_MAX || queue_offset < 0
+        || queue_offset >= SANE / CQ_UNIT_SIZE)
+        Py_RETURN_NONE;
+    Py_ssize_t n;
+    const char *props = entry_props(entry, &n);
+    if (props == NULL)
+        Py_RETURN_NONE;
+    const char *found[P_COUNT];
+    Py_ssize_t found_len[P_COUNT];
+    scan_props(props, n, found, found_len);
+
+    PyObject *queues = PyDict_GetItemWithError(table, topic);
+    PyObject *queue = queues != NULL && PyDict_CheckExact(queues)
+        ? PyDict_GetItemWithError(queues, queue_id) : NULL;
+    if (queue == NULL) /* not made yet: find_consume_queue makes it */
+        return PyErr_Occurred() ? NULL : (Py_INCREF(Py_None), Py_None);
+    Py_INCREF(queue);
+
+    PyObject *result = NULL;
+    UnitStep unit;
+    unit.needed = 0;
+    unit.tail = NULL;
+    unit.view.obj = NULL;
+    IndexStep step; /* (its hashes are written as they are found: not cleared) */
+    IndexStep *keys = NULL;
+    int rc = unit_step(queue, offset, size, queue_offset, &unit);
+    if (rc == 0 && index != Py_None && (found[P_UNIQ] != NULL || found[P_KEYS] != NULL)) {
+        keys = &step;
+        keys->needed = keys->keys = 0;
+        keys->file = NULL;
+        keys->view.obj = NULL;
+        rc = index_step(index, topic, found, found_len, offset, store_ts, keys);
+    }
+    if (rc != 0) {
+        if (rc > 0) {
+            result = Py_None;
+            Py_INCREF(result);
+        }
+        goto done;
+    }
+
+    /* Everything is checked: write. The unit first, as dispatch_plain_pure does; a failure
+     * after it (an attribute that cannot be set) leaves the queue holding the record, and the
+     * retry skips it there. */
+    if (unit.needed) {
+        unsigned char *p = (unsigned char *)unit.view.buf + unit.position;
+        int32_t tags_code = found[P_TAGS] == NULL ? 0 : (int32_t)java_hash_utf8(
+            0, (const unsigned char *)found[P_TAGS], found_len[P_TAGS]);
+        put_u64(p, (uint64_t)offset);
+        put_u32(p + 8, (uint32_t)size);
+        put_u64(p + 12, (uint64_t)(int64_t)tags_code);
+        PyBuffer_Release(&unit.view);
+        unit.view.obj = NULL;
+        if (set_int_attribute(unit.tail, A_WROTE_POSITION, unit.position + CQ_UNIT_SIZE) < 0
+            || set_int_attribute(queue, A_MAX_PHYSIC_OFFSET, offset + size) < 0)
+            goto done;
+    }
+    if (keys != NULL && keys->needed) {
+        if (keys->keys > 0) {
+            unsigned char *buf = (unsigned char *)keys->view.buf;
+            long long count = keys->count;
+            long new_slots = 0;
+            for (int i = 0; i < keys->keys; i++)
+                new_slots += index_put_entry(buf, keys->slot_num, count++,
+                                             index_key_hash_of(keys->hashes[i]), offset,
+                                             keys->time_diff);
+            PyBuffer_Release(&keys->view);
+            keys->view.obj = NULL;
+            /* The header's fields, as put_keys sets them (the header reaches the mapping at
+             * flush). */
+            if ((keys->first && (set_int_attribute(keys->file, A_BEGIN_PHY_OFFSET, offset) < 0
+                                 || set_int_attribute(keys->file, A_BEGIN_TIMESTAMP, store_ts) < 0))
+                || set_int_attribute(keys->file, A_INDEX_COUNT, count) < 0
+                || set_int_attribute(keys->file, A_HASH_SLOT_COUNT, keys->slot_count + new_slots) < 0
+                || set_int_attribute(keys->file, A_END_PHY_OFFSET, offset) < 0
+                || set_int_attribute(keys->file, A_END_TIMESTAMP, store_ts) < 0)
+                goto done;
+        }
+        /* Only once every key is in, as in build_index. */
+        if (set_int_attribute(index, A_LAST_INDEXED_OFFSET, offset) < 0)
+            goto done;
+    }
+    result = Py_True;
+    Py_INCREF(result);
+done:
+    if (unit.view.obj != NULL)
+        PyBuffer_Release(&unit.view);
+    Py_XDECREF(unit.tail);
+    if (keys != NULL) {
+        if (keys->view.obj != NULL)
+            PyBuffer_Release(&keys->view);
+        Py_XDECREF(keys->file);
+    }
+    Py_DECREF(queue);
+    return result;
+}
+
+static PyMethodDef dispatch_one_methods[] = {
+    {"dispatch_plain_one", (PyCFunction)(void (*)(void))dispatch_plain_one, METH_FASTCALL,
+     dispatch_plain_one_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+int
+dispatch_one_add_functions(PyObject *module)
+{
+    for (int a = 0; a < A_COUNT; a++) {
+        if (attributes[a] == NULL && (attributes[a] = PyUnicode_InternFromString(attribute_names[a])) == NULL)
+            return -1;
+    }
+    return PyModule_AddFunctions(module, dispatch_one_methods);
+}

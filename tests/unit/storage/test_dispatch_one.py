@@ -1,0 +1,234 @@
+"""Dispatch of one plain record, compiled (common/_dispatch_one.c) against its Python twin
+(``Dispatchers.dispatch_plain_pure``): the same answer, the same ConsumeQueue and index bytes,
+the same attributes after every entry; and where the compiled call declines (None), nothing
+changed, so the Python way that follows does all of it."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import tempfile
+import time
+import types
+from unittest import mock
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from storage import commitlog as commitlog_module
+from storage import consume_queue as consume_queue_module
+from storage import dispatchers as dispatchers_module
+from storage import index_file as index_file_module
+from storage.dispatch import TIMED_TOPICS
+from storage.mapped_file import MappedFile
+from storage.message import SCHEDULE_TOPIC, TIMER_TOPIC
+from storage.message_store import DefaultMessageStore
+from tests.conftest import make_message, small_config
+
+one = dispatchers_module._dispatch_plain_one
+compiled = pytest.mark.skipif(one is None, reason="the compiled core is not built")
+
+# Values as clients send them, and the awkward ones: non-ASCII (an astral character is two
+# UTF-16 units in Java's hash), empty values, spaces only, many keys. (A lone surrogate cannot
+# come from a record's UTF-8; the compiled call declines it, below.)
+_values = st.sampled_from(["a", "TagA", "é", "键", "🚀x", "k1 k2", " k3  k4 ", "", " ",
+                           " ".join(f"m{k}" for k in range(300))])
+_names = st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "WAIT", "KEYSX"])
+_props = st.lists(st.tuples(_names, _values), max_size=5).map(
+    lambda pairs: "".join(f"{n}\x01{v}\x02" for n, v in pairs))
+
+
+@st.composite
+def entries(draw):
+    """Entries as CommitLog.appended holds them, one record each: in log order, each queue's
+    offsets mostly consecutive, with what dispatch meets now and then (a record dispatched
+    again, a gap in a queue, transaction bits, a timed topic, a store time before the index
+    file's begin)."""
+    out = []
+    offset = draw(st.integers(0, 1000))
+    next_unit: dict = {}
+    for _ in range(draw(st.integers(1, 40))):
+        topic = draw(st.sampled_from(["TopicTest"] * 6 + ["Other", "主题", SCHEDULE_TOPIC,
+                                                          TIMER_TOPIC]))
+        queue_id = draw(st.integers(0, 2))
+        unit = next_unit.get((topic, queue_id), 0)
+        event = draw(st.sampled_from([None] * 10 + ["again", "gap", "prepared", "rollback"]))
+        if event == "again" and out:
+            out.append(out[-1])
+            continue
+        if event == "gap":
+            unit += 1
+        size = draw(st.integers(1, 400))
+        sys_flag = {"prepared": 4, "rollback": 0xC}.get(event, draw(st.sampled_from([0, 0, 8, 1])))
+        store_ts = 1_700_000_000_000 + draw(st.integers(-3000, 4_000_000))
+        out.append((offset, size, store_ts, unit, topic, queue_id, sys_flag, 0, draw(_props)))
+        next_unit[(topic, queue_id)] = unit + 1
+        offset += size
+    return out
+
+
+def _store(root: str, **overrides) -> DefaultMessageStore:
+    # ConsumeQueue files of 10 units and index files of 256 entries: entries cross into new
+    # files often, where the compiled call declines.
+    store = DefaultMessageStore(small_config(root, **overrides))
+    store.load()  # not started: nothing dispatches but the test
+    return store
+
+
+def _state(store: DefaultMessageStore) -> tuple:
+    """Every ConsumeQueue's bytes and positions, every index file's bytes and header fields."""
+    queues = {}
+    for topic, table in store.consume_queue_table.items():
+        for queue_id, queue in table.items():
+            files = queue.mapped_file_queue.mapped_files
+            queues[(topic, queue_id)] = (
+                queue.max_physic_offset,
+                [(f.file_from_offset, f.wrote_position, f.allocated_position,
+                  bytes(f.mm[:f.wrote_position])) for f in files])
+    index = store.index_service
+    indexes = [(f.index_count, f.hash_slot_count, f.begin_timestamp, f.begin_phy_offset,
+                f.end_timestamp, f.end_phy_offset, f.mapped_file.allocated_position,
+                bytes(f.mm[:])) for f in index.index_files]
+    return queues, indexes, index.last_indexed_offset
+
+
+@compiled
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(entries(), st.booleans(), st.sampled_from([None, 50]))
+def test_one_record_is_dispatched_alike(sequence, indexing, claim_ahead):
+    with tempfile.TemporaryDirectory() as root, contextlib.ExitStack() as patches:
+        if claim_ahead is not None:  # blocks claimed a few units and entries at a time
+            patches.enter_context(mock.patch.object(consume_queue_module, "CQ_ALLOCATE_AHEAD",
+                                                    claim_ahead))
+            patches.enter_context(mock.patch.object(
+                index_file_module, "MappedFile",
+                functools.partial(MappedFile, allocate_ahead=claim_ahead)))
+        fast = _store(f"{root}/fast", message_index_enable=indexing)
+        pure = _store(f"{root}/pure", message_index_enable=indexing)
+        try:
+            declined = 0
+            for entry in sequence:
+                before = _state(fast)
+                index = fast.index_service if indexing else None
+                done = one(entry, fast.consume_queue_table, index, TIMED_TOPICS)
+                if done is None:  # nothing changed: the Python way does it all
+                    declined += 1
+                    assert _state(fast) == before
+                    done = fast.dispatchers.dispatch_plain_pure(entry)
+                assert done == pure.dispatchers.dispatch_plain_pure(entry)
+                assert done == (not entry[6] & 0xC and entry[4] not in TIMED_TOPICS)
+                assert _state(fast) == _state(pure)
+        finally:
+            fast.shutdown()
+            pure.shutdown()
+
+
+@pytest.fixture
+def sends(monkeypatch):
+    """``send(fast, pure, messages)``: each message put into both stores and dispatched right
+    after its put, as a broker does, by the compiled call in ``fast`` and the Python way in
+    ``pure``; the two compared after every message. Returns the compiled call's answers."""
+    # One store time for every put: the two stores then write the same index bytes.
+    monkeypatch.setattr(commitlog_module, "time", types.SimpleNamespace(
+        time=lambda: 1_700_000_000.0, monotonic=time.monotonic))
+    calls: list = []
+
+    def counted(*args):
+        calls.append(one(*args))
+        return calls[-1]
+
+    def send(fast: DefaultMessageStore, pure: DefaultMessageStore, messages) -> list:
+        for message in messages:
+            for store, call in ((fast, counted), (pure, None)):
+                monkeypatch.setattr(dispatchers_module, "_dispatch_plain_one", call)
+                store.put_message(copy.copy(message))
+                store.reput.reput_inline()
+                assert store.reput.behind() == 0
+            assert _state(fast) == _state(pure)
+        return calls
+
+    return send
+
+
+def _sends(count: int, first_keys: str | None = None) -> list:
+    """Sends to three queues; with ``first_keys``, the first three (one a queue: the Python way
+    makes each queue) have those KEYS and no UNIQ_KEY."""
+    first = 3 if first_keys is not None else 0
+    return [make_message(topic="Sends", queue_id=i % 3, tags="TagA" if i % 2 else "标签",
+                         keys=(first_keys if i < first else
+                               f"order-{i} 键{i % 7}" if i % 5 else None),
+                         uniq=None if i < first else f"U{i:06d}", body=b"x" * (i % 50))
+            for i in range(count)]
+
+
+@compiled
+def test_a_sender_s_records_are_dispatched_by_the_compiled_call(tmp_path, sends):
+    """Through the store as a broker uses it: the compiled call takes all but the few that
+    need a new file, and the views are those of a store dispatching the Python way."""
+    fast, pure = _store(tmp_path / "fast"), _store(tmp_path / "pure")
+    try:
+        calls = sends(fast, pure, _sends(300))
+        assert len(calls) == 300
+        assert calls.count(True) > 250
+        assert calls.count(False) == 0
+        found = fast.query_message("Sends", "键3", 100, 0, 1 << 62)
+        assert len(found.messages) == sum(1 for i in range(300) if i % 5 and i % 7 == 3)
+    finally:
+        fast.shutdown()
+        pure.shutdown()
+
+
+@compiled
+def test_claims_and_an_index_file_s_first_keys_go_as_in_python(tmp_path, monkeypatch, sends):
+    """Files whose blocks are claimed a few KiB at a time: the compiled call leaves each claim
+    to Python (so the blocks are there before a byte goes in). And an index file that a
+    message without a key began (KEYS of spaces only): the first keys in it set its begin."""
+    monkeypatch.setattr(consume_queue_module, "CQ_ALLOCATE_AHEAD", 4096)
+    monkeypatch.setattr(index_file_module, "MappedFile",
+                        functools.partial(MappedFile, allocate_ahead=4096))
+    config = {"mapped_file_size_consume_queue": 20 * 1000, "max_index_num": 2000}
+    fast, pure = _store(tmp_path / "fast", **config), _store(tmp_path / "pure", **config)
+    try:
+        calls = sends(fast, pure, _sends(1200, first_keys="  "))
+        assert calls.count(None) > 10  # (the claims, and the index files' rolls)
+        assert calls.count(True) > 1100
+        index_files = fast.index_service.index_files
+        assert len(index_files) == 2
+        assert index_files[0].begin_phy_offset > 0
+    finally:
+        fast.shutdown()
+        pure.shutdown()
+
+
+@compiled
+def test_the_compiled_call_declines_what_is_not_its_to_take(tmp_path):
+    store = _store(tmp_path)
+    try:
+        table, index = store.consume_queue_table, store.index_service
+        first = (0, 100, 1_700_000_000_000, 0, "T", 0, 0, 0, "KEYS\x01k\x02")
+        assert one(first, table, index, TIMED_TOPICS) is None  # no queue yet
+        store.find_consume_queue("T", 0)
+        assert one(first, table, index, TIMED_TOPICS) is None  # a new file: not the fast step
+        assert store.dispatchers.dispatch_plain_pure(first) is True
+        plain = (100, 100, 1_700_000_000_000, 1, "T", 0, 0, 0, "KEYS\x01k\x02")
+        assert one((*plain[:6], 4, *plain[7:]), table, index, TIMED_TOPICS) is False
+        assert one((*plain[:4], SCHEDULE_TOPIC, *plain[5:]), table, index, TIMED_TOPICS) is False
+        before = _state(store)
+        for odd in [plain[:8], [*plain], (*plain[:8], b"KEYS\x01k\x02"),
+                    (*plain[:8], "KEYS\x01\ud800\x02"), (*plain[:4], "\ud800", *plain[5:]),
+                    (-1, *plain[1:]), (*plain[:1], 0, *plain[2:]),
+                    (*plain[:1], 1 << 40, *plain[2:]), (*plain[:3], 1 << 70, *plain[4:]),
+                    (*plain[:3], 2, *plain[4:]), (*plain[:4], b"T", *plain[5:]),
+                    (*plain[:3], 1.0, *plain[4:])]:
+            assert one(odd, table, index, TIMED_TOPICS) is None, odd
+        assert _state(store) == before
+        with pytest.raises(TypeError):
+            one(plain, table, index)
+        assert one(plain, table, index, TIMED_TOPICS) is True
+        assert one(plain, table, index, TIMED_TOPICS) is True  # again: held already, skipped
+        assert store.consume_queue_table["T"][0].get_max_offset_in_queue() == 2
+        assert store.index_service.index_files[-1].index_count == 3  # k twice, from 1
+    finally:
+        store.shutdown()
