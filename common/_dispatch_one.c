@@ -4,6 +4,8 @@
  * dispatched right after its put; through Python (storage/dispatchers.py's
  * Dispatchers.dispatch_plain_pure: ConsumeQueue.put_message_position_info, then
  * IndexService.build_index and IndexFile.put_keys) its dispatch took about as long as the put.
+ * And the units of a run of records of many queues (32 senders to a topic of many queues: a
+ * queue a record), each its queue's next unit, in one call for the run.
  *
  * This reads and updates the same attributes those methods do, and writes the same bytes. It
  * takes only their common step: the next unit of the queue's last file, within its claimed
@@ -23,6 +25,7 @@
 #include "_dispatch_entry.h"
 #include "_dispatch_one.h"
 #include "_index_entry.h"
+#include "_text.h"
 
 #define MAX_ONE_KEYS 1024 /* as IndexFile.put_keys' compiled call: more go key by key */
 #define SANE (1LL << 62)  /* offsets and counts past this are left to Python's ints */
@@ -171,6 +174,27 @@ unit_step(PyObject *queue, long long offset, long long size, long long queue_off
         return 1;
     step->position = pos;
     return mapping_of(step->tail, A_MM, &step->view, pos + CQ_UNIT_SIZE);
+}
+
+/* Write the unit a ready step found room for (its TAGS' hash as the tags code), and move the
+ * file's and the queue's positions past it, as put_message_position_info does. Releases the
+ * step's view. 0 done, -1 with an error set. */
+static int
+unit_write(UnitStep *step, PyObject *queue, long long offset, long long size,
+           const char *found[P_COUNT], const Py_ssize_t found_len[P_COUNT])
+{
+    unsigned char *p = (unsigned char *)step->view.buf + step->position;
+    int32_t tags_code = found[P_TAGS] == NULL ? 0 : (int32_t)java_hash_utf8(
+        0, (const unsigned char *)found[P_TAGS], found_len[P_TAGS]);
+    put_u64(p, (uint64_t)offset);
+    put_u32(p + 8, (uint32_t)size);
+    put_u64(p + 12, (uint64_t)(int64_t)tags_code);
+    PyBuffer_Release(&step->view);
+    step->view.obj = NULL;
+    if (set_int_attribute(step->tail, A_WROTE_POSITION, step->position + CQ_UNIT_SIZE) < 0
+        || set_int_attribute(queue, A_MAX_PHYSIC_OFFSET, offset + size) < 0)
+        return -1;
+    return 0;
 }
 
 /* Read and check the index step: 0 ready, 1 decline, -1 error. The keys are hashed here. */
@@ -338,19 +362,8 @@ dispatch_plain_one(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     /* Everything is checked: write. The unit first, as dispatch_plain_pure does; a failure
      * after it (an attribute that cannot be set) leaves the queue holding the record, and the
      * retry skips it there. */
-    if (unit.needed) {
-        unsigned char *p = (unsigned char *)unit.view.buf + unit.position;
-        int32_t tags_code = found[P_TAGS] == NULL ? 0 : (int32_t)java_hash_utf8(
-            0, (const unsigned char *)found[P_TAGS], found_len[P_TAGS]);
-        put_u64(p, (uint64_t)offset);
-        put_u32(p + 8, (uint32_t)size);
-        put_u64(p + 12, (uint64_t)(int64_t)tags_code);
-        PyBuffer_Release(&unit.view);
-        unit.view.obj = NULL;
-        if (set_int_attribute(unit.tail, A_WROTE_POSITION, unit.position + CQ_UNIT_SIZE) < 0
-            || set_int_attribute(queue, A_MAX_PHYSIC_OFFSET, offset + size) < 0)
-            goto done;
-    }
+    if (unit.needed && unit_write(&unit, queue, offset, size, found, found_len) < 0)
+        goto done;
     if (keys != NULL && keys->needed) {
         if (keys->keys > 0) {
             unsigned char *buf = (unsigned char *)keys->view.buf;
@@ -391,9 +404,92 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(units_each_doc,
+"dispatch_units_each(entries, count, consume_queue_table) -> list[int]\n\n"
+"The ConsumeQueue unit of each of entries[:count] (a run of plain records of one topic, of\n"
+"any queues: storage/dispatch_runs.py), written into its own queue's last file as\n"
+"dispatch_plain_one writes it. Returns, in log order, the indices of the entries it left\n"
+"(their queue not made yet, a new file, blocks to claim, and after one of those every later\n"
+"entry of that queue): the caller puts those the Python way, in that order.");
+
+static PyObject *
+dispatch_units_each(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 3 || !PyList_Check(args[0]) || !PyDict_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "dispatch_units_each(entries: list, count, consume_queue_table: dict)");
+        return NULL;
+    }
+    PyObject *entries = args[0], *table = args[2];
+    Py_ssize_t count;
+    if (ssize_arg(args[1], &count) < 0)
+        return NULL;
+    if (count < 0 || count > PyList_GET_SIZE(entries)) {
+        PyErr_SetString(PyExc_ValueError, "count is not within the entries");
+        return NULL;
+    }
+    PyObject *left = PyList_New(0);
+    if (left == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *entry = PyList_GET_ITEM(entries, i);
+        int ok = PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == ENTRY_FIELDS;
+        long long offset = ok ? entry_int(entry, 0, &ok) : 0;
+        long long size = ok ? entry_int(entry, 1, &ok) : 0;
+        long long queue_offset = ok ? entry_int(entry, 3, &ok) : 0;
+        Py_ssize_t n = 0;
+        const char *props = ok ? entry_props(entry, &n) : NULL;
+        PyObject *queue = NULL;
+        if (props != NULL && offset >= 0 && offset < SANE && size > 0 && size <= INT32_MAX
+            && queue_offset >= 0 && queue_offset < SANE / CQ_UNIT_SIZE) {
+            PyObject *queues = PyDict_GetItemWithError(table, PyTuple_GET_ITEM(entry, 4));
+            if (queues != NULL && PyDict_CheckExact(queues))
+                queue = PyDict_GetItemWithError(queues, PyTuple_GET_ITEM(entry, 5));
+            if (queue == NULL && PyErr_Occurred())
+                goto failed;
+        }
+        int rc = 1;
+        UnitStep unit;
+        unit.needed = 0;
+        unit.tail = NULL;
+        unit.view.obj = NULL;
+        if (queue != NULL) {
+            Py_INCREF(queue);
+            rc = unit_step(queue, offset, size, queue_offset, &unit);
+            if (rc == 0 && unit.needed) {
+                const char *found[P_COUNT];
+                Py_ssize_t found_len[P_COUNT];
+                scan_props(props, n, found, found_len);
+                rc = unit_write(&unit, queue, offset, size, found, found_len);
+            }
+            if (unit.view.obj != NULL)
+                PyBuffer_Release(&unit.view);
+            Py_XDECREF(unit.tail);
+            Py_DECREF(queue);
+        }
+        if (rc < 0)
+            goto failed;
+        if (rc > 0) {
+            PyObject *index = PyLong_FromSsize_t(i);
+            if (index == NULL || PyList_Append(left, index) < 0) {
+                Py_XDECREF(index);
+                goto failed;
+            }
+            Py_DECREF(index);
+        }
+    }
+    return left;
+failed:
+    Py_DECREF(left);
+    return NULL;
+}
+
 static PyMethodDef dispatch_one_methods[] = {
     {"dispatch_plain_one", (PyCFunction)(void (*)(void))dispatch_plain_one, METH_FASTCALL,
      dispatch_plain_one_doc},
+    {"dispatch_units_each", (PyCFunction)(void (*)(void))dispatch_units_each, METH_FASTCALL,
+     units_each_doc},
     {NULL, NULL, 0, NULL},
 };
 

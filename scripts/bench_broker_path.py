@@ -10,7 +10,7 @@ back with PULL_MESSAGE requests of N messages each, one a read, as a consumer pu
 subscription in the request, its offset committed, long polling allowed): the CPU a pulled
 message.
 
-    python scripts/bench_broker_path.py [--messages 50000] [--burst 32] [--batch 0] [--pull 0]
+    python scripts/bench_broker_path.py [--messages 50000] [--burst 32] [--queues 4] [--batch 0] [--pull 0]
         [--profile]
 """
 
@@ -81,8 +81,9 @@ class CountingTransport:
         pass
 
 
-def send_frames(count: int, size: int, batch: int = 0) -> list[bytes]:
-    """``count`` SEND_MESSAGE_V2 frames, or SEND_BATCH_MESSAGE frames of ``batch`` messages."""
+def send_frames(count: int, size: int, batch: int = 0, queues: int = 4) -> list[bytes]:
+    """``count`` SEND_MESSAGE_V2 frames, or SEND_BATCH_MESSAGE frames of ``batch`` messages,
+    to ``queues`` queues in turn."""
     ids = UniqIdGenerator()
     body = os.urandom(size)
     frames = []
@@ -99,7 +100,7 @@ def send_frames(count: int, size: int, batch: int = 0) -> list[bytes]:
     for i in range(count):
         props = {"UNIQ_KEY": ids.next_id(), "WAIT": "true"}
         fields = {"a": "benchmark_producer", "b": "BenchmarkTest", "c": "TBW102", "d": 4,
-                  "e": i % 4, "f": 0, "g": int(time.time() * 1000), "h": 0,
+                  "e": i % queues, "f": 0, "g": int(time.time() * 1000), "h": 0,
                   "i": properties_to_string(props), "j": 0, "k": False, "m": False}
         frames.append(encode(request(RequestCode.SEND_MESSAGE_V2, fields, body, opaque=i + 1)))
     return frames
@@ -134,7 +135,7 @@ async def measure(args: argparse.Namespace, folder: str) -> None:
         connection = broker.server._new_connection()
         transport = CountingTransport()
         connection.connection_made(transport)
-        warm = send_frames(2000, args.size)
+        warm = send_frames(max(2000, 2 * args.queues), args.size, 0, args.queues)  # (files made)
         for frame in warm:
             connection.data_received(frame)
         await asyncio.sleep(0.2)
@@ -144,7 +145,7 @@ async def measure(args: argparse.Namespace, folder: str) -> None:
         except ImportError:
             core = "pure Python"
         per_frame = args.batch or 1
-        frames = send_frames(args.messages // per_frame, args.size, args.batch)
+        frames = send_frames(args.messages // per_frame, args.size, args.batch, args.queues)
         burst = max(1, args.burst // per_frame)
         reads = [b"".join(frames[i:i + burst]) for i in range(0, len(frames), burst)]
         if args.pull:
@@ -194,6 +195,9 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=50000)
     parser.add_argument("--burst", type=int, default=32)
     parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--queues", type=int, default=4,
+                        help="queues the sends go to in turn (BenchmarkTest has 1,024: 32 "
+                             "senders of `bench producer` send to 32 of them at once)")
     parser.add_argument("--batch", type=int, default=0,
                         help="messages a SEND_BATCH_MESSAGE request (0: single sends)")
     parser.add_argument("--pull", type=int, default=0,

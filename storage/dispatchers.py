@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 _dispatch_plain_one = (None if speedups.store_core is None
                        else speedups.store_core.dispatch_plain_one)
+_dispatch_units_each = (None if speedups.store_core is None
+                        else speedups.store_core.dispatch_units_each)
 
 
 class Dispatchers:
@@ -98,7 +100,13 @@ class Dispatchers:
             return False
         if one_queue:
             self._put_units(topic, run[0][5], run, count)
-        else:  # a burst of sends to several queues: each queue's records, in log order
+        elif _dispatch_units_each is not None:
+            # A burst of sends to several queues (32 senders to a topic of many queues: as
+            # many queues as records): each unit into its queue in one call for all, and
+            # those it leaves the Python way, in log order.
+            for index in _dispatch_units_each(run, count, self.store.consume_queue_table):
+                self._put_unit(run[index])
+        else:  # each queue's records, in log order
             groups: dict[int, list] = {}
             for entry in run[:count]:
                 group = groups.get(entry[5])
@@ -130,6 +138,14 @@ class Dispatchers:
                 tags = dispatch_properties(props)[0]
                 queue.put_message_position_info(offset, size, java_hash(tags) if tags else 0,
                                                 queue_offset)
+
+    def _put_unit(self, entry: tuple) -> None:
+        offset, size, _, queue_offset, topic, queue_id, *_, props = entry
+        queue = self.store.find_consume_queue(topic, queue_id)
+        assert queue is not None  # create=True: made when missing
+        tags = dispatch_properties(props)[0]
+        queue.put_message_position_info(offset, size, java_hash(tags) if tags else 0,
+                                        queue_offset)
 
     def already_dispatched(self, topic: str, queue_id: int, offset: int, size: int) -> bool:
         """Whether every view already holds the record (recovery skips it undecoded)."""

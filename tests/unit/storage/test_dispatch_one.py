@@ -28,6 +28,7 @@ from storage.message_store import DefaultMessageStore
 from tests.conftest import make_message, small_config
 
 one = dispatchers_module._dispatch_plain_one
+each = dispatchers_module._dispatch_units_each
 compiled = pytest.mark.skipif(one is None, reason="the compiled core is not built")
 
 # Values as clients send them, and the awkward ones: non-ASCII (an astral character is two
@@ -127,36 +128,45 @@ def test_one_record_is_dispatched_alike(sequence, indexing, claim_ahead):
 
 @pytest.fixture
 def sends(monkeypatch):
-    """``send(fast, pure, messages)``: each message put into both stores and dispatched right
-    after its put, as a broker does, by the compiled call in ``fast`` and the Python way in
-    ``pure``; the two compared after every message. Returns the compiled call's answers."""
+    """``send(fast, pure, messages, burst=1)``: the messages put into both stores ``burst`` at a
+    time, each burst dispatched right after its puts as a broker dispatches a read's sends: by
+    the compiled calls in ``fast``, the Python way in ``pure``; the two compared after every
+    burst. Returns the one-record call's answers, and the indices the run's units call left."""
     # One store time for every put: the two stores then write the same index bytes.
     monkeypatch.setattr(commitlog_module, "time", types.SimpleNamespace(
         time=lambda: 1_700_000_000.0, monotonic=time.monotonic))
     calls: list = []
+    left: list = []
 
     def counted(*args):
         calls.append(one(*args))
         return calls[-1]
 
-    def send(fast: DefaultMessageStore, pure: DefaultMessageStore, messages) -> list:
-        for message in messages:
-            for store, call in ((fast, counted), (pure, None)):
-                monkeypatch.setattr(dispatchers_module, "_dispatch_plain_one", call)
-                store.put_message(copy.copy(message))
+    def counted_each(*args):
+        left.append(each(*args))
+        return left[-1]
+
+    def send(fast: DefaultMessageStore, pure: DefaultMessageStore, messages,
+             burst: int = 1) -> tuple[list, list]:
+        for start in range(0, len(messages), burst):
+            for store, one_call, each_call in ((fast, counted, counted_each), (pure, None, None)):
+                monkeypatch.setattr(dispatchers_module, "_dispatch_plain_one", one_call)
+                monkeypatch.setattr(dispatchers_module, "_dispatch_units_each", each_call)
+                for message in messages[start:start + burst]:
+                    store.put_message(copy.copy(message))
                 store.reput.reput_inline()
                 assert store.reput.behind() == 0
             assert _state(fast) == _state(pure)
-        return calls
+        return calls, left
 
     return send
 
 
-def _sends(count: int, first_keys: str | None = None) -> list:
-    """Sends to three queues; with ``first_keys``, the first three (one a queue: the Python way
-    makes each queue) have those KEYS and no UNIQ_KEY."""
+def _sends(count: int, first_keys: str | None = None, queues: int = 3) -> list:
+    """Sends to ``queues`` queues in turn; with ``first_keys``, the first three (one a queue:
+    the Python way makes each queue) have those KEYS and no UNIQ_KEY."""
     first = 3 if first_keys is not None else 0
-    return [make_message(topic="Sends", queue_id=i % 3, tags="TagA" if i % 2 else "标签",
+    return [make_message(topic="Sends", queue_id=i % queues, tags="TagA" if i % 2 else "标签",
                          keys=(first_keys if i < first else
                                f"order-{i} 键{i % 7}" if i % 5 else None),
                          uniq=None if i < first else f"U{i:06d}", body=b"x" * (i % 50))
@@ -169,7 +179,7 @@ def test_a_sender_s_records_are_dispatched_by_the_compiled_call(tmp_path, sends)
     need a new file, and the views are those of a store dispatching the Python way."""
     fast, pure = _store(tmp_path / "fast"), _store(tmp_path / "pure")
     try:
-        calls = sends(fast, pure, _sends(300))
+        calls, _ = sends(fast, pure, _sends(300))
         assert len(calls) == 300
         assert calls.count(True) > 250
         assert calls.count(False) == 0
@@ -191,7 +201,7 @@ def test_claims_and_an_index_file_s_first_keys_go_as_in_python(tmp_path, monkeyp
     config = {"mapped_file_size_consume_queue": 20 * 1000, "max_index_num": 2000}
     fast, pure = _store(tmp_path / "fast", **config), _store(tmp_path / "pure", **config)
     try:
-        calls = sends(fast, pure, _sends(1200, first_keys="  "))
+        calls, _ = sends(fast, pure, _sends(1200, first_keys="  "))
         assert calls.count(None) > 10  # (the claims, and the index files' rolls)
         assert calls.count(True) > 1100
         index_files = fast.index_service.index_files
@@ -200,6 +210,58 @@ def test_claims_and_an_index_file_s_first_keys_go_as_in_python(tmp_path, monkeyp
     finally:
         fast.shutdown()
         pure.shutdown()
+
+
+@compiled
+def test_a_burst_to_many_queues_puts_its_units_as_in_python(tmp_path, monkeypatch, sends):
+    """Bursts of sends to queues in turn, dispatched as runs: each record's unit goes into its
+    own queue by one call for the run; those it leaves (a queue to make, a new file, blocks to
+    claim, and every later one of that queue) go the Python way, in log order."""
+    monkeypatch.setattr(consume_queue_module, "CQ_ALLOCATE_AHEAD", 100)  # 5 units a claim
+    fast, pure = _store(tmp_path / "fast"), _store(tmp_path / "pure")
+    try:
+        messages = _sends(700, queues=7)
+        for i in (100, 101, 102):  # a burst that is not all plain: runs break around these
+            messages[i].sys_flag = 4  # (a transaction's prepare)
+        _, left = sends(fast, pure, messages, burst=16)
+        assert len(left) > 30  # (runs of records of several queues)
+        taken = sum(16 - len(indices) for indices in left)
+        assert 0 < sum(map(len, left)) < taken  # most taken by the call, some left
+        assert all(indices == sorted(indices) for indices in left)
+        queue = fast.consume_queue_table["Sends"][3]
+        assert queue.get_max_offset_in_queue() == 99  # 100, one a prepare (no slot)
+    finally:
+        fast.shutdown()
+        pure.shutdown()
+
+
+@compiled
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(entries(), st.sampled_from([None, 50]))
+def test_a_run_s_units_are_put_alike(sequence, claim_ahead):
+    """The run's units call against putting each unit the Python way, on runs of plain
+    records of one topic (whatever the queue offsets: gaps, repeats)."""
+    run = [entry for entry in sequence if entry[4] == "TopicTest" and not entry[6] & 0xC]
+    with tempfile.TemporaryDirectory() as root, contextlib.ExitStack() as patches:
+        if claim_ahead is not None:
+            patches.enter_context(mock.patch.object(consume_queue_module, "CQ_ALLOCATE_AHEAD",
+                                                    claim_ahead))
+        fast, pure = _store(f"{root}/fast"), _store(f"{root}/pure")
+        try:
+            for store in (fast, pure):  # queues 0 and 1 made, 2 not yet
+                for queue_id in (0, 1):
+                    store.find_consume_queue("TopicTest", queue_id)
+            for _ in range(2):  # the second time: every unit held already
+                left = each(run, len(run), fast.consume_queue_table)
+                assert left == sorted(set(left))
+                for index in left:
+                    fast.dispatchers._put_unit(run[index])
+                for entry in run:
+                    pure.dispatchers._put_unit(entry)
+                assert _state(fast) == _state(pure)
+        finally:
+            fast.shutdown()
+            pure.shutdown()
 
 
 @compiled
@@ -224,8 +286,17 @@ def test_the_compiled_call_declines_what_is_not_its_to_take(tmp_path):
                     (*plain[:3], 1.0, *plain[4:])]:
             assert one(odd, table, index, TIMED_TOPICS) is None, odd
         assert _state(store) == before
+        odd_run = [plain[:8], (*plain[:8], b"KEYS\x01k\x02"), (*plain[:8], "KEYS\x01\ud800\x02"),
+                   (-1, *plain[1:]), (*plain[:3], 1 << 70, *plain[4:]),
+                   (*plain[:3], 2, *plain[4:]), (*plain[:5], 9, *plain[6:])]
+        assert each(odd_run, 7, table) == list(range(7))
+        assert _state(store) == before
         with pytest.raises(TypeError):
             one(plain, table, index)
+        with pytest.raises(TypeError):
+            each(tuple(odd_run), 1, table)
+        with pytest.raises(ValueError, match="count"):
+            each(odd_run, 8, table)
         assert one(plain, table, index, TIMED_TOPICS) is True
         assert one(plain, table, index, TIMED_TOPICS) is True  # again: held already, skipped
         assert store.consume_queue_table["T"][0].get_max_offset_in_queue() == 2
