@@ -13,7 +13,9 @@
  * queue not made yet, a new file, blocks to claim, a surrogate in the text, more keys than one
  * call takes) it returns None having changed nothing, and the caller goes the Python way.
  * Everything is read and checked before the first byte is written, with the interpreter lock
- * held throughout. tests/unit/storage/test_dispatch_one.py holds the two ways to the same
+ * held throughout. So where the Python would write the unit and then fail in the index step
+ * (an attribute missing, a mapping closed), this raises having written nothing; dispatch
+ * retries either way. tests/unit/storage/test_dispatch_one.py holds the two ways to the same
  * bytes and attributes.
  */
 #define PY_SSIZE_T_CLEAN
@@ -119,6 +121,22 @@ mapping_of(PyObject *obj, int a, Py_buffer *view, long long need)
     return 0;
 }
 
+/* consume_queue_table[topic][queue_id], a new reference; NULL (no error set) when there is
+ * none yet, or the key is not an exact str and int: their lookups run no Python code (an
+ * __eq__ that changed the table could free the queue under us). */
+static PyObject *
+queue_of(PyObject *table, PyObject *topic, PyObject *queue_id)
+{
+    if (!PyUnicode_CheckExact(topic) || !PyLong_CheckExact(queue_id))
+        return NULL;
+    PyObject *queues = PyDict_GetItemWithError(table, topic);
+    if (queues == NULL || !PyDict_CheckExact(queues))
+        return NULL;
+    PyObject *queue = PyDict_GetItemWithError(queues, queue_id);
+    Py_XINCREF(queue);
+    return queue;
+}
+
 /* What the ConsumeQueue step needs, read and checked. */
 typedef struct {
     int needed;           /* 0: the queue holds the record already (dispatched again) */
@@ -221,8 +239,9 @@ index_step(PyObject *index, PyObject *topic, const char *found[P_COUNT],
         || (rc = int_attribute(step->file, A_HASH_SLOT_COUNT, &step->slot_count, 0)) != 0)
         return rc;
     if (step->count < 1 || step->count >= index_num || step->slot_num <= 0
+        || step->slot_num > INT32_MAX || index_num > INT32_MAX
         || index_num > (SANE - entries_base) / INDEX_ENTRY_SIZE)
-        return 1; /* full: build_index makes the next file */
+        return 1; /* full (build_index makes the next file), or not an index file's counts */
     PyObject *mapped_file = PyObject_GetAttr(step->file, attributes[A_MAPPED_FILE]);
     if (mapped_file == NULL)
         return -1;
@@ -281,8 +300,10 @@ index_step(PyObject *index, PyObject *topic, const char *found[P_COUNT],
     step->time_diff = later > 0x7FFFFFFFull ? 0x7FFFFFFFLL : (long long)later;
     if (keys == 0)
         return 0;
+    /* The mapping must hold what index_put_entry writes: entries after the slots that
+     * hash_slot_num counts (_entries_base is only put_keys' claim, as in Python). */
     return mapping_of(step->file, A_MM, &step->view,
-                      entries_base + (step->count + keys) * INDEX_ENTRY_SIZE);
+                      INDEX_HEADER_SIZE + step->slot_num * 4 + (step->count + keys) * INDEX_ENTRY_SIZE);
 }
 
 PyDoc_STRVAR(dispatch_plain_one_doc,
@@ -329,12 +350,9 @@ dispatch_plain_one(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t found_len[P_COUNT];
     scan_props(props, n, found, found_len);
 
-    PyObject *queues = PyDict_GetItemWithError(table, topic);
-    PyObject *queue = queues != NULL && PyDict_CheckExact(queues)
-        ? PyDict_GetItemWithError(queues, queue_id) : NULL;
+    PyObject *queue = queue_of(table, topic, queue_id);
     if (queue == NULL) /* not made yet: find_consume_queue makes it */
         return PyErr_Occurred() ? NULL : (Py_INCREF(Py_None), Py_None);
-    Py_INCREF(queue);
 
     PyObject *result = NULL;
     UnitStep unit;
@@ -443,9 +461,7 @@ dispatch_units_each(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyObject *queue = NULL;
         if (props != NULL && offset >= 0 && offset < SANE && size > 0 && size <= INT32_MAX
             && queue_offset >= 0 && queue_offset < SANE / CQ_UNIT_SIZE) {
-            PyObject *queues = PyDict_GetItemWithError(table, PyTuple_GET_ITEM(entry, 4));
-            if (queues != NULL && PyDict_CheckExact(queues))
-                queue = PyDict_GetItemWithError(queues, PyTuple_GET_ITEM(entry, 5));
+            queue = queue_of(table, PyTuple_GET_ITEM(entry, 4), PyTuple_GET_ITEM(entry, 5));
             if (queue == NULL && PyErr_Occurred())
                 goto failed;
         }
@@ -455,7 +471,6 @@ dispatch_units_each(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         unit.tail = NULL;
         unit.view.obj = NULL;
         if (queue != NULL) {
-            Py_INCREF(queue);
             rc = unit_step(queue, offset, size, queue_offset, &unit);
             if (rc == 0 && unit.needed) {
                 const char *found[P_COUNT];

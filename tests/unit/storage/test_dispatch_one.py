@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import sys
 import tempfile
 import time
 import types
@@ -63,7 +64,11 @@ def entries(draw):
             unit += 1
         size = draw(st.integers(1, 400))
         sys_flag = {"prepared": 4, "rollback": 0xC}.get(event, draw(st.sampled_from([0, 0, 8, 1])))
-        store_ts = 1_700_000_000_000 + draw(st.integers(-3000, 4_000_000))
+        # Store times a few seconds apart, and now and then what the clamps are for: none
+        # (0), before 1970, and past what 31 bits of seconds after the file's begin hold.
+        store_ts = draw(st.one_of(
+            st.integers(-3000, 4_000_000).map(lambda ms: 1_700_000_000_000 + ms),
+            st.sampled_from([0, -5, 1_700_000_000_000 + (1 << 31) * 1000 + 7, 1 << 62])))
         out.append((offset, size, store_ts, unit, topic, queue_id, sys_flag, 0, draw(_props)))
         next_unit[(topic, queue_id)] = unit + 1
         offset += size
@@ -86,8 +91,8 @@ def _state(store: DefaultMessageStore) -> tuple:
             files = queue.mapped_file_queue.mapped_files
             queues[(topic, queue_id)] = (
                 queue.max_physic_offset,
-                [(f.file_from_offset, f.wrote_position, f.allocated_position,
-                  bytes(f.mm[:f.wrote_position])) for f in files])
+                [(f.file_from_offset, f.wrote_position, f.allocated_position, bytes(f.mm[:]))
+                 for f in files])
     index = store.index_service
     indexes = [(f.index_count, f.hash_slot_count, f.begin_timestamp, f.begin_phy_offset,
                 f.end_timestamp, f.end_phy_offset, f.mapped_file.allocated_position,
@@ -291,6 +296,27 @@ def test_the_compiled_call_declines_what_is_not_its_to_take(tmp_path):
                    (*plain[:3], 2, *plain[4:]), (*plain[:5], 9, *plain[6:])]
         assert each(odd_run, 7, table) == list(range(7))
         assert _state(store) == before
+        class QueueId(int):  # (its lookup could run Python code: declined unlooked)
+            def __eq__(self, other):
+                table.clear()
+                return NotImplemented
+
+            __hash__ = int.__hash__
+
+        assert one((*plain[:5], QueueId(0), *plain[6:]), table, index, TIMED_TOPICS) is None
+        assert each([(*plain[:5], QueueId(0), *plain[6:])], 1, table) == [0]
+        tail = store.consume_queue_table["T"][0].mapped_file_queue.mapped_files[-1]
+        tail.write_buffer = bytearray(tail.file_size)  # (written through a buffer: Python's)
+        assert one(plain, table, index, TIMED_TOPICS) is None
+        assert each([plain], 1, table) == [0]
+        tail.write_buffer = None
+        last = store.index_service.index_files[-1]
+        last.hash_slot_num = 10**8  # counts the mapping cannot hold: declined, not written
+        assert one(plain, table, index, TIMED_TOPICS) is None
+        last.hash_slot_num = 1 << 40
+        assert one(plain, table, index, TIMED_TOPICS) is None
+        last.hash_slot_num = 64
+        assert _state(store) == before
         with pytest.raises(TypeError):
             one(plain, table, index)
         with pytest.raises(TypeError):
@@ -301,5 +327,55 @@ def test_the_compiled_call_declines_what_is_not_its_to_take(tmp_path):
         assert one(plain, table, index, TIMED_TOPICS) is True  # again: held already, skipped
         assert store.consume_queue_table["T"][0].get_max_offset_in_queue() == 2
         assert store.index_service.index_files[-1].index_count == 3  # k twice, from 1
+    finally:
+        store.shutdown()
+
+
+@compiled
+def test_one_call_takes_up_to_1024_keys_and_holds_no_reference(tmp_path):
+    store = _store(tmp_path, max_index_num=5000)
+    try:
+        table, index = store.consume_queue_table, store.index_service
+        entries = [(i * 100, 100, 1_700_000_000_000, i, "T", 0, 0, 0,
+                    "KEYS\x01" + " ".join(f"k{i}-{k}" for k in range(keys)) + "\x02")
+                   for i, keys in enumerate([1, 1024, 1025, 3])]
+        store.dispatchers.dispatch_plain_pure(entries[0])  # (the files made)
+        assert one(entries[1], table, index, TIMED_TOPICS) is True
+        assert index.index_files[-1].index_count == 1 + 1 + 1024
+        assert one(entries[2], table, index, TIMED_TOPICS) is None  # more than one call takes
+        assert store.dispatchers.dispatch_plain_pure(entries[2]) is True
+        queue, index_file = table["T"][0], index.index_files[-1]
+        counts = [sys.getrefcount(item) for item in (queue, index_file, entries[3], table, index)]
+        for _ in range(3):  # taken, then held already
+            assert one(entries[3], table, index, TIMED_TOPICS) is True
+            assert each(entries[3:], 1, table) == []
+        for _ in range(3):  # declined
+            assert one((*entries[3][:5], 7, *entries[3][6:]), table, index, TIMED_TOPICS) is None
+        assert counts == [sys.getrefcount(item)
+                          for item in (queue, index_file, entries[3], table, index)]
+        assert index_file.index_count == 1 + 1 + 1024 + 1025 + 3
+    finally:
+        store.shutdown()
+
+
+@compiled
+def test_a_message_whose_keys_pass_the_claimed_blocks_is_left_to_python(tmp_path, monkeypatch):
+    """Blocks are claimed for every key before one is written (put_keys counts a KEYS value's
+    spaces): 300 keys where 190 entries are claimed go the Python way, which claims first."""
+    monkeypatch.setattr(index_file_module, "MappedFile",
+                        functools.partial(MappedFile, allocate_ahead=4096))
+    store = _store(tmp_path, max_index_num=5000)
+    try:
+        table, index = store.consume_queue_table, store.index_service
+        first = (0, 100, 1_700_000_000_000, 0, "T", 0, 0, 0, "KEYS\x01k\x02")
+        many = (100, 100, 1_700_000_000_000, 1, "T", 0, 0, 0,
+                "KEYS\x01" + " ".join(f"k{k}" for k in range(300)) + "\x02")
+        store.dispatchers.dispatch_plain_pure(first)  # (the files made, 4 KiB claimed)
+        claimed = index.index_files[-1].mapped_file.allocated_position
+        assert claimed < index.index_files[-1]._entries_base + 300 * 20
+        assert one(many, table, index, TIMED_TOPICS) is None
+        assert store.dispatchers.dispatch_plain(many) is True
+        assert index.index_files[-1].mapped_file.allocated_position > claimed
+        assert index.index_files[-1].index_count == 1 + 1 + 300
     finally:
         store.shutdown()
