@@ -422,6 +422,80 @@ done:
     return result;
 }
 
+/* Where a run's units go in one queue: its last file, as read once for the run, and how far
+ * the run has written into it. */
+typedef struct {
+    PyObject *queue;        /* (a new reference) */
+    PyObject *tail;         /* its last file (new reference), NULL when it takes no fast step */
+    Py_buffer view;         /* the file's mapping, while tail is set */
+    long long max_physic;   /* the queue's max_physic_offset, as the run has moved it */
+    long long position, from, limit;  /* the next unit's place; the file's offset; claimed end */
+    int moved;              /* units written: positions to set at the end */
+} RunQueue;
+
+/* The run's RunQueue for `queue` (a new reference the cursor takes over), read on first use:
+ * NULL with an error set on failure. */
+static RunQueue *
+run_queue(RunQueue *queues, int *used, PyObject *queue)
+{
+    for (int q = 0; q < *used; q++) {
+        if (queues[q].queue == queue) {
+            Py_DECREF(queue);
+            return &queues[q];
+        }
+    }
+    RunQueue *cursor = &queues[(*used)++];
+    cursor->queue = queue;
+    cursor->tail = NULL;
+    cursor->view.obj = NULL;
+    cursor->moved = 0;
+    int rc = int_attribute(queue, A_MAX_PHYSIC_OFFSET, &cursor->max_physic, 1);
+    if (rc < 0)
+        return NULL;
+    cursor->position = -1; /* (no fast step until the tail is read and fits) */
+    if (rc > 0) { /* (not an int this reads: every unit of the queue left to Python) */
+        cursor->max_physic = -1;
+        return cursor;
+    }
+    PyObject *files_owner = PyObject_GetAttr(queue, attributes[A_MAPPED_FILE_QUEUE]);
+    if (files_owner == NULL)
+        return NULL;
+    PyObject *tail = last_of(files_owner, A_MAPPED_FILES);
+    Py_DECREF(files_owner);
+    if (tail == NULL)
+        return PyErr_Occurred() ? NULL : cursor;
+    long long pos, from, allocated, file_size;
+    if ((rc = int_attribute(tail, A_WROTE_POSITION, &pos, 0)) != 0
+        || (rc = int_attribute(tail, A_FILE_FROM_OFFSET, &from, 0)) != 0
+        || (rc = int_attribute(tail, A_ALLOCATED_POSITION, &allocated, 0)) != 0
+        || (rc = int_attribute(tail, A_FILE_SIZE, &file_size, 0)) != 0) {
+        Py_DECREF(tail);
+        return rc < 0 ? NULL : cursor;
+    }
+    PyObject *write_buffer = PyObject_GetAttr(tail, attributes[A_WRITE_BUFFER]);
+    if (write_buffer == NULL) {
+        Py_DECREF(tail);
+        return NULL;
+    }
+    int buffered = write_buffer != Py_None;
+    Py_DECREF(write_buffer);
+    long long limit = allocated < file_size ? allocated : file_size;
+    if (buffered || pos == 0 || pos + CQ_UNIT_SIZE > limit) {
+        Py_DECREF(tail);
+        return cursor;
+    }
+    rc = mapping_of(tail, A_MM, &cursor->view, limit);
+    if (rc != 0) {
+        Py_DECREF(tail);
+        return rc < 0 ? NULL : cursor;
+    }
+    cursor->tail = tail;
+    cursor->position = pos;
+    cursor->from = from;
+    cursor->limit = limit;
+    return cursor;
+}
+
 PyDoc_STRVAR(units_each_doc,
 "dispatch_units_each(entries, count, consume_queue_table) -> list[int]\n\n"
 "The ConsumeQueue unit of each of entries[:count] (a run of plain records of one topic, of\n"
@@ -429,6 +503,9 @@ PyDoc_STRVAR(units_each_doc,
 "dispatch_plain_one writes it. Returns, in log order, the indices of the entries it left\n"
 "(their queue not made yet, a new file, blocks to claim, and after one of those every later\n"
 "entry of that queue): the caller puts those the Python way, in that order.");
+
+/* (a run is at most storage.dispatch.MAX_RUN records; more queues than this are left) */
+#define RUN_QUEUES 256
 
 static PyObject *
 dispatch_units_each(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -450,7 +527,15 @@ dispatch_units_each(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *left = PyList_New(0);
     if (left == NULL)
         return NULL;
-    for (Py_ssize_t i = 0; i < count; i++) {
+    RunQueue *queues = PyMem_Malloc(sizeof(RunQueue) * RUN_QUEUES);
+    if (queues == NULL) {
+        Py_DECREF(left);
+        return PyErr_NoMemory();
+    }
+    int used = 0, failed = 0;
+    /* Each unit is written as its queue's next one; each queue's positions are set once, at
+     * the end (the lock is held throughout: nobody sees them in between). */
+    for (Py_ssize_t i = 0; i < count && !failed; i++) {
         PyObject *entry = PyList_GET_ITEM(entries, i);
         int ok = PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == ENTRY_FIELDS;
         long long offset = ok ? entry_int(entry, 0, &ok) : 0;
@@ -458,46 +543,76 @@ dispatch_units_each(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         long long queue_offset = ok ? entry_int(entry, 3, &ok) : 0;
         Py_ssize_t n = 0;
         const char *props = ok ? entry_props(entry, &n) : NULL;
-        PyObject *queue = NULL;
+        RunQueue *cursor = NULL;
         if (props != NULL && offset >= 0 && offset < SANE && size > 0 && size <= INT32_MAX
             && queue_offset >= 0 && queue_offset < SANE / CQ_UNIT_SIZE) {
-            queue = queue_of(table, PyTuple_GET_ITEM(entry, 4), PyTuple_GET_ITEM(entry, 5));
-            if (queue == NULL && PyErr_Occurred())
-                goto failed;
-        }
-        int rc = 1;
-        UnitStep unit;
-        unit.needed = 0;
-        unit.tail = NULL;
-        unit.view.obj = NULL;
-        if (queue != NULL) {
-            rc = unit_step(queue, offset, size, queue_offset, &unit);
-            if (rc == 0 && unit.needed) {
-                const char *found[P_COUNT];
-                Py_ssize_t found_len[P_COUNT];
-                scan_props(props, n, found, found_len);
-                rc = unit_write(&unit, queue, offset, size, found, found_len);
+            PyObject *queue = queue_of(table, PyTuple_GET_ITEM(entry, 4),
+                                       PyTuple_GET_ITEM(entry, 5));
+            if (queue == NULL && PyErr_Occurred()) {
+                failed = 1;
+                break;
             }
-            if (unit.view.obj != NULL)
-                PyBuffer_Release(&unit.view);
-            Py_XDECREF(unit.tail);
-            Py_DECREF(queue);
-        }
-        if (rc < 0)
-            goto failed;
-        if (rc > 0) {
-            PyObject *index = PyLong_FromSsize_t(i);
-            if (index == NULL || PyList_Append(left, index) < 0) {
-                Py_XDECREF(index);
-                goto failed;
+            if (queue != NULL) {
+                if (used == RUN_QUEUES) {
+                    int known = 0;
+                    for (int q = 0; q < used && !known; q++)
+                        known = queues[q].queue == queue;
+                    if (!known) {
+                        Py_DECREF(queue);
+                        queue = NULL;
+                    }
+                }
+                if (queue != NULL && (cursor = run_queue(queues, &used, queue)) == NULL) {
+                    failed = 1;
+                    break;
+                }
             }
-            Py_DECREF(index);
         }
+        if (cursor != NULL && offset + size <= cursor->max_physic)
+            continue; /* put_message_position_info's first check: held already */
+        long long pos = cursor != NULL ? cursor->position : -1;
+        if (pos > 0 && queue_offset * CQ_UNIT_SIZE == cursor->from + pos
+            && pos + CQ_UNIT_SIZE <= cursor->limit) {
+            const char *found[P_COUNT];
+            Py_ssize_t found_len[P_COUNT];
+            scan_props(props, n, found, found_len);
+            unsigned char *p = (unsigned char *)cursor->view.buf + pos;
+            int32_t tags_code = found[P_TAGS] == NULL ? 0 : (int32_t)java_hash_utf8(
+                0, (const unsigned char *)found[P_TAGS], found_len[P_TAGS]);
+            put_u64(p, (uint64_t)offset);
+            put_u32(p + 8, (uint32_t)size);
+            put_u64(p + 12, (uint64_t)(int64_t)tags_code);
+            cursor->position = pos + CQ_UNIT_SIZE;
+            cursor->max_physic = offset + size;
+            cursor->moved = 1;
+            continue;
+        }
+        /* Left to Python; and so is every later unit of its queue (its next place is this
+         * one's, not theirs). */
+        PyObject *index = PyLong_FromSsize_t(i);
+        if (index == NULL || PyList_Append(left, index) < 0)
+            failed = 1;
+        Py_XDECREF(index);
+    }
+    for (int q = 0; q < used; q++) {
+        RunQueue *cursor = &queues[q];
+        if (cursor->view.obj != NULL)
+            PyBuffer_Release(&cursor->view);
+        /* As put_message_position_info moves them after each unit (the file's, then the
+         * queue's): a failure before here leaves them where a retry writes the same units. */
+        if (cursor->moved && !failed
+            && (set_int_attribute(cursor->tail, A_WROTE_POSITION, cursor->position) < 0
+                || set_int_attribute(cursor->queue, A_MAX_PHYSIC_OFFSET, cursor->max_physic) < 0))
+            failed = 1;
+        Py_XDECREF(cursor->tail);
+        Py_DECREF(cursor->queue);
+    }
+    PyMem_Free(queues);
+    if (failed) {
+        Py_DECREF(left);
+        return NULL;
     }
     return left;
-failed:
-    Py_DECREF(left);
-    return NULL;
 }
 
 static PyMethodDef dispatch_one_methods[] = {

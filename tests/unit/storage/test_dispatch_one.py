@@ -379,3 +379,28 @@ def test_a_message_whose_keys_pass_the_claimed_blocks_is_left_to_python(tmp_path
         assert index.index_files[-1].index_count == 1 + 1 + 300
     finally:
         store.shutdown()
+
+
+@compiled
+def test_a_run_over_more_queues_than_one_call_tracks_leaves_the_rest(tmp_path):
+    """One call follows 256 queues (a run is at most 256 records); the units of any more, and
+    of a queue whose position is not an int, are left to Python, in order."""
+    store = _store(tmp_path)
+    try:
+        table = store.consume_queue_table
+        first = [(q * 100, 100, 1_700_000_000_000, 0, "T", q, 0, 0, "TAGS\x01a\x02")
+                 for q in range(300)]
+        for entry in first:  # (each queue's file made, its first unit in)
+            assert store.dispatchers.dispatch_plain_pure(entry) is True
+        table["T"][5].max_physic_offset = 1 << 70  # (Python's int, past what C reads)
+        second = [(30_000 + q * 100, 100, 1_700_000_000_000, 1, "T", q, 0, 0, "TAGS\x01b\x02")
+                  for q in range(300)]
+        before = _state(store)
+        assert each(second, 300, table) == [5, *range(256, 300)]
+        for index in [5, *range(256, 300)]:
+            store.dispatchers._put_unit(second[index])
+        assert _state(store) != before
+        for q in range(300):
+            assert table["T"][q].get_max_offset_in_queue() == (1 if q == 5 else 2)  # (5: "held")
+    finally:
+        store.shutdown()
