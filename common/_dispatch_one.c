@@ -122,8 +122,8 @@ mapping_of(PyObject *obj, int a, Py_buffer *view, long long need)
 }
 
 /* consume_queue_table[topic][queue_id], a new reference; NULL (no error set) when there is
- * none yet, or the key is not an exact str and int: their lookups run no Python code (an
- * __eq__ that changed the table could free the queue under us). */
+ * none yet, or the key is not an exact str and int (whose own comparisons run no Python code:
+ * an __eq__ that changed the table could free the queue under us). */
 static PyObject *
 queue_of(PyObject *table, PyObject *topic, PyObject *queue_id)
 {
@@ -132,8 +132,10 @@ queue_of(PyObject *table, PyObject *topic, PyObject *queue_id)
     PyObject *queues = PyDict_GetItemWithError(table, topic);
     if (queues == NULL || !PyDict_CheckExact(queues))
         return NULL;
+    Py_INCREF(queues); /* (a stored key's __eq__ may still run, and take it out of the table) */
     PyObject *queue = PyDict_GetItemWithError(queues, queue_id);
     Py_XINCREF(queue);
+    Py_DECREF(queues);
     return queue;
 }
 
@@ -422,19 +424,21 @@ done:
     return result;
 }
 
-/* Where a run's units go in one queue: its last file, as read once for the run, and how far
- * the run has written into it. */
+/* Where a run's units go in one queue: its last file, read once for the run when a unit of it
+ * first needs writing, and how far the run has written into it. */
 typedef struct {
     PyObject *queue;        /* (a new reference) */
-    PyObject *tail;         /* its last file (new reference), NULL when it takes no fast step */
+    PyObject *tail;         /* its last file (new reference) once read and fit for units */
     Py_buffer view;         /* the file's mapping, while tail is set */
     long long max_physic;   /* the queue's max_physic_offset, as the run has moved it */
     long long position, from, limit;  /* the next unit's place; the file's offset; claimed end */
+    int read;               /* the tail has been looked at */
+    int stopped;            /* a unit was left: every later one of the queue is left too */
     int moved;              /* units written: positions to set at the end */
 } RunQueue;
 
-/* The run's RunQueue for `queue` (a new reference the cursor takes over), read on first use:
- * NULL with an error set on failure. */
+/* The run's RunQueue for `queue` (a new reference the cursor takes over): NULL with an error
+ * set on failure. */
 static RunQueue *
 run_queue(RunQueue *queues, int *used, PyObject *queue)
 {
@@ -448,52 +452,62 @@ run_queue(RunQueue *queues, int *used, PyObject *queue)
     cursor->queue = queue;
     cursor->tail = NULL;
     cursor->view.obj = NULL;
-    cursor->moved = 0;
+    cursor->read = cursor->moved = cursor->stopped = 0;
     int rc = int_attribute(queue, A_MAX_PHYSIC_OFFSET, &cursor->max_physic, 1);
     if (rc < 0)
         return NULL;
-    cursor->position = -1; /* (no fast step until the tail is read and fits) */
     if (rc > 0) { /* (not an int this reads: every unit of the queue left to Python) */
         cursor->max_physic = -1;
-        return cursor;
+        cursor->stopped = 1;
     }
-    PyObject *files_owner = PyObject_GetAttr(queue, attributes[A_MAPPED_FILE_QUEUE]);
+    return cursor;
+}
+
+/* Read the queue's last file for the run's units (only once one needs writing: a queue all of
+ * whose units are held already is not looked at, as in Python): 0 done (cursor->tail set when
+ * the fast step can be taken), -1 with an error set. */
+static int
+read_tail(RunQueue *cursor)
+{
+    cursor->read = 1;
+    PyObject *files_owner = PyObject_GetAttr(cursor->queue, attributes[A_MAPPED_FILE_QUEUE]);
     if (files_owner == NULL)
-        return NULL;
+        return -1;
     PyObject *tail = last_of(files_owner, A_MAPPED_FILES);
     Py_DECREF(files_owner);
     if (tail == NULL)
-        return PyErr_Occurred() ? NULL : cursor;
+        return PyErr_Occurred() ? -1 : 0;
     long long pos, from, allocated, file_size;
+    int rc;
     if ((rc = int_attribute(tail, A_WROTE_POSITION, &pos, 0)) != 0
         || (rc = int_attribute(tail, A_FILE_FROM_OFFSET, &from, 0)) != 0
         || (rc = int_attribute(tail, A_ALLOCATED_POSITION, &allocated, 0)) != 0
         || (rc = int_attribute(tail, A_FILE_SIZE, &file_size, 0)) != 0) {
         Py_DECREF(tail);
-        return rc < 0 ? NULL : cursor;
+        return rc < 0 ? -1 : 0;
     }
     PyObject *write_buffer = PyObject_GetAttr(tail, attributes[A_WRITE_BUFFER]);
     if (write_buffer == NULL) {
         Py_DECREF(tail);
-        return NULL;
+        return -1;
     }
     int buffered = write_buffer != Py_None;
     Py_DECREF(write_buffer);
     long long limit = allocated < file_size ? allocated : file_size;
     if (buffered || pos == 0 || pos + CQ_UNIT_SIZE > limit) {
         Py_DECREF(tail);
-        return cursor;
+        return 0;
     }
     rc = mapping_of(tail, A_MM, &cursor->view, limit);
     if (rc != 0) {
         Py_DECREF(tail);
-        return rc < 0 ? NULL : cursor;
+        return rc < 0 ? -1 : 0;
     }
     cursor->tail = tail;
     cursor->position = pos;
     cursor->from = from;
     cursor->limit = limit;
-    return cursor;
+    return 0;
 }
 
 PyDoc_STRVAR(units_each_doc,
@@ -502,7 +516,8 @@ PyDoc_STRVAR(units_each_doc,
 "any queues: storage/dispatch_runs.py), written into its own queue's last file as\n"
 "dispatch_plain_one writes it. Returns, in log order, the indices of the entries it left\n"
 "(their queue not made yet, a new file, blocks to claim, and after one of those every later\n"
-"entry of that queue): the caller puts those the Python way, in that order.");
+"entry of that queue; after an entry whose queue cannot be told, every later entry): the\n"
+"caller puts those the Python way, in that order.");
 
 /* (a run is at most storage.dispatch.MAX_RUN records; more queues than this are left) */
 #define RUN_QUEUES 256
@@ -516,79 +531,95 @@ dispatch_units_each(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                         "dispatch_units_each(entries: list, count, consume_queue_table: dict)");
         return NULL;
     }
-    PyObject *entries = args[0], *table = args[2];
+    PyObject *table = args[2];
     Py_ssize_t count;
     if (ssize_arg(args[1], &count) < 0)
         return NULL;
-    if (count < 0 || count > PyList_GET_SIZE(entries)) {
+    if (count < 0 || count > PyList_GET_SIZE(args[0])) {
         PyErr_SetString(PyExc_ValueError, "count is not within the entries");
         return NULL;
     }
-    PyObject *left = PyList_New(0);
-    if (left == NULL)
+    /* Our own list of the entries: an attribute read may run Python code (a subclass's
+     * property), which must not shrink the list or free an entry under us. */
+    PyObject *run = PyList_GetSlice(args[0], 0, count);
+    if (run == NULL)
         return NULL;
-    RunQueue *queues = PyMem_Malloc(sizeof(RunQueue) * RUN_QUEUES);
+    PyObject *left = PyList_New(0);
+    RunQueue *queues = left == NULL ? NULL : PyMem_Malloc(sizeof(RunQueue) * RUN_QUEUES);
     if (queues == NULL) {
-        Py_DECREF(left);
-        return PyErr_NoMemory();
+        Py_XDECREF(left);
+        Py_DECREF(run);
+        return left == NULL ? NULL : PyErr_NoMemory();
     }
     int used = 0, failed = 0;
+    int lost = 0; /* an entry whose queue could not be told was left: so is everything after */
     /* Each unit is written as its queue's next one; each queue's positions are set once, at
      * the end (the lock is held throughout: nobody sees them in between). */
     for (Py_ssize_t i = 0; i < count && !failed; i++) {
-        PyObject *entry = PyList_GET_ITEM(entries, i);
-        int ok = PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == ENTRY_FIELDS;
+        PyObject *entry = PyList_GET_ITEM(run, i);
+        int ok = !lost && PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == ENTRY_FIELDS;
         long long offset = ok ? entry_int(entry, 0, &ok) : 0;
         long long size = ok ? entry_int(entry, 1, &ok) : 0;
         long long queue_offset = ok ? entry_int(entry, 3, &ok) : 0;
-        Py_ssize_t n = 0;
-        const char *props = ok ? entry_props(entry, &n) : NULL;
         RunQueue *cursor = NULL;
-        if (props != NULL && offset >= 0 && offset < SANE && size > 0 && size <= INT32_MAX
-            && queue_offset >= 0 && queue_offset < SANE / CQ_UNIT_SIZE) {
+        if (ok && PyUnicode_CheckExact(PyTuple_GET_ITEM(entry, 4))
+            && PyLong_CheckExact(PyTuple_GET_ITEM(entry, 5))) {
             PyObject *queue = queue_of(table, PyTuple_GET_ITEM(entry, 4),
                                        PyTuple_GET_ITEM(entry, 5));
             if (queue == NULL && PyErr_Occurred()) {
                 failed = 1;
                 break;
             }
-            if (queue != NULL) {
-                if (used == RUN_QUEUES) {
-                    int known = 0;
-                    for (int q = 0; q < used && !known; q++)
-                        known = queues[q].queue == queue;
-                    if (!known) {
-                        Py_DECREF(queue);
-                        queue = NULL;
-                    }
-                }
-                if (queue != NULL && (cursor = run_queue(queues, &used, queue)) == NULL) {
-                    failed = 1;
-                    break;
+            if (queue != NULL && used == RUN_QUEUES) {
+                int known = 0;
+                for (int q = 0; q < used && !known; q++)
+                    known = queues[q].queue == queue;
+                if (!known) { /* (this queue, like one not made yet: all its units left) */
+                    Py_DECREF(queue);
+                    queue = NULL;
                 }
             }
+            if (queue != NULL && (cursor = run_queue(queues, &used, queue)) == NULL) {
+                failed = 1;
+                break;
+            }
         }
-        if (cursor != NULL && offset + size <= cursor->max_physic)
-            continue; /* put_message_position_info's first check: held already */
-        long long pos = cursor != NULL ? cursor->position : -1;
-        if (pos > 0 && queue_offset * CQ_UNIT_SIZE == cursor->from + pos
-            && pos + CQ_UNIT_SIZE <= cursor->limit) {
-            const char *found[P_COUNT];
-            Py_ssize_t found_len[P_COUNT];
-            scan_props(props, n, found, found_len);
-            unsigned char *p = (unsigned char *)cursor->view.buf + pos;
-            int32_t tags_code = found[P_TAGS] == NULL ? 0 : (int32_t)java_hash_utf8(
-                0, (const unsigned char *)found[P_TAGS], found_len[P_TAGS]);
-            put_u64(p, (uint64_t)offset);
-            put_u32(p + 8, (uint32_t)size);
-            put_u64(p + 12, (uint64_t)(int64_t)tags_code);
-            cursor->position = pos + CQ_UNIT_SIZE;
-            cursor->max_physic = offset + size;
-            cursor->moved = 1;
-            continue;
+        else {
+            lost = 1;
         }
-        /* Left to Python; and so is every later unit of its queue (its next place is this
-         * one's, not theirs). */
+        Py_ssize_t n = 0;
+        const char *props = cursor != NULL ? entry_props(entry, &n) : NULL;
+        int usable = props != NULL && offset >= 0 && offset < SANE && size > 0
+            && size <= INT32_MAX && queue_offset >= 0 && queue_offset < SANE / CQ_UNIT_SIZE;
+        if (usable && !cursor->stopped) {
+            if (offset + size <= cursor->max_physic)
+                continue; /* put_message_position_info's first check: held already */
+            if (!cursor->read && read_tail(cursor) < 0) {
+                failed = 1;
+                break;
+            }
+            long long pos = cursor->tail != NULL ? cursor->position : -1;
+            if (pos > 0 && queue_offset * CQ_UNIT_SIZE == cursor->from + pos
+                && pos + CQ_UNIT_SIZE <= cursor->limit) {
+                const char *found[P_COUNT];
+                Py_ssize_t found_len[P_COUNT];
+                scan_props(props, n, found, found_len);
+                unsigned char *p = (unsigned char *)cursor->view.buf + pos;
+                int32_t tags_code = found[P_TAGS] == NULL ? 0 : (int32_t)java_hash_utf8(
+                    0, (const unsigned char *)found[P_TAGS], found_len[P_TAGS]);
+                put_u64(p, (uint64_t)offset);
+                put_u32(p + 8, (uint32_t)size);
+                put_u64(p + 12, (uint64_t)(int64_t)tags_code);
+                cursor->position = pos + CQ_UNIT_SIZE;
+                cursor->max_physic = offset + size;
+                cursor->moved = 1;
+                continue;
+            }
+        }
+        /* Left to Python; and so is every later unit of its queue, which Python must put
+         * after this one. */
+        if (cursor != NULL)
+            cursor->stopped = 1;
         PyObject *index = PyLong_FromSsize_t(i);
         if (index == NULL || PyList_Append(left, index) < 0)
             failed = 1;
@@ -608,6 +639,7 @@ dispatch_units_each(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         Py_DECREF(cursor->queue);
     }
     PyMem_Free(queues);
+    Py_DECREF(run);
     if (failed) {
         Py_DECREF(left);
         return NULL;

@@ -56,12 +56,15 @@ def entries(draw):
                                                           TIMER_TOPIC]))
         queue_id = draw(st.integers(0, 2))
         unit = next_unit.get((topic, queue_id), 0)
-        event = draw(st.sampled_from([None] * 10 + ["again", "gap", "prepared", "rollback"]))
+        event = draw(st.sampled_from([None] * 10 + ["again", "gap", "back", "prepared",
+                                                    "rollback"]))
         if event == "again" and out:
             out.append(out[-1])
             continue
         if event == "gap":
             unit += 1
+        elif event == "back":  # (a queue offset dispatched before)
+            unit = max(0, unit - 2)
         size = draw(st.integers(1, 400))
         sys_flag = {"prepared": 4, "rollback": 0xC}.get(event, draw(st.sampled_from([0, 0, 8, 1])))
         # Store times a few seconds apart, and now and then what the clamps are for: none
@@ -69,7 +72,10 @@ def entries(draw):
         store_ts = draw(st.one_of(
             st.integers(-3000, 4_000_000).map(lambda ms: 1_700_000_000_000 + ms),
             st.sampled_from([0, -5, 1_700_000_000_000 + (1 << 31) * 1000 + 7, 1 << 62])))
-        out.append((offset, size, store_ts, unit, topic, queue_id, sys_flag, 0, draw(_props)))
+        props = draw(_props)
+        if draw(st.integers(0, 15)) == 0:  # (no UTF-8 for the compiled calls: declined)
+            props += "WAIT\x01\ud800\x02"
+        out.append((offset, size, store_ts, unit, topic, queue_id, sys_flag, 0, props))
         next_unit[(topic, queue_id)] = unit + 1
         offset += size
     return out
@@ -349,6 +355,7 @@ def test_one_call_takes_up_to_1024_keys_and_holds_no_reference(tmp_path):
         for _ in range(3):  # taken, then held already
             assert one(entries[3], table, index, TIMED_TOPICS) is True
             assert each(entries[3:], 1, table) == []
+            assert each([entries[3], entries[3]], 2, table) == []  # (one queue, twice)
         for _ in range(3):  # declined
             assert one((*entries[3][:5], 7, *entries[3][6:]), table, index, TIMED_TOPICS) is None
         assert counts == [sys.getrefcount(item)
@@ -404,3 +411,54 @@ def test_a_run_over_more_queues_than_one_call_tracks_leaves_the_rest(tmp_path):
             assert table["T"][q].get_max_offset_in_queue() == (1 if q == 5 else 2)  # (5: "held")
     finally:
         store.shutdown()
+
+
+@compiled
+@pytest.mark.parametrize("run", [
+    [(100, 100, 1, 2, "T", 0, 0, 0, "TAGS\x01b\x02"), (200, 100, 1, 1, "T", 0, 0, 0, "")],
+    [(100, 100, 1, 1, "T", 0, 0, 0, "WAIT\x01\ud800\x02"), (200, 100, 1, 1, "T", 0, 0, 0, "")],
+    [(1 << 62, 100, 1, 1, "T", 0, 0, 0, ""), (200, 100, 1, 1, "T", 0, 0, 0, "")],
+    [(100, 100, 1, 1, "T", True, 0, 0, ""), (200, 100, 1, 1, "T", 1, 0, 0, "")],
+    [(True, 99, 1, 1, "T", 0, 0, 0, ""), (200, 100, 1, 1, "T", 0, 0, 0, "")],
+], ids=["offsets back", "no UTF-8", "huge offset", "a bool queue", "a bool offset"])
+def test_after_a_unit_it_leaves_its_queue_s_later_units_are_left_too(tmp_path, run):
+    """Python puts a left unit after the call: a later unit of its queue (or of a queue the
+    call could not tell) must not take its place first."""
+    fast, pure = _store(tmp_path / "fast"), _store(tmp_path / "pure")
+    try:
+        for store in (fast, pure):
+            for queue_id in (0, 1):
+                store.dispatchers._put_unit((queue_id * 50, 10, 1, 0, "T", queue_id, 0, 0, ""))
+        for index in each(run, len(run), fast.consume_queue_table):
+            fast.dispatchers._put_unit(run[index])
+        for entry in run:
+            pure.dispatchers._put_unit(entry)
+        assert _state(fast) == _state(pure)
+    finally:
+        fast.shutdown()
+        pure.shutdown()
+
+
+@compiled
+def test_a_run_failing_half_way_is_put_whole_on_its_retry(tmp_path):
+    fast, pure = _store(tmp_path / "fast"), _store(tmp_path / "pure")
+    try:
+        run = [(1000 + i * 100, 100, 1, 1 + i // 2, "T", i % 2, 0, 0, "TAGS\x01t\x02")
+               for i in range(10)]
+        for store in (fast, pure):
+            for queue_id in (0, 1):
+                store.dispatchers._put_unit((queue_id * 50, 10, 1, 0, "T", queue_id, 0, 0, ""))
+        broken = fast.consume_queue_table["T"][1]
+        files = broken.mapped_file_queue
+        broken.mapped_file_queue = None  # (the second queue's files cannot be read)
+        with pytest.raises(AttributeError):
+            each(run, len(run), fast.consume_queue_table)
+        broken.mapped_file_queue = files
+        for index in each(run, len(run), fast.consume_queue_table):
+            fast.dispatchers._put_unit(run[index])
+        for entry in run:
+            pure.dispatchers._put_unit(entry)
+        assert _state(fast) == _state(pure)
+    finally:
+        fast.shutdown()
+        pure.shutdown()
