@@ -246,6 +246,26 @@ def test_a_burst_to_many_queues_puts_its_units_as_in_python(tmp_path, monkeypatc
         pure.shutdown()
 
 
+def _put_run_both(fast: DefaultMessageStore, pure: DefaultMessageStore, run: list) -> list:
+    """The run's units put in ``fast`` by the compiled call (and what it leaves the Python way,
+    in order) and in ``pure`` all the Python way; the two compared. Returns what it left."""
+    left = each(run, len(run), fast.consume_queue_table)
+    for index in left:
+        fast.dispatchers._put_unit(run[index])
+    for entry in run:
+        pure.dispatchers._put_unit(entry)
+    assert _state(fast) == _state(pure)
+    return left
+
+
+def _first_units(*stores: DefaultMessageStore) -> None:
+    """Queues T-0 and T-1 made, each with its first unit (the compiled calls' fast step is
+    the next unit of a file already begun)."""
+    for store in stores:
+        for queue_id in (0, 1):
+            store.dispatchers._put_unit((queue_id * 50, 10, 1, 0, "T", queue_id, 0, 0, ""))
+
+
 @compiled
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(entries(), st.sampled_from([None, 50]))
@@ -263,13 +283,8 @@ def test_a_run_s_units_are_put_alike(sequence, claim_ahead):
                 for queue_id in (0, 1):
                     store.find_consume_queue("TopicTest", queue_id)
             for _ in range(2):  # the second time: every unit held already
-                left = each(run, len(run), fast.consume_queue_table)
+                left = _put_run_both(fast, pure, run)
                 assert left == sorted(set(left))
-                for index in left:
-                    fast.dispatchers._put_unit(run[index])
-                for entry in run:
-                    pure.dispatchers._put_unit(entry)
-                assert _state(fast) == _state(pure)
         finally:
             fast.shutdown()
             pure.shutdown()
@@ -426,14 +441,8 @@ def test_after_a_unit_it_leaves_its_queue_s_later_units_are_left_too(tmp_path, r
     call could not tell) must not take its place first."""
     fast, pure = _store(tmp_path / "fast"), _store(tmp_path / "pure")
     try:
-        for store in (fast, pure):
-            for queue_id in (0, 1):
-                store.dispatchers._put_unit((queue_id * 50, 10, 1, 0, "T", queue_id, 0, 0, ""))
-        for index in each(run, len(run), fast.consume_queue_table):
-            fast.dispatchers._put_unit(run[index])
-        for entry in run:
-            pure.dispatchers._put_unit(entry)
-        assert _state(fast) == _state(pure)
+        _first_units(fast, pure)
+        _put_run_both(fast, pure, run)
     finally:
         fast.shutdown()
         pure.shutdown()
@@ -445,20 +454,14 @@ def test_a_run_failing_half_way_is_put_whole_on_its_retry(tmp_path):
     try:
         run = [(1000 + i * 100, 100, 1, 1 + i // 2, "T", i % 2, 0, 0, "TAGS\x01t\x02")
                for i in range(10)]
-        for store in (fast, pure):
-            for queue_id in (0, 1):
-                store.dispatchers._put_unit((queue_id * 50, 10, 1, 0, "T", queue_id, 0, 0, ""))
+        _first_units(fast, pure)
         broken = fast.consume_queue_table["T"][1]
         files = broken.mapped_file_queue
         broken.mapped_file_queue = None  # (the second queue's files cannot be read)
         with pytest.raises(AttributeError):
             each(run, len(run), fast.consume_queue_table)
         broken.mapped_file_queue = files
-        for index in each(run, len(run), fast.consume_queue_table):
-            fast.dispatchers._put_unit(run[index])
-        for entry in run:
-            pure.dispatchers._put_unit(entry)
-        assert _state(fast) == _state(pure)
+        _put_run_both(fast, pure, run)
     finally:
         fast.shutdown()
         pure.shutdown()
