@@ -545,7 +545,9 @@ dispatch_units_each(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (run == NULL)
         return NULL;
     PyObject *left = PyList_New(0);
-    RunQueue *queues = left == NULL ? NULL : PyMem_Malloc(sizeof(RunQueue) * RUN_QUEUES);
+    /* (a cursor a queue: never more than the run's entries) */
+    Py_ssize_t most = count < RUN_QUEUES ? (count > 0 ? count : 1) : RUN_QUEUES;
+    RunQueue *queues = left == NULL ? NULL : PyMem_Malloc(sizeof(RunQueue) * (size_t)most);
     if (queues == NULL) {
         Py_XDECREF(left);
         Py_DECREF(run);
@@ -570,7 +572,7 @@ dispatch_units_each(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 failed = 1;
                 break;
             }
-            if (queue != NULL && used == RUN_QUEUES) {
+            if (queue != NULL && used == most) {
                 int known = 0;
                 for (int q = 0; q < used && !known; q++)
                     known = queues[q].queue == queue;

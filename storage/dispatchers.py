@@ -134,15 +134,15 @@ class Dispatchers:
             queue = store.find_consume_queue(topic, queue_id)
             assert queue is not None  # create=True: made when missing
         if not queue.put_run(entries, count, consume_queue_units_into):
-            for offset, size, _, queue_offset, *_, props in entries[:count]:
-                tags = dispatch_properties(props)[0]
-                queue.put_message_position_info(offset, size, java_hash(tags) if tags else 0,
-                                                queue_offset)
+            for entry in entries[:count]:
+                self._put_unit(entry, queue)
 
-    def _put_unit(self, entry: tuple) -> None:
+    def _put_unit(self, entry: tuple, queue=None) -> None:
+        """One entry's unit, the Python way, into ``queue`` (found, or made, when not given)."""
         offset, size, _, queue_offset, topic, queue_id, *_, props = entry
-        queue = self.store.find_consume_queue(topic, queue_id)
-        assert queue is not None  # create=True: made when missing
+        if queue is None:
+            queue = self.store.find_consume_queue(topic, queue_id)
+            assert queue is not None  # create=True: made when missing
         tags = dispatch_properties(props)[0]
         queue.put_message_position_info(offset, size, java_hash(tags) if tags else 0,
                                         queue_offset)
